@@ -1,0 +1,27 @@
+"""One root exception and precise subclasses.
+
+Messages name the field, the offending parameter and the fix. They never
+contain a raw record value: errors end up in logs and dead-letter headers.
+"""
+
+from __future__ import annotations
+
+
+class PrivstreamError(Exception):
+    """Root of every error privstream raises on purpose."""
+
+
+class MechanismError(PrivstreamError, ValueError):
+    """A mechanism was given parameters that cannot give the stated guarantee."""
+
+
+class ConfigError(PrivstreamError):
+    """The configuration is invalid; ``problems`` holds one line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class SecretError(PrivstreamError):
+    """A secret (noise key, broker password) is missing or unreadable."""

@@ -1,0 +1,50 @@
+"""The small base class every mechanism builds on.
+
+A mechanism object *carries its guarantee*: its calibrated parameters, the
+(epsilon, delta) it satisfies for one value, the expected error it adds in
+its field's metric, and the gamma lower bound that no (epsilon, delta)-DP
+mechanism on the same domain can beat (thesis Theorems 5.3 and 5.5).
+``explain``, the metrics and the audit all read these from here.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+
+class Mechanism(ABC):
+    """A 1-D (epsilon, delta)-DP randomized response for one field value."""
+
+    #: short name used in config, explain and metric labels
+    name: ClassVar[str]
+    #: the metric rho in which errors and lower bounds are stated
+    metric: ClassVar[str]
+
+    def __init__(self, *, epsilon: float, delta: float) -> None:
+        self.epsilon = epsilon
+        self.delta = delta
+
+    @property
+    @abstractmethod
+    def expected_error(self) -> float:
+        """Worst-case expected error ``max_d E[rho(Y_d, d)]`` of this mechanism."""
+
+    @property
+    @abstractmethod
+    def gamma_lower_bound(self) -> float:
+        """Smallest worst-case expected error any (eps, delta)-DP mechanism can have."""
+
+    @abstractmethod
+    def params(self) -> dict[str, float | int | str]:
+        """The calibrated parameters, for ``explain`` and audit logs."""
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}(epsilon={self.epsilon}, delta={self.delta}, {shown})"
+
+
+def exp_neg(epsilon: float) -> float:
+    """``e^-epsilon`` without overflow; formulas are written in this form."""
+    return math.exp(-epsilon)

@@ -1,0 +1,82 @@
+r"""Randomized response on a finite domain ``D`` with ``|D| = m + 1``.
+
+Keep the true value with probability ``1 - m p``; otherwise output one of
+the ``m`` other values uniformly, so each other value has probability ``p``.
+
+Calibration (Jazbec 2018, Example 4.10): the mechanism is (eps, delta)-DP
+iff ``p >= (1 - delta) / (m + e^eps)``; we use equality, the least noise.
+Why: for neighbours ``d != d'`` and an output set ``A``, the only binding
+case is ``d in A, d' not in A``; the worst such ``A`` is ``{d}``, where
+``1 - m p <= e^eps p + delta`` rearranges to the bound. Any other value in
+``A`` adds ``p`` to both sides (``e^eps p`` on the right), so only loosens it.
+Since ``delta < 1`` and ``eps > 0``, ``p < 1/(m+1) < 1 - m p``: the true
+value stays the most likely output. Computed as
+``p = (1 - delta) e^-eps / (1 + m e^-eps)`` to avoid overflow at large eps.
+
+Error in the discrete metric (``rho = 1`` when the output differs):
+``E[rho] = m p`` for every input. Lower bound (Theorem 5.5, ``kappa = 1``):
+``gamma >= (1 - delta) m / (m + e^eps)``, which equals ``m p``: randomized
+response with the smallest ``p`` is optimal (Example 5.7). Boolean fields
+are ``m = 1``; at ``delta = 0, eps = ln 3`` that is the fair-coin protocol.
+
+Sampling: one uniform decides keep/flip; a second picks among the ``m``
+other values (index ``j`` in ``0..m-1``, shifted past the true index).
+
+References
+----------
+* M. Jazbec, *Splošna definicija diferencirane zasebnosti*, 2018, Ex. 4.10,
+  Thm. 5.5, Ex. 5.7.
+* S. Warner, *Randomized response*, JASA 60(309), 1965.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.mechanisms.base import Mechanism, exp_neg
+from service.mechanisms.rng import NoiseSource
+from service.mechanisms.validation import check_delta, check_domain, check_epsilon
+
+DomainValue = str | int | bool
+
+
+class RandomizedResponse(Mechanism):
+    """k-ary randomized response over an explicit domain (indices in, indices out)."""
+
+    name: ClassVar[str] = "randomized_response"
+    metric: ClassVar[str] = "discrete (0 if equal, 1 otherwise)"
+
+    def __init__(
+        self, *, domain: Sequence[DomainValue], epsilon: float, delta: float = 0.0
+    ) -> None:
+        super().__init__(epsilon=check_epsilon(epsilon), delta=check_delta(delta))
+        self.domain: tuple[DomainValue, ...] = check_domain(domain)
+        self.m = len(self.domain) - 1
+        e = exp_neg(self.epsilon)
+        self.p = (1.0 - self.delta) * e / (1.0 + self.m * e)
+        self.keep_probability = 1.0 - self.m * self.p
+
+    @property
+    def expected_error(self) -> float:
+        return self.m * self.p
+
+    @property
+    def gamma_lower_bound(self) -> float:
+        e = exp_neg(self.epsilon)
+        return (1.0 - self.delta) * self.m * e / (self.m * e + 1.0)
+
+    def params(self) -> dict[str, float | int | str]:
+        return {"p": self.p, "keep_probability": self.keep_probability, "domain_size": self.m + 1}
+
+    def release(self, indices: NDArray[np.int64], source: NoiseSource) -> NDArray[np.int64]:
+        """Sanitize a column of domain indices (``0..m``)."""
+        n = len(indices)
+        flip = source.uniform(n) >= self.keep_probability
+        other = np.floor(source.uniform(n) * self.m).astype(np.int64)
+        other = np.minimum(other, self.m - 1)  # u*m < m always; guard float rounding
+        other += other >= indices  # skip over the true value
+        return np.where(flip, other, indices)

@@ -1,0 +1,92 @@
+"""The pure columnar batch transform: raw JSON messages in, sanitized out.
+
+No Kafka, no files: the worker, ``privstream sanitize``, tests and
+benchmarks all call ``process_batch``. Fail-closed by construction: the
+output object is built from the plan's handlers only, so a field the config
+does not name can never pass through, and a record with any problem is
+dead-lettered whole.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.mechanisms import NoiseSource
+from service.pipeline.fields import Rejected, json_type
+from service.pipeline.plan import RecordPlan
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A record that could not be sanitized. ``detail`` never quotes raw values."""
+
+    index: int
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """Sanitized messages with their input positions, and the dead letters."""
+
+    outputs: list[bytes] = field(default_factory=list)
+    output_index: list[int] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+
+def _reject_constant(token: str) -> float:
+    # NaN / Infinity are not JSON; accepting them would let them reach public fields
+    raise Rejected("invalid_json", f"not valid JSON: non-standard token {token}")
+
+
+def decode_record(raw: bytes) -> dict[str, Any]:
+    """Strict JSON object decoding; raises Rejected with a reason."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Rejected("invalid_utf8", "message is not valid UTF-8") from None
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        position = f" at char {exc.pos}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise Rejected("invalid_json", f"not valid JSON{position}") from None
+    if not isinstance(obj, dict):
+        raise Rejected("not_object", f"expected a JSON object, got {json_type(obj)}")
+    return obj
+
+
+def _parse_row(plan: RecordPlan, raw: bytes) -> list[Any]:
+    record = decode_record(raw)
+    row: list[Any] = []
+    for handler in plan.handlers:
+        if handler.name not in record:
+            raise Rejected("missing_field", f"field {handler.name!r}: missing")
+        row.append(handler.parse(record[handler.name]))
+    return row
+
+
+def process_batch(plan: RecordPlan, messages: Sequence[bytes], source: NoiseSource) -> BatchResult:
+    """Sanitize a batch. Every input index ends up in exactly one of the two outputs."""
+    result = BatchResult()
+    rows: list[list[Any]] = []
+    for index, raw in enumerate(messages):
+        try:
+            rows.append(_parse_row(plan, raw))
+        except Rejected as rejected:
+            result.dead_letters.append(DeadLetter(index, rejected.reason, rejected.detail))
+        else:
+            result.output_index.append(index)
+    if not rows:
+        return result
+    columns = [
+        handler.release([row[j] for row in rows], source)
+        for j, handler in enumerate(plan.handlers)
+    ]
+    names = [handler.name for handler in plan.handlers]
+    for values in zip(*columns, strict=True):
+        encoded = json.dumps(dict(zip(names, values, strict=True)), separators=(",", ":"))
+        result.outputs.append(encoded.encode())
+    return result

@@ -1,0 +1,133 @@
+"""Per-field handlers: parse one raw value, release a whole column at once.
+
+``parse`` validates a single JSON value and returns it cleaned, or raises
+``Rejected`` with a reason code (a low-cardinality metric label) and a
+detail that names the field but never quotes the raw value. ``release``
+runs the field's mechanism over the column of all parsed values of a batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from service.mechanisms import LaplaceMechanism, Mechanism, NoiseSource, RandomizedResponse
+from service.mechanisms.randomized_response import DomainValue
+
+
+class Rejected(Exception):  # noqa: N818 -- control flow, never escapes the pipeline
+    """This record cannot be sanitized; it goes to the dead-letter output."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def json_type(value: object) -> str:
+    """JSON type name of a decoded value, for messages that must not quote it."""
+    names = {bool: "boolean", int: "number", float: "number", str: "string", list: "array"}
+    return "null" if value is None else names.get(type(value), "object")
+
+
+class FieldHandler(Protocol):
+    name: str
+    mechanism: Mechanism | None
+
+    def parse(self, value: object) -> Any: ...
+
+    def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]: ...
+
+
+@dataclass(frozen=True)
+class PublicHandler:
+    """Copies the value unchanged (the config declared it non-personal)."""
+
+    name: str
+    mechanism: Mechanism | None = None
+
+    def parse(self, value: object) -> object:
+        return value
+
+    def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:
+        return list(values)
+
+
+@dataclass(frozen=True)
+class RealHandler:
+    """Finite JSON numbers; clamping happens inside the mechanism."""
+
+    name: str
+    mechanism: LaplaceMechanism
+
+    def parse(self, value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise Rejected("wrong_type", f"field {self.name!r}: expected a number, got {json_type(value)}")
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond the double range
+            number = math.inf
+        if not math.isfinite(number):
+            raise Rejected("not_finite", f"field {self.name!r}: number is not finite")
+        return number
+
+    def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:
+        column = np.asarray(values, dtype=np.float64)
+        released: list[Any] = self.mechanism.release(column, source).tolist()
+        return released
+
+
+@dataclass(frozen=True)
+class CategoricalHandler:
+    """A domain value, matched by JSON type and value (``1`` never matches ``"1"``)."""
+
+    name: str
+    mechanism: RandomizedResponse
+    unknown_as: DomainValue | None = None
+    _index: dict[tuple[type, object], int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        index = {(type(v), v): i for i, v in enumerate(self.mechanism.domain)}
+        object.__setattr__(self, "_index", index)
+
+    def parse(self, value: object) -> int:
+        position = self._index.get((type(value), value))
+        if position is not None:
+            return position
+        if self.unknown_as is not None:
+            return self._index[(type(self.unknown_as), self.unknown_as)]
+        if isinstance(value, str | int) and not isinstance(value, bool):
+            raise Rejected(
+                "unknown_category",
+                f"field {self.name!r}: value is not in the declared domain; "
+                "add it to the domain or set unknown_as",
+            )
+        raise Rejected(
+            "wrong_type", f"field {self.name!r}: expected a domain value, got {json_type(value)}"
+        )
+
+    def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:
+        indices = np.asarray(values, dtype=np.int64)
+        domain = self.mechanism.domain
+        return [domain[i] for i in self.mechanism.release(indices, source).tolist()]
+
+
+@dataclass(frozen=True)
+class BooleanHandler:
+    """JSON true/false through binary randomized response (domain [false, true])."""
+
+    name: str
+    mechanism: RandomizedResponse
+
+    def parse(self, value: object) -> int:
+        if not isinstance(value, bool):
+            raise Rejected("wrong_type", f"field {self.name!r}: expected a boolean, got {json_type(value)}")
+        return int(value)
+
+    def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:
+        indices = np.asarray(values, dtype=np.int64)
+        return self.mechanism.release(indices, source).astype(bool).tolist()  # type: ignore[no-any-return]
