@@ -138,8 +138,10 @@ def _format_path(loc: tuple[Any, ...], data: dict[str, Any]) -> str:
 
 def _field_entry(data: dict[str, Any], index: int) -> dict[str, Any]:
     fields = data.get("fields")
-    if isinstance(fields, list) and index < len(fields) and isinstance(fields[index], dict):
-        return fields[index]
+    if isinstance(fields, list) and index < len(fields):
+        entry = fields[index]
+        if isinstance(entry, dict):
+            return entry
     return {}
 
 

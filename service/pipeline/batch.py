@@ -82,8 +82,7 @@ def process_batch(plan: RecordPlan, messages: Sequence[bytes], source: NoiseSour
     if not rows:
         return result
     columns = [
-        handler.release([row[j] for row in rows], source)
-        for j, handler in enumerate(plan.handlers)
+        handler.release([row[j] for row in rows], source) for j, handler in enumerate(plan.handlers)
     ]
     names = [handler.name for handler in plan.handlers]
     for values in zip(*columns, strict=True):

@@ -19,7 +19,7 @@ from service.mechanisms import LaplaceMechanism, Mechanism, NoiseSource, Randomi
 from service.mechanisms.randomized_response import DomainValue
 
 
-class Rejected(Exception):  # noqa: N818 -- control flow, never escapes the pipeline
+class Rejected(Exception):
     """This record cannot be sanitized; it goes to the dead-letter output."""
 
     def __init__(self, reason: str, detail: str) -> None:
@@ -35,8 +35,13 @@ def json_type(value: object) -> str:
 
 
 class FieldHandler(Protocol):
-    name: str
-    mechanism: Mechanism | None
+    """What the batch transform needs of a field."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def mechanism(self) -> Mechanism | None: ...
 
     def parse(self, value: object) -> Any: ...
 
@@ -66,7 +71,9 @@ class RealHandler:
 
     def parse(self, value: object) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise Rejected("wrong_type", f"field {self.name!r}: expected a number, got {json_type(value)}")
+            raise Rejected(
+                "wrong_type", f"field {self.name!r}: expected a number, got {json_type(value)}"
+            )
         try:
             number = float(value)
         except OverflowError:  # an integer beyond the double range
@@ -125,7 +132,9 @@ class BooleanHandler:
 
     def parse(self, value: object) -> int:
         if not isinstance(value, bool):
-            raise Rejected("wrong_type", f"field {self.name!r}: expected a boolean, got {json_type(value)}")
+            raise Rejected(
+                "wrong_type", f"field {self.name!r}: expected a boolean, got {json_type(value)}"
+            )
         return int(value)
 
     def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:

@@ -1,0 +1,93 @@
+"""The ``privstream`` command: run | sanitize | explain.
+
+Exit codes: 0 success, 1 runtime failure, 2 invalid config or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from service import __version__
+from service.config import AppConfig, load_config
+from service.errors import ConfigError, PrivstreamError
+
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="privstream", description="Differential-privacy sanitizer for Kafka streams."
+    )
+    parser.add_argument("--version", action="version", version=f"privstream {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="consume, sanitize and produce records on Kafka")
+    run.add_argument("--config", required=True, help="YAML config file")
+    run.add_argument("--http-port", type=int, help="override http.port (0 = any free port)")
+    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+    san = sub.add_parser("sanitize", help="sanitize a JSON Lines file (no Kafka)")
+    san.add_argument("--config", required=True, help="YAML config file")
+    san.add_argument("--input", help="JSON Lines input (default: stdin)")
+    san.add_argument("--output", help="sanitized JSON Lines output (default: stdout)")
+    san.add_argument(
+        "--dead-letter",
+        default="privstream-dead-letters.jsonl",
+        help="where unsanitizable lines go, with line number and reason; holds raw data "
+        "(default: %(default)s, created only if needed)",
+    )
+
+    exp = sub.add_parser("explain", help="show each field's mechanism and guarantee")
+    exp.add_argument("--config", required=True, help="YAML config file")
+    exp.add_argument("--format", choices=["table", "json"], default="table")
+    return parser
+
+
+def _load(path: str) -> AppConfig:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"privstream: config error: {problem}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    config = _load(args.config)
+    try:
+        if args.command == "explain":
+            from service.cli.explain import explain
+
+            print(explain(config, args.format))
+        elif args.command == "sanitize":
+            from service.cli.sanitize import run_sanitize
+            from service.mechanisms import OsEntropy
+            from service.pipeline import build_plan
+
+            summary = run_sanitize(
+                build_plan(config), args.input, args.output, args.dead_letter, OsEntropy()
+            )
+            print(summary.render(args.dead_letter), file=sys.stderr)
+        else:
+            from service.cli.run import serve
+
+            logging.basicConfig(
+                level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+            )
+            asyncio.run(serve(config, args.http_port))
+    except PrivstreamError as exc:
+        print(f"privstream: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except OSError as exc:
+        print(f"privstream: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

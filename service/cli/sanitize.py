@@ -1,0 +1,124 @@
+"""``privstream sanitize``: JSON Lines in, sanitized JSON Lines out.
+
+A bad line never stops the run: it goes to the dead-letter file with its
+line number and reason. The dead-letter file holds raw data: it is as
+sensitive as the input.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from service.mechanisms import NoiseSource
+from service.pipeline import RecordPlan, process_batch
+
+CHUNK_LINES = 10_000
+
+
+@dataclass
+class Summary:
+    records_in: int = 0
+    records_out: int = 0
+    blank_lines: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    def render(self, dead_letter_path: str) -> str:
+        dead = sum(self.reasons.values())
+        text = (
+            f"privstream sanitize: {self.records_in} records in, {self.records_out} sanitized, "
+            f"{dead} dead-lettered"
+        )
+        if dead:
+            reasons = ", ".join(f"{r} {n}" for r, n in sorted(self.reasons.items()))
+            text += f" ({reasons}) -> {dead_letter_path}"
+        if self.blank_lines:
+            text += f"; {self.blank_lines} blank lines skipped"
+        return text
+
+
+def _chunks(lines: Iterable[bytes]) -> Iterator[list[tuple[int, bytes]]]:
+    chunk: list[tuple[int, bytes]] = []
+    for number, line in enumerate(lines, start=1):
+        chunk.append((number, line.rstrip(b"\r\n")))
+        if len(chunk) == CHUNK_LINES:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _dead_letter_line(number: int, raw: bytes, reason: str, detail: str) -> bytes:
+    entry: dict[str, object] = {"line": number, "reason": reason, "detail": detail}
+    try:
+        entry["raw"] = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        entry["raw_base64"] = base64.b64encode(raw).decode()
+    return json.dumps(entry).encode() + b"\n"
+
+
+class _LazyFile:
+    """Creates the dead-letter file only when the first dead letter arrives."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fh: BinaryIO | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._fh is None:
+            self._fh = open(self.path, "wb")  # noqa: SIM115 -- closed in close()
+        self._fh.write(data)
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+
+
+def sanitize_stream(
+    plan: RecordPlan,
+    lines: Iterable[bytes],
+    out: BinaryIO,
+    dead_letter_path: str,
+    source: NoiseSource,
+) -> Summary:
+    summary = Summary()
+    dead_file = _LazyFile(dead_letter_path)
+    try:
+        for chunk in _chunks(lines):
+            records = [(n, raw) for n, raw in chunk if raw.strip()]
+            summary.blank_lines += len(chunk) - len(records)
+            result = process_batch(plan, [raw for _, raw in records], source)
+            out.writelines(line + b"\n" for line in result.outputs)
+            for dead in result.dead_letters:
+                number, raw = records[dead.index]
+                dead_file.write(_dead_letter_line(number, raw, dead.reason, dead.detail))
+                summary.reasons[dead.reason] += 1
+            summary.records_in += len(records)
+            summary.records_out += len(result.outputs)
+    finally:
+        dead_file.close()
+    out.flush()
+    return summary
+
+
+def run_sanitize(
+    plan: RecordPlan,
+    input_path: str | None,
+    output_path: str | None,
+    dead_letter_path: str,
+    source: NoiseSource,
+) -> Summary:
+    src = open(input_path, "rb") if input_path else sys.stdin.buffer  # noqa: SIM115
+    dst = open(output_path, "wb") if output_path else sys.stdout.buffer  # noqa: SIM115
+    try:
+        return sanitize_stream(plan, src, dst, dead_letter_path, source)
+    finally:
+        if input_path:
+            src.close()
+        if output_path:
+            dst.close()
