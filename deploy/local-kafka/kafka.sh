@@ -25,7 +25,11 @@ set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 HOST=127.0.0.1
 PORT="${KAFKA_PORT:-9092}"
-CPORT="${KAFKA_CONTROLLER_PORT:-$((PORT + 1))}"
+if ! [[ "$PORT" =~ ^[0-9]+$ ]]; then
+    echo "kafka.sh: ERROR: KAFKA_PORT=$PORT is not a port number" >&2
+    exit 1
+fi
+CPORT="${KAFKA_CONTROLLER_PORT:-$((10#$PORT + 1))}"
 WORK_DIR="$(realpath -m -- "${KAFKA_WORK_DIR:-$SCRIPT_DIR/run/$PORT}")"
 JARS_DIR="$(realpath -m -- "${KAFKA_JARS_DIR:-$SCRIPT_DIR/jars}")"
 START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
@@ -51,7 +55,7 @@ usage() {
     exit 2
 }
 
-is_port() { [[ "$1" =~ ^[0-9]+$ ]] && (("$1" > 0 && "$1" < 65536)); }
+is_port() { [[ "$1" =~ ^[0-9]+$ ]] && ((10#$1 > 0 && 10#$1 < 65536)); }
 is_port "$PORT" || die "KAFKA_PORT=$PORT is not a port number"
 is_port "$CPORT" || die "KAFKA_CONTROLLER_PORT=$CPORT is not a port number"
 [[ "$PORT" != "$CPORT" ]] || die "KAFKA_PORT and KAFKA_CONTROLLER_PORT must differ"
@@ -89,7 +93,7 @@ log_tail() {
 # pom's Kafka version. Resolves into a temp dir and renames it into place,
 # under a lock, so concurrent starts never see a half-filled jar dir.
 ensure_jars() {
-    local version tmp lock
+    local version tmp lock out
     version="$(kafka_version)"
     [[ -n "$version" ]] || die "cannot read <kafka.version> from $POM"
     [[ -f "$JARS_DIR/kafka_2.13-$version.jar" ]] && return 0
@@ -99,11 +103,17 @@ ensure_jars() {
     flock 9
     if [[ ! -f "$JARS_DIR/kafka_2.13-$version.jar" ]]; then
         command -v "$MVN" >/dev/null || die "jars missing in $JARS_DIR and '$MVN' not found"
+        # the dir gets replaced: never do that to a dir holding anything but jars
+        if [[ -d "$JARS_DIR" ]] && [[ -n "$(find "$JARS_DIR" -mindepth 1 ! -name '*.jar' -print -quit)" ]]; then
+            die "refusing to replace $JARS_DIR: it holds files other than jars"
+        fi
         say "resolving Kafka $version jars with Maven into $JARS_DIR ..."
         tmp="$JARS_DIR.tmp.$$"
         rm -rf "$tmp"
-        if ! "$MVN" -B -q -f "$POM" dependency:copy-dependencies \
-            -DoutputDirectory="$tmp" -DincludeScope=runtime >&2; then
+        # output shown only on failure (mvn -q still prints stray ANSI resets)
+        if ! out="$("$MVN" -B -q -Dstyle.color=never -f "$POM" dependency:copy-dependencies \
+            -DoutputDirectory="$tmp" -DincludeScope=runtime 2>&1)"; then
+            printf '%s\n' "$out" >&2
             rm -rf "$tmp"
             die "Maven could not resolve the Kafka jars (see output above)"
         fi
@@ -116,7 +126,6 @@ ensure_jars() {
 }
 
 java_tool() {
-    # shellcheck disable=SC2086 # HEAP/JVM opts are intentionally word-split
     "$JAVA" -Xmx256m -Dlog4j.configuration="file:$LOG4J" -cp "$JARS_DIR/*" "$@"
 }
 
@@ -288,7 +297,11 @@ cmd_status() {
         say "pid $pid alive but $HOST:$PORT not answering (starting or unhealthy)"
         return 1
     fi
-    say "not running (port $PORT, work dir $WORK_DIR)"
+    if port_answers "$PORT"; then
+        say "not running from $WORK_DIR (but something else answers on $HOST:$PORT)"
+    else
+        say "not running (port $PORT, work dir $WORK_DIR)"
+    fi
     return 3
 }
 

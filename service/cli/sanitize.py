@@ -8,6 +8,7 @@ sensitive as the input.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import sys
 from collections import Counter
@@ -113,12 +114,7 @@ def run_sanitize(
     dead_letter_path: str,
     source: NoiseSource,
 ) -> Summary:
-    src = open(input_path, "rb") if input_path else sys.stdin.buffer  # noqa: SIM115
-    dst = open(output_path, "wb") if output_path else sys.stdout.buffer  # noqa: SIM115
-    try:
+    with contextlib.ExitStack() as stack:
+        src = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
+        dst = stack.enter_context(open(output_path, "wb")) if output_path else sys.stdout.buffer
         return sanitize_stream(plan, src, dst, dead_letter_path, source)
-    finally:
-        if input_path:
-            src.close()
-        if output_path:
-            dst.close()

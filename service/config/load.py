@@ -68,8 +68,13 @@ def _duplicate_names(data: dict[str, Any]) -> list[str]:
 
 
 def check_budget(config: AppConfig) -> list[str]:
-    """The fields' summed budgets must fit in the per-record budget."""
+    """Something is released, and the fields' summed budgets fit in the record budget."""
     problems: list[str] = []
+    if all(spec.kind == "drop" for spec in config.fields):
+        problems.append(
+            "fields: no field would be released (none listed, or all are kind drop); "
+            "list the fields to release"
+        )
     eps, dlt = record_budget(config)
     for label, total, limit in (
         ("epsilon", eps, config.privacy.epsilon),

@@ -152,5 +152,5 @@ class AppConfig(_Strict):
 
     kafka: KafkaConfig
     privacy: PrivacyConfig
-    fields: tuple[FieldConfig, ...] = Field(min_length=1)
+    fields: tuple[FieldConfig, ...]
     http: HttpConfig = HttpConfig()

@@ -5,9 +5,11 @@ Production noise is drawn from the operating system's CSPRNG
 column, so sampling stays vectorized. A seeded generator exists only in
 ``service.testing`` and is never reachable from the CLI or the config.
 
-Uniforms are built from 64-bit words as ``((w >> 11) + 0.5) * 2**-53``:
-53 random bits, on the open interval (0, 1), so ``log(u)`` and
-``log(1 - u)`` are always finite.
+Uniforms are built from 64-bit words as ``((w >> 12) + 0.5) * 2**-52``:
+52 random bits, every value ``k + 0.5`` (``k < 2**52``) exact in a double,
+so the result lies in ``[2**-53, 1 - 2**-53]``, strictly inside (0, 1), and
+``log(u)`` and ``log(1 - u)`` are always finite. (With 53 bits the top
+values round up to exactly 1.0.)
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-_TWO_POW_MINUS_53 = 2.0**-53
+_TWO_POW_MINUS_52 = 2.0**-52
 
 
 class NoiseSource(Protocol):
@@ -30,9 +32,9 @@ class NoiseSource(Protocol):
 
 
 def words_to_uniform(words: NDArray[np.uint64]) -> NDArray[np.float64]:
-    """Map 64-bit words to uniforms on (0, 1) with 53 bits of resolution."""
-    top53 = (words >> np.uint64(11)).astype(np.float64)
-    return (top53 + 0.5) * _TWO_POW_MINUS_53
+    """Map 64-bit words to uniforms strictly inside (0, 1), 52 bits of resolution."""
+    top52 = (words >> np.uint64(12)).astype(np.float64)
+    return (top52 + 0.5) * _TWO_POW_MINUS_52
 
 
 class OsEntropy:

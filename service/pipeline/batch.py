@@ -10,6 +10,7 @@ dead-lettered whole.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,14 @@ def _reject_constant(token: str) -> float:
     raise Rejected("invalid_json", f"not valid JSON: non-standard token {token}")
 
 
+def _finite_float(token: str) -> float:
+    # 1e999 parses to inf, which is not JSON either and would reach public fields
+    number = float(token)
+    if not math.isfinite(number):
+        raise Rejected("not_finite", "a number is beyond the double range")
+    return number
+
+
 def decode_record(raw: bytes) -> dict[str, Any]:
     """Strict JSON object decoding; raises Rejected with a reason."""
     try:
@@ -49,7 +58,7 @@ def decode_record(raw: bytes) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise Rejected("invalid_utf8", "message is not valid UTF-8") from None
     try:
-        obj = json.loads(text, parse_constant=_reject_constant)
+        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as exc:
         position = f" at char {exc.pos}" if isinstance(exc, json.JSONDecodeError) else ""
         raise Rejected("invalid_json", f"not valid JSON{position}") from None
@@ -85,7 +94,7 @@ def process_batch(plan: RecordPlan, messages: Sequence[bytes], source: NoiseSour
         handler.release([row[j] for row in rows], source) for j, handler in enumerate(plan.handlers)
     ]
     names = [handler.name for handler in plan.handlers]
-    for values in zip(*columns, strict=True):
-        encoded = json.dumps(dict(zip(names, values, strict=True)), separators=(",", ":"))
-        result.outputs.append(encoded.encode())
+    for i in range(len(rows)):
+        record = {name: column[i] for name, column in zip(names, columns, strict=True)}
+        result.outputs.append(json.dumps(record, separators=(",", ":")).encode())
     return result

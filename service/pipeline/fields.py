@@ -102,19 +102,20 @@ class CategoricalHandler:
         object.__setattr__(self, "_index", index)
 
     def parse(self, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise Rejected(
+                "wrong_type",
+                f"field {self.name!r}: expected a domain value, got {json_type(value)}",
+            )
         position = self._index.get((type(value), value))
         if position is not None:
             return position
         if self.unknown_as is not None:
             return self._index[(type(self.unknown_as), self.unknown_as)]
-        if isinstance(value, str | int) and not isinstance(value, bool):
-            raise Rejected(
-                "unknown_category",
-                f"field {self.name!r}: value is not in the declared domain; "
-                "add it to the domain or set unknown_as",
-            )
         raise Rejected(
-            "wrong_type", f"field {self.name!r}: expected a domain value, got {json_type(value)}"
+            "unknown_category",
+            f"field {self.name!r}: value is not in the declared domain; "
+            "add it to the domain or set unknown_as",
         )
 
     def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:

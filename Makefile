@@ -1,0 +1,53 @@
+# privstream — `make help` lists the targets.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install lint format test unit integration demo bench kafka-start kafka-stop clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(STAMP) ## create .venv with privstream and the dev tools
+
+lint: $(STAMP) ## ruff (lint + format check) and mypy --strict on service/
+	$(BIN)/ruff check service tests bench deploy
+	$(BIN)/ruff format --check service tests bench deploy
+	$(BIN)/mypy service
+
+format: $(STAMP) ## apply ruff's formatter and safe fixes
+	$(BIN)/ruff format service tests bench deploy
+	$(BIN)/ruff check --fix service tests bench deploy
+
+test: lint ## every test, integration with a real Kafka broker included
+	$(BIN)/pytest
+
+unit: $(STAMP) ## the fast tests only (no broker)
+	$(BIN)/pytest tests/unit
+
+integration: $(STAMP) ## the tests against a real Kafka broker
+	$(BIN)/pytest tests/integration
+
+demo: $(STAMP) ## start a local broker, stream synthetic telemetry through privstream, stop
+	deploy/demo/demo.sh
+
+bench: $(STAMP) ## benchmarks (ratios against baselines measured in the same run)
+	$(BIN)/python bench/samplers.py
+
+kafka-start: ## start the local Kafka broker (127.0.0.1:9092; KAFKA_PORT moves it)
+	deploy/local-kafka/kafka.sh start
+
+kafka-stop: ## stop the local Kafka broker
+	deploy/local-kafka/kafka.sh stop
+
+clean: ## remove the venv, caches and local broker data
+	-deploy/local-kafka/kafka.sh stop
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache deploy/local-kafka/run

@@ -1,0 +1,58 @@
+"""Shared helpers for the unit tests: config builders and the DESIGN.md formulas.
+
+The formulas here are transcribed from /work/shared/DESIGN.md section 1
+("Calibrations" and "Accuracy lower bounds"), written the plain way
+(``math.log``, ``math.exp``), independently of the code under test.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+KAFKA: dict[str, Any] = {
+    "input_topic": "raw",
+    "output_topic": "sanitized",
+    "dead_letter_topic": "dlq",
+}
+
+
+def config_dict(
+    fields: list[dict[str, Any]], epsilon: float = 10.0, delta: float = 0.0
+) -> dict[str, Any]:
+    """A complete config mapping around the given field list."""
+    return {
+        "kafka": dict(KAFKA),
+        "privacy": {"epsilon": epsilon, "delta": delta},
+        "fields": fields,
+    }
+
+
+# --- DESIGN.md section 1, written from the text --------------------------------
+
+
+def laplace_tight_scale(diam: float, eps: float, delta: float) -> float:
+    """Tight calibration: b = diam / (eps - 2 ln(1 - delta))."""
+    return diam / (eps - 2.0 * math.log(1.0 - delta))
+
+
+def laplace_thesis_scale(diam: float, eps: float, delta: float) -> float:
+    """Thesis Example 4.9: b = diam / (eps - ln(1 - delta))."""
+    return diam / (eps - math.log(1.0 - delta))
+
+
+def laplace_gamma(diam: float, eps: float, delta: float) -> float:
+    """Theorem 5.3: gamma >= (1 - delta) diam / (2 (1 + e^eps)), in log space (no overflow)."""
+    return (1.0 - delta) * diam / 2.0 * math.exp(-float(np.logaddexp(0.0, eps)))
+
+
+def rr_p(m: int, eps: float, delta: float) -> float:
+    """Example 4.10 with equality: p = (1 - delta) / (m + e^eps), in log space."""
+    return (1.0 - delta) * math.exp(-float(np.logaddexp(math.log(m), eps)))
+
+
+def rr_gamma(m: int, eps: float, delta: float) -> float:
+    """Theorem 5.5 with kappa = 1: gamma >= (1 - delta) m / (m + e^eps) (moderate eps only)."""
+    return (1.0 - delta) * m / (m + math.exp(eps))

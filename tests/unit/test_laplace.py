@@ -1,0 +1,254 @@
+"""Laplace mechanism: calibration formulas, tightness, edge cases and distribution."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+
+import numpy as np
+import pytest
+from scipy import integrate, optimize, stats
+
+from service.errors import MechanismError
+from service.mechanisms import LaplaceMechanism
+from service.mechanisms.rng import words_to_uniform
+from service.testing import SeededSource
+from tests.unit._support import laplace_gamma, laplace_thesis_scale, laplace_tight_scale
+
+CASES = [
+    # (lo, hi, eps, delta)
+    (1504.0, 4500.0, 0.1, 0.1),
+    (1504.0, 4500.0, 1.0, 1e-6),
+    (0.0, 1.0, 0.5, 0.0),
+    (-20.0, 60.0, 2.0, 0.3),
+    (-1.0, 1.0, 5.0, 0.9),
+    (0.0, 240.0, 0.01, 0.0),
+]
+
+
+@pytest.mark.parametrize(("lo", "hi", "eps", "delta"), CASES)
+def test_tight_scale_matches_formula(lo: float, hi: float, eps: float, delta: float) -> None:
+    mech = LaplaceMechanism(bounds=(lo, hi), epsilon=eps, delta=delta)
+    expected = laplace_tight_scale(hi - lo, eps, delta)
+    assert mech.calibration == "tight"
+    assert mech.scale == pytest.approx(expected, rel=1e-12)
+    assert mech.params()["scale"] == pytest.approx(expected, rel=1e-12)
+    assert mech.expected_error == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(("lo", "hi", "eps", "delta"), CASES)
+def test_thesis_scale_matches_formula(lo: float, hi: float, eps: float, delta: float) -> None:
+    mech = LaplaceMechanism(bounds=(lo, hi), epsilon=eps, delta=delta, calibration="thesis")
+    expected = laplace_thesis_scale(hi - lo, eps, delta)
+    assert mech.scale == pytest.approx(expected, rel=1e-12)
+    assert mech.expected_error == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(("lo", "hi", "eps", "delta"), CASES)
+def test_gamma_lower_bound_matches_theorem_5_3(
+    lo: float, hi: float, eps: float, delta: float
+) -> None:
+    for calibration in ("tight", "thesis"):
+        mech = LaplaceMechanism(bounds=(lo, hi), epsilon=eps, delta=delta, calibration=calibration)
+        plain = (1.0 - delta) * (hi - lo) / (2.0 * (1.0 + math.exp(eps)))
+        assert mech.gamma_lower_bound == pytest.approx(plain, rel=1e-12)
+        # the mechanism can never beat the lower bound
+        assert mech.expected_error >= mech.gamma_lower_bound
+
+
+@pytest.mark.parametrize(("eps", "delta"), [(0.1, 0.0), (1.0, 0.0), (3.0, 0.0)])
+def test_calibrations_agree_at_delta_zero(eps: float, delta: float) -> None:
+    tight = LaplaceMechanism(bounds=(0.0, 7.0), epsilon=eps, delta=delta)
+    thesis = LaplaceMechanism(bounds=(0.0, 7.0), epsilon=eps, delta=delta, calibration="thesis")
+    assert tight.scale == pytest.approx(7.0 / eps, rel=1e-12)
+    assert thesis.scale == pytest.approx(7.0 / eps, rel=1e-12)
+
+
+@pytest.mark.parametrize(("eps", "delta"), [(0.1, 0.1), (1.0, 1e-6), (2.0, 0.3)])
+def test_tight_uses_strictly_less_noise_than_thesis_when_delta_positive(
+    eps: float, delta: float
+) -> None:
+    tight = LaplaceMechanism(bounds=(0.0, 1.0), epsilon=eps, delta=delta)
+    thesis = LaplaceMechanism(bounds=(0.0, 1.0), epsilon=eps, delta=delta, calibration="thesis")
+    assert tight.scale < thesis.scale
+
+
+def test_design_example_numbers() -> None:
+    # DESIGN.md: diam 2996, eps 0.1, delta 0.1 gives 14589 (thesis) -> 9642 (tight)
+    thesis = LaplaceMechanism(bounds=(1504, 4500), epsilon=0.1, delta=0.1, calibration="thesis")
+    tight = LaplaceMechanism(bounds=(1504, 4500), epsilon=0.1, delta=0.1)
+    assert thesis.diameter == 2996.0
+    assert round(thesis.scale) == 14589
+    assert round(tight.scale) == 9642
+
+
+@pytest.mark.parametrize("eps", [700.0, 800.0, 1e6])
+def test_huge_epsilon_neither_overflows_nor_warns(eps: float) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mech = LaplaceMechanism(bounds=(0.0, 10.0), epsilon=eps, delta=1e-6)
+        gamma = mech.gamma_lower_bound
+        out = mech.release(np.array([3.0, 20.0, -5.0]), SeededSource(1))
+    assert mech.scale == pytest.approx(laplace_tight_scale(10.0, eps, 1e-6), rel=1e-12)
+    assert math.isfinite(gamma)
+    assert gamma == pytest.approx(laplace_gamma(10.0, eps, 1e-6), rel=1e-9, abs=1e-320)
+    assert np.all(np.isfinite(out))
+
+
+def test_zero_diameter_releases_the_single_value_without_noise() -> None:
+    mech = LaplaceMechanism(bounds=(5.0, 5.0), epsilon=1.0, delta=0.0)
+    assert mech.scale == 0.0
+    assert mech.expected_error == 0.0
+    assert mech.gamma_lower_bound == 0.0
+    out = mech.release(np.array([-1e300, 4.0, 5.0, 5.5, 1e300]), SeededSource(3))
+    assert out.tolist() == [5.0] * 5
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"bounds": (0.0, 1.0), "epsilon": 0.0},
+        {"bounds": (0.0, 1.0), "epsilon": -1.0},
+        {"bounds": (0.0, 1.0), "epsilon": math.inf},
+        {"bounds": (0.0, 1.0), "epsilon": math.nan},
+        {"bounds": (0.0, 1.0), "epsilon": 1.0, "delta": 1.0},
+        {"bounds": (0.0, 1.0), "epsilon": 1.0, "delta": -0.1},
+        {"bounds": (0.0, 1.0), "epsilon": 1.0, "delta": math.nan},
+        {"bounds": (1.0, 0.0), "epsilon": 1.0},
+        {"bounds": (0.0, math.inf), "epsilon": 1.0},
+        {"bounds": (math.nan, 1.0), "epsilon": 1.0},
+    ],
+)
+def test_invalid_parameters_are_rejected(kwargs: dict[str, object]) -> None:
+    with pytest.raises(MechanismError):
+        LaplaceMechanism(**kwargs)  # type: ignore[arg-type]
+
+
+# --- tightness: the hockey-stick divergence equals delta exactly ---------------------
+
+
+def hockey_stick(diam: float, b: float, eps: float) -> float:
+    """sup_S P(S) - e^eps Q(S) = integral of max(0, p - e^eps q), p = Lap(0,b), q = Lap(diam,b).
+
+    Computed by numerical quadrature. The integrand is smooth except at 0, diam
+    and the crossing point where p = e^eps q, found here by root finding on the
+    log-density ratio (not taken from the code under test).
+    """
+    p = stats.laplace(loc=0.0, scale=b)
+    q = stats.laplace(loc=diam, scale=b)
+
+    def integrand(x: float) -> float:
+        return max(0.0, float(p.pdf(x)) - math.exp(eps) * float(q.pdf(x)))
+
+    def log_ratio_minus_eps(x: float) -> float:
+        return float(p.logpdf(x) - q.logpdf(x)) - eps
+
+    points = [0.0, diam]
+    if log_ratio_minus_eps(0.0) > 0.0 > log_ratio_minus_eps(diam):
+        points.append(optimize.brentq(log_ratio_minus_eps, 0.0, diam, xtol=1e-14 * diam))
+    points.sort()
+    opts = {"epsabs": 1e-14, "epsrel": 1e-13, "limit": 500}
+    total, _ = integrate.quad(integrand, -np.inf, points[0], **opts)
+    for left, right in itertools.pairwise(points):
+        part, _ = integrate.quad(integrand, left, right, **opts)
+        total += part
+    tail, _ = integrate.quad(integrand, points[-1], np.inf, **opts)
+    return total + tail
+
+
+TIGHT_CASES = [
+    (2996.0, 0.1, 0.1),
+    (1.0, 1.0, 1e-6),
+    (80.0, 2.0, 0.3),
+    (10.0, 0.5, 0.05),
+    (1.0, 1.0, 0.0),
+]
+
+
+@pytest.mark.parametrize(("diam", "eps", "delta"), TIGHT_CASES)
+def test_tight_calibration_is_exactly_eps_delta_dp(diam: float, eps: float, delta: float) -> None:
+    b = LaplaceMechanism(bounds=(0.0, diam), epsilon=eps, delta=delta).scale
+    assert hockey_stick(diam, b, eps) == pytest.approx(delta, abs=1e-9)
+
+
+@pytest.mark.parametrize(("diam", "eps", "delta"), TIGHT_CASES)
+def test_less_noise_than_tight_breaks_the_guarantee(diam: float, eps: float, delta: float) -> None:
+    b = LaplaceMechanism(bounds=(0.0, diam), epsilon=eps, delta=delta).scale
+    assert hockey_stick(diam, 0.99 * b, eps) > delta + 1e-6
+
+
+@pytest.mark.parametrize(("diam", "eps", "delta"), [c for c in TIGHT_CASES if c[2] > 0])
+def test_thesis_calibration_is_valid_but_loose(diam: float, eps: float, delta: float) -> None:
+    b = LaplaceMechanism(bounds=(0.0, diam), epsilon=eps, delta=delta, calibration="thesis").scale
+    assert hockey_stick(diam, b, eps) < delta - 1e-9
+
+
+# --- distribution of the released values -------------------------------------------
+
+N_DRAWS = 20_000
+KS_ALPHA = 1e-4  # false-failure probability per KS test (over the choice of seed)
+
+
+@pytest.mark.parametrize(
+    ("value", "clamped", "seed"),
+    [
+        (1504.0, 1504.0, 11),
+        (3000.0, 3000.0, 12),
+        (4500.0, 4500.0, 13),
+        (9e9, 4500.0, 14),
+        (-7.0, 1504.0, 15),
+    ],
+)
+def test_noise_is_laplace_with_calibrated_scale(value: float, clamped: float, seed: int) -> None:
+    mech = LaplaceMechanism(bounds=(1504.0, 4500.0), epsilon=1.0, delta=1e-6)
+    b = laplace_tight_scale(2996.0, 1.0, 1e-6)
+    out = mech.release(np.full(N_DRAWS, value), SeededSource(seed))
+    noise = out - clamped
+    result = stats.kstest(noise, stats.laplace(scale=b).cdf)
+    assert result.pvalue > KS_ALPHA
+
+
+def test_ks_detects_a_wrong_scale() -> None:
+    # negative control: the same KS test rejects a Laplace of 1.2 times the scale
+    mech = LaplaceMechanism(bounds=(0.0, 1.0), epsilon=1.0)
+    noise = mech.release(np.full(N_DRAWS, 0.5), SeededSource(21)) - 0.5
+    assert stats.kstest(noise, stats.laplace(scale=1.2).cdf).pvalue < KS_ALPHA
+
+
+@pytest.mark.parametrize(("value", "bound"), [(1e12, 4500.0), (-1e12, 1504.0)])
+def test_out_of_bounds_input_is_clamped_before_noise(value: float, bound: float) -> None:
+    mech = LaplaceMechanism(bounds=(1504.0, 4500.0), epsilon=1.0)
+    b = laplace_tight_scale(2996.0, 1.0, 0.0)
+    out = mech.release(np.full(N_DRAWS, value), SeededSource(31))
+    # sd of the mean of n Laplace(b) draws is b*sqrt(2/n); |z| > 4.5 has probability
+    # < 1e-5 under the CLT (alpha ~ 1e-5 for this test)
+    assert abs(out.mean() - bound) < 4.5 * b * math.sqrt(2.0 / N_DRAWS)
+
+
+def test_release_keeps_shape_and_order_of_column() -> None:
+    mech = LaplaceMechanism(bounds=(0.0, 1.0), epsilon=1000.0)  # b = 1e-3
+    values = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
+    out = mech.release(values, SeededSource(5))
+    assert out.shape == values.shape
+    # noise of scale 1e-3 exceeds 0.05 with probability e^-50 per entry
+    assert np.all(np.abs(out - values) < 0.05)
+
+
+def test_release_of_empty_column() -> None:
+    mech = LaplaceMechanism(bounds=(0.0, 1.0), epsilon=1.0)
+    assert mech.release(np.empty(0), SeededSource(1)).shape == (0,)
+
+
+class _MaxWordSource:
+    """A noise source that returns the uniform built from the all-ones 64-bit word."""
+
+    def uniform(self, n: int) -> np.ndarray:
+        return words_to_uniform(np.full(n, 2**64 - 1, dtype=np.uint64))
+
+
+def test_extreme_uniform_word_still_gives_finite_output() -> None:
+    mech = LaplaceMechanism(bounds=(0.0, 1.0), epsilon=1.0)
+    with np.errstate(divide="ignore"):
+        out = mech.release(np.array([0.5]), _MaxWordSource())
+    assert np.all(np.isfinite(out)), out
