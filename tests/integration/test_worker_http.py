@@ -1,0 +1,119 @@
+"""The worker's /metrics, /healthz and /readyz, scraped over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.mechanisms import LaplaceMechanism, RandomizedResponse
+from tests.broker import create_topics
+from tests.integration.worker_proc import (
+    Collector,
+    WorkerProcess,
+    produce,
+    unique_topics,
+    write_config,
+)
+
+BODY = {
+    "privacy": {"epsilon": 1.5},
+    "fields": [
+        {"name": "seq", "kind": "public"},
+        {"name": "amount", "kind": "real", "bounds": [0, 100], "epsilon": 1.0},
+        {"name": "tier", "kind": "categorical", "domain": ["a", "b", "c"], "epsilon": 0.5},
+    ],
+}
+GOOD, BAD = (
+    500,
+    [b"[]", b"{oops", b'{"seq": 1, "amount": 5}', b'{"seq": 1, "amount": 5, "tier": "z"}'],
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def http_get(port: int, path: str) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    response = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    head, _, body = response.decode().partition("\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+IN_TOTAL = ("privstream_records_in_total", ())
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+async def scrape_until(port: int, done: Callable[[Samples], bool], within_s: float = 30) -> Samples:
+    """Poll /metrics until ``done`` holds; fail with the last scrape after the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while True:
+        status, text = await http_get(port, "/metrics")
+        assert status == 200
+        got = samples(text)
+        if done(got) or loop.time() > deadline:
+            return got
+        await asyncio.sleep(0.05)  # polling interval, not a synchronisation guess
+
+
+async def test_metrics_health_and_readiness(kafka_bootstrap: str, tmp_path: Path) -> None:
+    kafka = unique_topics("http")
+    await create_topics(kafka_bootstrap, list(kafka.values())[:3], partitions=1)
+    port = free_port()
+    body = {**BODY, "http": {"host": "127.0.0.1", "port": port}}
+    config = write_config(tmp_path / "c.yaml", kafka_bootstrap, kafka, body)
+    good = [
+        (None, json.dumps({"seq": i, "amount": i % 100, "tier": "b"}).encode(), [])
+        for i in range(GOOD)
+    ]
+    await produce(kafka_bootstrap, kafka["input_topic"], good + [(None, b, []) for b in BAD])
+
+    worker = WorkerProcess(config, tmp_path / "worker.log")
+    async with (
+        Collector(kafka_bootstrap, kafka["output_topic"]) as out,
+        Collector(kafka_bootstrap, kafka["dead_letter_topic"]) as dead,
+    ):
+        await worker.start()
+        await out.wait_for(GOOD, within_s=120)
+        await dead.wait_for(len(BAD), within_s=60)
+        # records flowed, so the worker is consuming: it must say it is ready
+        assert await http_get(port, "/readyz") == (200, "ready\n")
+        assert await http_get(port, "/healthz") == (200, "ok\n")
+        assert (await http_get(port, "/nope"))[0] == 404
+        # counters move after the batch is committed, a moment after its output is visible
+        got = await scrape_until(port, lambda m: m.get(IN_TOTAL) == GOOD + len(BAD))
+    assert await worker.terminate() == 0, worker.log_text()
+
+    assert got[("privstream_records_in_total", ())] == GOOD + len(BAD)
+    assert got[("privstream_records_out_total", ())] == GOOD
+    for reason in ("not_object", "invalid_json", "missing_field", "unknown_category"):
+        assert got[("privstream_records_dead_lettered_total", (("reason", reason),))] == 1
+    assert got[("privstream_batch_duration_seconds_count", ())] >= 1
+    assert got[("privstream_broker_connected", ())] == 1
+    laplace = LaplaceMechanism(bounds=(0, 100), epsilon=1.0)
+    rr = RandomizedResponse(domain=["a", "b", "c"], epsilon=0.5)
+    for name, mech in (("amount", laplace), ("tier", rr)):
+        labels = (("field", name), ("mechanism", mech.name))
+        assert got[("privstream_field_epsilon", labels)] == mech.epsilon
+        assert got[("privstream_field_expected_error", labels)] == mech.expected_error
+        assert got[("privstream_field_gamma_lower_bound", labels)] == mech.gamma_lower_bound
