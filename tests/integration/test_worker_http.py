@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.mechanisms import LaplaceMechanism, RandomizedResponse
 from tests.broker import create_topics
+from tests.http_get import http_get
 from tests.integration.worker_proc import (
     Collector,
     WorkerProcess,
@@ -38,17 +39,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-async def http_get(port: int, path: str) -> tuple[int, str]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    await writer.drain()
-    response = await reader.read()
-    writer.close()
-    await writer.wait_closed()
-    head, _, body = response.decode().partition("\r\n\r\n")
-    return int(head.split()[1]), body
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
