@@ -8,17 +8,15 @@ config and the worker have no way to select it.
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import NDArray
 
-from service.mechanisms.rng import words_to_uniform
+from service.mechanisms.rng import Words
 
 
 class SeededSource:
-    """Reproducible uniforms on (0, 1) from numpy's PCG64 (tests only)."""
+    """Reproducible words from numpy's PCG64 (tests only)."""
 
     def __init__(self, seed: int) -> None:
         self._gen = np.random.Generator(np.random.PCG64(seed))
 
-    def uniform(self, n: int) -> NDArray[np.float64]:
-        words = self._gen.integers(0, 2**64, size=n, dtype=np.uint64, endpoint=False)
-        return words_to_uniform(words)
+    def words(self, n: int, k: int) -> Words:
+        return self._gen.integers(0, 2**64, size=(n, k), dtype=np.uint64, endpoint=False)

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.mechanisms.rng import NoiseSource
 
 
 class Mechanism(ABC):
@@ -40,9 +45,26 @@ class Mechanism(ABC):
     def params(self) -> dict[str, float | int | str]:
         """The calibrated parameters, for ``explain`` and audit logs."""
 
+    @abstractmethod
+    def estimator_variance(self, n: int) -> float:
+        """Variance the noise adds to the analyst's unbiased estimate from ``n`` records.
+
+        Numeric kinds: of the mean. Frequency kinds: of one value's frequency,
+        worst case over its true frequency. Conditional on the raw data.
+        """
+
+    @abstractmethod
+    def release(self, values: NDArray[Any], source: NoiseSource) -> NDArray[Any]:
+        """Sanitize a whole column; calls ``source.words`` exactly once."""
+
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
         return f"{type(self).__name__}(epsilon={self.epsilon}, delta={self.delta}, {shown})"
+
+
+def unused_words(n: int) -> NDArray[np.uint64]:
+    """An empty draw, for mechanisms that need no randomness (zero sensitivity)."""
+    return np.empty((n, 0), dtype=np.uint64)
 
 
 def exp_neg(epsilon: float) -> float:

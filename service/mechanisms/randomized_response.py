@@ -38,7 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.mechanisms.base import Mechanism, exp_neg
-from service.mechanisms.rng import NoiseSource
+from service.mechanisms.rng import NoiseSource, uniforms
 from service.mechanisms.validation import check_delta, check_domain, check_epsilon
 
 DomainValue = str | int | bool
@@ -69,14 +69,29 @@ class RandomizedResponse(Mechanism):
         e = exp_neg(self.epsilon)
         return (1.0 - self.delta) * self.m * e / (self.m * e + 1.0)
 
+    def frequency_variance(self, n: int, frequency: float) -> float:
+        """Var of the debiased frequency ``(c/n - p) / (1 - (m+1) p)`` of one value.
+
+        Given the data, each record reports the value independently: with
+        probability ``1 - m p`` if it holds the value (a share ``f``), else
+        ``p``. The count's variance is the sum of those Bernoulli variances.
+        """
+        keep, p = self.keep_probability, self.p
+        spread = frequency * keep * (1 - keep) + (1 - frequency) * p * (1 - p)
+        return spread / (n * (1.0 - (self.m + 1) * p) ** 2)
+
+    def estimator_variance(self, n: int) -> float:
+        # linear in f: the worst case is at f = 0 or f = 1
+        return max(self.frequency_variance(n, 0.0), self.frequency_variance(n, 1.0))
+
     def params(self) -> dict[str, float | int | str]:
         return {"p": self.p, "keep_probability": self.keep_probability, "domain_size": self.m + 1}
 
     def release(self, indices: NDArray[np.int64], source: NoiseSource) -> NDArray[np.int64]:
         """Sanitize a column of domain indices (``0..m``)."""
-        n = len(indices)
-        flip = source.uniform(n) >= self.keep_probability
-        other = np.floor(source.uniform(n) * self.m).astype(np.int64)
+        u = uniforms(source, len(indices), 2)
+        flip = u[:, 0] >= self.keep_probability
+        other = np.floor(u[:, 1] * self.m).astype(np.int64)
         other = np.minimum(other, self.m - 1)  # u*m < m always; guard float rounding
         other += other >= indices  # skip over the true value
         return np.where(flip, other, indices)

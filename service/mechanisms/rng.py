@@ -1,47 +1,115 @@
-"""Where the noise comes from.
+"""Where the noise comes from: 64-bit words, a row of them per released value.
 
-Production noise is drawn from the operating system's CSPRNG
-(``os.urandom`` -> ``getrandom(2)``), read in bulk: one system call per
-column, so sampling stays vectorized. A seeded generator exists only in
-``service.testing`` and is never reachable from the CLI or the config.
+Every mechanism asks its source for ``words(n, k)``: an ``(n, k)`` array of
+independent uniform 64-bit words, row ``i`` for value ``i`` of the column,
+and it calls ``words`` exactly once per release. That contract lets a keyed
+source make row ``i`` a pure function of that record's stream coordinates.
 
-Uniforms are built from 64-bit words as ``((w >> 12) + 0.5) * 2**-52``:
-52 random bits, every value ``k + 0.5`` (``k < 2**52``) exact in a double,
-so the result lies in ``[2**-53, 1 - 2**-53]``, strictly inside (0, 1), and
+* ``OsEntropy`` (production default): the kernel CSPRNG (``os.urandom`` ->
+  ``getrandom(2)``), one system call per column.
+* ``KeyedSource`` (replay-stable mode): AES-256 used as a pseudo-random
+  function over the block ``(offset, partition, field, counter)`` under a key
+  derived from the secret and the topic by HMAC-SHA256. AES-ECB over distinct
+  counter blocks is AES-CTR with a structured counter: indistinguishable from
+  random for anyone without the key, and the same key and coordinates give
+  the same words, bit for bit, however a replay splits the stream into
+  batches.
+* ``service.testing.SeededSource``: numpy PCG64, tests only.
+
+Uniforms are built from words as ``((w >> 12) + 0.5) * 2**-52``: 52 random
+bits, every value ``k + 0.5`` (``k < 2**52``) exact in a double, so the
+result lies in ``[2**-53, 1 - 2**-53]``, strictly inside (0, 1), and
 ``log(u)`` and ``log(1 - u)`` are always finite. (With 53 bits the top
 values round up to exactly 1.0.)
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 from typing import Protocol
 
 import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from numpy.typing import NDArray
 
 _TWO_POW_MINUS_52 = 2.0**-52
+Words = NDArray[np.uint64]
 
 
 class NoiseSource(Protocol):
-    """Anything that yields independent uniforms on the open interval (0, 1)."""
+    """Independent uniform 64-bit words, ``k`` per row, for ``n`` rows."""
 
-    def uniform(self, n: int) -> NDArray[np.float64]:
-        """Return ``n`` independent draws, uniform on (0, 1)."""
+    def words(self, n: int, k: int) -> Words:
+        """Return an ``(n, k)`` uint64 array. Call once per release of a column."""
         ...
 
 
-def words_to_uniform(words: NDArray[np.uint64]) -> NDArray[np.float64]:
+def words_to_uniform(words: Words) -> NDArray[np.float64]:
     """Map 64-bit words to uniforms strictly inside (0, 1), 52 bits of resolution."""
     top52 = (words >> np.uint64(12)).astype(np.float64)
     return (top52 + 0.5) * _TWO_POW_MINUS_52
 
 
-class OsEntropy:
-    """Uniforms from the kernel CSPRNG, read in bulk."""
+def uniforms(source: NoiseSource, n: int, k: int) -> NDArray[np.float64]:
+    """``(n, k)`` uniforms on (0, 1) from one ``words`` call."""
+    return words_to_uniform(source.words(n, k))
 
-    def uniform(self, n: int) -> NDArray[np.float64]:
-        if n == 0:
-            return np.empty(0, dtype=np.float64)
-        words = np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
-        return words_to_uniform(words)
+
+class OsEntropy:
+    """Words from the kernel CSPRNG, read in bulk."""
+
+    def words(self, n: int, k: int) -> Words:
+        count = n * k
+        raw = os.urandom(8 * count) if count else b""
+        return np.frombuffer(raw, dtype=np.uint64).reshape(n, k)
+
+
+def derive_stream_key(secret: bytes, stream: str) -> bytes:
+    """The AES-256 key for one input topic: HMAC-SHA256(secret, label || topic)."""
+    if len(secret) < 32:
+        raise ValueError("the noise key must hold at least 32 bytes (256 bits) of secret")
+    return hmac.new(secret, b"privstream/noise/v1\x00" + stream.encode(), hashlib.sha256).digest()
+
+
+class KeyedSource:
+    """Replay-stable words: AES-256(key(topic), offset | partition | field | counter).
+
+    ``partitions`` and ``offsets`` give the stream coordinates of the rows this
+    source will serve (one per value of the column), ``field`` the field's
+    position in the config. Block layout, little-endian, 16 bytes:
+    offset int64 | partition int32 | field uint16 | counter uint16, where
+    ``counter`` numbers the 2-word blocks of a row. Each field may draw up to
+    2**17 words per record.
+    """
+
+    def __init__(
+        self,
+        stream_key: bytes,
+        partitions: NDArray[np.int64],
+        offsets: NDArray[np.int64],
+        field: int,
+    ) -> None:
+        if len(partitions) != len(offsets):
+            raise ValueError("one partition per offset")
+        self._cipher = Cipher(algorithms.AES(stream_key), modes.ECB())  # noqa: S305 -- PRF on unique blocks
+        self._partitions = np.asarray(partitions, dtype=np.int64)
+        self._offsets = np.asarray(offsets, dtype=np.int64)
+        self._field = field
+
+    def words(self, n: int, k: int) -> Words:
+        if n != len(self._offsets):
+            raise ValueError(f"keyed source bound to {len(self._offsets)} rows, asked for {n}")
+        blocks_per_row = (k + 1) // 2
+        block = np.zeros(
+            (n, blocks_per_row),
+            dtype=[("offset", "<i8"), ("partition", "<i4"), ("field", "<u2"), ("counter", "<u2")],
+        )
+        block["offset"] = self._offsets[:, None]
+        block["partition"] = self._partitions[:, None]
+        block["field"] = self._field
+        block["counter"] = np.arange(blocks_per_row, dtype=np.uint16)[None, :]
+        encryptor = self._cipher.encryptor()
+        out = encryptor.update(block.tobytes()) + encryptor.finalize()
+        return np.frombuffer(out, dtype="<u8").astype(np.uint64).reshape(n, 2 * blocks_per_row)[:, :k]

@@ -57,3 +57,17 @@ def check_domain(domain: Sequence[T]) -> tuple[T, ...]:
             )
         seen.add(key)
     return values
+
+
+#: integers beyond this lose exactness in doubles and in the noise arithmetic
+MAX_SAFE_INTEGER = 2**53
+
+
+def check_integer_bounds(bounds: Sequence[float]) -> tuple[int, int]:
+    """Integer bounds: two whole numbers, lower first, magnitude below 2**53."""
+    lo, hi = check_bounds(bounds)
+    if not (lo.is_integer() and hi.is_integer()):
+        raise MechanismError(f"bounds [{lo:g}, {hi:g}] must be whole numbers for an integer field")
+    if max(abs(lo), abs(hi)) >= MAX_SAFE_INTEGER:
+        raise MechanismError(f"bounds [{lo:g}, {hi:g}] must lie within +/- 2**53")
+    return int(lo), int(hi)

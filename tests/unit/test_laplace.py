@@ -12,7 +12,6 @@ from scipy import integrate, optimize, stats
 
 from service.errors import MechanismError
 from service.mechanisms import LaplaceMechanism
-from service.mechanisms.rng import words_to_uniform
 from service.testing import SeededSource
 from tests.unit._support import laplace_gamma, laplace_thesis_scale, laplace_tight_scale
 
@@ -32,17 +31,19 @@ def test_tight_scale_matches_formula(lo: float, hi: float, eps: float, delta: fl
     mech = LaplaceMechanism(bounds=(lo, hi), epsilon=eps, delta=delta)
     expected = laplace_tight_scale(hi - lo, eps, delta)
     assert mech.calibration == "tight"
-    assert mech.scale == pytest.approx(expected, rel=1e-12)
-    assert mech.params()["scale"] == pytest.approx(expected, rel=1e-12)
-    assert mech.expected_error == pytest.approx(expected, rel=1e-12)
+    assert mech.continuous_scale == pytest.approx(expected, rel=1e-12)
+    # the grid mechanism's effective scale and error stay within 1% of the continuous b
+    assert mech.params()["scale"] == pytest.approx(expected, rel=1e-2)
+    assert mech.expected_error == pytest.approx(expected, rel=1e-2)
 
 
 @pytest.mark.parametrize(("lo", "hi", "eps", "delta"), CASES)
 def test_thesis_scale_matches_formula(lo: float, hi: float, eps: float, delta: float) -> None:
     mech = LaplaceMechanism(bounds=(lo, hi), epsilon=eps, delta=delta, calibration="thesis")
     expected = laplace_thesis_scale(hi - lo, eps, delta)
-    assert mech.scale == pytest.approx(expected, rel=1e-12)
-    assert mech.expected_error == pytest.approx(expected, rel=1e-12)
+    assert mech.continuous_scale == pytest.approx(expected, rel=1e-12)
+    assert mech.scale == pytest.approx(expected, rel=1e-2)
+    assert mech.expected_error == pytest.approx(expected, rel=1e-2)
 
 
 @pytest.mark.parametrize(("lo", "hi", "eps", "delta"), CASES)
@@ -79,8 +80,10 @@ def test_design_example_numbers() -> None:
     thesis = LaplaceMechanism(bounds=(1504, 4500), epsilon=0.1, delta=0.1, calibration="thesis")
     tight = LaplaceMechanism(bounds=(1504, 4500), epsilon=0.1, delta=0.1)
     assert thesis.diameter == 2996.0
-    assert round(thesis.scale) == 14589
-    assert round(tight.scale) == 9642
+    assert round(thesis.continuous_scale) == 14589
+    assert round(tight.continuous_scale) == 9642
+    assert thesis.scale == pytest.approx(14589, rel=1e-2)
+    assert tight.scale == pytest.approx(9642, rel=1e-2)
 
 
 @pytest.mark.parametrize("eps", [700.0, 800.0, 1e6])
@@ -90,7 +93,7 @@ def test_huge_epsilon_neither_overflows_nor_warns(eps: float) -> None:
         mech = LaplaceMechanism(bounds=(0.0, 10.0), epsilon=eps, delta=1e-6)
         gamma = mech.gamma_lower_bound
         out = mech.release(np.array([3.0, 20.0, -5.0]), SeededSource(1))
-    assert mech.scale == pytest.approx(laplace_tight_scale(10.0, eps, 1e-6), rel=1e-12)
+    assert mech.continuous_scale == pytest.approx(laplace_tight_scale(10.0, eps, 1e-6), rel=1e-12)
     assert math.isfinite(gamma)
     assert gamma == pytest.approx(laplace_gamma(10.0, eps, 1e-6), rel=1e-9, abs=1e-320)
     assert np.all(np.isfinite(out))
@@ -167,21 +170,61 @@ TIGHT_CASES = [
 
 
 @pytest.mark.parametrize(("diam", "eps", "delta"), TIGHT_CASES)
-def test_tight_calibration_is_exactly_eps_delta_dp(diam: float, eps: float, delta: float) -> None:
-    b = LaplaceMechanism(bounds=(0.0, diam), epsilon=eps, delta=delta).scale
+def test_tight_continuous_formula_is_exactly_eps_delta_dp(
+    diam: float, eps: float, delta: float
+) -> None:
+    b = LaplaceMechanism(bounds=(0.0, diam), epsilon=eps, delta=delta).continuous_scale
     assert hockey_stick(diam, b, eps) == pytest.approx(delta, abs=1e-9)
 
 
 @pytest.mark.parametrize(("diam", "eps", "delta"), TIGHT_CASES)
 def test_less_noise_than_tight_breaks_the_guarantee(diam: float, eps: float, delta: float) -> None:
-    b = LaplaceMechanism(bounds=(0.0, diam), epsilon=eps, delta=delta).scale
+    b = LaplaceMechanism(bounds=(0.0, diam), epsilon=eps, delta=delta).continuous_scale
     assert hockey_stick(diam, 0.99 * b, eps) > delta + 1e-6
 
 
 @pytest.mark.parametrize(("diam", "eps", "delta"), [c for c in TIGHT_CASES if c[2] > 0])
 def test_thesis_calibration_is_valid_but_loose(diam: float, eps: float, delta: float) -> None:
-    b = LaplaceMechanism(bounds=(0.0, diam), epsilon=eps, delta=delta, calibration="thesis").scale
-    assert hockey_stick(diam, b, eps) < delta - 1e-9
+    mech = LaplaceMechanism(bounds=(0.0, diam), epsilon=eps, delta=delta, calibration="thesis")
+    assert hockey_stick(diam, mech.continuous_scale, eps) < delta - 1e-9
+
+
+def discrete_profile(t: float, sensitivity: int, eps: float) -> float:
+    """sum_z max(0, p(z) - e^eps p(z - Delta)) for p(z) = (1-a)/(1+a) a^|z|, by direct summation."""
+    a = math.exp(-1.0 / t)
+    reach = int(60 * t) + sensitivity + 10  # the tails beyond hold < e^-60 of the mass
+    z = np.arange(-reach, reach + 1)
+    pmf = (1 - a) / (1 + a) * np.exp(-np.abs(z) / t)
+    shifted = (1 - a) / (1 + a) * np.exp(-np.abs(z - sensitivity) / t)
+    return float(np.maximum(pmf - math.exp(eps) * shifted, 0.0).sum())
+
+
+@pytest.mark.parametrize(("diam", "eps", "delta"), TIGHT_CASES)
+def test_grid_noise_meets_the_exact_discrete_profile(diam: float, eps: float, delta: float) -> None:
+    """The noise actually added is (eps, delta)-DP for the rounded sensitivity, and tight."""
+    mech = LaplaceMechanism(bounds=(0.0, diam), epsilon=eps, delta=delta)
+    g = mech.granularity
+    assert math.log2(g).is_integer()
+    assert mech.grid_sensitivity == round(diam / g) - round(0.0 / g)
+    assert mech.noise is not None
+    t = mech.noise.t
+    assert discrete_profile(t, mech.grid_sensitivity, eps) <= delta + 1e-12
+    if delta > 0:
+        assert discrete_profile(t, mech.grid_sensitivity, eps) == pytest.approx(delta, rel=1e-6)
+        assert discrete_profile(0.99 * t, mech.grid_sensitivity, eps) > delta
+    thesis = LaplaceMechanism(bounds=(0.0, diam), epsilon=eps, delta=delta, calibration="thesis")
+    assert thesis.noise is not None
+    assert discrete_profile(thesis.noise.t, thesis.grid_sensitivity, eps) <= delta + 1e-12
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(1504.0, 4500.0), (-20.0, 60.0), (0.1, 0.3)])
+def test_neighbours_have_the_same_support_on_the_grid(lo: float, hi: float) -> None:
+    """Mironov's attack needs d-dependent low bits: every output is a grid multiple."""
+    mech = LaplaceMechanism(bounds=(lo, hi), epsilon=1.0, delta=1e-6)
+    for value, seed in ((lo, 21), (hi, 22), ((lo + hi) / 3, 23)):
+        out = mech.release(np.full(5000, value), SeededSource(seed))
+        steps = out / mech.granularity
+        assert np.array_equal(steps, np.round(steps))
 
 
 # --- distribution of the released values -------------------------------------------
@@ -240,15 +283,19 @@ def test_release_of_empty_column() -> None:
     assert mech.release(np.empty(0), SeededSource(1)).shape == (0,)
 
 
-class _MaxWordSource:
-    """A noise source that returns the uniform built from the all-ones 64-bit word."""
+class _ExtremeWordSource:
+    """A noise source whose every word is the same extreme value."""
 
-    def uniform(self, n: int) -> np.ndarray:
-        return words_to_uniform(np.full(n, 2**64 - 1, dtype=np.uint64))
+    def __init__(self, word: int) -> None:
+        self.word = word
+
+    def words(self, n: int, k: int) -> np.ndarray:
+        return np.full((n, k), self.word, dtype=np.uint64)
 
 
-def test_extreme_uniform_word_still_gives_finite_output() -> None:
+@pytest.mark.parametrize("word", [0, 2**64 - 1])
+def test_extreme_words_still_give_finite_grid_output(word: int) -> None:
     mech = LaplaceMechanism(bounds=(0.0, 1.0), epsilon=1.0)
-    with np.errstate(divide="ignore"):
-        out = mech.release(np.array([0.5]), _MaxWordSource())
+    out = mech.release(np.array([0.5]), _ExtremeWordSource(word))
     assert np.all(np.isfinite(out)), out
+    assert (out / mech.granularity).tolist() == np.round(out / mech.granularity).tolist()

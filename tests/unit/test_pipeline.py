@@ -100,8 +100,8 @@ def test_plan_mechanisms_carry_config_calibration() -> None:
     ]
     p = build_plan(parse_config(config_dict(fields, epsilon=1.0, delta=0.02)))
     a, b = (h.mechanism for h in p.handlers)
-    assert a.scale == pytest.approx(laplace_tight_scale(10, 0.5, 0.01), rel=1e-12)  # type: ignore[union-attr]
-    assert b.scale == pytest.approx(laplace_thesis_scale(10, 0.5, 0.01), rel=1e-12)  # type: ignore[union-attr]
+    assert a.continuous_scale == pytest.approx(laplace_tight_scale(10, 0.5, 0.01), rel=1e-12)  # type: ignore[union-attr]
+    assert b.continuous_scale == pytest.approx(laplace_thesis_scale(10, 0.5, 0.01), rel=1e-12)  # type: ignore[union-attr]
     assert p.epsilon == pytest.approx(1.0)
     assert p.delta == pytest.approx(0.02)
 
