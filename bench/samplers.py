@@ -1,7 +1,8 @@
-"""Sampler throughput: the secure source against numpy's default generator.
+"""Sampler throughput: each mechanism with the secure sources against numpy's PCG64.
 
-Prints values/s for each and their ratio, measured in the same run (the
-machines are shared and noisy: only the ratio means something).
+Prints values/s for the OS CSPRNG, the keyed AES source (replay-stable
+mode) and numpy's default generator, and the ratios to numpy, all measured
+in the same run (the machines are shared and noisy: only ratios mean much).
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from collections.abc import Callable
 import numpy as np
 
 from service.mechanisms import LaplaceMechanism, OsEntropy, RandomizedResponse
-from service.mechanisms.rng import NoiseSource
+from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
+from service.mechanisms.local_hashing import OptimalLocalHashing
+from service.mechanisms.rng import KeyedSource, NoiseSource, Words, derive_stream_key
+from service.mechanisms.unary_encoding import UnaryEncoding
 
-N = 1_000_000
+N = 200_000
 REPEATS = 5
 
 
@@ -26,35 +30,83 @@ class NumpyDefault:
     def __init__(self) -> None:
         self._gen = np.random.default_rng()
 
-    def uniform(self, n: int) -> np.ndarray:
-        return self._gen.random(n)
+    def words(self, n: int, k: int) -> Words:
+        return self._gen.integers(0, 2**64, size=(n, k), dtype=np.uint64, endpoint=False)
 
 
-def best_rate(fn: Callable[[], object]) -> float:
+def best_rate(fn: Callable[[], object], n: int) -> float:
     best = float("inf")
     for _ in range(REPEATS):
         start = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - start)
-    return N / best
+    return n / best
+
+
+def cases() -> dict[str, tuple[int, Callable[[NoiseSource], object]]]:
+    rng = np.random.default_rng(1)
+    reals = rng.uniform(0, 100, N)
+    ints = rng.integers(0, 50, N)
+    cats = rng.integers(0, 48, N)
+    strings = np.asarray([f"https://example.org/{i % 5000}" for i in range(N // 10)], dtype=object)
+    sets = rng.random((N // 10, 20)) < 0.1
+    laplace = LaplaceMechanism(bounds=(0, 100), epsilon=1.0)
+    integer = IntegerLaplaceMechanism(bounds=(0, 50), epsilon=1.0)
+    rr = RandomizedResponse(domain=[f"c{i}" for i in range(48)], epsilon=1.0)
+    olh = OptimalLocalHashing(epsilon=2.0)
+    unary = UnaryEncoding(universe=[f"h{i}" for i in range(20)], max_items=3, epsilon=2.0)
+    out: dict[str, tuple[int, Callable[[NoiseSource], object]]] = {
+        "words (1 per value)": (N, lambda s: s.words(N, 1)),
+        "laplace (grid)": (N, lambda s: laplace.release(reals, s)),
+        "discrete_laplace (integer)": (N, lambda s: integer.release(ints, s)),
+        "randomized_response (48)": (N, lambda s: rr.release(cats, s)),
+        "local_hashing (strings)": (len(strings), lambda s: olh.release(strings, s)),
+        "unary_encoding (20 items)": (len(sets), lambda s: unary.release(sets, s)),
+    }
+    out.update(extra_cases(rng))
+    return out
+
+
+def extra_cases(rng: np.random.Generator) -> dict[str, tuple[int, Callable[[NoiseSource], object]]]:
+    """Gaussian-family samplers (vector and functional work per row, not per value)."""
+    from service.mechanisms.functional import FunctionalMechanism
+    from service.mechanisms.gaussian import GaussianMechanism, VectorGaussianMechanism
+
+    reals = rng.uniform(0, 100, N)
+    vectors = rng.normal(size=(N // 10, 16))
+    curves = rng.normal(size=(N // 100, 24))
+    gauss = GaussianMechanism(bounds=(0, 100), epsilon=1.0, delta=1e-6)
+    vector = VectorGaussianMechanism(dimension=16, l2_bound=4.0, epsilon=1.0, delta=1e-6)
+    functional = FunctionalMechanism(
+        grid_points=np.linspace(0, 1, 24).tolist(), bandwidth=0.2, rkhs_radius=1.0,
+        epsilon=1.0, delta=1e-6,
+    )
+    return {
+        "gaussian (grid)": (N, lambda s: gauss.release(reals, s)),
+        "vector gaussian (16-d rows)": (len(vectors), lambda s: vector.release(vectors, s)),
+        "functional (24-point rows)": (len(curves), lambda s: functional.release(curves, s)),
+    }
 
 
 def main() -> None:
     print(f"python {platform.python_version()}, numpy {np.__version__}, cpus {os.cpu_count()}")
-    values = np.random.default_rng(1).uniform(0, 100, N)
-    cats = np.random.default_rng(2).integers(0, 48, N)
-    laplace = LaplaceMechanism(bounds=(0, 100), epsilon=1.0)
-    rr = RandomizedResponse(domain=[f"c{i}" for i in range(48)], epsilon=1.0)
-    cases: dict[str, Callable[[NoiseSource], object]] = {
-        "uniform": lambda s: s.uniform(N),
-        "laplace": lambda s: laplace.release(values, s),
-        "randomized_response(48)": lambda s: rr.release(cats, s),
-    }
-    print(f"{'sampler':26} {'secure values/s':>16} {'numpy values/s':>16} {'ratio':>7}")
-    for name, case in cases.items():
-        secure = best_rate(lambda case=case: case(OsEntropy()))
-        baseline = best_rate(lambda case=case: case(NumpyDefault()))
-        print(f"{name:26} {secure:16,.0f} {baseline:16,.0f} {secure / baseline:7.2f}")
+    key = derive_stream_key(os.urandom(32), "bench")
+
+    def keyed(n: int) -> KeyedSource:
+        rows = np.arange(n, dtype=np.int64)
+        return KeyedSource(key, rows * 0, rows, 0)
+
+    header = f"{'sampler':28} {'os values/s':>13} {'keyed values/s':>15} {'numpy values/s':>15}"
+    print(header + f" {'os/numpy':>9} {'keyed/numpy':>12}")
+    for name, (n, case) in cases().items():
+        source = keyed(n)
+        os_rate = best_rate(lambda case=case: case(OsEntropy()), n)
+        keyed_rate = best_rate(lambda case=case, source=source: case(source), n)
+        numpy_rate = best_rate(lambda case=case: case(NumpyDefault()), n)
+        print(
+            f"{name:28} {os_rate:13,.0f} {keyed_rate:15,.0f} {numpy_rate:15,.0f}"
+            f" {os_rate / numpy_rate:9.2f} {keyed_rate / numpy_rate:12.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -19,10 +19,14 @@ def explain_data(config: AppConfig) -> dict[str, Any]:
         mech = handler.mechanism if handler is not None else None
         entry: dict[str, Any] = {"name": spec.name, "kind": spec.kind, "mechanism": None}
         if mech is not None:
+            declared = plan.budget.declared[spec.name]
             entry.update(
                 mechanism=mech.name,
                 epsilon=mech.epsilon,
                 delta=mech.delta,
+                declared_epsilon=declared.epsilon,
+                declared_delta=declared.delta,
+                estimator_variance_n1000=mech.estimator_variance(1000),
                 params=mech.params(),
                 expected_error=mech.expected_error,
                 gamma_lower_bound=mech.gamma_lower_bound,
@@ -33,13 +37,18 @@ def explain_data(config: AppConfig) -> dict[str, Any]:
                 epsilon=0.0, delta=0.0, params={}, expected_error=None, gamma_lower_bound=None
             )
         fields.append(entry)
+    budget = plan.budget
+    k = budget.group_size
     return {
         "record": {
             "epsilon": plan.epsilon,
             "delta": plan.delta,
             "budget_epsilon": config.privacy.epsilon,
             "budget_delta": config.privacy.delta,
-            "level": "event (one record); see README 'What is protected'",
+            "group_size": k,
+            "group_epsilon": budget.group.epsilon,
+            "group_delta": budget.group.delta,
+            "level": "event (one record)" if k == 1 else f"individual (up to {k} records)",
         },
         "config_sha256": plan.config_sha256,
         "fields": fields,
@@ -73,8 +82,16 @@ def render_table(data: dict[str, Any]) -> str:
     rec = data["record"]
     lines.append("")
     lines.append(
-        f"per record (basic composition): epsilon={_num(rec['epsilon'])} delta={_num(rec['delta'])}"
-        f"  (budget epsilon={_num(rec['budget_epsilon'])} delta={_num(rec['budget_delta'])})"
+        f"per record (event level, basic composition): epsilon={_num(rec['epsilon'])} "
+        f"delta={_num(rec['delta'])}"
+    )
+    if rec["group_size"] > 1:
+        lines.append(
+            f"per individual behind up to {rec['group_size']} records (group privacy): "
+            f"epsilon={_num(rec['group_epsilon'])} delta={_num(rec['group_delta'])}"
+        )
+    lines.append(
+        f"declared budget: epsilon={_num(rec['budget_epsilon'])} delta={_num(rec['budget_delta'])}"
     )
     lines.append(f"config sha256: {data['config_sha256']}")
     return "\n".join(lines)

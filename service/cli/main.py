@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from service import __version__
 from service.config import AppConfig, load_config
 from service.errors import ConfigError, PrivstreamError
+from service.pipeline import RecordPlan, build_plan
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG = 0, 1, 2
 
@@ -47,9 +48,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(path: str) -> AppConfig:
+def _load(path: str) -> tuple[AppConfig, RecordPlan]:
+    """The config and its plan; building the plan checks every mechanism's parameters."""
     try:
-        return load_config(path)
+        config = load_config(path)
+        return config, build_plan(config)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"privstream: config error: {problem}", file=sys.stderr)
@@ -58,7 +61,7 @@ def _load(path: str) -> AppConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    config = _load(args.config)
+    config, plan = _load(args.config)
     try:
         if args.command == "explain":
             from service.cli.explain import explain
@@ -67,11 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "sanitize":
             from service.cli.sanitize import run_sanitize
             from service.mechanisms import OsEntropy
-            from service.pipeline import build_plan
 
-            summary = run_sanitize(
-                build_plan(config), args.input, args.output, args.dead_letter, OsEntropy()
-            )
+            summary = run_sanitize(plan, args.input, args.output, args.dead_letter, OsEntropy())
             print(summary.render(args.dead_letter), file=sys.stderr)
         else:
             from service.cli.run import serve

@@ -1,15 +1,20 @@
-"""Configuration: pydantic models and the loader. Knows nothing of Kafka clients."""
+"""Configuration: pydantic models, the loader and the budget. Knows nothing of Kafka clients."""
 
+from service.config.budget import Budget, Guarantee, resolve_budget
+from service.config.fields import FieldConfig, NoisedField
 from service.config.load import config_sha256, load_config, parse_config, record_budget
-from service.config.models import AppConfig, FieldConfig, KafkaConfig, NoisedField
+from service.config.models import AppConfig, KafkaConfig
 
 __all__ = [
     "AppConfig",
+    "Budget",
     "FieldConfig",
+    "Guarantee",
     "KafkaConfig",
     "NoisedField",
     "config_sha256",
     "load_config",
     "parse_config",
     "record_budget",
+    "resolve_budget",
 ]

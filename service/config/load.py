@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,12 +15,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from service.config.models import AppConfig, NoisedField
+from service.config.budget import budget_problems, resolve_budget
+from service.config.fields import FIELD_KINDS
+from service.config.models import AppConfig
 from service.errors import ConfigError
-
-#: relative slack when comparing summed field budgets with the record budget,
-#: so that 0.1 + 0.2 fits in 0.3; the guarantee stated everywhere is the sum itself
-BUDGET_RELATIVE_SLACK = 1e-9
 
 
 def load_config(path: str | Path) -> AppConfig:
@@ -48,10 +45,19 @@ def parse_config(data: Any) -> AppConfig:
         config = AppConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError([_format_error(err, data) for err in exc.errors()] + problems) from None
-    problems += check_budget(config)
+    problems += _release_problems(config) or budget_problems(config)
     if problems:
         raise ConfigError(problems)
     return config
+
+
+def _release_problems(config: AppConfig) -> list[str]:
+    if all(spec.kind == "drop" for spec in config.fields):
+        return [
+            "fields: no field would be released (none listed, or all are kind drop); "
+            "list the fields to release"
+        ]
+    return []
 
 
 def _duplicate_names(data: dict[str, Any]) -> list[str]:
@@ -67,36 +73,10 @@ def _duplicate_names(data: dict[str, Any]) -> list[str]:
     ]
 
 
-def check_budget(config: AppConfig) -> list[str]:
-    """Something is released, and the fields' summed budgets fit in the record budget."""
-    problems: list[str] = []
-    if all(spec.kind == "drop" for spec in config.fields):
-        problems.append(
-            "fields: no field would be released (none listed, or all are kind drop); "
-            "list the fields to release"
-        )
-    eps, dlt = record_budget(config)
-    for label, total, limit in (
-        ("epsilon", eps, config.privacy.epsilon),
-        ("delta", dlt, config.privacy.delta),
-    ):
-        if total > limit * (1.0 + BUDGET_RELATIVE_SLACK):
-            problems.append(
-                f"privacy.{label}: the fields' {label}s sum to {total:g}, above the per-record "
-                f"budget {limit:g}; lower the fields' {label}s or raise privacy.{label}"
-            )
-    return problems
-
-
-def noised_fields(config: AppConfig) -> list[NoisedField]:
-    """The fields that consume privacy budget."""
-    return [f for f in config.fields if f.kind not in ("drop", "public")]  # type: ignore[misc]
-
-
 def record_budget(config: AppConfig) -> tuple[float, float]:
-    """(epsilon, delta) of one whole record under basic composition."""
-    fields = noised_fields(config)
-    return math.fsum(f.epsilon for f in fields), math.fsum(f.delta for f in fields)
+    """Event-level (epsilon, delta) of one whole record under basic composition."""
+    event = resolve_budget(config).event
+    return event.epsilon, event.delta
 
 
 def config_sha256(config: AppConfig) -> str:
@@ -115,9 +95,7 @@ def _format_error(err: Any, data: dict[str, Any]) -> str:
     if kind == "missing":
         return f"{path}: required key is missing"
     if kind == "union_tag_invalid":
-        return (
-            f"{path}.kind: unknown field kind; use one of drop, public, real, categorical, boolean"
-        )
+        return f"{path}.kind: unknown field kind; use one of {', '.join(FIELD_KINDS)}"
     message = str(err["msg"]).removeprefix("Value error, ")
     return f"{path}: {message}"
 

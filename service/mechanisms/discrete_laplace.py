@@ -44,9 +44,12 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from service.errors import MechanismError
 from service.mechanisms.rng import Words, words_to_uniform
 
 _BISECTION_STEPS = 200
+#: above this scale the 52-bit uniforms would skip integers of floor(t E); refuse instead
+MAX_SCALE = 2.0**40
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,21 @@ class DiscreteLaplace:
 
     t: float
 
+    def __post_init__(self) -> None:
+        if not 0.0 < self.t <= MAX_SCALE:
+            raise MechanismError(
+                f"discrete Laplace scale {self.t:.3g} is outside (0, 2**40]; "
+                "narrow the bounds or raise epsilon"
+            )
+
     @property
     def a(self) -> float:
         return math.exp(-1.0 / self.t)
+
+    @property
+    def one_minus_a(self) -> float:
+        """``1 - a`` without cancellation for large ``t``."""
+        return -math.expm1(-1.0 / self.t)
 
     def cdf(self, z: int) -> float:
         a = self.a
@@ -78,17 +93,15 @@ class DiscreteLaplace:
     @property
     def mean_abs(self) -> float:
         a = self.a
-        return 2.0 * a / ((1.0 - a) * (1.0 + a))
+        return 2.0 * a / (self.one_minus_a * (1.0 + a))
 
     @property
     def variance(self) -> float:
-        a = self.a
-        return 2.0 * a / (1.0 - a) ** 2
+        return 2.0 * self.a / self.one_minus_a**2
 
     @property
     def p_zero(self) -> float:
-        a = self.a
-        return (1.0 - a) / (1.0 + a)
+        return self.one_minus_a / (1.0 + self.a)
 
     def sample(self, words: Words) -> NDArray[np.int64]:
         """One integer per row from two words per row (``words`` has shape (n, 2))."""
@@ -103,6 +116,10 @@ def calibrate(epsilon: float, delta: float, sensitivity: int) -> DiscreteLaplace
     if delta == 0.0:
         return pure
     lo, hi = 1e-9 * pure.t, pure.t  # hi always satisfies the bound (delta(eps) = 0)
+    if hi > MAX_SCALE:
+        raise MechanismError(
+            f"discrete Laplace scale {hi:.3g} exceeds 2**40; narrow the bounds or raise epsilon"
+        )
     for _ in range(_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
         if DiscreteLaplace(mid).delta(epsilon, sensitivity) <= delta:

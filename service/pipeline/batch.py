@@ -15,8 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from service.mechanisms import NoiseSource
 from service.pipeline.fields import Rejected, json_type
+from service.pipeline.noise import Fresh, NoiseProvider
 from service.pipeline.plan import RecordPlan
 
 
@@ -77,8 +80,15 @@ def _parse_row(plan: RecordPlan, raw: bytes) -> list[Any]:
     return row
 
 
-def process_batch(plan: RecordPlan, messages: Sequence[bytes], source: NoiseSource) -> BatchResult:
-    """Sanitize a batch. Every input index ends up in exactly one of the two outputs."""
+def process_batch(
+    plan: RecordPlan, messages: Sequence[bytes], noise: NoiseProvider | NoiseSource
+) -> BatchResult:
+    """Sanitize a batch. Every input index ends up in exactly one of the two outputs.
+
+    ``noise`` is a provider (fresh or replayable, ``service.pipeline.noise``)
+    or a plain source, which then serves every column.
+    """
+    provider: NoiseProvider = noise if isinstance(noise, NoiseProvider) else Fresh(noise)
     result = BatchResult()
     rows: list[list[Any]] = []
     for index, raw in enumerate(messages):
@@ -90,8 +100,10 @@ def process_batch(plan: RecordPlan, messages: Sequence[bytes], source: NoiseSour
             result.output_index.append(index)
     if not rows:
         return result
+    good = np.asarray(result.output_index, dtype=np.int64)
     columns = [
-        handler.release([row[j] for row in rows], source) for j, handler in enumerate(plan.handlers)
+        handler.release([row[j] for row in rows], provider.for_column(field, good))
+        for j, (field, handler) in enumerate(zip(plan.field_ids, plan.handlers, strict=True))
     ]
     names = [handler.name for handler in plan.handlers]
     for i in range(len(rows)):

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from service.mechanisms import LaplaceMechanism, Mechanism, NoiseSource, RandomizedResponse
+from service.mechanisms import Mechanism, NoiseSource, RandomizedResponse
+from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from service.mechanisms.randomized_response import DomainValue
 
 
@@ -32,6 +33,19 @@ def json_type(value: object) -> str:
     """JSON type name of a decoded value, for messages that must not quote it."""
     names = {bool: "boolean", int: "number", float: "number", str: "string", list: "array"}
     return "null" if value is None else names.get(type(value), "object")
+
+
+def finite_number(name: str, value: object) -> float:
+    """A finite JSON number as a float, or Rejected naming the field."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Rejected("wrong_type", f"field {name!r}: expected a number, got {json_type(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond the double range
+        number = math.inf
+    if not math.isfinite(number):
+        raise Rejected("not_finite", f"field {name!r}: number is not finite")
+    return number
 
 
 class FieldHandler(Protocol):
@@ -67,23 +81,38 @@ class RealHandler:
     """Finite JSON numbers; clamping happens inside the mechanism."""
 
     name: str
-    mechanism: LaplaceMechanism
+    mechanism: Mechanism
 
     def parse(self, value: object) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise Rejected(
-                "wrong_type", f"field {self.name!r}: expected a number, got {json_type(value)}"
-            )
-        try:
-            number = float(value)
-        except OverflowError:  # an integer beyond the double range
-            number = math.inf
-        if not math.isfinite(number):
-            raise Rejected("not_finite", f"field {self.name!r}: number is not finite")
-        return number
+        return finite_number(self.name, value)
 
     def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:
         column = np.asarray(values, dtype=np.float64)
+        released: list[Any] = self.mechanism.release(column, source).tolist()
+        return released
+
+
+@dataclass(frozen=True)
+class IntegerHandler:
+    """JSON integers (a whole-valued float such as ``3.0`` counts); clamped by the mechanism."""
+
+    name: str
+    mechanism: IntegerLaplaceMechanism
+
+    def parse(self, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise Rejected(
+                "wrong_type", f"field {self.name!r}: expected an integer, got {json_type(value)}"
+            )
+        if isinstance(value, float) and not value.is_integer():
+            raise Rejected(
+                "wrong_type", f"field {self.name!r}: expected an integer, got a fraction"
+            )
+        # clamp here: Python ints are unbounded, the column is int64
+        return min(max(int(value), self.mechanism.lower), self.mechanism.upper)
+
+    def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:
+        column = np.asarray(values, dtype=np.int64)
         released: list[Any] = self.mechanism.release(column, source).tolist()
         return released
 

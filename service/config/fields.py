@@ -1,0 +1,232 @@
+"""Field specifications: one model per field kind, discriminated by ``kind``.
+
+A field names its mechanism and its share of the record budget
+(``epsilon: auto`` splits what the explicit fields leave, evenly).
+Mechanism-specific parameters are validated by the same checks the
+mechanisms use (``service.mechanisms.validation``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Literal, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
+
+from service.errors import MechanismError
+from service.mechanisms import validation
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def _pydantic(check: Callable[[T], R]) -> AfterValidator:
+    """Reuse a mechanisms.validation check; its message becomes the config error."""
+
+    def run(value: T) -> R:
+        try:
+            return check(value)
+        except MechanismError as exc:
+            raise ValueError(str(exc)) from None
+
+    return AfterValidator(run)
+
+
+Epsilon = Annotated[float, _pydantic(validation.check_epsilon)]
+Delta = Annotated[float, _pydantic(validation.check_delta)]
+Bounds = Annotated[tuple[float, float], _pydantic(validation.check_bounds)]
+IntegerBounds = Annotated[tuple[float, float], _pydantic(validation.check_integer_bounds)]
+DomainValue = StrictStr | StrictInt
+Domain = Annotated[tuple[DomainValue, ...], _pydantic(validation.check_domain)]
+Universe = Annotated[tuple[StrictStr, ...], _pydantic(validation.check_domain)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+def _epsilon_share(value: object) -> float | Literal["auto"]:
+    if value == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError("epsilon must be a number > 0 or auto")
+    try:
+        return validation.check_epsilon(float(value))
+    except (ValueError, MechanismError) as exc:
+        raise ValueError(
+            str(exc) if isinstance(exc, MechanismError) else "epsilon must be a number > 0 or auto"
+        ) from None
+
+
+EpsilonShare = Annotated[float | Literal["auto"], PlainValidator(_epsilon_share)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _NamedField(Strict):
+    name: str = Field(min_length=1)
+
+
+class DropField(_NamedField):
+    """Never released: removed from the output."""
+
+    kind: Literal["drop"]
+
+
+class PublicField(_NamedField):
+    """Released as is. Only for values that are not personal (a timestamp, a sequence)."""
+
+    kind: Literal["public"]
+
+
+class _NoisedField(_NamedField):
+    epsilon: EpsilonShare
+    delta: Delta = 0.0
+
+
+class RealField(_NoisedField):
+    """A bounded real: clamped into ``bounds`` then noised on a power-of-two grid."""
+
+    kind: Literal["real"]
+    bounds: Bounds
+    mechanism: Literal["laplace", "gaussian"] = "laplace"
+    #: laplace: tight (default) | thesis; gaussian: analytic (default) | classical
+    calibration: Literal["tight", "thesis", "analytic", "classical"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_calibration(cls, data: object) -> object:
+        if isinstance(data, dict) and "calibration" not in data:
+            default = "analytic" if data.get("mechanism") == "gaussian" else "tight"
+            return {**data, "calibration": default}
+        return data
+
+    @model_validator(mode="after")
+    def _calibration_fits_mechanism(self) -> RealField:
+        allowed = {"laplace": ("tight", "thesis"), "gaussian": ("analytic", "classical")}
+        options = allowed[self.mechanism]
+        if self.calibration not in options:
+            raise ValueError(
+                f"calibration {self.calibration!r} does not apply to {self.mechanism}; "
+                f"use one of {', '.join(options)}"
+            )
+        if self.mechanism == "gaussian" and self.delta == 0.0:
+            raise ValueError("the gaussian mechanism needs delta > 0; set delta or use laplace")
+        return self
+
+
+class IntegerField(_NoisedField):
+    """A bounded integer counter: clamped, then discrete Laplace noise."""
+
+    kind: Literal["integer"]
+    bounds: IntegerBounds
+    mechanism: Literal["discrete_laplace"] = "discrete_laplace"
+
+
+class CategoricalField(_NoisedField):
+    """A value from a finite domain (randomized response) or an open one (local hashing)."""
+
+    kind: Literal["categorical"]
+    domain: Domain | None = None
+    mechanism: Literal["randomized_response", "local_hashing"] = "randomized_response"
+    #: map a value outside the domain to this domain value instead of dead-lettering
+    unknown_as: DomainValue | None = None
+
+    @model_validator(mode="after")
+    def _domain_fits_mechanism(self) -> CategoricalField:
+        if self.mechanism == "randomized_response" and self.domain is None:
+            raise ValueError("randomized_response needs a domain; list it or use local_hashing")
+        if self.mechanism == "local_hashing" and (self.domain is not None or self.unknown_as):
+            raise ValueError("local_hashing takes any string; remove domain and unknown_as")
+        if self.mechanism == "local_hashing" and self.delta != 0.0:
+            raise ValueError("local_hashing is pure epsilon-DP; set delta to 0")
+        if self.unknown_as is not None and self.unknown_as not in (self.domain or ()):
+            raise ValueError(
+                f"unknown_as {self.unknown_as!r} is not in the domain; add it to the domain"
+            )
+        return self
+
+
+class BooleanField(_NoisedField):
+    """A JSON true/false: randomized response with m = 1."""
+
+    kind: Literal["boolean"]
+    mechanism: Literal["randomized_response"] = "randomized_response"
+
+
+class SetField(_NoisedField):
+    """A set of items from a finite universe (a list of strings), unary encoding."""
+
+    kind: Literal["set"]
+    universe: Universe
+    max_items: int = Field(ge=1)
+    mechanism: Literal["unary_encoding"] = "unary_encoding"
+    variant: Literal["optimized", "symmetric"] = "optimized"
+
+    @model_validator(mode="after")
+    def _pure(self) -> SetField:
+        if self.delta != 0.0:
+            raise ValueError("unary_encoding is pure epsilon-DP; set delta to 0")
+        return self
+
+
+class VectorField(_NoisedField):
+    """A fixed-length numeric vector, clipped to an L2 ball, Gaussian noise."""
+
+    kind: Literal["vector"]
+    dimension: int = Field(ge=1, le=65_536)
+    l2_bound: PositiveFloat
+    mechanism: Literal["gaussian"] = "gaussian"
+    calibration: Literal["analytic", "classical"] = "analytic"
+
+
+class FunctionalField(_NoisedField):
+    """A function sampled on a fixed grid: RKHS clipping and Gaussian-process noise."""
+
+    kind: Literal["functional"]
+    grid: tuple[float, ...] = Field(min_length=1, max_length=4096)
+    bandwidth: PositiveFloat
+    rkhs_radius: PositiveFloat
+    mechanism: Literal["gaussian_process"] = "gaussian_process"
+
+
+FieldConfig = Annotated[
+    DropField
+    | PublicField
+    | RealField
+    | IntegerField
+    | CategoricalField
+    | BooleanField
+    | SetField
+    | VectorField
+    | FunctionalField,
+    Field(discriminator="kind"),
+]
+NoisedField = (
+    RealField
+    | IntegerField
+    | CategoricalField
+    | BooleanField
+    | SetField
+    | VectorField
+    | FunctionalField
+)
+FIELD_KINDS = (
+    "drop",
+    "public",
+    "real",
+    "integer",
+    "categorical",
+    "boolean",
+    "set",
+    "vector",
+    "functional",
+)
