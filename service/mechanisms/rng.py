@@ -112,4 +112,6 @@ class KeyedSource:
         block["counter"] = np.arange(blocks_per_row, dtype=np.uint16)[None, :]
         encryptor = self._cipher.encryptor()
         out = encryptor.update(block.tobytes()) + encryptor.finalize()
-        return np.frombuffer(out, dtype="<u8").astype(np.uint64).reshape(n, 2 * blocks_per_row)[:, :k]
+        return (
+            np.frombuffer(out, dtype="<u8").astype(np.uint64).reshape(n, 2 * blocks_per_row)[:, :k]
+        )
