@@ -49,7 +49,8 @@ def cases() -> dict[str, tuple[int, Callable[[NoiseSource], object]]]:
     ints = rng.integers(0, 50, N)
     cats = rng.integers(0, 48, N)
     strings = np.asarray([f"https://example.org/{i % 5000}" for i in range(N // 10)], dtype=object)
-    sets = rng.random((N // 10, 20)) < 0.1
+    sets = np.zeros((N // 10, 20), dtype=bool)
+    sets[np.arange(N // 10)[:, None], rng.integers(0, 20, (N // 10, 3))] = True  # <= 3 items
     laplace = LaplaceMechanism(bounds=(0, 100), epsilon=1.0)
     integer = IntegerLaplaceMechanism(bounds=(0, 50), epsilon=1.0)
     rr = RandomizedResponse(domain=[f"c{i}" for i in range(48)], epsilon=1.0)
@@ -78,8 +79,11 @@ def extra_cases(rng: np.random.Generator) -> dict[str, tuple[int, Callable[[Nois
     gauss = GaussianMechanism(bounds=(0, 100), epsilon=1.0, delta=1e-6)
     vector = VectorGaussianMechanism(dimension=16, l2_bound=4.0, epsilon=1.0, delta=1e-6)
     functional = FunctionalMechanism(
-        grid_points=np.linspace(0, 1, 24).tolist(), bandwidth=0.2, rkhs_radius=1.0,
-        epsilon=1.0, delta=1e-6,
+        grid_points=np.linspace(0, 1, 24).tolist(),
+        bandwidth=0.2,
+        rkhs_radius=1.0,
+        epsilon=1.0,
+        delta=1e-6,
     )
     return {
         "gaussian (grid)": (N, lambda s: gauss.release(reals, s)),

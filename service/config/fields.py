@@ -196,6 +196,8 @@ class FunctionalField(_NoisedField):
     bandwidth: PositiveFloat
     rkhs_radius: PositiveFloat
     mechanism: Literal["gaussian_process"] = "gaussian_process"
+    #: thesis: sqrt(2 ln(2/delta)) 2R/eps, eps <= 1; analytic: any eps
+    calibration: Literal["thesis", "analytic"] = "thesis"
 
 
 FieldConfig = Annotated[

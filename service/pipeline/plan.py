@@ -124,6 +124,7 @@ def _handler(spec: FieldConfig, share: Guarantee | None) -> FieldHandler:
             rkhs_radius=spec.rkhs_radius,
             epsilon=eps,
             delta=dlt,
+            calibration=spec.calibration,
         )
         return VectorHandler(spec.name, functional, len(spec.grid))
     raise AssertionError(f"no handler for field kind {spec.kind}")  # pragma: no cover

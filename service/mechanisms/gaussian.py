@@ -1,0 +1,535 @@
+r"""Gaussian mechanisms for bounded reals and L2-bounded vectors, on the integer grid.
+
+Release (reals): ``Y_d = g (i(d) + Z)``, ``i(d)`` the grid index of the clamped
+value, ``Z ~ N_Z(0, sigma_Z^2)`` a discrete Gaussian integer, ``g`` a power of two
+(:mod:`service.mechanisms.grid`). Vectors: each coordinate the same way, with
+independent ``Z_j``. Continuous noise never meets a raw value in floating point
+(Mironov 2012): every input reaches exactly the same outputs, the grid points.
+Real-world noise scale ``sigma = g sigma_Z``.
+
+Continuous calibrations (``Delta`` the L2 sensitivity, ``diam = hi - lo`` for
+reals, ``2R`` for vectors clipped to the ball of radius ``R``):
+
+* ``classical`` (Dwork & Roth 2014, Thm. A.1; the Chinese seed note):
+  ``sigma = sqrt(2 ln(1.25/delta)) Delta / eps``, proved only for ``eps < 1``;
+  for ``eps >= 1`` it is refused (use ``analytic``).
+* ``analytic`` (Balle & Wang 2018, Thm. 8): the exact privacy profile of
+  ``N(0, sigma^2)`` at shift ``Delta`` is::
+
+      delta(eps) = Phi(Delta/(2 sigma) - eps sigma/Delta)
+                   - e^eps Phi(-Delta/(2 sigma) - eps sigma/Delta)
+
+  (the hockey-stick divergence; the privacy loss is Gaussian with mean
+  ``Delta^2/(2 sigma^2)`` and variance ``Delta^2/sigma^2``). It falls as sigma grows;
+  bisection finds the smallest sigma with ``delta(eps) <= delta`` to a relative
+  ``1e-10`` in delta, on the safe side. Valid for every ``eps > 0``.
+
+How they map onto the grid (the guarantee is always proved for the discrete
+output actually released, with the *rounded* sensitivity):
+
+* Grid: ``g = granularity(sigma_cont, ...)`` (about ``sigma/2^10``).
+* Reals: values are clamped to ``[lo, hi]`` and then to the grid points inside,
+  ``[ceil(lo/g), floor(hi/g)]`` (a move of less than ``g``), so the integer
+  sensitivity is ``Delta_Z = floor(hi/g) - ceil(lo/g) <= diam/g``: rounding adds
+  no sensitivity. (If no grid point lies inside, plain rounding, ``Delta_Z <= 1``.)
+  ``analytic``: sigma_Z is bisected on the exact discrete profile
+  :func:`~service.mechanisms.discrete_gaussian.discrete_gaussian_delta` for
+  ``Delta_Z`` and then checked on the exact profile of the sampler's table (the
+  discrete analogue of Balle-Wang: exact profile, least noise). ``classical``:
+  ``sigma_Z = sqrt(2 ln(1.25/delta)) Delta_Z / eps`` (the same formula in grid
+  units, so ``g sigma_Z <= sigma_cont``), then checked on the sampler's exact
+  profile; a failure raises (it has not been seen for ``eps < 1``).
+* Vectors: after clipping, ``||x - y||_2 <= 2R``; rounding each coordinate moves
+  it by at most ``1/2`` (grid units), so
+  ``||round(x/g) - round(y/g)||_2 <= ||x - y||_2/g + ||e_x - e_y||_2 <= 2R/g + sqrt(k)``
+  (``|e_x,j - e_y,j| <= 1``). We use ``Delta_Z = 2R(1 + (k+16) 2^-52)/g + sqrt(k)``
+  (the factor covers float error in the clipping norm). To keep the
+  ``sqrt(k)`` term small the vector grid is refined to
+  ``g <= R/(32 sqrt(k))`` when that costs at most 8 times more table (overhead
+  ``sqrt(k) g / (2R) <= 1/64``); ``params()['grid_overhead']`` reports it.
+  The product of discrete Gaussians is accounted by zCDP
+  (:meth:`~service.mechanisms.discrete_gaussian.DiscreteGaussianSampler.vector_delta`):
+  ``analytic`` = the least sigma_Z that bound certifies (4-10 % above the
+  continuous analytic sigma); ``classical`` = the formula in grid units, then
+  certified (raises otherwise).
+
+Errors (``d`` the clamped / clipped value):
+
+* Reals, ``rho = |y - d|``: ``y - d = g (Z + r)`` with ``r = i(d) - d/g``; ``E|Z + r|``
+  is symmetric and convex in ``r``, so the worst case is the largest ``|r|``
+  (``1/2`` inside, up to ``1`` next to the bounds) and ``expected_error =
+  g sum_z q(z) |z + r_max|``, an exact sum over the sampler's pmf
+  (``~ sigma sqrt(2/pi)`` plus a ``1e-7`` relative rounding term).
+* Vectors, ``rho = ||y - d||_2``: ``E||g Z||_2`` for a continuous Gaussian is the
+  chi mean ``g sigma_Z sqrt(2) Gamma((k+1)/2) / Gamma(k/2)``, evaluated at the
+  sampler's exact standard deviation; rounding adds at most ``g sqrt(k)/2``
+  (triangle inequality), which is added, so the figure is an upper bound (the
+  discrete/continuous moment difference for ``sigma_Z >= 1024`` is far below
+  that allowance). Not ``sqrt(k) sigma``, which overstates it.
+* ``estimator_variance(n)``: ``g^2 Var(Z) / n``, the variance of the mean of ``n``
+  released values (per coordinate for vectors); rounding is a deterministic
+  bias of at most ``g/2`` (``g`` next to the bounds), not variance.
+* Lower bound (Theorem 5.3, compact ``D``): ``gamma >= (1 - delta) diam / (2 (1 +
+  e^eps))`` with ``diam = hi - lo`` (reals) or ``2R`` (vectors, L2 metric).
+
+References
+----------
+* B. Balle, Y.-X. Wang, *Improving the Gaussian mechanism for differential
+  privacy: analytical calibration and optimal denoising*, ICML 2018.
+* C. Dwork, A. Roth, *The algorithmic foundations of differential privacy*,
+  2014, Thm. A.1 (classical calibration).
+* C. Canonne, G. Kamath, T. Steinke, *The discrete Gaussian for differential
+  privacy*, NeurIPS 2020.
+* I. Mironov, *On significance of the least significant bits for differential
+  privacy*, CCS 2012.
+* M. Jazbec, *Splošna definicija diferencirane zasebnosti*, 2018, Thm. 5.3.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar, Final, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.errors import MechanismError
+from service.mechanisms.base import Mechanism, exp_neg
+from service.mechanisms.discrete_gaussian import (
+    MAX_TABLE_SIGMA,
+    WORDS_PER_SAMPLE,
+    DiscreteGaussianSampler,
+    calibrate_discrete_gaussian,
+    calibrated_sampler,
+    concentrated_delta,
+    sampler_for,
+    smallest_sigma,
+    vector_bound,
+)
+from service.mechanisms.grid import (
+    GRID_STEPS_PER_SCALE,
+    from_grid,
+    granularity,
+    grid_sensitivity,
+    to_grid,
+)
+from service.mechanisms.rng import NoiseSource, Words
+from service.mechanisms.validation import check_bounds, check_delta, check_epsilon
+
+Calibration = Literal["analytic", "classical"]
+
+#: the vector grid may be up to this many times finer than ``sigma / 2^10``
+VECTOR_MAX_REFINEMENT: Final = 8
+#: target: rounding inflates the vector sensitivity by at most 1/64
+_VECTOR_OVERHEAD_TARGET: Final = 1.0 / 64.0
+
+
+def _log_ndtr(x: float) -> float:
+    """``ln Phi(x)`` for the standard normal CDF, accurate in the far left tail."""
+    if x > -30.0:
+        return math.log(0.5 * math.erfc(-x / math.sqrt(2.0)))
+    inv = 1.0 / (x * x)
+    series = 1.0 - inv * (1.0 - 3.0 * inv * (1.0 - 5.0 * inv * (1.0 - 7.0 * inv)))
+    return -0.5 * x * x - math.log(-x) - 0.5 * math.log(2.0 * math.pi) + math.log(series)
+
+
+def analytic_gaussian_delta(epsilon: float, sigma: float, sensitivity: float) -> float:
+    """Exact ``delta(eps)`` of ``N(0, sigma^2)`` at shift ``sensitivity`` (Balle & Wang 2018)."""
+    if sensitivity <= 0.0:
+        return 0.0
+    if sigma <= 0.0:
+        return 1.0
+    a = sensitivity / (2.0 * sigma)
+    b = epsilon * sigma / sensitivity
+    first = math.exp(_log_ndtr(a - b))
+    second = math.exp(min(epsilon + _log_ndtr(-a - b), 0.0))
+    return max(first - second, 0.0)
+
+
+def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """Smallest sigma with ``analytic_gaussian_delta <= delta`` (relative 1e-10, safe side)."""
+    start = math.sqrt(2.0 * math.log(1.25 / delta)) * sensitivity / epsilon
+    return smallest_sigma(
+        lambda s: analytic_gaussian_delta(epsilon, s, sensitivity), delta, start, rtol=1e-10
+    )
+
+
+def classical_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """``sqrt(2 ln(1.25/delta)) Delta / eps``; refused for ``eps >= 1`` (not proved there)."""
+    if epsilon >= 1.0:
+        raise MechanismError(
+            f"the classical Gaussian calibration sqrt(2 ln(1.25/delta)) Delta/eps holds only "
+            f"for epsilon < 1 (got {epsilon:g}); use calibration 'analytic' "
+            "(Balle & Wang 2018), exact for every epsilon"
+        )
+    return math.sqrt(2.0 * math.log(1.25 / delta)) * sensitivity / epsilon
+
+
+def require_positive_delta(delta: float, what: str) -> None:
+    """Gaussian noise cannot give pure epsilon-DP."""
+    if delta <= 0.0:
+        raise MechanismError(
+            f"the {what} needs delta > 0 (Gaussian noise is never pure epsilon-DP); "
+            "set delta, e.g. 1e-6, or use the laplace mechanism"
+        )
+
+
+def _check_calibration(calibration: str, allowed: tuple[str, ...]) -> None:
+    if calibration not in allowed:
+        raise MechanismError(
+            f"calibration {calibration!r} is unknown; use one of {', '.join(allowed)}"
+        )
+
+
+def chi_mean(k: int) -> float:
+    """``E||N(0, I_k)||_2 = sqrt(2) Gamma((k+1)/2) / Gamma(k/2)``."""
+    return math.sqrt(2.0) * math.exp(math.lgamma((k + 1) / 2.0) - math.lgamma(k / 2.0))
+
+
+class GaussianMechanism(Mechanism):
+    """Clamp into ``[lo, hi]``, move to the grid, add discrete Gaussian noise."""
+
+    name: ClassVar[str] = "gaussian"
+    metric: ClassVar[str] = "absolute difference |y - d|"
+
+    def __init__(
+        self,
+        *,
+        bounds: tuple[float, float],
+        epsilon: float,
+        delta: float,
+        calibration: Calibration = "analytic",
+    ) -> None:
+        super().__init__(epsilon=check_epsilon(epsilon), delta=check_delta(delta))
+        require_positive_delta(self.delta, "gaussian mechanism")
+        _check_calibration(calibration, ("analytic", "classical"))
+        self.calibration: Calibration = calibration
+        self.lower, self.upper = check_bounds(bounds)
+        self.diameter = self.upper - self.lower
+        self._sampler: DiscreteGaussianSampler | None = None
+        eps, dlt = self.epsilon, self.delta
+        if calibration == "classical":
+            self.sigma_continuous = classical_gaussian_sigma(eps, dlt, self.diameter)
+        elif self.diameter > 0.0:
+            self.sigma_continuous = analytic_gaussian_sigma(eps, dlt, self.diameter)
+        else:
+            self.sigma_continuous = 0.0
+        if self.diameter == 0.0:  # one possible value: release it, (0, 0)-DP
+            self.granularity = 0.0
+            self._index_range = (0, 0)
+            self.sensitivity_grid = 0
+            self._offset = 0.0
+            return
+        g = granularity(self.sigma_continuous, max(abs(self.lower), abs(self.upper)))
+        self.granularity = g
+        first, last = math.ceil(self.lower / g), math.floor(self.upper / g)
+        if first <= last:  # clamp onto the grid points inside [lo, hi]
+            self.sensitivity_grid = grid_sensitivity(first * g, last * g, g)
+            inside = 0.5 if last > first else 0.0
+            self._offset = max(inside, first - self.lower / g, self.upper / g - last)
+        else:  # no grid point inside: plain rounding, indices differ by at most 1
+            first, last = round(self.lower / g), round(self.upper / g)
+            self.sensitivity_grid = grid_sensitivity(self.lower, self.upper, g)
+            self._offset = 0.5
+        self._index_range = (first, last)
+        if self.sensitivity_grid == 0:
+            return
+        sens = self.sensitivity_grid
+        if calibration == "analytic":
+            start = calibrate_discrete_gaussian(eps, dlt, sens)
+            self._sampler = calibrated_sampler(eps, dlt, lambda smp: smp.delta(eps, sens), start)
+        else:
+            sampler = sampler_for(classical_gaussian_sigma(eps, dlt, sens))
+            if sampler.delta(eps, sens) > dlt:  # pragma: no cover -- not observed for eps < 1
+                raise MechanismError(
+                    "the classical sigma does not certify (epsilon, delta) on the integer grid; "
+                    "use calibration 'analytic'"
+                )
+            self._sampler = sampler
+
+    @property
+    def sigma_grid(self) -> float:
+        """sigma of the integer noise, in grid steps (0 when no noise is needed)."""
+        return self._sampler.sigma if self._sampler is not None else 0.0
+
+    @property
+    def sigma(self) -> float:
+        """Scale of the released noise in the value's units, ``g sigma_Z``."""
+        return self.granularity * self.sigma_grid
+
+    @property
+    def delta_achieved(self) -> float:
+        """The exact delta at epsilon of the sampler's table (``<= delta``)."""
+        if self._sampler is None:
+            return 0.0
+        return self._sampler.delta(self.epsilon, self.sensitivity_grid)
+
+    @property
+    def expected_error(self) -> float:
+        if self._sampler is None:
+            return self.granularity * self._offset
+        return self.granularity * self._sampler.mean_abs(self._offset)
+
+    @property
+    def gamma_lower_bound(self) -> float:
+        e = exp_neg(self.epsilon)
+        return (1.0 - self.delta) * self.diameter * e / (2.0 * (e + 1.0))
+
+    def estimator_variance(self, n: int) -> float:
+        if self._sampler is None:
+            return 0.0
+        return self.granularity**2 * self._sampler.variance / n
+
+    def params(self) -> dict[str, float | int | str]:
+        return {
+            "sigma": self.sigma,
+            "sigma_continuous": self.sigma_continuous,
+            "granularity": self.granularity,
+            "sensitivity_grid": self.sensitivity_grid,
+            "delta_achieved": self.delta_achieved,
+            "lower": self.lower,
+            "upper": self.upper,
+            "calibration": self.calibration,
+        }
+
+    def grid_indices(self, values: NDArray[np.float64]) -> NDArray[np.int64]:
+        """Clamp into ``[lo, hi]`` and onto the grid points inside: the noiseless indices."""
+        clamped = np.clip(values, self.lower, self.upper)
+        return np.clip(to_grid(clamped, self.granularity), *self._index_range)
+
+    def release(self, values: NDArray[np.float64], source: NoiseSource) -> NDArray[np.float64]:
+        """Sanitize a column of finite raw values."""
+        column = np.asarray(values, dtype=np.float64)
+        if column.ndim != 1:
+            raise MechanismError(f"{self.name}: expected a 1-D column, got shape {column.shape}")
+        words = source.words(len(column), WORDS_PER_SAMPLE if self._sampler else 0)
+        if not np.all(np.isfinite(column)):
+            raise MechanismError(f"{self.name}: the column holds a value that is not finite")
+        if self.diameter == 0.0:
+            return np.full(len(column), self.lower)
+        indices = self.grid_indices(column)
+        if self._sampler is not None:
+            indices = indices + self._sampler.sample(words)
+        return from_grid(indices, self.granularity)
+
+
+def vector_granularity(sigma: float, radius: float, dimension: int) -> float:
+    """``granularity(sigma)``, refined (at most 8x) towards ``g <= R / (32 sqrt(k))``."""
+    wanted = GRID_STEPS_PER_SCALE * 2.0 * radius * _VECTOR_OVERHEAD_TARGET / math.sqrt(dimension)
+    scale = min(sigma, max(wanted, sigma / VECTOR_MAX_REFINEMENT))
+    return granularity(scale, radius)
+
+
+class BallGaussian:
+    """Shared core: clip to the L2 ball of radius ``R``, round to the grid, add ``N_Z``^k.
+
+    ``factor`` is ``None`` for the least sigma the vector bound certifies, or the
+    constant ``c`` of a formula ``sigma_Z = c Delta_Z / eps`` (then certified).
+    """
+
+    def __init__(
+        self,
+        *,
+        dimension: int,
+        radius: float,
+        epsilon: float,
+        delta: float,
+        sigma_continuous: float,
+        factor: float | None,
+    ) -> None:
+        self.dimension = k = dimension
+        self.radius = radius
+        self.granularity = g = vector_granularity(sigma_continuous, radius, k)
+        self.clip_slack = (k + 16) * 2.0**-52
+        self.sensitivity_grid = 2.0 * radius * (1.0 + self.clip_slack) / g + math.sqrt(k)
+        self.grid_overhead = math.sqrt(k) * g / (2.0 * radius)
+        sens = self.sensitivity_grid
+        if factor is None:
+            first = smallest_sigma(
+                lambda s: concentrated_delta(sens**2 / (2.0 * s * s), epsilon),
+                delta,
+                sigma_continuous / g,
+                rtol=1e-9,
+            )
+            self._check_table(first)
+            probe = sampler_for(first)
+            # the table's corrections at `first`; they grow like sigma (q(0) absorbs the
+            # rounding of ~sigma sqrt(2 pi) weights), so scale them, with 0.1 % to spare
+            log_hi, log_lo, tail = probe.correction_constants()
+
+            def widened(s: float) -> float:
+                grow = min(max(1.0, s / first), 4.0) * 1.001  # the final check is exact
+                return vector_bound(epsilon, sens, k, s, grow * log_hi, grow * log_lo, grow * tail)
+
+            try:
+                start = smallest_sigma(widened, delta, first, rtol=1e-9)
+            except MechanismError:
+                raise MechanismError(
+                    f"the discrete Gaussian vector cannot be certified at epsilon {epsilon:g}, "
+                    f"delta {delta:.3g} (epsilon too large for its 2^-128 table); "
+                    "lower epsilon or raise delta"
+                ) from None
+        else:
+            start = factor * sens / epsilon
+        self._check_table(start)
+        if factor is None:
+            self.sampler = calibrated_sampler(
+                epsilon, delta, lambda smp: smp.vector_delta(epsilon, sens, k), start
+            )
+        else:
+            self.sampler = sampler_for(start)
+            if self.sampler.vector_delta(epsilon, sens, k) > delta:
+                raise MechanismError(
+                    "the formula's sigma does not certify (epsilon, delta) for the discrete "
+                    "Gaussian vector on the grid; use calibration 'analytic'"
+                )
+        self.delta_achieved = self.sampler.vector_delta(epsilon, sens, k)
+
+    def _check_table(self, sigma_grid: float) -> None:
+        if sigma_grid > MAX_TABLE_SIGMA:
+            raise MechanismError(
+                f"rounding a {self.dimension}-dimensional vector to the grid inflates its "
+                f"sensitivity by {self.grid_overhead:.3g}x and the noise table would exceed "
+                f"sigma {MAX_TABLE_SIGMA:.0f} grid steps; raise epsilon or the L2 bound, "
+                "or lower the dimension"
+            )
+
+    @property
+    def sigma(self) -> float:
+        return self.granularity * self.sampler.sigma
+
+    def clip(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Scale each row into the ball: ``x min(1, R / ||x||_2)`` (overflow-safe norm)."""
+        peak = np.max(np.abs(values), axis=1) if values.shape[1] else np.zeros(len(values))
+        safe_peak = np.where(peak > 0.0, peak, 1.0)
+        norms = peak * np.sqrt(np.sum((values / safe_peak[:, None]) ** 2, axis=1))
+        shrink = np.where(norms > self.radius, self.radius / np.where(norms > 0.0, norms, 1.0), 1.0)
+        clipped: NDArray[np.float64] = values * shrink[:, None]
+        return clipped
+
+    def noisy_indices(self, clipped: NDArray[np.float64], words: Words) -> NDArray[np.int64]:
+        """Grid indices of clipped rows plus independent discrete Gaussian noise."""
+        n, k = clipped.shape
+        noise = self.sampler.sample(words.reshape(n, k, WORDS_PER_SAMPLE))
+        return to_grid(clipped, self.granularity) + noise
+
+    @property
+    def words_per_row(self) -> int:
+        return WORDS_PER_SAMPLE * self.dimension
+
+    def noise_norm_mean(self) -> float:
+        """Upper bound on ``E||g (Z + r)||_2``: chi mean at the exact sd, plus ``g sqrt(k)/2``."""
+        k = self.dimension
+        spread = math.sqrt(self.sampler.variance)
+        return self.granularity * (spread * chi_mean(k) + math.sqrt(k) / 2.0)
+
+
+def check_rows(values: NDArray[np.float64], dimension: int, name: str) -> NDArray[np.float64]:
+    """A finite ``(n, dimension)`` float matrix, or MechanismError (never quoting values)."""
+    matrix = np.asarray(values, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[1] != dimension:
+        raise MechanismError(f"{name}: expected shape (n, {dimension}), got {matrix.shape}")
+    if not np.all(np.isfinite(matrix)):
+        raise MechanismError(f"{name}: a row holds a value that is not finite")
+    return matrix
+
+
+class VectorGaussianMechanism(Mechanism):
+    """Clip to the L2 ball of radius ``l2_bound``, grid, add a discrete Gaussian vector."""
+
+    name: ClassVar[str] = "vector_gaussian"
+    metric: ClassVar[str] = "Euclidean distance ||y - d||_2"
+
+    def __init__(
+        self,
+        *,
+        dimension: int,
+        l2_bound: float,
+        epsilon: float,
+        delta: float,
+        calibration: Calibration = "analytic",
+    ) -> None:
+        super().__init__(epsilon=check_epsilon(epsilon), delta=check_delta(delta))
+        require_positive_delta(self.delta, "vector Gaussian mechanism")
+        _check_calibration(calibration, ("analytic", "classical"))
+        if isinstance(dimension, bool) or int(dimension) != dimension or dimension < 1:
+            raise MechanismError(f"dimension {dimension!r} must be an integer >= 1")
+        radius = float(l2_bound)
+        if not math.isfinite(radius) or radius <= 0.0:
+            raise MechanismError(f"l2_bound {l2_bound!r} must be a finite number > 0")
+        self.dimension = int(dimension)
+        self.l2_bound = radius
+        self.calibration: Calibration = calibration
+        sens = 2.0 * radius
+        if calibration == "classical":
+            self.sigma_continuous = classical_gaussian_sigma(self.epsilon, self.delta, sens)
+            factor: float | None = math.sqrt(2.0 * math.log(1.25 / self.delta))
+        else:
+            self.sigma_continuous = analytic_gaussian_sigma(self.epsilon, self.delta, sens)
+            factor = None
+        self.core = BallGaussian(
+            dimension=self.dimension,
+            radius=radius,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            sigma_continuous=self.sigma_continuous,
+            factor=factor,
+        )
+
+    @property
+    def granularity(self) -> float:
+        return self.core.granularity
+
+    @property
+    def sigma(self) -> float:
+        """Per-coordinate noise scale in the value's units."""
+        return self.core.sigma
+
+    @property
+    def expected_error(self) -> float:
+        return self.core.noise_norm_mean()
+
+    @property
+    def gamma_lower_bound(self) -> float:
+        e = exp_neg(self.epsilon)
+        return (1.0 - self.delta) * 2.0 * self.l2_bound * e / (2.0 * (e + 1.0))
+
+    def estimator_variance(self, n: int) -> float:
+        """Per coordinate: ``g^2 Var(Z) / n`` for the mean of ``n`` released vectors."""
+        return self.core.granularity**2 * self.core.sampler.variance / n
+
+    def params(self) -> dict[str, float | int | str]:
+        return {
+            "sigma": self.sigma,
+            "sigma_continuous": self.sigma_continuous,
+            "granularity": self.granularity,
+            "sensitivity_grid": self.core.sensitivity_grid,
+            "grid_overhead": self.core.grid_overhead,
+            "delta_achieved": self.core.delta_achieved,
+            "dimension": self.dimension,
+            "l2_bound": self.l2_bound,
+            "calibration": self.calibration,
+        }
+
+    def clip(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Project rows into the L2 ball: ``x min(1, R / ||x||_2)``."""
+        return self.core.clip(check_rows(values, self.dimension, self.name))
+
+    def release(self, values: NDArray[np.float64], source: NoiseSource) -> NDArray[np.float64]:
+        """Sanitize an ``(n, dimension)`` matrix of finite raw vectors."""
+        shape = np.shape(values)
+        words = source.words(shape[0] if len(shape) else 0, self.core.words_per_row)
+        clipped = self.clip(values)
+        return from_grid(self.core.noisy_indices(clipped, words), self.granularity)
+
+
+__all__ = [
+    "BallGaussian",
+    "Calibration",
+    "GaussianMechanism",
+    "VectorGaussianMechanism",
+    "analytic_gaussian_delta",
+    "analytic_gaussian_sigma",
+    "chi_mean",
+    "classical_gaussian_sigma",
+]
