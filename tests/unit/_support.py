@@ -56,3 +56,17 @@ def rr_p(m: int, eps: float, delta: float) -> float:
 def rr_gamma(m: int, eps: float, delta: float) -> float:
     """Theorem 5.5 with kappa = 1: gamma >= (1 - delta) m / (m + e^eps) (moderate eps only)."""
     return (1.0 - delta) * m / (m + math.exp(eps))
+
+
+class CountingSource:
+    """Wraps a seeded source and records every ``words`` call (the once-per-release contract)."""
+
+    def __init__(self, seed: int) -> None:
+        from service.testing import SeededSource
+
+        self.inner = SeededSource(seed)
+        self.calls: list[tuple[int, int]] = []
+
+    def words(self, n: int, k: int) -> Any:
+        self.calls.append((n, k))
+        return self.inner.words(n, k)

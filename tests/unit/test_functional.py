@@ -20,19 +20,9 @@ from service.mechanisms.functional import (
     gaussian_norm_mean,
 )
 from service.testing import SeededSource
-from tests.unit._support import laplace_gamma
+from tests.unit._support import CountingSource, laplace_gamma
 
 GRID = np.linspace(0.0, 1.0, 8)
-
-
-class CountingSource:
-    def __init__(self, seed: int) -> None:
-        self.inner = SeededSource(seed)
-        self.calls: list[tuple[int, int]] = []
-
-    def words(self, n: int, k: int) -> np.ndarray:
-        self.calls.append((n, k))
-        return self.inner.words(n, k)
 
 
 def gram(points: np.ndarray, h: float) -> np.ndarray:

@@ -24,19 +24,7 @@ from service.mechanisms.gaussian import (
     analytic_gaussian_sigma,
 )
 from service.testing import SeededSource
-from tests.unit._support import laplace_gamma
-
-
-class CountingSource:
-    """Wraps a seeded source and records every ``words`` call."""
-
-    def __init__(self, seed: int) -> None:
-        self.inner = SeededSource(seed)
-        self.calls: list[tuple[int, int]] = []
-
-    def words(self, n: int, k: int) -> np.ndarray:
-        self.calls.append((n, k))
-        return self.inner.words(n, k)
+from tests.unit._support import CountingSource, laplace_gamma
 
 
 def scipy_analytic_delta(eps: float, sigma: float, sens: float) -> float:

@@ -27,6 +27,7 @@ from service.mechanisms.local_hashing import (
     value_digests,
 )
 from service.testing import SeededSource
+from tests.unit._support import CountingSource
 
 MASK = (1 << 64) - 1
 
@@ -60,18 +61,6 @@ def ref_bucket(seed: int, value: str, g: int) -> int:
 def ref_variance(n: int, f: float, p: float, g: int) -> float:
     """Wang et al. Var[f_hat] given the data, exact form."""
     return (f * p * (1 - p) + (1 - f) * (1 / g) * (1 - 1 / g)) / (n * (p - 1 / g) ** 2)
-
-
-class CountingSource:
-    """Wraps a source and records every ``words`` call."""
-
-    def __init__(self, seed: int) -> None:
-        self.inner = SeededSource(seed)
-        self.calls: list[tuple[int, int]] = []
-
-    def words(self, n: int, k: int) -> np.ndarray:
-        self.calls.append((n, k))
-        return self.inner.words(n, k)
 
 
 def _true_buckets(out: np.ndarray, value: str, g: int) -> np.ndarray:

@@ -24,6 +24,7 @@ from service.mechanisms.unary_encoding import (
     unary_probabilities,
 )
 from service.testing import SeededSource
+from tests.unit._support import CountingSource
 
 
 def universe(d: int) -> list[str]:
@@ -32,16 +33,6 @@ def universe(d: int) -> list[str]:
 
 def ref_variance(n: int, f: float, p: float, q: float) -> float:
     return (f * p * (1 - p) + (1 - f) * q * (1 - q)) / (n * (p - q) ** 2)
-
-
-class CountingSource:
-    def __init__(self, seed: int) -> None:
-        self.inner = SeededSource(seed)
-        self.calls: list[tuple[int, int]] = []
-
-    def words(self, n: int, k: int) -> np.ndarray:
-        self.calls.append((n, k))
-        return self.inner.words(n, k)
 
 
 # --- calibration ---------------------------------------------------------------------------
