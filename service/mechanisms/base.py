@@ -70,3 +70,15 @@ def unused_words(n: int) -> NDArray[np.uint64]:
 def exp_neg(epsilon: float) -> float:
     """``e^-epsilon`` without overflow; formulas are written in this form."""
     return math.exp(-epsilon)
+
+
+def compact_gamma(diameter: float, epsilon: float, delta: float) -> float:
+    """Theorem 5.3, compact domain: ``gamma >= (1 - delta) diam / (2 (1 + e^eps))``."""
+    e = exp_neg(epsilon)
+    return (1.0 - delta) * diameter * e / (2.0 * (e + 1.0))
+
+
+def finite_gamma(m: float, epsilon: float, delta: float) -> float:
+    """Theorem 5.5, ``m + 1`` points at distance >= 1: ``(1 - delta) m / (m + e^eps)``."""
+    e = exp_neg(epsilon)
+    return (1.0 - delta) * m * e / (m * e + 1.0)

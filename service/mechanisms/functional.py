@@ -96,7 +96,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.errors import MechanismError
-from service.mechanisms.base import Mechanism, exp_neg
+from service.mechanisms.base import Mechanism, compact_gamma
 from service.mechanisms.gaussian import (
     BallGaussian,
     analytic_gaussian_sigma,
@@ -246,14 +246,12 @@ class FunctionalMechanism(Mechanism):
     @property
     def gamma_lower_bound(self) -> float:
         diameter = 2.0 * self.rkhs_radius * math.sqrt(float(self._eigenvalues[-1]))
-        e = exp_neg(self.epsilon)
-        return (1.0 - self.delta) * diameter * e / (2.0 * (e + 1.0))
+        return compact_gamma(diameter, self.epsilon, self.delta)
 
     @property
     def gamma_lower_bound_rkhs(self) -> float:
         """Theorem 5.3 in the RKHS norm: ``diam = 2R``."""
-        e = exp_neg(self.epsilon)
-        return (1.0 - self.delta) * self.rkhs_radius * e / (e + 1.0)
+        return compact_gamma(2.0 * self.rkhs_radius, self.epsilon, self.delta)
 
     def estimator_variance(self, n: int) -> float:
         """Per grid point: ``g^2 Var(Z) (1 + lambda) / n``."""

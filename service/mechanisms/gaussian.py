@@ -94,7 +94,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.errors import MechanismError
-from service.mechanisms.base import Mechanism, exp_neg
+from service.mechanisms.base import Mechanism, compact_gamma
 from service.mechanisms.discrete_gaussian import (
     MAX_TABLE_SIGMA,
     WORDS_PER_SAMPLE,
@@ -272,8 +272,7 @@ class GaussianMechanism(Mechanism):
 
     @property
     def gamma_lower_bound(self) -> float:
-        e = exp_neg(self.epsilon)
-        return (1.0 - self.delta) * self.diameter * e / (2.0 * (e + 1.0))
+        return compact_gamma(self.diameter, self.epsilon, self.delta)
 
     def estimator_variance(self, n: int) -> float:
         if self._sampler is None:
@@ -491,8 +490,7 @@ class VectorGaussianMechanism(Mechanism):
 
     @property
     def gamma_lower_bound(self) -> float:
-        e = exp_neg(self.epsilon)
-        return (1.0 - self.delta) * 2.0 * self.l2_bound * e / (2.0 * (e + 1.0))
+        return compact_gamma(2.0 * self.l2_bound, self.epsilon, self.delta)
 
     def estimator_variance(self, n: int) -> float:
         """Per coordinate: ``g^2 Var(Z) / n`` for the mean of ``n`` released vectors."""

@@ -28,7 +28,7 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from service.mechanisms.base import Mechanism, exp_neg
+from service.mechanisms.base import Mechanism, compact_gamma, finite_gamma
 from service.mechanisms.discrete_laplace import DiscreteLaplace, calibrate
 from service.mechanisms.rng import NoiseSource
 from service.mechanisms.validation import check_delta, check_epsilon, check_integer_bounds
@@ -54,10 +54,10 @@ class IntegerLaplaceMechanism(Mechanism):
 
     @property
     def gamma_lower_bound(self) -> float:
-        e = exp_neg(self.epsilon)
-        compact = (1.0 - self.delta) * self.sensitivity * e / (2.0 * (e + 1.0))
-        finite = (1.0 - self.delta) * self.sensitivity * e / (self.sensitivity * e + 1.0)
-        return max(compact, finite)
+        return max(
+            compact_gamma(self.sensitivity, self.epsilon, self.delta),
+            finite_gamma(self.sensitivity, self.epsilon, self.delta),
+        )
 
     def estimator_variance(self, n: int) -> float:
         return 0.0 if self.noise is None else self.noise.variance / n

@@ -67,7 +67,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.errors import MechanismError
-from service.mechanisms.base import Mechanism, exp_neg
+from service.mechanisms.base import Mechanism, compact_gamma
 from service.mechanisms.discrete_laplace import DiscreteLaplace, calibrate
 from service.mechanisms.grid import from_grid, granularity, grid_sensitivity, to_grid
 from service.mechanisms.rng import NoiseSource
@@ -132,8 +132,7 @@ class LaplaceMechanism(Mechanism):
 
     @property
     def gamma_lower_bound(self) -> float:
-        e = exp_neg(self.epsilon)
-        return (1.0 - self.delta) * self.diameter * e / (2.0 * (e + 1.0))
+        return compact_gamma(self.diameter, self.epsilon, self.delta)
 
     def estimator_variance(self, n: int) -> float:
         if self.noise is None:

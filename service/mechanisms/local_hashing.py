@@ -116,7 +116,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.errors import MechanismError
-from service.mechanisms.base import Mechanism, exp_neg
+from service.mechanisms.base import Mechanism, exp_neg, finite_gamma
 from service.mechanisms.rng import NoiseSource
 from service.mechanisms.validation import check_epsilon
 
@@ -226,9 +226,8 @@ class OptimalLocalHashing(Mechanism):
 
     @property
     def gamma_lower_bound(self) -> float:
-        # Theorem 5.5, m = g - 1, kappa = 1, delta = 0: m / (m + e^eps)
-        m, e = self.buckets - 1, exp_neg(self.epsilon)
-        return m * e / (m * e + 1.0)
+        # Theorem 5.5 on the buckets: m = g - 1, kappa = 1, delta = 0
+        return finite_gamma(self.buckets - 1, self.epsilon, 0.0)
 
     def frequency_variance(self, n: int, frequency: float) -> float:
         """Exact ``Var[f_hat]`` given the data, for a value held by a share ``frequency``."""

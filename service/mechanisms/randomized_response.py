@@ -37,7 +37,7 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from service.mechanisms.base import Mechanism, exp_neg
+from service.mechanisms.base import Mechanism, exp_neg, finite_gamma
 from service.mechanisms.rng import NoiseSource, uniforms
 from service.mechanisms.validation import check_delta, check_domain, check_epsilon
 
@@ -66,8 +66,7 @@ class RandomizedResponse(Mechanism):
 
     @property
     def gamma_lower_bound(self) -> float:
-        e = exp_neg(self.epsilon)
-        return (1.0 - self.delta) * self.m * e / (self.m * e + 1.0)
+        return finite_gamma(self.m, self.epsilon, self.delta)
 
     def frequency_variance(self, n: int, frequency: float) -> float:
         """Var of the debiased frequency ``(c/n - p) / (1 - (m+1) p)`` of one value.

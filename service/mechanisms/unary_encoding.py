@@ -124,7 +124,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.errors import MechanismError
-from service.mechanisms.base import Mechanism, exp_neg
+from service.mechanisms.base import Mechanism, compact_gamma, exp_neg
 from service.mechanisms.rng import NoiseSource
 from service.mechanisms.validation import check_domain, check_epsilon
 
@@ -295,8 +295,7 @@ class UnaryEncoding(Mechanism):
     @property
     def gamma_diameter_bound(self) -> float:
         """Theorem 5.3: ``(1 - delta) diam / (2 (1 + e^eps))``."""
-        e = exp_neg(self.epsilon)
-        return (1.0 - self.delta) * self.diameter * e / (2.0 * (e + 1.0))
+        return compact_gamma(self.diameter, self.epsilon, self.delta)
 
     @property
     def gamma_discrete_bound(self) -> float:
