@@ -6,12 +6,11 @@ import json
 from typing import Any
 
 from service.config import AppConfig
-from service.pipeline import RecordPlan, build_plan
+from service.pipeline import RecordPlan
 
 
-def explain_data(config: AppConfig) -> dict[str, Any]:
-    """The machine-readable explanation, read from the mechanism objects."""
-    plan: RecordPlan = build_plan(config)
+def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
+    """The machine-readable explanation, read from the plan's mechanism objects."""
     by_name = {h.name: h for h in plan.handlers}
     fields: list[dict[str, Any]] = []
     for spec in config.fields:
@@ -97,6 +96,6 @@ def render_table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def explain(config: AppConfig, fmt: str) -> str:
-    data = explain_data(config)
+def explain(config: AppConfig, plan: RecordPlan, fmt: str) -> str:
+    data = explain_data(config, plan)
     return json.dumps(data, indent=2) if fmt == "json" else render_table(data)

@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "explain":
             from service.cli.explain import explain
 
-            print(explain(config, args.format))
+            print(explain(config, plan, args.format))
         elif args.command == "sanitize":
             from service.cli.sanitize import run_sanitize
             from service.mechanisms import OsEntropy
@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             logging.basicConfig(
                 level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
             )
-            asyncio.run(serve(config, args.http_port))
+            asyncio.run(serve(config, plan, args.http_port))
     except PrivstreamError as exc:
         print(f"privstream: {exc}", file=sys.stderr)
         return EXIT_FAILURE

@@ -11,15 +11,14 @@ from prometheus_client import CollectorRegistry
 from service.config import AppConfig
 from service.mechanisms import OsEntropy
 from service.metrics import Metrics
-from service.pipeline import build_plan
+from service.pipeline import RecordPlan
 from service.worker import Health, HttpEndpoint, Worker
 
 log = logging.getLogger("privstream.run")
 
 
-async def serve(config: AppConfig, http_port: int | None = None) -> None:
+async def serve(config: AppConfig, plan: RecordPlan, http_port: int | None = None) -> None:
     """Run until SIGTERM/SIGINT; the batch in flight is produced and committed first."""
-    plan = build_plan(config)
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     metrics.describe_plan(plan)

@@ -103,6 +103,11 @@ GROUP_FIELDS: list[dict[str, Any]] = [
 DECLARED = {"salary": (0.5, 1e-6), "count": (0.75, 2e-6), "flag": (0.75, 0.0)}
 
 
+def explain_group(k: int) -> dict[str, Any]:
+    config = group_config(k)
+    return explain_data(config, build_plan(config))
+
+
 def group_config(k: int) -> AppConfig:
     return parse_config(with_group(config_dict(GROUP_FIELDS, epsilon=2.0, delta=1e-5), k))
 
@@ -208,7 +213,8 @@ def test_large_epsilon_with_group_size_does_not_crash() -> None:
 
 @pytest.mark.parametrize("k", [1, 4])
 def test_explain_reports_group_level(k: int) -> None:
-    data = explain_data(group_config(k))
+    config = group_config(k)
+    data = explain_data(config, build_plan(config))
     record = data["record"]
     assert record["group_size"] == k
     assert record["group_epsilon"] == pytest.approx(2.0, rel=1e-12)
@@ -226,8 +232,8 @@ def test_explain_reports_group_level(k: int) -> None:
 
 
 def test_explain_table_mentions_group_privacy_only_for_groups() -> None:
-    single = render_table(explain_data(group_config(1)))
-    group = render_table(explain_data(group_config(4)))
+    single = render_table(explain_group(1))
+    group = render_table(explain_group(4))
     assert "group privacy" not in single
     assert "group privacy" in group
     assert "up to 4 records" in group
