@@ -142,26 +142,50 @@ def _run_launcher(
     )
 
 
-@contextlib.contextmanager
-def _local_broker() -> Iterator[str]:
-    fixed = os.environ.get("PRIVSTREAM_TEST_KAFKA_PORT", "").strip()
-    if fixed:
-        port, controller_port = int(fixed), int(fixed) + 1
-    else:
-        port, controller_port = _free_ports()
-    work_dir = tempfile.mkdtemp(prefix=f"privstream-kafka-{port}-")
-    env = {
-        **os.environ,
-        "KAFKA_PORT": str(port),
-        "KAFKA_CONTROLLER_PORT": str(controller_port),
-        "KAFKA_WORK_DIR": work_dir,
-        "KAFKA_START_TIMEOUT": str(int(START_TIMEOUT_S)),
-    }
-    env.pop("KAFKA_CLEAN", None)
-    log.info("starting local Kafka on 127.0.0.1:%d (work dir %s)", port, work_dir)
-    try:
+class LocalBroker:
+    """A broker of the local launcher with a work dir of its own.
+
+    ``start()`` and ``stop()`` may be called repeatedly: the data dir survives
+    a stop, so a restarted broker keeps its topics, offsets and transaction
+    state (the broker-restart test relies on this). ``close()`` stops it and
+    deletes the work dir. ``extra_properties`` (server.properties lines, a key
+    given again overrides the launcher's) and ``format_args`` (StorageTool
+    format arguments such as ``--add-scram ...``) configure e.g. a SASL_SSL
+    listener.
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        extra_properties: str = "",
+        format_args: str = "",
+    ) -> None:
+        if port is None:
+            port, controller_port = _free_ports()
+        else:
+            controller_port = port + 1
+        self.port = port
+        self.work_dir = tempfile.mkdtemp(prefix=f"privstream-kafka-{port}-")
+        self._env = {
+            **os.environ,
+            "KAFKA_PORT": str(port),
+            "KAFKA_CONTROLLER_PORT": str(controller_port),
+            "KAFKA_WORK_DIR": self.work_dir,
+            "KAFKA_START_TIMEOUT": str(int(START_TIMEOUT_S)),
+            "KAFKA_EXTRA_PROPERTIES": extra_properties,
+            "KAFKA_FORMAT_ARGS": format_args,
+        }
+        self._env.pop("KAFKA_CLEAN", None)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        log.info("starting local Kafka on %s (work dir %s)", self.bootstrap, self.work_dir)
         try:
-            started = _run_launcher("start", env, LAUNCHER_TIMEOUT_S)
+            started = _run_launcher("start", self._env, LAUNCHER_TIMEOUT_S)
         except subprocess.TimeoutExpired as exc:
             raise RuntimeError(f"{LAUNCHER} start did not finish in {exc.timeout:.0f}s") from exc
         if started.returncode != 0:
@@ -169,15 +193,43 @@ def _local_broker() -> Iterator[str]:
                 f"{LAUNCHER} start failed (exit {started.returncode}):\n"
                 f"{started.stdout}{started.stderr}"
             )
-        yield f"127.0.0.1:{port}"
-    finally:
+
+    def stop(self) -> None:
+        """SIGTERM the broker (SIGKILL after the launcher's stop timeout); keep its data."""
         try:
-            stopped = _run_launcher("stop", env, STOP_TIMEOUT_S)
+            stopped = _run_launcher("stop", self._env, STOP_TIMEOUT_S)
             if stopped.returncode != 0:
                 log.warning("kafka.sh stop failed: %s%s", stopped.stdout, stopped.stderr)
         except subprocess.TimeoutExpired:
-            log.warning("kafka.sh stop timed out; broker in %s may still run", work_dir)
-        shutil.rmtree(work_dir, ignore_errors=True)
+            log.warning("kafka.sh stop timed out; broker in %s may still run", self.work_dir)
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def log_text(self) -> str:
+        path = Path(self.work_dir) / "kafka.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+@contextlib.contextmanager
+def local_broker(
+    port: int | None = None, *, extra_properties: str = "", format_args: str = ""
+) -> Iterator[LocalBroker]:
+    """A started ``LocalBroker``, closed (stopped, work dir deleted) on exit."""
+    broker = LocalBroker(port, extra_properties=extra_properties, format_args=format_args)
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.close()
+
+
+@contextlib.contextmanager
+def _local_broker() -> Iterator[str]:
+    fixed = os.environ.get("PRIVSTREAM_TEST_KAFKA_PORT", "").strip()
+    with local_broker(int(fixed) if fixed else None) as broker:
+        yield broker.bootstrap
 
 
 async def create_topics(

@@ -14,7 +14,11 @@
 #   KAFKA_STOP_TIMEOUT      seconds to wait after SIGTERM before KILL [30]
 #   KAFKA_HEAP_OPTS         JVM heap flags                           [-Xms256m -Xmx512m]
 #   KAFKA_JVM_OPTS          extra JVM flags                          []
-#   KAFKA_EXTRA_PROPERTIES  extra server.properties lines (newline separated)
+#   KAFKA_EXTRA_PROPERTIES  extra server.properties lines (newline separated;
+#                           a key given again overrides the generated one)
+#   KAFKA_FORMAT_ARGS       extra StorageTool format arguments, used when the
+#                           data dir is first formatted, e.g. SCRAM users:
+#                           --add-scram SCRAM-SHA-512=[name=u,password=p]
 #   KAFKA_CLEAN=1           make `stop` also delete the work dir
 #   JAVA, MVN               java / mvn executables                   [java, mvn]
 #
@@ -176,8 +180,10 @@ format_storage() {
         [[ "$cluster_id" =~ ^[A-Za-z0-9_-]{22}$ ]] || die "StorageTool random-uuid gave '$cluster_id'"
         echo "$cluster_id" >"$WORK_DIR/cluster.id"
     fi
+    local -a extra=()
+    read -ra extra <<<"${KAFKA_FORMAT_ARGS:-}"
     say "formatting $DATA_DIR (cluster id $cluster_id)"
-    java_tool kafka.tools.StorageTool format -t "$cluster_id" -c "$PROPS" >>"$LOG_FILE" 2>&1 ||
+    java_tool kafka.tools.StorageTool format -t "$cluster_id" -c "$PROPS" "${extra[@]}" >>"$LOG_FILE" 2>&1 ||
         { log_tail; die "storage format failed"; }
 }
 
