@@ -25,3 +25,11 @@ class ConfigError(PrivstreamError):
 
 class SecretError(PrivstreamError):
     """A secret (noise key, broker password) is missing or unreadable."""
+
+
+class BrokerError(PrivstreamError):
+    """The broker refused the worker for good (authentication, TLS, authorization, fencing).
+
+    Unlike a broker that is merely unreachable, retrying cannot help: the
+    worker stops and says which setting to fix.
+    """

@@ -44,7 +44,13 @@ class Metrics:
         )
         self.broker_connected = Gauge(
             "privstream_broker_connected",
-            "1 while the Kafka clients are running",
+            "1 while the broker answers metadata requests",
+            registry=registry,
+        )
+        self.transactions = Counter(
+            "privstream_transactions",
+            "Kafka transactions (one per batch) by outcome: committed or aborted",
+            ["outcome"],
             registry=registry,
         )
         self.build_info = Gauge(

@@ -122,7 +122,21 @@ async def main(bootstrap: str, records: int, config_path: str, kafka: dict[str, 
     print(f"== topics {topics[0]} -> {topics[1]} (+ {topics[2]})")
     await create_topics(bootstrap, topics)
     raw = [telemetry(seq) for seq in range(records)]
-    worker = await privstream("run", "--config", config_path, "--log-level", "WARNING")
+    # a production key lives in a Secret; the demo makes a throwaway one
+    key_file = Path(config_path).with_suffix(".key")
+    key_file.write_text(secrets.token_hex(32))
+    key_file.chmod(0o600)
+    worker = await privstream(
+        "run",
+        "--config",
+        config_path,
+        "--noise-key-file",
+        str(key_file),
+        "--replica-id",
+        f"demo-{kafka['group_id']}",
+        "--log-level",
+        "WARNING",
+    )
     try:
         started = time.monotonic()
         await produce(bootstrap, kafka["input_topic"], raw)

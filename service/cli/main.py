@@ -1,4 +1,4 @@
-"""The ``privstream`` command: run | sanitize | explain.
+"""The ``privstream`` command: run | sanitize | explain | keygen.
 
 Exit codes: 0 success, 1 runtime failure, 2 invalid config or usage.
 """
@@ -8,12 +8,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from service import __version__
 from service.config import AppConfig, load_config
-from service.errors import ConfigError, PrivstreamError
+from service.errors import ConfigError, PrivstreamError, SecretError
 from service.pipeline import RecordPlan, build_plan
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG = 0, 1, 2
@@ -30,6 +31,22 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--config", required=True, help="YAML config file")
     run.add_argument("--http-port", type=int, help="override http.port (0 = any free port)")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.add_argument(
+        "--noise-key-file",
+        help="file holding the noise key as hex (default: $PRIVSTREAM_NOISE_KEY_FILE, "
+        "else $PRIVSTREAM_NOISE_KEY); make one with `privstream keygen`",
+    )
+    run.add_argument(
+        "--insecure-ephemeral-key",
+        action="store_true",
+        help="without a key, draw a random one for this process: replays after a restart "
+        "get fresh noise (experiments only)",
+    )
+    run.add_argument(
+        "--replica-id",
+        help="stable, unique name of this replica; the transactional id is derived from it "
+        "(default: $PRIVSTREAM_REPLICA_ID, else the host name)",
+    )
 
     san = sub.add_parser("sanitize", help="sanitize a JSON Lines file (no Kafka)")
     san.add_argument("--config", required=True, help="YAML config file")
@@ -45,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("explain", help="show each field's mechanism and guarantee")
     exp.add_argument("--config", required=True, help="YAML config file")
     exp.add_argument("--format", choices=["table", "json"], default="table")
+
+    sub.add_parser("keygen", help="print a fresh noise key (hex) for --noise-key-file")
     return parser
 
 
@@ -61,6 +80,11 @@ def _load(path: str) -> tuple[AppConfig, RecordPlan]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "keygen":
+        from service.config.runtime import keygen
+
+        print(keygen())
+        return EXIT_OK
     config, plan = _load(args.config)
     try:
         if args.command == "explain":
@@ -74,18 +98,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             summary = run_sanitize(plan, args.input, args.output, args.dead_letter, OsEntropy())
             print(summary.render(args.dead_letter), file=sys.stderr)
         else:
-            from service.cli.run import serve
-
-            logging.basicConfig(
-                level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-            )
-            asyncio.run(serve(config, plan, args.http_port))
+            return _run(config, plan, args)
     except PrivstreamError as exc:
         print(f"privstream: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except OSError as exc:
         print(f"privstream: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
         return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
+    from service.cli.run import serve
+    from service.config.runtime import load_runtime
+
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    try:
+        runtime = load_runtime(
+            config.kafka,
+            os.environ,
+            key_file=args.noise_key_file,
+            insecure_ephemeral_key=args.insecure_ephemeral_key,
+            replica_id=args.replica_id,
+        )
+    except SecretError as exc:
+        print(f"privstream: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    asyncio.run(serve(config, plan, runtime, args.http_port))
     return EXIT_OK
 
 

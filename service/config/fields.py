@@ -8,7 +8,7 @@ mechanisms use (``service.mechanisms.validation``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Literal, TypeVar
 
 from pydantic import (
@@ -21,6 +21,7 @@ from pydantic import (
     StrictStr,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from service.errors import MechanismError
 from service.mechanisms import validation
@@ -49,6 +50,10 @@ DomainValue = StrictStr | StrictInt
 Domain = Annotated[tuple[DomainValue, ...], _pydantic(validation.check_domain)]
 Universe = Annotated[tuple[StrictStr, ...], _pydantic(validation.check_domain)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+#: the name of another field of the record (``memoize_by``)
+MemoField = Annotated[StrictStr, Field(min_length=1)]
+#: kinds whose values can be a memo (a JSON string or integer identifying the individual)
+MEMO_KINDS = ("drop", "public", "integer", "categorical")
 
 
 def _epsilon_share(value: object) -> float | Literal["auto"]:
@@ -139,6 +144,9 @@ class CategoricalField(_NoisedField):
     mechanism: Literal["randomized_response", "local_hashing"] = "randomized_response"
     #: map a value outside the domain to this domain value instead of dead-lettering
     unknown_as: DomainValue | None = None
+    #: permanent randomized response: the answer is a function of (key, this field's value
+    #: in the record, true value); checked against the other fields by AppConfig
+    memoize_by: MemoField | None = None
 
     @model_validator(mode="after")
     def _domain_fits_mechanism(self) -> CategoricalField:
@@ -160,6 +168,8 @@ class BooleanField(_NoisedField):
 
     kind: Literal["boolean"]
     mechanism: Literal["randomized_response"] = "randomized_response"
+    #: permanent randomized response, as for categorical fields
+    memoize_by: MemoField | None = None
 
 
 class SetField(_NoisedField):
@@ -232,3 +242,44 @@ FIELD_KINDS = (
     "vector",
     "functional",
 )
+
+
+def check_memo_references(fields: Sequence[_NamedField]) -> None:
+    """Every ``memoize_by`` names another field that can hold a device id.
+
+    Raises a ValidationError located at ``fields[i].memoize_by`` (one entry per
+    problem), so the loader reports ``fields[3] (state).memoize_by: ...``.
+    """
+    kinds = {spec.name: getattr(spec, "kind", "") for spec in fields}
+    problems: list[InitErrorDetails] = []
+    for position, spec in enumerate(fields):
+        memo = getattr(spec, "memoize_by", None)
+        if memo is None:
+            continue
+        if memo == spec.name:
+            message = (
+                "a field cannot be memoized by itself; name the field that identifies "
+                "the device, e.g. a device id of kind drop"
+            )
+        elif memo not in kinds:
+            message = (
+                f"no field named {memo!r}; list the device id field "
+                "(kind drop keeps it out of the output) or fix the name"
+            )
+        elif kinds[memo] not in MEMO_KINDS:
+            message = (
+                f"field {memo!r} is of kind {kinds[memo]}, which cannot hold a device id; "
+                f"memoize by a field of kind {', '.join(MEMO_KINDS[:-1])} or {MEMO_KINDS[-1]}"
+            )
+        else:
+            continue
+        problems.append(
+            InitErrorDetails(
+                type=PydanticCustomError("memoize_by", message),
+                loc=("fields", position, "memoize_by"),
+                input=memo,
+            )
+        )
+    if problems:
+        # a model validator cannot locate a ValueError; a ValidationError passes through
+        raise ValidationError.from_exception_data("AppConfig", problems)

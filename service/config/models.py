@@ -6,13 +6,56 @@ of mechanism objects; ``service.pipeline.plan`` turns it into mechanisms.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from service.config.fields import Delta, Epsilon, FieldConfig, Strict
 
 
+class SecurityConfig(Strict):
+    """How the clients authenticate the broker and themselves.
+
+    Credentials never live in this file: the password comes from
+    ``password_file`` (e.g. a mounted Kubernetes Secret) or the environment
+    (``service.config.runtime``).
+    """
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    #: PEM CA bundle that signs the broker's certificate (default: the system store)
+    ca_file: Path | None = None
+    #: client certificate and key (PEM) for mutual TLS
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    check_hostname: bool = True
+    sasl_mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"] = "SCRAM-SHA-512"
+    username: str | None = None
+    password_file: Path | None = None
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SecurityConfig:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together (mutual TLS needs both)")
+        tls_only = [name for name in ("ca_file", "cert_file") if getattr(self, name) is not None]
+        if tls_only and not self.uses_tls:
+            raise ValueError(
+                f"{' and '.join(tls_only)} given but protocol is {self.protocol}: "
+                "use SSL or SASL_SSL"
+            )
+        return self
+
+
 class KafkaConfig(Strict):
-    """Where records come from and go to."""
+    """Where records come from and go to, and how they are delivered."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
     input_topic: str = Field(min_length=1)
@@ -22,6 +65,19 @@ class KafkaConfig(Strict):
     client_id: str = "privstream"
     max_batch_records: int = Field(default=2000, ge=1, le=100_000)
     poll_timeout_ms: int = Field(default=500, ge=1, le=60_000)
+    #: bound on the raw bytes fetched ahead of processing (the consumer's fetch_max_bytes)
+    max_batch_bytes: int = Field(default=16 * 2**20, ge=2**16, le=2**30)
+    #: the largest message the producer sends (the broker's message.max.bytes)
+    max_message_bytes: int = Field(default=2**20, ge=2**10, le=2**30)
+    #: exactly-once: one transaction per batch holding its outputs and consumed offsets
+    transactions: bool = True
+    #: the transactional id is ``<prefix>-<replica id>``, stable across restarts
+    transactional_id_prefix: str = Field(default="privstream", min_length=1)
+    transaction_timeout_ms: int = Field(default=60_000, ge=1_000, le=900_000)
+    session_timeout_ms: int = Field(default=10_000, ge=1_000, le=300_000)
+    #: how long SIGTERM waits for the batch in flight before abandoning it
+    drain_timeout_ms: int = Field(default=30_000, ge=0, le=600_000)
+    security: SecurityConfig = SecurityConfig()
 
     @model_validator(mode="after")
     def _distinct_topics(self) -> KafkaConfig:
@@ -56,3 +112,11 @@ class AppConfig(Strict):
     privacy: PrivacyConfig
     fields: tuple[FieldConfig, ...]
     http: HttpConfig = HttpConfig()
+
+    @model_validator(mode="after")
+    def _memoize_by_names_a_device_field(self) -> AppConfig:
+        # cross-field: memoize_by must name another field that can hold a device id
+        from service.config.fields import check_memo_references
+
+        check_memo_references(self.fields)
+        return self

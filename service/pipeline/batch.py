@@ -70,14 +70,35 @@ def decode_record(raw: bytes) -> dict[str, Any]:
     return obj
 
 
-def _parse_row(plan: RecordPlan, raw: bytes) -> list[Any]:
+def _memo_value(record: dict[str, Any], memo: str, of: str) -> str | int:
+    """The raw memo value (a device id): a JSON string or integer, never quoted in errors."""
+    if memo not in record:
+        raise Rejected("missing_field", f"field {memo!r} (memoize_by of {of!r}): missing")
+    value = record[memo]
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise Rejected(
+            "wrong_type",
+            f"field {memo!r} (memoize_by of {of!r}): expected a string or an integer, "
+            f"got {json_type(value)}",
+        )
+    return value
+
+
+def _parse_row(plan: RecordPlan, raw: bytes) -> tuple[list[Any], list[bytes]]:
+    """Parsed values, one per handler, and the memo token of each memoized one (else b"")."""
     record = decode_record(raw)
     row: list[Any] = []
-    for handler in plan.handlers:
+    tokens: list[bytes] = []
+    for handler, memo in zip(plan.handlers, plan.memos, strict=True):
         if handler.name not in record:
             raise Rejected("missing_field", f"field {handler.name!r}: missing")
-        row.append(handler.parse(record[handler.name]))
-    return row
+        parsed = handler.parse(record[handler.name])
+        row.append(parsed)
+        if memo is None:
+            tokens.append(b"")
+        else:
+            tokens.append(memo.token(_memo_value(record, memo.field, handler.name), parsed))
+    return row, tokens
 
 
 def process_batch(
@@ -91,20 +112,28 @@ def process_batch(
     provider: NoiseProvider = noise if isinstance(noise, NoiseProvider) else Fresh(noise)
     result = BatchResult()
     rows: list[list[Any]] = []
+    tokens: list[list[bytes]] = []
     for index, raw in enumerate(messages):
         try:
-            rows.append(_parse_row(plan, raw))
+            row, row_tokens = _parse_row(plan, raw)
         except Rejected as rejected:
             result.dead_letters.append(DeadLetter(index, rejected.reason, rejected.detail))
         else:
+            rows.append(row)
+            tokens.append(row_tokens)
             result.output_index.append(index)
     if not rows:
         return result
     good = np.asarray(result.output_index, dtype=np.int64)
-    columns = [
-        handler.release([row[j] for row in rows], provider.for_column(field, good))
-        for j, (field, handler) in enumerate(zip(plan.field_ids, plan.handlers, strict=True))
-    ]
+    columns = []
+    for j, (field_id, handler, memo) in enumerate(
+        zip(plan.field_ids, plan.handlers, plan.memos, strict=True)
+    ):
+        if memo is None:
+            source = provider.for_column(field_id, good)
+        else:  # memoized: each row's words are a function of its (memo, true value) token
+            source = provider.for_memo(memo.scope, [t[j] for t in tokens])
+        columns.append(handler.release([row[j] for row in rows], source))
     names = [handler.name for handler in plan.handlers]
     for i in range(len(rows)):
         record = {name: column[i] for name, column in zip(names, columns, strict=True)}

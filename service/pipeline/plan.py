@@ -3,11 +3,24 @@
 This is the only place that maps config models to mechanism objects. Each
 mechanism is calibrated with the field's resolved budget (``epsilon: auto``
 shares and group-size scaling applied, ``service.config.budget``).
+
+Memoized fields (``memoize_by``) also get a ``MemoPlan``: the memo field's
+name, the *scope* that keys their noise (field name, memo field name and the
+release parameters, canonical JSON) and how to turn a parsed value back into
+the domain value the memo token is built from. A memoized categorical's
+randomized response runs over the domain in canonical order, so reordering
+the domain in the config changes neither its scope nor its answers, while
+any change of the field's parameters (domain, epsilon, delta) gives a new
+scope and independent words. Reusing the words under new parameters would
+couple the two releases: e.g. with a larger epsilon, the old answer flipped
+and the new one kept would give the true value away with certainty.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from service.config import AppConfig, Budget, FieldConfig, Guarantee, config_sha256, resolve_budget
 from service.config.fields import (
@@ -22,6 +35,7 @@ from service.config.fields import (
 from service.errors import ConfigError, MechanismError
 from service.mechanisms import LaplaceMechanism, Mechanism, RandomizedResponse
 from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
+from service.mechanisms.randomized_response import DomainValue
 from service.pipeline.fields import (
     BooleanHandler,
     CategoricalHandler,
@@ -31,6 +45,28 @@ from service.pipeline.fields import (
     RealHandler,
 )
 from service.pipeline.structured import HashedHandler, SetHandler, VectorHandler
+
+
+def canonical_json(value: object) -> bytes:
+    """One byte string per JSON value: sorted keys, no spaces, ASCII (lone surrogates escaped)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+@dataclass(frozen=True)
+class MemoPlan:
+    """How a memoized field's noise is keyed (``memoize_by``)."""
+
+    #: the record field whose raw value identifies the device
+    field: str
+    #: field name, memo field name and release parameters, canonical JSON
+    scope: bytes
+    #: parsed value -> released true value: ``domain[index]``, or the value itself when None
+    domain: tuple[DomainValue, ...] | None
+
+    def token(self, memo_value: str | int, parsed: Any) -> bytes:
+        """Canonical (memo value, true value) of one record: the row's memo token."""
+        true_value = parsed if self.domain is None else self.domain[parsed]
+        return canonical_json([memo_value, true_value])
 
 
 @dataclass(frozen=True)
@@ -43,6 +79,14 @@ class RecordPlan:
     field_ids: tuple[int, ...]
     budget: Budget
     config_sha256: str
+    #: per handler, its memo plan or None (empty: no field is memoized)
+    memos: tuple[MemoPlan | None, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.memos:
+            object.__setattr__(self, "memos", (None,) * len(self.handlers))
+        if len(self.memos) != len(self.handlers):
+            raise ValueError("one memo entry (or None) per handler")
 
     @property
     def epsilon(self) -> float:
@@ -58,12 +102,17 @@ def build_plan(config: AppConfig) -> RecordPlan:
     """Handlers for every released field, in config order; dropped fields have none."""
     budget = resolve_budget(config)
     released = [(i, spec) for i, spec in enumerate(config.fields) if spec.kind != "drop"]
-    handlers, problems = [], []
+    handlers: list[FieldHandler] = []
+    memos: list[MemoPlan | None] = []
+    problems: list[str] = []
     for i, spec in released:
         try:
-            handlers.append(_handler(spec, budget.fields.get(spec.name)))
+            handler = _handler(spec, budget.fields.get(spec.name))
         except MechanismError as exc:  # parameters no mechanism can honour: a config problem
             problems.append(f"fields[{i}] ({spec.name}): {exc}")
+        else:
+            handlers.append(handler)
+            memos.append(_memo_plan(spec, handler))
     if problems:
         raise ConfigError(problems)
     return RecordPlan(
@@ -72,7 +121,32 @@ def build_plan(config: AppConfig) -> RecordPlan:
         field_ids=tuple(i for i, _ in released),
         budget=budget,
         config_sha256=config_sha256(config),
+        memos=tuple(memos),
     )
+
+
+def _memo_plan(spec: FieldConfig, handler: FieldHandler) -> MemoPlan | None:
+    memo = getattr(spec, "memoize_by", None)
+    mech = handler.mechanism
+    if memo is None or mech is None:
+        return None
+    domain: tuple[DomainValue, ...] | None = None
+    if isinstance(mech, RandomizedResponse):
+        domain = mech.domain
+    parameters = {
+        "v": 1,
+        "field": spec.name,
+        "memoize_by": memo,
+        "mechanism": mech.name,
+        "epsilon": mech.epsilon,
+        "delta": mech.delta,
+        "domain": list(domain) if domain is not None else None,
+    }
+    return MemoPlan(field=memo, scope=canonical_json(parameters), domain=domain)
+
+
+def _canonical_order(domain: tuple[DomainValue, ...]) -> tuple[DomainValue, ...]:
+    return tuple(sorted(domain, key=canonical_json))
 
 
 def _handler(spec: FieldConfig, share: Guarantee | None) -> FieldHandler:
@@ -92,7 +166,9 @@ def _handler(spec: FieldConfig, share: Guarantee | None) -> FieldHandler:
 
             return HashedHandler(spec.name, OptimalLocalHashing(epsilon=eps))
         assert spec.domain is not None  # noqa: S101 -- guaranteed by the config model
-        rr = RandomizedResponse(domain=spec.domain, epsilon=eps, delta=dlt)
+        # memoized: canonical order, so that reordering the domain keeps every answer
+        domain = spec.domain if spec.memoize_by is None else _canonical_order(spec.domain)
+        rr = RandomizedResponse(domain=domain, epsilon=eps, delta=dlt)
         return CategoricalHandler(spec.name, rr, spec.unknown_as)
     if isinstance(spec, BooleanField):
         rr = RandomizedResponse(domain=(False, True), epsilon=eps, delta=dlt)

@@ -1,49 +1,85 @@
 """The consume -> sanitize -> produce loop: a thin shell around ``process_batch``.
 
-Delivery (this version): at-least-once. A batch's sanitized and dead-letter
-messages are produced and acknowledged (acks=all, idempotent producer)
-before the consumed offsets are committed. A crash between the two replays
-the batch; transactions and replay-stable noise are the exactly-once issue.
+Delivery: exactly once. Each polled batch becomes one Kafka transaction that
+holds its sanitized messages, its dead letters and the consumed offsets
+(aiokafka's transactional producer, ``send_offsets_to_transaction``), so a
+reader with ``isolation_level=read_committed`` sees every raw record's
+release once or not at all. Each record's noise is keyed on (secret, topic,
+partition, offset, field): a batch replayed after a crash or an aborted
+transaction is released with the very same bytes, so even an aborted copy
+that a ``read_uncommitted`` reader saw gives no second, independent draw.
+
+Fencing: aiokafka commits transactional offsets without the group
+generation, so zombies are fenced by a transactional id that is stable per
+replica (a restarted replica aborts its predecessor's open transaction),
+and a rebalance waits for the batch in flight to commit before the
+partitions move (``_Rebalance``).
+
+Faults: any retriable broker error ends the session (the open transaction
+is aborted, both clients are closed) and a new one starts after an
+exponential backoff, from the committed offsets. Errors a human must fix
+(``clients.final_error``) stop the worker with a message.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import random
 import time
 from collections.abc import Sequence
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+import numpy as np
+from aiokafka import (
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    ConsumerRebalanceListener,
+    ConsumerRecord,
+    TopicPartition,
+)
+from aiokafka.errors import KafkaError
 
 from service.config import KafkaConfig
-from service.mechanisms import NoiseSource
+from service.config.runtime import Runtime
+from service.mechanisms.rng import derive_memo_key, derive_stream_key
 from service.metrics import Metrics
 from service.pipeline import BatchResult, RecordPlan, process_batch
+from service.pipeline.batch import DeadLetter
+from service.pipeline.noise import Replayable
+from service.worker.clients import (
+    consumer_options,
+    final_error,
+    producer_options,
+    transactional_id,
+)
 from service.worker.http import Health
+from service.worker.produce import BatchSender, source_of
 
 log = logging.getLogger("privstream.worker")
 
-Headers = list[tuple[str, bytes]]
+Batches = dict[TopicPartition, list[ConsumerRecord]]
+#: errors after which a new session may succeed (the broker may come back)
+RETRIABLE = (KafkaError, OSError, TimeoutError)
+PROBE_INTERVAL_S = 2.0
+CLOSE_TIMEOUT_S = 10.0
 
 
-def output_headers(plan: RecordPlan) -> Headers:
-    """Headers of every sanitized message: the config hash and the record's guarantee."""
-    return [
-        ("privstream-config-sha256", plan.config_sha256.encode()),
-        ("privstream-epsilon", repr(plan.epsilon).encode()),
-        ("privstream-delta", repr(plan.delta).encode()),
-    ]
+class Backoff:
+    """Exponential delays with full jitter, reset after a committed batch."""
 
+    def __init__(self, initial_s: float = 0.2, cap_s: float = 30.0) -> None:
+        self._initial = initial_s
+        self._cap = cap_s
+        self._next = initial_s
 
-def dead_letter_headers(record: ConsumerRecord, reason: str, detail: str) -> Headers:
-    """The raw record's own headers plus why and where it failed."""
-    own: Headers = list(record.headers or ())
-    return [
-        *own,
-        ("privstream-reason", reason.encode()),
-        ("privstream-detail", detail.encode()),
-        ("privstream-source", f"{record.topic}/{record.partition}/{record.offset}".encode()),
-    ]
+    def next_delay(self) -> float:
+        delay = self._next
+        self._next = min(self._next * 2, self._cap)
+        return random.uniform(delay / 2, delay)  # noqa: S311 -- jitter, not noise
+
+    def reset(self) -> None:
+        self._next = self._initial
 
 
 class Worker:
@@ -53,91 +89,203 @@ class Worker:
         self,
         kafka: KafkaConfig,
         plan: RecordPlan,
+        runtime: Runtime,
         *,
-        source: NoiseSource,
         metrics: Metrics,
         health: Health,
     ) -> None:
         self._kafka = kafka
         self._plan = plan
-        self._source = source
+        self._runtime = runtime
         self._metrics = metrics
         self._health = health
-        self._headers = output_headers(plan)
-        self._consumer = AIOKafkaConsumer(
-            kafka.input_topic,
-            bootstrap_servers=kafka.bootstrap_servers,
-            client_id=kafka.client_id,
-            group_id=kafka.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
-        )
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=kafka.bootstrap_servers,
-            client_id=kafka.client_id,
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=5,
-        )
+        self._stream_key = derive_stream_key(runtime.noise_secret, kafka.input_topic)
+        self._memo_key = derive_memo_key(runtime.noise_secret)
+        self._batch_lock = asyncio.Lock()
+        self._assigned: set[TopicPartition] = set()
+        self._backoff = Backoff()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Process batches until ``stop`` is set; the batch in flight is finished first."""
-        await self._producer.start()
-        try:
-            await self._consumer.start()
+        """Process batches until ``stop`` is set, reconnecting after broker trouble.
+
+        Raises ``BrokerError`` when the broker refuses the worker for good.
+        """
+        log.info(
+            "consuming %s as group %s, %s",
+            self._kafka.input_topic,
+            self._kafka.group_id,
+            f"transactional id {transactional_id(self._kafka, self._runtime)}"
+            if self._kafka.transactions
+            else "transactions off (at-least-once, replays byte-identical)",
+        )
+        while not stop.is_set():
             try:
-                self._set_connected(True)
-                log.info("consuming %s as group %s", self._kafka.input_topic, self._kafka.group_id)
-                while not stop.is_set():
-                    batches = await self._consumer.getmany(
-                        timeout_ms=self._kafka.poll_timeout_ms,
-                        max_records=self._kafka.max_batch_records,
-                    )
-                    if batches:  # an empty poll is normal: nothing to produce or commit
-                        await self._handle(batches)
-            finally:
+                await self._session(stop)
+            except RETRIABLE as exc:
+                final = final_error(exc, self._kafka, self._runtime)
+                if final is not None:
+                    raise final from None
                 self._set_connected(False)
-                await self._consumer.stop()
-        finally:
-            await self._producer.stop()
+                delay = self._backoff.next_delay()
+                log.warning(
+                    "Kafka session ended (%s: %s); reconnecting in %.1f s",
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+
+    async def _session(self, stop: asyncio.Event) -> None:
+        """One pair of clients, from start to ``stop`` or the first broker error."""
+        async with contextlib.AsyncExitStack() as stack:
+            producer = AIOKafkaProducer(**producer_options(self._kafka, self._runtime))
+            stack.push_async_callback(_close, producer)
+            await producer.start()
+            consumer = AIOKafkaConsumer(**consumer_options(self._kafka, self._runtime))
+            stack.push_async_callback(_close, consumer)
+            consumer.subscribe([self._kafka.input_topic], listener=_Rebalance(self))
+            await consumer.start()
+            probe = asyncio.create_task(self._probe(producer))
+            stack.callback(probe.cancel)
+            self._set_connected(True)
+            sender = BatchSender(
+                producer, self._plan, self._kafka.output_topic, self._kafka.dead_letter_topic
+            )
+            while not stop.is_set():
+                batches = await consumer.getmany(
+                    timeout_ms=self._kafka.poll_timeout_ms,
+                    max_records=self._kafka.max_batch_records,
+                )
+                if not batches:  # an empty poll is normal: nothing to produce or commit
+                    continue
+                async with self._batch_lock:
+                    await self._handle(consumer, producer, sender, batches)
+                self._backoff.reset()
+
+    async def _probe(self, producer: AIOKafkaProducer) -> None:
+        """Readiness: can a metadata request reach the broker right now?"""
+        while True:
+            try:
+                await asyncio.wait_for(producer.client.fetch_all_metadata(), PROBE_INTERVAL_S * 2)
+            except RETRIABLE:
+                self._set_connected(False)
+            else:
+                self._set_connected(True)
+            await asyncio.sleep(PROBE_INTERVAL_S)
 
     def _set_connected(self, up: bool) -> None:
+        if up != self._health.ready:
+            log.info("broker %s", "reachable" if up else "unreachable")
         self._health.ready = up
         self._metrics.broker_connected.set(1 if up else 0)
 
-    async def _handle(self, batches: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+    async def _handle(
+        self,
+        consumer: AIOKafkaConsumer,
+        producer: AIOKafkaProducer,
+        sender: BatchSender,
+        batches: Batches,
+    ) -> None:
         started = time.perf_counter()
-        records = [record for partition in batches.values() for record in partition]
-        result = process_batch(self._plan, [r.value or b"" for r in records], self._source)
-        await self._produce(records, result)
-        await self._consumer.commit({tp: msgs[-1].offset + 1 for tp, msgs in batches.items()})
-        self._observe(len(records), result, time.perf_counter() - started)
+        # records of a partition revoked meanwhile are left to its new owner
+        owned = {tp: msgs for tp, msgs in batches.items() if tp in self._assigned and msgs}
+        records = [record for msgs in owned.values() for record in msgs]
+        if not records:
+            return
+        offsets = {tp: msgs[-1].offset + 1 for tp, msgs in owned.items()}
+        result = self._sanitize(records)
+        if self._kafka.transactions:
+            dead = await self._transaction(producer, sender, records, result, offsets)
+        else:
+            dead = await sender.send(records, result)
+            await consumer.commit(offsets)
+        self._observe(len(records), len(records) - len(dead), dead, time.perf_counter() - started)
 
-    async def _produce(self, records: Sequence[ConsumerRecord], result: BatchResult) -> None:
-        topic, headers = self._kafka.output_topic, self._headers
-        # no key: raw keys are usually user ids and never reach the sanitized topic
-        pending = [
-            await self._producer.send(topic, value=value, headers=headers)
-            for value in result.outputs
-        ]
-        for dead in result.dead_letters:
-            raw = records[dead.index]
-            pending.append(
-                await self._producer.send(
-                    self._kafka.dead_letter_topic,
-                    value=raw.value,
-                    key=raw.key,
-                    headers=dead_letter_headers(raw, dead.reason, dead.detail),
+    async def _transaction(
+        self,
+        producer: AIOKafkaProducer,
+        sender: BatchSender,
+        records: Sequence[ConsumerRecord],
+        result: BatchResult,
+        offsets: dict[TopicPartition, int],
+    ) -> list[DeadLetter]:
+        await producer.begin_transaction()
+        try:
+            dead = await sender.send(records, result)
+            await producer.send_offsets_to_transaction(offsets, self._kafka.group_id)
+            await producer.commit_transaction()
+        except BaseException:
+            self._metrics.transactions.labels("aborted").inc()
+            with contextlib.suppress(Exception):  # the session restarts either way
+                await asyncio.wait_for(producer.abort_transaction(), CLOSE_TIMEOUT_S)
+            raise
+        self._metrics.transactions.labels("committed").inc()
+        return dead
+
+    def _noise(self, records: Sequence[ConsumerRecord]) -> Replayable:
+        partitions = np.fromiter((r.partition for r in records), np.int64, len(records))
+        offsets = np.fromiter((r.offset for r in records), np.int64, len(records))
+        return Replayable(self._stream_key, partitions, offsets, memo_key=self._memo_key)
+
+    def _sanitize(self, records: Sequence[ConsumerRecord]) -> BatchResult:
+        """``process_batch``; a record that breaks it is dead-lettered alone, never retried."""
+        values = [r.value or b"" for r in records]
+        try:
+            return process_batch(self._plan, values, self._noise(records))
+        except Exception as exc:  # a bug in a handler must not block the partition
+            log.error("batch failed (%s); sanitizing its records one by one", type(exc).__name__)
+        result = BatchResult()
+        for index, record in enumerate(records):
+            try:
+                one = process_batch(self._plan, values[index : index + 1], self._noise([record]))
+            except Exception as exc:  # isolate the poison record
+                log.error(
+                    "record %s cannot be sanitized (%s)", source_of(record), type(exc).__name__
                 )
+                detail = f"internal error ({type(exc).__name__}) while sanitizing; please report"
+                result.dead_letters.append(DeadLetter(index, "internal_error", detail))
+                continue
+            result.outputs.extend(one.outputs)
+            result.output_index.extend(index for _ in one.outputs)
+            result.dead_letters.extend(
+                DeadLetter(index, d.reason, d.detail) for d in one.dead_letters
             )
-        await asyncio.gather(*pending)
+        return result
 
-    def _observe(self, count: int, result: BatchResult, seconds: float) -> None:
+    def _observe(self, count: int, out: int, dead: list[DeadLetter], seconds: float) -> None:
         m = self._metrics
         m.records_in.inc(count)
-        m.records_out.inc(len(result.outputs))
-        for dead in result.dead_letters:
-            m.dead_lettered.labels(dead.reason).inc()
+        m.records_out.inc(out)
+        for letter in dead:
+            m.dead_lettered.labels(letter.reason).inc()
         m.batch_records.observe(count)
         m.batch_seconds.observe(seconds)
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Partitions move only between batches: a revoke waits for the batch in flight."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        async with self._worker._batch_lock:
+            self._worker._assigned.difference_update(revoked)
+        log.info("partitions revoked: %s", _names(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._worker._assigned = set(assigned)
+        log.info("partitions assigned: %s", _names(assigned))
+
+
+def _names(tps: set[TopicPartition]) -> str:
+    return ", ".join(sorted(f"{tp.topic}/{tp.partition}" for tp in tps)) or "none"
+
+
+async def _close(client: AIOKafkaConsumer | AIOKafkaProducer) -> None:
+    """Stop a client without letting a dead broker hold the shutdown."""
+    try:
+        await asyncio.wait_for(client.stop(), CLOSE_TIMEOUT_S)
+    except Exception as exc:  # closing is best effort
+        log.debug("closing %s: %s", type(client).__name__, type(exc).__name__)

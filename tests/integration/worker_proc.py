@@ -10,8 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+
+from service.config import load_config
+from service.mechanisms.rng import derive_stream_key
+from service.pipeline import build_plan, process_batch
+from service.pipeline.noise import Replayable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,6 +29,9 @@ def unique_topics(prefix: str) -> dict[str, str]:
         "output_topic": f"{prefix}.{run}.sanitized",
         "dead_letter_topic": f"{prefix}.{run}.dlq",
         "group_id": f"{prefix}.{run}",
+        # one transactional id space per test: a killed worker's open transaction
+        # never stalls another test's worker
+        "transactional_id_prefix": f"{prefix}.{run}",
     }
 
 
@@ -33,12 +42,33 @@ def write_config(path: Path, bootstrap: str, kafka: dict[str, Any], body: dict[s
     return path
 
 
-class WorkerProcess:
-    """`privstream run --config C` in its own process, stderr kept in a file."""
+#: the noise key of the test workers (fixed in tests only, so expected outputs can be recomputed)
+TEST_SECRET = bytes(range(100, 132))
 
-    def __init__(self, config: Path, log: Path) -> None:
+
+class WorkerProcess:
+    """`privstream run --config C` in its own process, stdout and stderr kept in ``log``.
+
+    The worker gets ``secret`` through a key file next to the log, a replica id
+    (two live workers need different ones: the id is their transactional id)
+    and DEBUG logging, so tests can check the logs hold no raw value.
+    """
+
+    def __init__(
+        self,
+        config: Path,
+        log: Path,
+        *,
+        secret: bytes = TEST_SECRET,
+        replica_id: str = "0",
+        log_level: str = "DEBUG",
+    ) -> None:
         self.config = config
         self.log = log
+        self.replica_id = replica_id
+        self.log_level = log_level
+        self.key_file = log.with_suffix(".key")
+        self.key_file.write_text(secret.hex() + "\n")
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self, *extra: str) -> None:
@@ -50,6 +80,12 @@ class WorkerProcess:
             "run",
             "--config",
             str(self.config),
+            "--noise-key-file",
+            str(self.key_file),
+            "--replica-id",
+            self.replica_id,
+            "--log-level",
+            self.log_level,
             *extra,
             cwd=ROOT,
             stdout=self._log_fh,
@@ -57,27 +93,61 @@ class WorkerProcess:
         )
 
     async def terminate(self, within_s: float = 60) -> int:
+        """SIGTERM, wait for the exit code (the in-flight batch is committed first)."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(self.proc.wait(), within_s)
         self._log_fh.close()
         return code
 
+    async def kill(self) -> int:
+        """SIGKILL: no clean-up of any kind, like a crashed node."""
+        assert self.proc is not None
+        self.proc.kill()
+        code = await self.proc.wait()
+        self._log_fh.close()
+        return code
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
 
 
-async def produce(
-    bootstrap: str, topic: str, messages: list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]
-) -> None:
+Message = tuple[bytes | None, bytes, list[tuple[str, bytes]]]
+
+
+async def produce(bootstrap: str, topic: str, messages: list[Message]) -> list[tuple[int, int]]:
+    """Produce (key, value, headers) messages; return each one's (partition, offset)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks="all")
     await producer.start()
     try:
-        for key, value, headers in messages:
+        pending = [
             await producer.send(topic, value, key=key, headers=headers)
-        await producer.flush()
+            for key, value, headers in messages
+        ]
+        written = await asyncio.gather(*pending)
+        return [(meta.partition, meta.offset) for meta in written]
     finally:
         await producer.stop()
+
+
+def replay_expected(
+    config: Path, secret: bytes, topic: str, coords: list[tuple[int, int]], values: list[bytes]
+) -> list[bytes | None]:
+    """What an uncrashed worker with ``secret`` makes of each input: its sanitized bytes,
+    or None for a dead letter. Computed offline with the pipeline and keyed noise."""
+    plan = build_plan(load_config(config))
+    partitions = np.array([p for p, _ in coords], dtype=np.int64)
+    offsets = np.array([o for _, o in coords], dtype=np.int64)
+    noise = Replayable(derive_stream_key(secret, topic), partitions, offsets)
+    result = process_batch(plan, values, noise)
+    out: list[bytes | None] = [None] * len(values)
+    for index, value in zip(result.output_index, result.outputs, strict=True):
+        out[index] = value
+    return out
 
 
 class Collector:
