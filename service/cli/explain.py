@@ -12,6 +12,7 @@ from service.pipeline import RecordPlan
 def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
     """The machine-readable explanation, read from the plan's mechanism objects."""
     by_name = {h.name: h for h in plan.handlers}
+    memo_of = {h.name: m.field for h, m in zip(plan.handlers, plan.memos, strict=True) if m}
     fields: list[dict[str, Any]] = []
     for spec in config.fields:
         handler = by_name.get(spec.name)
@@ -30,6 +31,7 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
                 expected_error=mech.expected_error,
                 gamma_lower_bound=mech.gamma_lower_bound,
                 metric=mech.metric,
+                memoize_by=memo_of.get(spec.name),
             )
         else:
             entry.update(
@@ -93,6 +95,14 @@ def render_table(data: dict[str, Any]) -> str:
         f"declared budget: epsilon={_num(rec['budget_epsilon'])} delta={_num(rec['budget_delta'])}"
     )
     lines.append(f"config sha256: {data['config_sha256']}")
+    memoized = [
+        f"{f['name']} (by {f['memoize_by']})" for f in data["fields"] if f.get("memoize_by")
+    ]
+    if memoized:
+        lines.append(
+            f"memoized (one answer per device and value, ever): {', '.join(memoized)}; "
+            "whether a device's value changed is not protected"
+        )
     return "\n".join(lines)
 
 

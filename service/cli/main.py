@@ -95,6 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from service.cli.sanitize import run_sanitize
             from service.mechanisms import OsEntropy
 
+            if any(plan.memos):
+                print(
+                    "privstream: warning: sanitize has no noise key, so memoize_by fields get "
+                    "fresh noise on every line (each report is a new release)",
+                    file=sys.stderr,
+                )
             summary = run_sanitize(plan, args.input, args.output, args.dead_letter, OsEntropy())
             print(summary.render(args.dead_letter), file=sys.stderr)
         else:

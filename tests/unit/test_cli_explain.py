@@ -168,3 +168,28 @@ def test_explain_with_bad_config_exits_2(
     assert captured.out == ""
     (line,) = captured.err.splitlines()
     assert line.startswith("privstream: config error: privacy.epsilon: ")
+
+
+MEMO_CONFIG = """\
+kafka: {input_topic: raw, output_topic: clean, dead_letter_topic: dlq}
+privacy: {epsilon: 2}
+fields:
+  - {name: device, kind: drop}
+  - {name: country, kind: categorical, domain: [DE, FR], epsilon: 1, memoize_by: device}
+  - {name: crashed, kind: boolean, epsilon: 1}
+"""
+
+
+def test_explain_names_memoized_fields_and_what_they_leave_open(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "memo.yaml"
+    path.write_text(MEMO_CONFIG)
+    assert main(["explain", "--config", str(path), "--format", "json"]) == 0
+    fields = {f["name"]: f for f in json.loads(capsys.readouterr().out)["fields"]}
+    assert fields["country"]["memoize_by"] == "device"
+    assert fields["crashed"]["memoize_by"] is None
+    assert main(["explain", "--config", str(path)]) == 0
+    assert "country (by device); whether a device's value changed is not protected" in (
+        capsys.readouterr().out
+    )
