@@ -9,6 +9,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from service import __version__
+from service.field_errors import FieldErrors
 from service.pipeline import RecordPlan
 
 _BATCH_SIZE_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2000, 5000, 10000, 50000)
@@ -19,6 +20,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self.field_errors: FieldErrors | None = None
         self.records_in = Counter(
             "privstream_records_in", "Raw records consumed", registry=registry
         )
@@ -47,6 +49,12 @@ class Metrics:
             "1 while the broker answers metadata requests",
             registry=registry,
         )
+        self.consumer_lag = Gauge(
+            "privstream_consumer_lag_records",
+            "Records of an assigned input partition not yet processed (high watermark - position)",
+            ["partition"],
+            registry=registry,
+        )
         self.transactions = Counter(
             "privstream_transactions",
             "Kafka transactions (one per batch) by outcome: committed or aborted",
@@ -73,8 +81,10 @@ class Metrics:
     def _field_gauge(self, name: str, doc: str) -> Gauge:
         return Gauge(name, doc, ["field", "mechanism"], registry=self.registry)
 
-    def describe_plan(self, plan: RecordPlan) -> None:
-        """Publish the configuration's guarantees (constant for the process)."""
+    def describe_plan(self, plan: RecordPlan, *, clamped_counts: bool = True) -> FieldErrors:
+        """Publish the configuration's guarantees; returns the per-field error collector."""
+        self.field_errors = FieldErrors(plan, clamped_counts=clamped_counts)
+        self.registry.register(self.field_errors)
         self.build_info.labels(__version__, plan.config_sha256).set(1)
         for handler in plan.handlers:
             mech = handler.mechanism
@@ -85,3 +95,4 @@ class Metrics:
             self.field_delta.labels(*labels).set(mech.delta)
             self.field_expected_error.labels(*labels).set(mech.expected_error)
             self.field_gamma_lower_bound.labels(*labels).set(mech.gamma_lower_bound)
+        return self.field_errors

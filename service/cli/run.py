@@ -28,7 +28,7 @@ async def serve(
     """
     registry = CollectorRegistry()
     metrics = Metrics(registry)
-    metrics.describe_plan(plan)
+    metrics.describe_plan(plan, clamped_counts=config.metrics.clamped_counts)
     health = Health()
     port = config.http.port if http_port is None else http_port
     endpoint = HttpEndpoint(registry, health, config.http.host, port)

@@ -105,6 +105,13 @@ class HttpConfig(Strict):
     port: int = Field(default=9400, ge=0, le=65535)
 
 
+class MetricsConfig(Strict):
+    """What /metrics exports beyond the service counters."""
+
+    #: per-field count of raw values outside the bounds: an aggregate side channel
+    clamped_counts: bool = True
+
+
 class AppConfig(Strict):
     """The whole privstream configuration."""
 
@@ -112,6 +119,7 @@ class AppConfig(Strict):
     privacy: PrivacyConfig
     fields: tuple[FieldConfig, ...]
     http: HttpConfig = HttpConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
     @model_validator(mode="after")
     def _memoize_by_names_a_device_field(self) -> AppConfig:

@@ -57,6 +57,20 @@ class Mechanism(ABC):
     def release(self, values: NDArray[Any], source: NoiseSource) -> NDArray[Any]:
         """Sanitize a whole column; calls ``source.words`` exactly once."""
 
+    def noise_error(
+        self, inputs: NDArray[Any], outputs: NDArray[Any]
+    ) -> NDArray[np.float64] | None:
+        """``rho`` between each output and this mechanism's own input, clamped and on its grid.
+
+        That is the noise alone: where the raw value lies inside the bounds
+        does not enter, so an aggregate of these errors tells nothing about
+        the data beyond how many values were clamped (reported separately).
+        Its mean estimates ``expected_error`` up to the grid rounding the
+        worst case adds. None where no such function of the noise exists
+        (sets: the error depends on the set's size; hashed reports).
+        """
+        return None
+
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
         return f"{type(self).__name__}(epsilon={self.epsilon}, delta={self.delta}, {shown})"

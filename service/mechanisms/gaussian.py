@@ -311,6 +311,15 @@ class GaussianMechanism(Mechanism):
             indices = indices + self._sampler.sample(words)
         return from_grid(indices, self.granularity)
 
+    def noise_error(
+        self, inputs: NDArray[np.float64], outputs: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
+        """``|y - g index(d)|`` with ``index`` the noiseless grid index: ``g |Z|``."""
+        column = np.asarray(inputs, dtype=np.float64)
+        if self.diameter == 0.0:
+            return np.zeros(len(column))
+        return np.abs(outputs - from_grid(self.grid_indices(column), self.granularity))
+
 
 def vector_granularity(sigma: float, radius: float, dimension: int) -> float:
     """``granularity(sigma)``, refined (at most 8x) towards ``g <= R / (32 sqrt(k))``."""
@@ -519,6 +528,14 @@ class VectorGaussianMechanism(Mechanism):
         words = source.words(shape[0] if len(shape) else 0, self.core.words_per_row)
         clipped = self.clip(values)
         return from_grid(self.core.noisy_indices(clipped, words), self.granularity)
+
+    def noise_error(
+        self, inputs: NDArray[np.float64], outputs: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
+        """``||y - g round(clip(d) / g)||_2 = g ||Z||_2`` per row."""
+        noiseless = from_grid(to_grid(self.clip(inputs), self.granularity), self.granularity)
+        error: NDArray[np.float64] = np.linalg.norm(outputs - noiseless, axis=1)
+        return error
 
 
 __all__ = [

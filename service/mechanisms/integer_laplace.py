@@ -71,3 +71,11 @@ class IntegerLaplaceMechanism(Mechanism):
         if self.noise is None:
             return clamped
         return clamped + self.noise.sample(source.words(len(clamped), 2))
+
+    def noise_error(
+        self, inputs: NDArray[np.int64], outputs: NDArray[np.int64]
+    ) -> NDArray[np.float64]:
+        """``|y - clamp(d)| = |Z|``."""
+        clamped = np.clip(np.asarray(inputs, dtype=np.int64), self.lower, self.upper)
+        error: NDArray[np.float64] = np.abs(outputs - clamped).astype(np.float64)
+        return error

@@ -160,3 +160,12 @@ class LaplaceMechanism(Mechanism):
             return clamped
         noise = self.noise.sample(source.words(len(clamped), 2))
         return from_grid(to_grid(clamped, self.granularity) + noise, self.granularity)
+
+    def noise_error(
+        self, inputs: NDArray[np.float64], outputs: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
+        """``|y - g round(clamp(d) / g)| = g |Z|`` (exact: both sides are on the grid)."""
+        clamped = self.clamp(np.asarray(inputs, dtype=np.float64))
+        if self.noise is None:
+            return np.zeros(len(clamped))
+        return np.abs(outputs - from_grid(to_grid(clamped, self.granularity), self.granularity))

@@ -94,3 +94,12 @@ class RandomizedResponse(Mechanism):
         other = np.minimum(other, self.m - 1)  # u*m < m always; guard float rounding
         other += other >= indices  # skip over the true value
         return np.where(flip, other, indices)
+
+    def noise_error(
+        self, inputs: NDArray[np.int64], outputs: NDArray[np.int64]
+    ) -> NDArray[np.float64]:
+        """The discrete metric ``1[y != d]``: whether the answer was flipped."""
+        flipped: NDArray[np.float64] = (np.asarray(outputs) != np.asarray(inputs)).astype(
+            np.float64
+        )
+        return flipped

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from service.mechanisms import NoiseSource
 from service.pipeline.fields import Rejected, json_type
@@ -33,12 +34,39 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
+class Observation:
+    """What the worker may aggregate about one noised field of a batch (metrics)."""
+
+    #: ``rho(Y, d)`` per released value, a function of the noise alone; None when the
+    #: kind has no such function or the field is memoized (its noise follows the value)
+    error: NDArray[np.float64] | None
+    clamped: int
+
+
+def merge_observations(parts: Sequence[dict[str, Observation]]) -> dict[str, Observation]:
+    """The observations of several batches as if they were one."""
+    merged: dict[str, Observation] = {}
+    for part in parts:
+        for name, seen in part.items():
+            if name not in merged:
+                merged[name] = seen
+                continue
+            before = merged[name]
+            errors = [e for e in (before.error, seen.error) if e is not None]
+            error = np.concatenate(errors) if errors else None
+            merged[name] = Observation(error, before.clamped + seen.clamped)
+    return merged
+
+
+@dataclass(frozen=True)
 class BatchResult:
-    """Sanitized messages with their input positions, and the dead letters."""
+    """Sanitized messages with their input positions, the dead letters, per-field observations."""
 
     outputs: list[bytes] = field(default_factory=list)
     output_index: list[int] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    #: by field name, for every field with a mechanism
+    observations: dict[str, Observation] = field(default_factory=dict)
 
 
 def _reject_constant(token: str) -> float:
@@ -133,7 +161,11 @@ def process_batch(
             source = provider.for_column(field_id, good)
         else:  # memoized: each row's words are a function of its (memo, true value) token
             source = provider.for_memo(memo.scope, [t[j] for t in tokens])
-        columns.append(handler.release([row[j] for row in rows], source))
+        column = handler.release([row[j] for row in rows], source)
+        columns.append(column.values)
+        if handler.mechanism is not None:
+            error = column.error if memo is None else None
+            result.observations[handler.name] = Observation(error, column.clamped)
     names = [handler.name for handler in plan.handlers]
     for i in range(len(rows)):
         record = {name: column[i] for name, column in zip(names, columns, strict=True)}

@@ -3,7 +3,9 @@
 ``parse`` validates a single JSON value and returns it cleaned, or raises
 ``Rejected`` with a reason code (a low-cardinality metric label) and a
 detail that names the field but never quotes the raw value. ``release``
-runs the field's mechanism over the column of all parsed values of a batch.
+runs the field's mechanism over the column of all parsed values of a batch
+and returns a ``Column``: the JSON-ready values plus what the worker may
+aggregate about them (the noise's error, the clamped count).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
 from service.mechanisms import Mechanism, NoiseSource, RandomizedResponse
 from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
@@ -48,6 +51,23 @@ def finite_number(name: str, value: object) -> float:
     return number
 
 
+@dataclass(frozen=True)
+class Column:
+    """One released column of a batch."""
+
+    values: list[Any]
+    #: ``rho(Y, d)`` per row as a function of the noise alone (``Mechanism.noise_error``);
+    #: None where the kind has none or the field is public
+    error: NDArray[np.float64] | None = None
+    #: raw values that fell outside the declared bounds and were clamped
+    clamped: int = 0
+
+
+def outside(column: NDArray[Any], lower: float, upper: float) -> int:
+    """How many values of ``column`` lie outside ``[lower, upper]``."""
+    return int(np.count_nonzero((column < lower) | (column > upper)))
+
+
 class FieldHandler(Protocol):
     """What the batch transform needs of a field."""
 
@@ -59,7 +79,7 @@ class FieldHandler(Protocol):
 
     def parse(self, value: object) -> Any: ...
 
-    def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]: ...
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column: ...
 
 
 @dataclass(frozen=True)
@@ -72,24 +92,29 @@ class PublicHandler:
     def parse(self, value: object) -> object:
         return value
 
-    def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:
-        return list(values)
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
+        return Column(list(values))
 
 
 @dataclass(frozen=True)
 class RealHandler:
-    """Finite JSON numbers; clamping happens inside the mechanism."""
+    """Finite JSON numbers; clamping to ``bounds`` happens inside the mechanism."""
 
     name: str
     mechanism: Mechanism
+    bounds: tuple[float, float] = (-math.inf, math.inf)
 
     def parse(self, value: object) -> float:
         return finite_number(self.name, value)
 
-    def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
         column = np.asarray(values, dtype=np.float64)
-        released: list[Any] = self.mechanism.release(column, source).tolist()
-        return released
+        released = self.mechanism.release(column, source)
+        return Column(
+            released.tolist(),
+            self.mechanism.noise_error(column, released),
+            outside(column, *self.bounds),
+        )
 
 
 @dataclass(frozen=True)
@@ -108,13 +133,19 @@ class IntegerHandler:
             raise Rejected(
                 "wrong_type", f"field {self.name!r}: expected an integer, got a fraction"
             )
-        # clamp here: Python ints are unbounded, the column is int64
-        return min(max(int(value), self.mechanism.lower), self.mechanism.upper)
+        # Python ints are unbounded, the column is int64: clamp to one step outside
+        # the bounds here (still counted as clamped), the mechanism clamps the rest
+        lower, upper = self.mechanism.lower, self.mechanism.upper
+        return min(max(int(value), lower - 1), upper + 1)
 
-    def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
         column = np.asarray(values, dtype=np.int64)
-        released: list[Any] = self.mechanism.release(column, source).tolist()
-        return released
+        released = self.mechanism.release(column, source)
+        return Column(
+            released.tolist(),
+            self.mechanism.noise_error(column, released),
+            outside(column, self.mechanism.lower, self.mechanism.upper),
+        )
 
 
 @dataclass(frozen=True)
@@ -147,10 +178,13 @@ class CategoricalHandler:
             "add it to the domain or set unknown_as",
         )
 
-    def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
         indices = np.asarray(values, dtype=np.int64)
+        released = self.mechanism.release(indices, source)
         domain = self.mechanism.domain
-        return [domain[i] for i in self.mechanism.release(indices, source).tolist()]
+        return Column(
+            [domain[i] for i in released.tolist()], self.mechanism.noise_error(indices, released)
+        )
 
 
 @dataclass(frozen=True)
@@ -167,6 +201,7 @@ class BooleanHandler:
             )
         return int(value)
 
-    def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
         indices = np.asarray(values, dtype=np.int64)
-        return self.mechanism.release(indices, source).astype(bool).tolist()  # type: ignore[no-any-return]
+        released = self.mechanism.release(indices, source)
+        return Column(released.astype(bool).tolist(), self.mechanism.noise_error(indices, released))

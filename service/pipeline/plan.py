@@ -154,7 +154,8 @@ def _handler(spec: FieldConfig, share: Guarantee | None) -> FieldHandler:
         return PublicHandler(spec.name)
     eps, dlt = share.epsilon, share.delta
     if isinstance(spec, RealField):
-        return RealHandler(spec.name, _real_mechanism(spec, eps, dlt))
+        bounds = (float(spec.bounds[0]), float(spec.bounds[1]))
+        return RealHandler(spec.name, _real_mechanism(spec, eps, dlt), bounds)
     if isinstance(spec, IntegerField):
         lo, hi = int(spec.bounds[0]), int(spec.bounds[1])
         return IntegerHandler(

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from service.mechanisms import Mechanism, NoiseSource
-from service.pipeline.fields import Rejected, finite_number, json_type
+from service.pipeline.fields import Column, Rejected, finite_number, json_type
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,10 @@ class VectorHandler:
             )
         return [finite_number(self.name, item) for item in value]
 
-    def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
         matrix = np.asarray(values, dtype=np.float64).reshape(len(values), self.dimension)
-        released: list[Any] = self.mechanism.release(matrix, source).tolist()
-        return released
+        released = self.mechanism.release(matrix, source)
+        return Column(released.tolist(), self.mechanism.noise_error(matrix, released))
 
 
 @dataclass(frozen=True)
@@ -83,13 +83,13 @@ class SetHandler:
             )
         return sorted(positions)
 
-    def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
         bits = np.zeros((len(values), len(self.universe)), dtype=bool)
         for row, positions in enumerate(values):
             bits[row, positions] = True
         noisy = self.mechanism.release(bits, source)
         universe = self.universe
-        return [[universe[j] for j in np.flatnonzero(row)] for row in noisy]
+        return Column([[universe[j] for j in np.flatnonzero(row)] for row in noisy])
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,6 @@ class HashedHandler:
             ) from None
         return value
 
-    def release(self, values: Sequence[Any], source: NoiseSource) -> list[Any]:
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
         reports = self.mechanism.release(np.asarray(values, dtype=object), source).tolist()
-        return [{"seed": seed, "bucket": bucket} for seed, bucket in reports]
+        return Column([{"seed": seed, "bucket": bucket} for seed, bucket in reports])

@@ -45,7 +45,7 @@ from service.config.runtime import Runtime
 from service.mechanisms.rng import derive_memo_key, derive_stream_key
 from service.metrics import Metrics
 from service.pipeline import BatchResult, RecordPlan, process_batch
-from service.pipeline.batch import DeadLetter
+from service.pipeline.batch import DeadLetter, Observation, merge_observations
 from service.pipeline.noise import Replayable
 from service.worker.clients import (
     consumer_options,
@@ -201,6 +201,11 @@ class Worker:
             dead = await sender.send(records, result)
             await consumer.commit(offsets)
         self._observe(len(records), len(records) - len(dead), dead, time.perf_counter() - started)
+        if self._metrics.field_errors is not None:
+            self._metrics.field_errors.observe(result.observations)
+        for tp, position in offsets.items():
+            lag = max(0, (consumer.highwater(tp) or position) - position)
+            self._metrics.consumer_lag.labels(str(tp.partition)).set(lag)
 
     async def _transaction(
         self,
@@ -236,6 +241,7 @@ class Worker:
         except Exception as exc:  # a bug in a handler must not block the partition
             log.error("batch failed (%s); sanitizing its records one by one", type(exc).__name__)
         result = BatchResult()
+        parts: list[dict[str, Observation]] = []
         for index, record in enumerate(records):
             try:
                 one = process_batch(self._plan, values[index : index + 1], self._noise([record]))
@@ -251,6 +257,8 @@ class Worker:
             result.dead_letters.extend(
                 DeadLetter(index, d.reason, d.detail) for d in one.dead_letters
             )
+            parts.append(one.observations)
+        result.observations.update(merge_observations(parts))
         return result
 
     def _observe(self, count: int, out: int, dead: list[DeadLetter], seconds: float) -> None:
