@@ -280,6 +280,10 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         async with self._worker._batch_lock:
             self._worker._assigned.difference_update(revoked)
+        lag = self._worker._metrics.consumer_lag
+        for tp in revoked:  # another replica reports these now
+            with contextlib.suppress(KeyError):
+                lag.remove(str(tp.partition))
         log.info("partitions revoked: %s", _names(revoked))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
