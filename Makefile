@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install lint format test unit integration demo bench kafka-start kafka-stop clean
+.PHONY: help install system-deps lint format test unit integration demo bench kafka-start kafka-stop clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -18,6 +18,21 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv with privstream and the dev tools
 
+# Debian packages the tests talk to: Prometheus + promtool, docker-compose (to
+# validate docker-compose.yml), kcat. Installed only when a command is missing.
+SYSTEM_PACKAGES := prometheus docker-compose kcat
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+system-deps: ## Debian packages the tests use (prometheus, promtool, docker-compose, kcat)
+	@for tool in prometheus promtool docker-compose kcat; do \
+		command -v $$tool >/dev/null || missing="$$missing $$tool"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing $(SYSTEM_PACKAGES) (missing:$$missing)"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends $(SYSTEM_PACKAGES) >/dev/null; \
+	fi
+
 lint: $(STAMP) ## ruff (lint + format check) and mypy --strict on service/
 	$(BIN)/ruff check service tests bench deploy
 	$(BIN)/ruff format --check service tests bench deploy
@@ -27,13 +42,13 @@ format: $(STAMP) ## apply ruff's formatter and safe fixes
 	$(BIN)/ruff format service tests bench deploy
 	$(BIN)/ruff check --fix service tests bench deploy
 
-test: lint ## every test, integration with a real Kafka broker included
+test: lint system-deps ## every test, integration with a real Kafka broker included
 	$(BIN)/pytest
 
 unit: $(STAMP) ## the fast tests only (no broker)
 	$(BIN)/pytest tests/unit
 
-integration: $(STAMP) ## the tests against a real Kafka broker
+integration: $(STAMP) system-deps ## the tests against a real Kafka broker and Prometheus
 	$(BIN)/pytest tests/integration
 
 demo: $(STAMP) ## start a local broker, stream synthetic telemetry through privstream, stop
