@@ -121,6 +121,9 @@ def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    # aiokafka's DEBUG lines print the first bytes of every fetched and produced
+    # batch (raw keys and values) and the SCRAM exchange: never below INFO
+    logging.getLogger("aiokafka").setLevel(max(logging.INFO, logging.getLevelName(args.log_level)))
     try:
         runtime = load_runtime(
             config.kafka,

@@ -8,10 +8,12 @@ else (broker down, leader moves, timeouts) is retried with backoff.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from typing import Any
 
 from aiokafka import errors as kafka_errors
+from aiokafka.conn import create_conn
 from aiokafka.helpers import create_ssl_context
 
 from service.config.models import KafkaConfig
@@ -87,7 +89,12 @@ def final_error(exc: BaseException, kafka: KafkaConfig, runtime: Runtime) -> Bro
     """A BrokerError explaining ``exc`` if retrying cannot fix it, else None."""
     security = kafka.security
     user = runtime.credentials.username if runtime.credentials else None
-    if isinstance(exc, kafka_errors.AuthenticationFailedError | kafka_errors.IllegalSaslStateError):
+    refused = (
+        kafka_errors.AuthenticationFailedError,
+        kafka_errors.SaslAuthenticationFailed,
+        kafka_errors.IllegalSaslStateError,
+    )
+    if isinstance(exc, refused):
         return BrokerError(
             f"broker {kafka.bootstrap_servers} refused authentication for user {user!r} "
             f"with {security.sasl_mechanism}: check the username and the password "
@@ -123,3 +130,39 @@ def final_error(exc: BaseException, kafka: KafkaConfig, runtime: Runtime) -> Bro
         return BrokerError(f"broker {kafka.bootstrap_servers}: {exc}")
     cause = exc.__cause__ or exc.__context__
     return final_error(cause, kafka, runtime) if cause is not None else None
+
+
+DIAGNOSE_TIMEOUT_S = 15.0
+
+
+async def diagnose(kafka: KafkaConfig, runtime: Runtime) -> BrokerError | None:
+    """Why can no bootstrap server be reached? A BrokerError if a human must fix it.
+
+    aiokafka's bootstrap logs the real error and raises a bare connection
+    error, so a wrong password looks like a broker that is down. One direct
+    connection per server (TLS handshake and SASL included) recovers it.
+    """
+    options = common_options(kafka, runtime)
+    for server in kafka.bootstrap_servers.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            conn = await asyncio.wait_for(
+                create_conn(
+                    host.strip("[]"),
+                    int(port),
+                    client_id=kafka.client_id,
+                    ssl_context=options.get("ssl_context"),
+                    security_protocol=kafka.security.protocol,
+                    sasl_mechanism=options.get("sasl_mechanism"),
+                    sasl_plain_username=options.get("sasl_plain_username"),
+                    sasl_plain_password=options.get("sasl_plain_password"),
+                ),
+                DIAGNOSE_TIMEOUT_S,
+            )
+        except (kafka_errors.KafkaError, OSError, TimeoutError, ValueError) as exc:
+            final = final_error(exc, kafka, runtime)
+            if final is not None:
+                return final
+        else:
+            conn.close()
+    return None

@@ -38,7 +38,7 @@ from aiokafka import (
     ConsumerRecord,
     TopicPartition,
 )
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from service.config import KafkaConfig
 from service.config.runtime import Runtime
@@ -49,6 +49,7 @@ from service.pipeline.batch import DeadLetter, Observation, merge_observations
 from service.pipeline.noise import Replayable
 from service.worker.clients import (
     consumer_options,
+    diagnose,
     final_error,
     producer_options,
     transactional_id,
@@ -123,6 +124,8 @@ class Worker:
                 await self._session(stop)
             except RETRIABLE as exc:
                 final = final_error(exc, self._kafka, self._runtime)
+                if final is None and isinstance(exc, KafkaConnectionError):
+                    final = await diagnose(self._kafka, self._runtime)
                 if final is not None:
                     raise final from None
                 self._set_connected(False)

@@ -100,6 +100,18 @@ class WorkerProcess:
         self._log_fh.close()
         return code
 
+    async def wait(self, within_s: float) -> int:
+        """The exit code of a worker that stops by itself; TimeoutError if it does not."""
+        assert self.proc is not None
+        try:
+            code = await asyncio.wait_for(self.proc.wait(), within_s)
+        finally:
+            if self.proc.returncode is None:
+                self.proc.kill()
+                await self.proc.wait()
+            self._log_fh.close()
+        return code
+
     async def kill(self) -> int:
         """SIGKILL: no clean-up of any kind, like a crashed node."""
         assert self.proc is not None
