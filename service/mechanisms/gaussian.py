@@ -411,7 +411,9 @@ class BallGaussian:
         peak = np.max(np.abs(values), axis=1) if values.shape[1] else np.zeros(len(values))
         safe_peak = np.where(peak > 0.0, peak, 1.0)
         norms = peak * np.sqrt(np.sum((values / safe_peak[:, None]) ** 2, axis=1))
-        shrink = np.where(norms > self.radius, self.radius / np.where(norms > 0.0, norms, 1.0), 1.0)
+        # divide only where clipping applies: a subnormal norm would overflow R / norm
+        over = norms > self.radius
+        shrink = np.divide(self.radius, norms, out=np.ones_like(norms), where=over)
         clipped: NDArray[np.float64] = values * shrink[:, None]
         return clipped
 

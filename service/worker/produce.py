@@ -81,15 +81,26 @@ class BatchSender:
     async def _dead_letter_send(
         self, raw: ConsumerRecord, letter: DeadLetter
     ) -> asyncio.Future[object]:
-        headers = dead_letter_headers(raw, letter.reason, letter.detail)
-        future: asyncio.Future[object]
-        try:
-            future = await self._producer.send(
-                self._dead_letter, value=raw.value, key=raw.key, headers=headers
-            )
-        except MessageSizeTooLargeError:
-            # the raw record stays in the input topic: point at it instead of copying it
-            note = f"{letter.detail}; raw value too large to copy here, read it at the source"
-            headers = dead_letter_headers(raw, letter.reason, note)
-            future = await self._producer.send(self._dead_letter, value=None, headers=headers)
-        return future
+        """The raw record as a dead letter; what is too large is left at the source.
+
+        Tried in turn: the whole record; without its value; without its value,
+        key and raw headers (those may be what is too large). The
+        ``privstream-source`` header always says where the raw record is.
+        """
+        note = f"{letter.detail}; raw record too large to copy here, read it at the source"
+        full = dead_letter_headers(raw, letter.reason, letter.detail)
+        short = dead_letter_headers(raw, letter.reason, note)
+        attempts = [(raw.value, raw.key, full), (b"", raw.key, short), (b"", None, short[-3:])]
+        for value, key, headers in attempts[:-1]:
+            try:
+                future: asyncio.Future[object] = await self._producer.send(
+                    self._dead_letter, value=value, key=key, headers=headers
+                )
+            except MessageSizeTooLargeError:
+                continue
+            return future
+        value, key, headers = attempts[-1]
+        last: asyncio.Future[object] = await self._producer.send(
+            self._dead_letter, value=value, key=key, headers=headers
+        )
+        return last

@@ -95,7 +95,8 @@ class WorkerProcess:
     async def terminate(self, within_s: float = 60) -> int:
         """SIGTERM, wait for the exit code (the in-flight batch is committed first)."""
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(self.proc.wait(), within_s)
         self._log_fh.close()
         return code
@@ -115,7 +116,8 @@ class WorkerProcess:
     async def kill(self) -> int:
         """SIGKILL: no clean-up of any kind, like a crashed node."""
         assert self.proc is not None
-        self.proc.kill()
+        if self.proc.returncode is None:
+            self.proc.kill()
         code = await self.proc.wait()
         self._log_fh.close()
         return code
