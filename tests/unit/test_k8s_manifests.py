@@ -559,3 +559,13 @@ def test_hpa_alternative_matches_the_scaled_object(sts: dict[str, Any]) -> None:
     assert spec["behavior"] == scaled["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
     text = (K8S / "hpa-alternative.yaml").read_text(encoding="utf-8")
     assert "Apply only one of the two" in text
+
+
+def test_the_scrape_job_is_the_one_the_alerting_rules_select() -> None:
+    """The operator names the job after the Service; the rules expect job="privstream"."""
+    (monitor,) = _load(K8S / "servicemonitor.yaml")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    relabel = {r["targetLabel"]: r for r in endpoint["relabelings"]}
+    assert relabel["job"]["replacement"] == "privstream"
+    rules = (ROOT / "deploy" / "prometheus" / "rules.yml").read_text()
+    assert 'up{job="privstream"}' in rules
