@@ -1,4 +1,4 @@
-"""The ``privstream`` command: run | sanitize | explain | keygen.
+"""The ``privstream`` command: run | sanitize | explain | keygen | estimate | audit.
 
 Exit codes: 0 success, 1 runtime failure, 2 invalid config or usage.
 """
@@ -64,6 +64,17 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--format", choices=["table", "json"], default="table")
 
     sub.add_parser("keygen", help="print a fresh noise key (hex) for --noise-key-file")
+
+    from service.cli import audit, estimate
+
+    est = sub.add_parser(
+        "estimate", help="population statistics from sanitized records (debiased, with CIs)"
+    )
+    est.add_argument("--config", required=True, help="YAML config the records were made with")
+    estimate.configure(est)
+    aud = sub.add_parser("audit", help="empirical lower bound on each field's realised epsilon")
+    aud.add_argument("--config", required=True, help="YAML config file")
+    audit.configure(aud)
     return parser
 
 
@@ -103,6 +114,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             summary = run_sanitize(plan, args.input, args.output, args.dead_letter, OsEntropy())
             print(summary.render(args.dead_letter), file=sys.stderr)
+        elif args.command == "estimate":
+            from service.cli import estimate
+
+            return estimate.run(args, config, plan)
+        elif args.command == "audit":
+            from service.cli import audit
+
+            return audit.run(args, config, plan)
         else:
             return _run(config, plan, args)
     except PrivstreamError as exc:
