@@ -104,6 +104,7 @@ from service.mechanisms.gaussian import (
     require_positive_delta,
 )
 from service.mechanisms.grid import from_grid
+from service.mechanisms.laplace import MeanEstimate, mean_estimate, require_records
 from service.mechanisms.rng import NoiseSource
 from service.mechanisms.validation import check_delta, check_epsilon
 
@@ -297,3 +298,26 @@ class FunctionalMechanism(Mechanism):
         noisy = from_grid(self.core.noisy_indices(clipped, words), self.core.granularity)
         released: NDArray[np.float64] = noisy @ self.cholesky.T  # post-processing of w_hat
         return released
+
+
+def estimate_mean_curve(
+    mechanism: FunctionalMechanism,
+    count: int,
+    mean: NDArray[np.float64],
+    variance: NDArray[np.float64],
+) -> MeanEstimate:
+    """Pointwise mean of ``count`` released curves, from their per-point sample mean and variance.
+
+    ``y = L g (round(w/g) + Z)`` with ``w = clip(L^-1 v)``: ``E[y] = clip(v) + g L r``,
+    ``|r_j| <= 1/2``, so the mean curve estimates the mean of the curves *clipped*
+    to the RKHS ball of radius ``R``, up to a rounding bias of at most
+    ``g sqrt(k (1 + lambda)) / 2`` per point (each row of ``L`` has norm
+    ``sqrt(1 + lambda)``). The noise is added at every grid point with variance
+    ``g^2 Var(Z) (1 + lambda)`` (``estimator_variance``), correlated between
+    points through ``M``: the bands are pointwise, not simultaneous. The
+    population band uses each point's sample variance of the released curves,
+    valid for the mean curve of a population the records are drawn from.
+    """
+    bias = mechanism.granularity * math.sqrt(mechanism.dimension * (1.0 + mechanism.jitter)) / 2.0
+    noise = mechanism.estimator_variance(require_records(count))
+    return mean_estimate(count, mean, variance, noise, bias)

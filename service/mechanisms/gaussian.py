@@ -88,10 +88,11 @@ References
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import ClassVar, Final, Literal
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from service.errors import MechanismError
 from service.mechanisms.base import Mechanism, compact_gamma
@@ -112,6 +113,15 @@ from service.mechanisms.grid import (
     granularity,
     grid_sensitivity,
     to_grid,
+)
+from service.mechanisms.laplace import (
+    HistogramEstimate,
+    LatticeHistogram,
+    LatticeNoise,
+    MeanEstimate,
+    mean_estimate,
+    no_noise_cdf,
+    require_records,
 )
 from service.mechanisms.rng import NoiseSource, Words
 from service.mechanisms.validation import check_bounds, check_delta, check_epsilon
@@ -540,6 +550,84 @@ class VectorGaussianMechanism(Mechanism):
         return error
 
 
+# --- analyst side: estimators on the released values (shared machinery in ``laplace``) ------
+
+
+def discrete_gaussian_cdf(
+    sampler: DiscreteGaussianSampler,
+) -> Callable[[NDArray[np.int64]], NDArray[np.float64]]:
+    """Vectorised ``P(Z <= k)`` under the sampler's exact table pmf (support ``-T..T``)."""
+    cumulative = np.cumsum(sampler.pmf)
+    support = sampler.support
+
+    def cdf(k: NDArray[np.int64]) -> NDArray[np.float64]:
+        z = np.asarray(k, dtype=np.int64)
+        position = np.clip(z + support, 0, 2 * support)
+        out = np.where(z < -support, 0.0, np.where(z >= support, 1.0, cumulative[position]))
+        return np.asarray(out, dtype=np.float64)
+
+    return cdf
+
+
+def lattice_noise(mechanism: GaussianMechanism) -> LatticeNoise:
+    """The real Gaussian mechanism on its grid: ``y = g (index(d) + Z)``, ``Z ~ N_Z(0, s^2)``."""
+    sampler = mechanism._sampler
+    if mechanism.diameter == 0.0:  # every release is lo
+
+        def constant(values: NDArray[np.float64]) -> NDArray[np.int64]:
+            return np.zeros(np.shape(values), dtype=np.int64)
+
+        return LatticeNoise(1.0, mechanism.lower, 0, 0, no_noise_cdf, 0.0, constant)
+    g = mechanism.granularity
+    first, last = mechanism._index_range
+
+    def noiseless(values: NDArray[np.float64]) -> NDArray[np.int64]:
+        return mechanism.grid_indices(np.asarray(values, dtype=np.float64))
+
+    if sampler is None:  # no grid step between the bounds: the index is released as is
+        return LatticeNoise(g, 0.0, first, last, no_noise_cdf, 0.0, noiseless)
+    return LatticeNoise(
+        g, 0.0, first, last, discrete_gaussian_cdf(sampler), math.sqrt(sampler.variance), noiseless
+    )
+
+
+def estimate_mean(
+    mechanism: GaussianMechanism, count: int, mean: float, variance: float
+) -> MeanEstimate:
+    """Mean of ``count`` Gaussian releases, from their sample mean and variance (ddof 1).
+
+    ``Y = g (index(clamp(d)) + Z)`` with ``E[Z] = 0``: the estimand is the mean of
+    the clamped values, biased by the move onto the grid points inside the
+    bounds, at most ``g``. Noise variance of the mean ``g^2 Var(Z) / n``.
+    """
+    noise = mechanism.estimator_variance(require_records(count))
+    return mean_estimate(count, mean, variance, noise, mechanism.granularity)
+
+
+def estimate_vector_mean(
+    mechanism: VectorGaussianMechanism,
+    count: int,
+    mean: NDArray[np.float64],
+    variance: NDArray[np.float64],
+) -> MeanEstimate:
+    """Per-coordinate mean of ``count`` released vectors (sample mean and variance per coordinate).
+
+    ``Y = g (round(clip(d)/g) + Z)``: each coordinate's mean estimates the mean of
+    the vectors *clipped* to the L2 ball, up to rounding of ``g/2``; noise
+    variance ``g^2 Var(Z) / n`` per coordinate, independent across coordinates.
+    """
+    noise = mechanism.estimator_variance(require_records(count))
+    return mean_estimate(count, mean, variance, noise, mechanism.granularity / 2.0)
+
+
+def estimate_histogram(
+    mechanism: GaussianMechanism, released: ArrayLike, bins: int = 10
+) -> HistogramEstimate:
+    """``LatticeHistogram`` of a whole column of Gaussian releases at once."""
+    histogram = LatticeHistogram(lattice_noise(mechanism), bins)
+    return histogram.estimate(histogram.observe(released))
+
+
 __all__ = [
     "BallGaussian",
     "Calibration",
@@ -549,4 +637,9 @@ __all__ = [
     "analytic_gaussian_sigma",
     "chi_mean",
     "classical_gaussian_sigma",
+    "discrete_gaussian_cdf",
+    "estimate_histogram",
+    "estimate_mean",
+    "estimate_vector_mean",
+    "lattice_noise",
 ]

@@ -23,13 +23,24 @@ References
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from service.mechanisms.base import Mechanism, compact_gamma, finite_gamma
 from service.mechanisms.discrete_laplace import DiscreteLaplace, calibrate
+from service.mechanisms.laplace import (
+    HistogramEstimate,
+    LatticeHistogram,
+    LatticeNoise,
+    MeanEstimate,
+    discrete_laplace_cdf,
+    mean_estimate,
+    no_noise_cdf,
+    require_records,
+)
 from service.mechanisms.rng import NoiseSource
 from service.mechanisms.validation import check_delta, check_epsilon, check_integer_bounds
 
@@ -79,3 +90,54 @@ class IntegerLaplaceMechanism(Mechanism):
         clamped = np.clip(np.asarray(inputs, dtype=np.int64), self.lower, self.upper)
         error: NDArray[np.float64] = np.abs(outputs - clamped).astype(np.float64)
         return error
+
+
+# --- analyst side: estimators on the released values (shared machinery in ``laplace``) ------
+
+
+def lattice_noise(mechanism: IntegerLaplaceMechanism) -> LatticeNoise:
+    """Integers in, integers out: ``y = clamp(d) + Z`` on the lattice of step 1."""
+
+    def noiseless(values: NDArray[np.float64]) -> NDArray[np.int64]:
+        rounded = np.rint(np.asarray(values, dtype=np.float64))
+        clipped: NDArray[np.int64] = np.clip(rounded, mechanism.lower, mechanism.upper).astype(
+            np.int64
+        )
+        return clipped
+
+    noise = mechanism.noise
+    if noise is None:
+        return LatticeNoise(
+            1.0, 0.0, mechanism.lower, mechanism.upper, no_noise_cdf, 0.0, noiseless, True
+        )
+    return LatticeNoise(
+        1.0,
+        0.0,
+        mechanism.lower,
+        mechanism.upper,
+        discrete_laplace_cdf(noise.t),
+        math.sqrt(noise.variance),
+        noiseless,
+        True,
+    )
+
+
+def estimate_mean(
+    mechanism: IntegerLaplaceMechanism, count: int, mean: float, variance: float
+) -> MeanEstimate:
+    """Mean of ``count`` releases, from their sample mean and variance (ddof 1).
+
+    ``Y = clamp(d) + Z`` with ``E[Z] = 0``: an unbiased estimate of the mean of
+    the clamped values (no rounding); noise variance ``Var(Z) / n``.
+    """
+    noise = mechanism.estimator_variance(require_records(count))
+    return mean_estimate(count, mean, variance, noise, 0.0)
+
+
+def estimate_histogram(
+    mechanism: IntegerLaplaceMechanism, released: ArrayLike, bins: int = 10
+) -> HistogramEstimate:
+    """``LatticeHistogram`` of a whole column of releases; ``bins`` >= the number of values
+    gives one bin per value, where the deconvolution model is exact."""
+    histogram = LatticeHistogram(lattice_noise(mechanism), bins)
+    return histogram.estimate(histogram.observe(released))

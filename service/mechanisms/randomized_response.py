@@ -22,6 +22,14 @@ are ``m = 1``; at ``delta = 0, eps = ln 3`` that is the fair-coin protocol.
 Sampling: one uniform decides keep/flip; a second picks among the ``m``
 other values (index ``j`` in ``0..m-1``, shifted past the true index).
 
+Analyst side (``estimate_frequencies``). With ``c`` the number of released
+values equal to ``v`` among ``n`` and ``f`` the share of records holding
+``v``, ``E[c/n] = p + f (1 - (m+1) p)``, so ``f_hat = (c/n - p) / (1 - (m+1) p)``
+is unbiased, with the variance given the data of ``frequency_variance``.
+The map from ``c`` to ``f_hat`` is the same increasing function for every
+value: debiasing corrects the frequencies (raw shares are pulled towards
+``1/(m+1)``), never the ranking of the counts.
+
 References
 ----------
 * M. Jazbec, *Splošna definicija diferencirane zasebnosti*, 2018, Ex. 4.10,
@@ -37,6 +45,7 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
+from service.errors import MechanismError
 from service.mechanisms.base import Mechanism, exp_neg, finite_gamma
 from service.mechanisms.rng import NoiseSource, uniforms
 from service.mechanisms.validation import check_delta, check_domain, check_epsilon
@@ -103,3 +112,42 @@ class RandomizedResponse(Mechanism):
             np.float64
         )
         return flipped
+
+
+def estimate_frequencies(
+    counts: Sequence[int] | NDArray[np.int64], epsilon: float, delta: float = 0.0
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Debiased share of records holding each domain value, and its standard error.
+
+    ``counts[i]`` is how many of the ``n = sum(counts)`` released values were
+    ``domain[i]`` (all ``m + 1`` values, in the mechanism's order), released
+    at ``(epsilon, delta)``. A record holding the value reports it with
+    probability ``1 - m p``, any other record with probability ``p``, so
+    ``E[c/n] = f (1 - m p) + (1 - f) p = p + f (1 - (m+1) p)`` and::
+
+        f_hat = (c/n - p) / (1 - (m+1) p)
+
+    is unbiased (thesis Example 4.10's mechanism; the denominator is positive
+    because ``p < 1/(m+1)``). The standard error is ``frequency_variance``'s
+    exact variance given the data, evaluated at ``f_hat`` clipped to [0, 1];
+    estimates are not clipped (clipping would bias them), so they may fall
+    slightly outside [0, 1] and always sum to 1. The estimates of different
+    values are negatively correlated (one record, one answer); each interval
+    is for one value.
+    """
+    arr = np.asarray(counts, dtype=np.float64)
+    if arr.ndim != 1 or len(arr) < 2:
+        raise MechanismError(f"expected one count per domain value (at least 2), got {arr.shape}")
+    if np.any(arr < 0) or not np.all(np.isfinite(arr)):
+        raise MechanismError("counts must be finite and non-negative")
+    n = float(arr.sum())
+    if n <= 0:
+        raise MechanismError("no reports to estimate from")
+    mechanism = RandomizedResponse(domain=list(range(len(arr))), epsilon=epsilon, delta=delta)
+    p, keep = mechanism.p, mechanism.keep_probability
+    scale = keep - p  # 1 - (m+1) p
+    estimates: NDArray[np.float64] = (arr / n - p) / scale
+    f = np.clip(estimates, 0.0, 1.0)
+    spread = f * keep * (1.0 - keep) + (1.0 - f) * p * (1.0 - p)
+    stderr: NDArray[np.float64] = np.sqrt(spread / n) / scale
+    return estimates, stderr

@@ -398,3 +398,33 @@ def estimate_item_frequencies(
     spread = f * p * (1.0 - p) + (1.0 - f) * q * (1.0 - q)
     stderr = np.sqrt(spread / n) / (p - q)
     return estimates, stderr
+
+
+def estimate_item_frequencies_from_counts(
+    counts: Sequence[int] | NDArray[np.int64],
+    n: int,
+    epsilon: float,
+    *,
+    max_items: int,
+    variant: Variant = "optimized",
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """``estimate_item_frequencies`` from per-item counts, for streams too long to hold.
+
+    ``counts[j]`` is how many of ``n`` released vectors have bit ``j`` set
+    (one count per universe item, in the universe's order: ``p`` and ``q``
+    depend on the universe size). Same estimator and standard error:
+    ``f_hat_j = (counts_j / n - q) / (p - q)``.
+    """
+    arr = np.asarray(counts, dtype=np.float64)
+    if arr.ndim != 1 or len(arr) == 0:
+        raise MechanismError(f"expected one count per universe item, got shape {arr.shape}")
+    if n < 1:
+        raise MechanismError(f"the estimator needs at least one record, got n = {n}")
+    if np.any(arr < 0) or np.any(arr > n):
+        raise MechanismError(f"counts must lie in [0, n = {n}]")
+    p, q = unary_probabilities(len(arr), max_items, epsilon, variant)
+    estimates: NDArray[np.float64] = (arr / n - q) / (p - q)
+    f = np.clip(estimates, 0.0, 1.0)
+    spread = f * p * (1.0 - p) + (1.0 - f) * q * (1.0 - q)
+    stderr: NDArray[np.float64] = np.sqrt(spread / n) / (p - q)
+    return estimates, stderr

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ssl
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -248,3 +250,13 @@ def test_cli_run_without_a_key_exits_2_and_explains(
 def test_cli_keygen_prints_a_usable_key(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["keygen"]) == 0
     assert len(parse_noise_key(capsys.readouterr().out, "stdout")) == MIN_KEY_BYTES
+
+
+def test_building_the_cli_imports_neither_scipy_nor_matplotlib() -> None:
+    """`run` starts in well under a second: audit/estimate import their heavy deps lazily."""
+    code = (
+        "import sys; from service.cli.main import _parser; _parser(); "
+        "heavy = [m for m in ('scipy', 'matplotlib') if m in sys.modules]; "
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
