@@ -1,0 +1,112 @@
+"""`privstream estimate --topic` reads what a real worker committed, and only that.
+
+A worker sanitizes 6,000 records; then a transactional producer writes 500
+more sanitized-looking records to the output topic and aborts. `estimate`
+(a real subprocess) must read exactly the 6,000 committed ones with
+read_committed, up to the end offsets at start, and its intervals must
+cover the truth. Intervals are at confidence 0.9999: with 4 intervals
+checked, a correct estimator fails this test with probability < 4e-4.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from aiokafka import AIOKafkaProducer
+
+from tests.broker import create_topics
+from tests.integration.faults import read_to_end
+from tests.integration.worker_proc import (
+    ROOT,
+    Collector,
+    WorkerProcess,
+    produce,
+    unique_topics,
+    write_config,
+)
+
+N = 6_000
+STATES = ("TX", "CA", "NY")
+PRIVACY = {
+    "privacy": {"epsilon": 3.0},
+    "fields": [
+        {"name": "seq", "kind": "public"},
+        {"name": "temp", "kind": "real", "bounds": [0, 40], "epsilon": 1.0},
+        {"name": "state", "kind": "categorical", "domain": list(STATES), "epsilon": 1.0},
+    ],
+}
+
+
+def record(seq: int) -> dict[str, object]:
+    # a skewed truth: TX 1/2, CA 1/3, NY 1/6
+    return {"seq": seq, "temp": 10.0 + seq % 21, "state": STATES[(seq % 6 > 2) + (seq % 6 > 4)]}
+
+
+async def aborted_garbage(bootstrap: str, topic: str, headers: list[tuple[str, bytes]]) -> None:
+    """500 records in an aborted transaction: read_committed must never see them."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{topic}.aborter")
+    await producer.start()
+    try:
+        await producer.begin_transaction()
+        body = json.dumps({"seq": -1, "temp": 1000.0, "state": "NY"}).encode()
+        for _ in range(500):
+            await producer.send(topic, body, headers=headers)
+        await producer.abort_transaction()
+    finally:
+        await producer.stop()
+
+
+async def test_estimate_reads_the_committed_topic_and_covers_the_truth(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    kafka = unique_topics("estimate")
+    await create_topics(kafka_bootstrap, [kafka["input_topic"]], partitions=2)
+    await create_topics(kafka_bootstrap, [kafka["output_topic"], kafka["dead_letter_topic"]], 2)
+    config = write_config(tmp_path / "config.yaml", kafka_bootstrap, kafka, PRIVACY)
+    truth = [record(s) for s in range(N)]
+    await produce(
+        kafka_bootstrap, kafka["input_topic"], [(None, json.dumps(r).encode(), []) for r in truth]
+    )
+    async with Collector(kafka_bootstrap, kafka["output_topic"]) as seen:
+        worker = WorkerProcess(config, tmp_path / "worker.log")
+        await worker.start()
+        outputs = await seen.wait_for(N, within_s=120)
+        assert await worker.terminate() == 0, worker.log_text()
+    await aborted_garbage(kafka_bootstrap, kafka["output_topic"], list(outputs[0].headers))
+    everything = await read_to_end(
+        kafka_bootstrap, kafka["output_topic"], 2, isolation_level="read_uncommitted"
+    )
+    assert len(everything) == N + 500  # the aborted records are there for a careless reader
+
+    estimate = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "service.cli.main",
+        "estimate",
+        "--config",
+        str(config),
+        "--topic",
+        "--confidence",
+        "0.9999",
+        "--format",
+        "json",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(estimate.communicate(), 120)
+    assert estimate.returncode == 0, err.decode()
+    report = json.loads(out)
+
+    assert report["records_read"] == N  # committed only; the aborted 500 are invisible
+    assert report["records_skipped"] == {}
+    fields = {f["name"]: f for f in report["fields"]}
+    low, high = fields["temp"]["mean"]["ci"]
+    true_mean = sum(float(r["temp"]) for r in truth) / N  # type: ignore[arg-type]
+    assert low <= true_mean <= high
+    for entry in fields["state"]["frequencies"]:
+        share = sum(r["state"] == entry["value"] for r in truth) / N
+        assert entry["ci"][0] <= share <= entry["ci"][1], entry
