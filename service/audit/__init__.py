@@ -12,7 +12,8 @@ that broken mechanisms are caught. Modules:
 * ``events``: test sets and their families.
 * ``targets``: worst-case inputs per field kind.
 * ``sampling``: records through the pipeline (memoized fields included).
-* ``engine``: one audit; per-field and whole-record scenarios.
+* ``engine``: one audit (pilot, count, bound).
+* ``scenarios``: the per-field and whole-record audits of a config.
 * ``selfcheck``: deliberately broken mechanisms and thesis Example 4.5.
 * ``run`` / ``report``: a whole run and its rendering.
 """

@@ -21,12 +21,12 @@ from service.audit.engine import (
     DEFAULT_CONFIDENCE,
     DEFAULT_SAMPLES,
     AuditResult,
-    PlanAuditor,
     Progress,
     Scenario,
     run_scenario,
 )
 from service.audit.sampling import memo_styles
+from service.audit.scenarios import PlanAuditor
 from service.audit.selfcheck import self_check_scenarios
 from service.audit.targets import AuditError
 from service.config import AppConfig

@@ -44,9 +44,9 @@ from service.config import AppConfig
 from service.config.fields import CategoricalField, IntegerField
 from service.mechanisms import OsEntropy
 from service.mechanisms.functional import FunctionalMechanism
-from service.mechanisms.gaussian import VectorGaussianMechanism
 from service.mechanisms.rng import derive_memo_key
 from service.mechanisms.unary_encoding import UnaryEncoding
+from service.mechanisms.vector_gaussian import VectorGaussianMechanism
 from service.pipeline import RecordPlan, process_batch
 from service.pipeline.noise import Fresh
 

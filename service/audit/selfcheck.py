@@ -47,8 +47,9 @@ from typing import Any
 
 import numpy as np
 
-from service.audit.engine import PlanAuditor, Scenario
+from service.audit.engine import Scenario
 from service.audit.events import Event, HalfLine, InSet, Sample, Statistic, half_lines
+from service.audit.scenarios import PlanAuditor
 from service.audit.targets import FiniteTarget
 from service.config import parse_config
 from service.mechanisms import LaplaceMechanism, RandomizedResponse

@@ -51,9 +51,9 @@ from service.audit.events import (
 from service.errors import PrivstreamError
 from service.mechanisms import Mechanism, RandomizedResponse
 from service.mechanisms.functional import FunctionalMechanism
-from service.mechanisms.gaussian import VectorGaussianMechanism
 from service.mechanisms.local_hashing import OptimalLocalHashing, value_digests
 from service.mechanisms.unary_encoding import UnaryEncoding, worst_case_differences
+from service.mechanisms.vector_gaussian import VectorGaussianMechanism
 from service.pipeline.fields import (
     BooleanHandler,
     CategoricalHandler,

@@ -4,7 +4,7 @@ Records are decoded one by one and handed to the accumulators in chunks
 (``CHUNK_RECORDS``), so the per-field work is vectorised. Nothing here
 raises on bad input: a line that is not a JSON object is counted under a
 reason and skipped, a field that is missing or malformed is counted by its
-accumulator.
+accumulator (``accumulator_for`` picks it from the field's mechanism).
 """
 
 from __future__ import annotations
@@ -14,9 +14,19 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from service.estimate.fields import MISSING, Accumulator, Options, Truth, accumulator_for
+from service.estimate.fields import MISSING, Accumulator, Options, Truth
+from service.estimate.frequency import CategoryCounts, HashedReports, SetReports
+from service.estimate.numeric import CurveReleases, ScalarReleases
+from service.mechanisms import RandomizedResponse
+from service.mechanisms.functional import FunctionalMechanism
+from service.mechanisms.gaussian import GaussianMechanism
+from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
+from service.mechanisms.laplace import LaplaceMechanism
+from service.mechanisms.local_hashing import OptimalLocalHashing
+from service.mechanisms.unary_encoding import UnaryEncoding
+from service.mechanisms.vector_gaussian import VectorGaussianMechanism
 from service.pipeline import RecordPlan
-from service.pipeline.fields import Rejected
+from service.pipeline.fields import FieldHandler, Rejected
 
 CHUNK_RECORDS = 8192
 
@@ -42,6 +52,36 @@ def decode(raw: bytes) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(obj, dict):
         return None, "not_object"
     return obj, ""
+
+
+def accumulator_for(
+    handler: FieldHandler, kind: str, memo_field: str | None, options: Options
+) -> Accumulator | None:
+    """The accumulator of one released field, or None for public fields (nothing to estimate)."""
+    mechanism = handler.mechanism
+    name = handler.name
+    made: Accumulator
+    if mechanism is None:
+        return None
+    if isinstance(mechanism, RandomizedResponse):
+        made = CategoryCounts(name, kind, mechanism)
+    elif isinstance(mechanism, OptimalLocalHashing):
+        made = HashedReports(name, kind, mechanism)
+    elif isinstance(mechanism, UnaryEncoding):
+        made = SetReports(name, kind, mechanism)
+    elif isinstance(mechanism, LaplaceMechanism | GaussianMechanism | IntegerLaplaceMechanism):
+        made = ScalarReleases(name, kind, mechanism, options.bins, options.resamples)
+    elif isinstance(mechanism, VectorGaussianMechanism | FunctionalMechanism):
+        made = CurveReleases(name, kind, mechanism)
+    else:  # pragma: no cover -- every mechanism the plan builds is listed above
+        return None
+    if memo_field is not None:
+        made.notes.append(
+            f"memoize_by {memo_field}: a device's reports repeat one answer, so they are not "
+            "independent; the intervals assume one report per device and are too narrow "
+            "when devices report several times"
+        )
+    return made
 
 
 class StreamAggregate:

@@ -39,6 +39,7 @@ References
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,6 +109,20 @@ class DiscreteLaplace:
         exponentials = -np.log(words_to_uniform(words))
         geometric = np.floor(self.t * exponentials).astype(np.int64)
         return geometric[:, 0] - geometric[:, 1]
+
+
+def discrete_laplace_cdf(t: float) -> Callable[[NDArray[np.int64]], NDArray[np.float64]]:
+    """Vectorised CDF of discrete Laplace noise with parameter ``t`` (``a = e^(-1/t)``)."""
+    a = math.exp(-1.0 / t)
+
+    def cdf(k: NDArray[np.int64]) -> NDArray[np.float64]:
+        z = np.asarray(k, dtype=np.float64)
+        low = np.exp(np.minimum(z, 0.0) / t) / (1.0 + a)
+        high = 1.0 - np.exp(-(np.maximum(z, 0.0) + 1.0) / t) / (1.0 + a)
+        out: NDArray[np.float64] = np.where(z <= 0, low, high)
+        return out
+
+    return cdf
 
 
 def calibrate(epsilon: float, delta: float, sensitivity: int) -> DiscreteLaplace:

@@ -27,11 +27,11 @@ What is implemented
    spherical Gaussian mechanism on ``w`` with L2 sensitivity ``2R``, followed by
    the fixed linear map ``L``.
 3. **Grid (floating-point safety).** The spherical part is exactly
-   :class:`~service.mechanisms.gaussian.BallGaussian`: clip ``w`` to radius ``R``
+   :class:`~service.mechanisms.vector_gaussian.BallGaussian`: clip ``w`` to radius ``R``
    (``w min(1, R/||w||)``), round to the power-of-two grid ``g Z^k`` and add
    independent discrete Gaussian integers, ``w_hat = g (round(w/g) + Z)``.
    Rounding inflates the integer L2 sensitivity to ``2R/g + sqrt(k)`` (each
-   coordinate moves at most 1/2; see :mod:`service.mechanisms.gaussian`).
+   coordinate moves at most 1/2; see :mod:`service.mechanisms.vector_gaussian`).
    The release is ``y = L w_hat``.
 
 What protection remains. Every random bit enters as an integer added to an
@@ -65,7 +65,7 @@ Errors. The field's metric is the L2 norm over the grid points,
 (from ``sqrt(y) = 1/(2 sqrt(pi)) int (1 - e^(-t y)) t^(-3/2) dt`` and the chi-square
 Laplace transform), integrated by the trapezoidal rule in ``log t``, smooth and
 accurate to ~1e-10. In the RKHS norm ``||A^(-1/2)(y - v)||_2 = g ||Z + r||_2``, the
-chi mean of :class:`~service.mechanisms.gaussian.VectorGaussianMechanism`
+chi mean of :class:`~service.mechanisms.vector_gaussian.VectorGaussianMechanism`
 (``expected_error_rkhs``).
 
 Lower bound (Theorem 5.3, in the same metric): the clipped domain is the
@@ -97,16 +97,12 @@ from numpy.typing import NDArray
 
 from service.errors import MechanismError
 from service.mechanisms.base import Mechanism, compact_gamma
-from service.mechanisms.gaussian import (
-    BallGaussian,
-    analytic_gaussian_sigma,
-    check_rows,
-    require_positive_delta,
-)
+from service.mechanisms.estimation import MeanEstimate, mean_estimate, require_records
+from service.mechanisms.gaussian import analytic_gaussian_sigma, require_positive_delta
 from service.mechanisms.grid import from_grid
-from service.mechanisms.laplace import MeanEstimate, mean_estimate, require_records
 from service.mechanisms.rng import NoiseSource
 from service.mechanisms.validation import check_delta, check_epsilon
+from service.mechanisms.vector_gaussian import BallGaussian, check_rows
 
 FunctionalCalibration = Literal["thesis", "analytic"]
 

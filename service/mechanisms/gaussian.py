@@ -1,11 +1,11 @@
-r"""Gaussian mechanisms for bounded reals and L2-bounded vectors, on the integer grid.
+r"""Gaussian mechanism for bounded reals on the integer grid, and the Gaussian calibrations.
 
-Release (reals): ``Y_d = g (i(d) + Z)``, ``i(d)`` the grid index of the clamped
+Release: ``Y_d = g (i(d) + Z)``, ``i(d)`` the grid index of the clamped
 value, ``Z ~ N_Z(0, sigma_Z^2)`` a discrete Gaussian integer, ``g`` a power of two
-(:mod:`service.mechanisms.grid`). Vectors: each coordinate the same way, with
-independent ``Z_j``. Continuous noise never meets a raw value in floating point
-(Mironov 2012): every input reaches exactly the same outputs, the grid points.
-Real-world noise scale ``sigma = g sigma_Z``.
+(:mod:`service.mechanisms.grid`). Continuous noise never meets a raw value in
+floating point (Mironov 2012): every input reaches exactly the same outputs,
+the grid points. Real-world noise scale ``sigma = g sigma_Z``. The L2-bounded
+vector version, with the same calibrations, is :mod:`service.mechanisms.vector_gaussian`.
 
 Continuous calibrations (``Delta`` the L2 sensitivity, ``diam = hi - lo`` for
 reals, ``2R`` for vectors clipped to the ball of radius ``R``):
@@ -39,38 +39,19 @@ output actually released, with the *rounded* sensitivity):
   ``sigma_Z = sqrt(2 ln(1.25/delta)) Delta_Z / eps`` (the same formula in grid
   units, so ``g sigma_Z <= sigma_cont``), then checked on the sampler's exact
   profile; a failure raises (it has not been seen for ``eps < 1``).
-* Vectors: after clipping, ``||x - y||_2 <= 2R``; rounding each coordinate moves
-  it by at most ``1/2`` (grid units), so
-  ``||round(x/g) - round(y/g)||_2 <= ||x - y||_2/g + ||e_x - e_y||_2 <= 2R/g + sqrt(k)``
-  (``|e_x,j - e_y,j| <= 1``). We use ``Delta_Z = 2R(1 + (k+16) 2^-52)/g + sqrt(k)``
-  (the factor covers float error in the clipping norm). To keep the
-  ``sqrt(k)`` term small the vector grid is refined to
-  ``g <= R/(32 sqrt(k))`` when that costs at most 8 times more table (overhead
-  ``sqrt(k) g / (2R) <= 1/64``); ``params()['grid_overhead']`` reports it.
-  The product of discrete Gaussians is accounted by zCDP
-  (:meth:`~service.mechanisms.discrete_gaussian.DiscreteGaussianSampler.vector_delta`):
-  ``analytic`` = the least sigma_Z that bound certifies (4-10 % above the
-  continuous analytic sigma); ``classical`` = the formula in grid units, then
-  certified (raises otherwise).
 
-Errors (``d`` the clamped / clipped value):
+Errors (``d`` the clamped value):
 
 * Reals, ``rho = |y - d|``: ``y - d = g (Z + r)`` with ``r = i(d) - d/g``; ``E|Z + r|``
   is symmetric and convex in ``r``, so the worst case is the largest ``|r|``
   (``1/2`` inside, up to ``1`` next to the bounds) and ``expected_error =
   g sum_z q(z) |z + r_max|``, an exact sum over the sampler's pmf
   (``~ sigma sqrt(2/pi)`` plus a ``1e-7`` relative rounding term).
-* Vectors, ``rho = ||y - d||_2``: ``E||g Z||_2`` for a continuous Gaussian is the
-  chi mean ``g sigma_Z sqrt(2) Gamma((k+1)/2) / Gamma(k/2)``, evaluated at the
-  sampler's exact standard deviation; rounding adds at most ``g sqrt(k)/2``
-  (triangle inequality), which is added, so the figure is an upper bound (the
-  discrete/continuous moment difference for ``sigma_Z >= 1024`` is far below
-  that allowance). Not ``sqrt(k) sigma``, which overstates it.
 * ``estimator_variance(n)``: ``g^2 Var(Z) / n``, the variance of the mean of ``n``
-  released values (per coordinate for vectors); rounding is a deterministic
-  bias of at most ``g/2`` (``g`` next to the bounds), not variance.
+  released values; rounding is a deterministic bias of at most ``g/2`` (``g``
+  next to the bounds), not variance.
 * Lower bound (Theorem 5.3, compact ``D``): ``gamma >= (1 - delta) diam / (2 (1 +
-  e^eps))`` with ``diam = hi - lo`` (reals) or ``2R`` (vectors, L2 metric).
+  e^eps))`` with ``diam = hi - lo``.
 
 References
 ----------
@@ -89,7 +70,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import ClassVar, Final, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -97,41 +78,34 @@ from numpy.typing import ArrayLike, NDArray
 from service.errors import MechanismError
 from service.mechanisms.base import Mechanism, compact_gamma
 from service.mechanisms.discrete_gaussian import (
-    MAX_TABLE_SIGMA,
     WORDS_PER_SAMPLE,
     DiscreteGaussianSampler,
     calibrate_discrete_gaussian,
     calibrated_sampler,
-    concentrated_delta,
     sampler_for,
     smallest_sigma,
-    vector_bound,
 )
-from service.mechanisms.grid import (
-    GRID_STEPS_PER_SCALE,
-    from_grid,
-    granularity,
-    grid_sensitivity,
-    to_grid,
-)
-from service.mechanisms.laplace import (
+from service.mechanisms.estimation import (
     HistogramEstimate,
-    LatticeHistogram,
     LatticeNoise,
     MeanEstimate,
+    column_histogram,
+    constant_lattice,
     mean_estimate,
     no_noise_cdf,
     require_records,
 )
-from service.mechanisms.rng import NoiseSource, Words
+from service.mechanisms.grid import from_grid, granularity, grid_sensitivity, to_grid
+from service.mechanisms.rng import NoiseSource
 from service.mechanisms.validation import check_bounds, check_delta, check_epsilon
 
-Calibration = Literal["analytic", "classical"]
+if TYPE_CHECKING:
+    # re-exported for bench/samplers.py; see ``__getattr__`` at the end
+    from service.mechanisms.vector_gaussian import (
+        VectorGaussianMechanism as VectorGaussianMechanism,
+    )
 
-#: the vector grid may be up to this many times finer than ``sigma / 2^10``
-VECTOR_MAX_REFINEMENT: Final = 8
-#: target: rounding inflates the vector sensitivity by at most 1/64
-_VECTOR_OVERHEAD_TARGET: Final = 1.0 / 64.0
+Calibration = Literal["analytic", "classical"]
 
 
 def _log_ndtr(x: float) -> float:
@@ -184,16 +158,12 @@ def require_positive_delta(delta: float, what: str) -> None:
         )
 
 
-def _check_calibration(calibration: str, allowed: tuple[str, ...]) -> None:
+def check_calibration(calibration: str, allowed: tuple[str, ...]) -> None:
+    """MechanismError unless ``calibration`` is one of ``allowed``."""
     if calibration not in allowed:
         raise MechanismError(
             f"calibration {calibration!r} is unknown; use one of {', '.join(allowed)}"
         )
-
-
-def chi_mean(k: int) -> float:
-    """``E||N(0, I_k)||_2 = sqrt(2) Gamma((k+1)/2) / Gamma(k/2)``."""
-    return math.sqrt(2.0) * math.exp(math.lgamma((k + 1) / 2.0) - math.lgamma(k / 2.0))
 
 
 class GaussianMechanism(Mechanism):
@@ -212,7 +182,7 @@ class GaussianMechanism(Mechanism):
     ) -> None:
         super().__init__(epsilon=check_epsilon(epsilon), delta=check_delta(delta))
         require_positive_delta(self.delta, "gaussian mechanism")
-        _check_calibration(calibration, ("analytic", "classical"))
+        check_calibration(calibration, ("analytic", "classical"))
         self.calibration: Calibration = calibration
         self.lower, self.upper = check_bounds(bounds)
         self.diameter = self.upper - self.lower
@@ -331,226 +301,7 @@ class GaussianMechanism(Mechanism):
         return np.abs(outputs - from_grid(self.grid_indices(column), self.granularity))
 
 
-def vector_granularity(sigma: float, radius: float, dimension: int) -> float:
-    """``granularity(sigma)``, refined (at most 8x) towards ``g <= R / (32 sqrt(k))``."""
-    wanted = GRID_STEPS_PER_SCALE * 2.0 * radius * _VECTOR_OVERHEAD_TARGET / math.sqrt(dimension)
-    scale = min(sigma, max(wanted, sigma / VECTOR_MAX_REFINEMENT))
-    return granularity(scale, radius)
-
-
-class BallGaussian:
-    """Shared core: clip to the L2 ball of radius ``R``, round to the grid, add ``N_Z``^k.
-
-    ``factor`` is ``None`` for the least sigma the vector bound certifies, or the
-    constant ``c`` of a formula ``sigma_Z = c Delta_Z / eps`` (then certified).
-    """
-
-    def __init__(
-        self,
-        *,
-        dimension: int,
-        radius: float,
-        epsilon: float,
-        delta: float,
-        sigma_continuous: float,
-        factor: float | None,
-    ) -> None:
-        self.dimension = k = dimension
-        self.radius = radius
-        self.granularity = g = vector_granularity(sigma_continuous, radius, k)
-        self.clip_slack = (k + 16) * 2.0**-52
-        self.sensitivity_grid = 2.0 * radius * (1.0 + self.clip_slack) / g + math.sqrt(k)
-        self.grid_overhead = math.sqrt(k) * g / (2.0 * radius)
-        sens = self.sensitivity_grid
-        if factor is None:
-            first = smallest_sigma(
-                lambda s: concentrated_delta(sens**2 / (2.0 * s * s), epsilon),
-                delta,
-                sigma_continuous / g,
-                rtol=1e-9,
-            )
-            self._check_table(first)
-            probe = sampler_for(first)
-            # the table's corrections at `first`; they grow like sigma (q(0) absorbs the
-            # rounding of ~sigma sqrt(2 pi) weights), so scale them, with 0.1 % to spare
-            log_hi, log_lo, tail = probe.correction_constants()
-
-            def widened(s: float) -> float:
-                grow = min(max(1.0, s / first), 4.0) * 1.001  # the final check is exact
-                return vector_bound(epsilon, sens, k, s, grow * log_hi, grow * log_lo, grow * tail)
-
-            try:
-                start = smallest_sigma(widened, delta, first, rtol=1e-9)
-            except MechanismError:
-                raise MechanismError(
-                    f"the discrete Gaussian vector cannot be certified at epsilon {epsilon:g}, "
-                    f"delta {delta:.3g} (epsilon too large for its 2^-128 table); "
-                    "lower epsilon or raise delta"
-                ) from None
-        else:
-            start = factor * sens / epsilon
-        self._check_table(start)
-        if factor is None:
-            self.sampler = calibrated_sampler(
-                epsilon, delta, lambda smp: smp.vector_delta(epsilon, sens, k), start
-            )
-        else:
-            self.sampler = sampler_for(start)
-            if self.sampler.vector_delta(epsilon, sens, k) > delta:
-                raise MechanismError(
-                    "the formula's sigma does not certify (epsilon, delta) for the discrete "
-                    "Gaussian vector on the grid; use calibration 'analytic'"
-                )
-        self.delta_achieved = self.sampler.vector_delta(epsilon, sens, k)
-
-    def _check_table(self, sigma_grid: float) -> None:
-        if sigma_grid > MAX_TABLE_SIGMA:
-            raise MechanismError(
-                f"rounding a {self.dimension}-dimensional vector to the grid inflates its "
-                f"sensitivity by {self.grid_overhead:.3g}x and the noise table would exceed "
-                f"sigma {MAX_TABLE_SIGMA:.0f} grid steps; raise epsilon or the L2 bound, "
-                "or lower the dimension"
-            )
-
-    @property
-    def sigma(self) -> float:
-        return self.granularity * self.sampler.sigma
-
-    def clip(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Scale each row into the ball: ``x min(1, R / ||x||_2)`` (overflow-safe norm)."""
-        peak = np.max(np.abs(values), axis=1) if values.shape[1] else np.zeros(len(values))
-        safe_peak = np.where(peak > 0.0, peak, 1.0)
-        norms = peak * np.sqrt(np.sum((values / safe_peak[:, None]) ** 2, axis=1))
-        # divide only where clipping applies: a subnormal norm would overflow R / norm
-        over = norms > self.radius
-        shrink = np.divide(self.radius, norms, out=np.ones_like(norms), where=over)
-        clipped: NDArray[np.float64] = values * shrink[:, None]
-        return clipped
-
-    def noisy_indices(self, clipped: NDArray[np.float64], words: Words) -> NDArray[np.int64]:
-        """Grid indices of clipped rows plus independent discrete Gaussian noise."""
-        n, k = clipped.shape
-        noise = self.sampler.sample(words.reshape(n, k, WORDS_PER_SAMPLE))
-        return to_grid(clipped, self.granularity) + noise
-
-    @property
-    def words_per_row(self) -> int:
-        return WORDS_PER_SAMPLE * self.dimension
-
-    def noise_norm_mean(self) -> float:
-        """Upper bound on ``E||g (Z + r)||_2``: chi mean at the exact sd, plus ``g sqrt(k)/2``."""
-        k = self.dimension
-        spread = math.sqrt(self.sampler.variance)
-        return self.granularity * (spread * chi_mean(k) + math.sqrt(k) / 2.0)
-
-
-def check_rows(values: NDArray[np.float64], dimension: int, name: str) -> NDArray[np.float64]:
-    """A finite ``(n, dimension)`` float matrix, or MechanismError (never quoting values)."""
-    matrix = np.asarray(values, dtype=np.float64)
-    if matrix.ndim != 2 or matrix.shape[1] != dimension:
-        raise MechanismError(f"{name}: expected shape (n, {dimension}), got {matrix.shape}")
-    if not np.all(np.isfinite(matrix)):
-        raise MechanismError(f"{name}: a row holds a value that is not finite")
-    return matrix
-
-
-class VectorGaussianMechanism(Mechanism):
-    """Clip to the L2 ball of radius ``l2_bound``, grid, add a discrete Gaussian vector."""
-
-    name: ClassVar[str] = "vector_gaussian"
-    metric: ClassVar[str] = "Euclidean distance ||y - d||_2"
-
-    def __init__(
-        self,
-        *,
-        dimension: int,
-        l2_bound: float,
-        epsilon: float,
-        delta: float,
-        calibration: Calibration = "analytic",
-    ) -> None:
-        super().__init__(epsilon=check_epsilon(epsilon), delta=check_delta(delta))
-        require_positive_delta(self.delta, "vector Gaussian mechanism")
-        _check_calibration(calibration, ("analytic", "classical"))
-        if isinstance(dimension, bool) or int(dimension) != dimension or dimension < 1:
-            raise MechanismError(f"dimension {dimension!r} must be an integer >= 1")
-        radius = float(l2_bound)
-        if not math.isfinite(radius) or radius <= 0.0:
-            raise MechanismError(f"l2_bound {l2_bound!r} must be a finite number > 0")
-        self.dimension = int(dimension)
-        self.l2_bound = radius
-        self.calibration: Calibration = calibration
-        sens = 2.0 * radius
-        if calibration == "classical":
-            self.sigma_continuous = classical_gaussian_sigma(self.epsilon, self.delta, sens)
-            factor: float | None = math.sqrt(2.0 * math.log(1.25 / self.delta))
-        else:
-            self.sigma_continuous = analytic_gaussian_sigma(self.epsilon, self.delta, sens)
-            factor = None
-        self.core = BallGaussian(
-            dimension=self.dimension,
-            radius=radius,
-            epsilon=self.epsilon,
-            delta=self.delta,
-            sigma_continuous=self.sigma_continuous,
-            factor=factor,
-        )
-
-    @property
-    def granularity(self) -> float:
-        return self.core.granularity
-
-    @property
-    def sigma(self) -> float:
-        """Per-coordinate noise scale in the value's units."""
-        return self.core.sigma
-
-    @property
-    def expected_error(self) -> float:
-        return self.core.noise_norm_mean()
-
-    @property
-    def gamma_lower_bound(self) -> float:
-        return compact_gamma(2.0 * self.l2_bound, self.epsilon, self.delta)
-
-    def estimator_variance(self, n: int) -> float:
-        """Per coordinate: ``g^2 Var(Z) / n`` for the mean of ``n`` released vectors."""
-        return self.core.granularity**2 * self.core.sampler.variance / n
-
-    def params(self) -> dict[str, float | int | str]:
-        return {
-            "sigma": self.sigma,
-            "sigma_continuous": self.sigma_continuous,
-            "granularity": self.granularity,
-            "sensitivity_grid": self.core.sensitivity_grid,
-            "grid_overhead": self.core.grid_overhead,
-            "delta_achieved": self.core.delta_achieved,
-            "dimension": self.dimension,
-            "l2_bound": self.l2_bound,
-            "calibration": self.calibration,
-        }
-
-    def clip(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Project rows into the L2 ball: ``x min(1, R / ||x||_2)``."""
-        return self.core.clip(check_rows(values, self.dimension, self.name))
-
-    def release(self, values: NDArray[np.float64], source: NoiseSource) -> NDArray[np.float64]:
-        """Sanitize an ``(n, dimension)`` matrix of finite raw vectors."""
-        shape = np.shape(values)
-        words = source.words(shape[0] if len(shape) else 0, self.core.words_per_row)
-        clipped = self.clip(values)
-        return from_grid(self.core.noisy_indices(clipped, words), self.granularity)
-
-    def noise_error(
-        self, inputs: NDArray[np.float64], outputs: NDArray[np.float64]
-    ) -> NDArray[np.float64]:
-        """``||y - g round(clip(d) / g)||_2 = g ||Z||_2`` per row."""
-        noiseless = from_grid(to_grid(self.clip(inputs), self.granularity), self.granularity)
-        error: NDArray[np.float64] = np.linalg.norm(outputs - noiseless, axis=1)
-        return error
-
-
-# --- analyst side: estimators on the released values (shared machinery in ``laplace``) ------
+# --- analyst side: the release in the terms of ``estimation`` ----------------------------------
 
 
 def discrete_gaussian_cdf(
@@ -573,11 +324,7 @@ def lattice_noise(mechanism: GaussianMechanism) -> LatticeNoise:
     """The real Gaussian mechanism on its grid: ``y = g (index(d) + Z)``, ``Z ~ N_Z(0, s^2)``."""
     sampler = mechanism._sampler
     if mechanism.diameter == 0.0:  # every release is lo
-
-        def constant(values: NDArray[np.float64]) -> NDArray[np.int64]:
-            return np.zeros(np.shape(values), dtype=np.int64)
-
-        return LatticeNoise(1.0, mechanism.lower, 0, 0, no_noise_cdf, 0.0, constant)
+        return constant_lattice(mechanism.lower)
     g = mechanism.granularity
     first, last = mechanism._index_range
 
@@ -604,42 +351,36 @@ def estimate_mean(
     return mean_estimate(count, mean, variance, noise, mechanism.granularity)
 
 
-def estimate_vector_mean(
-    mechanism: VectorGaussianMechanism,
-    count: int,
-    mean: NDArray[np.float64],
-    variance: NDArray[np.float64],
-) -> MeanEstimate:
-    """Per-coordinate mean of ``count`` released vectors (sample mean and variance per coordinate).
-
-    ``Y = g (round(clip(d)/g) + Z)``: each coordinate's mean estimates the mean of
-    the vectors *clipped* to the L2 ball, up to rounding of ``g/2``; noise
-    variance ``g^2 Var(Z) / n`` per coordinate, independent across coordinates.
-    """
-    noise = mechanism.estimator_variance(require_records(count))
-    return mean_estimate(count, mean, variance, noise, mechanism.granularity / 2.0)
-
-
 def estimate_histogram(
     mechanism: GaussianMechanism, released: ArrayLike, bins: int = 10
 ) -> HistogramEstimate:
     """``LatticeHistogram`` of a whole column of Gaussian releases at once."""
-    histogram = LatticeHistogram(lattice_noise(mechanism), bins)
-    return histogram.estimate(histogram.observe(released))
+    return column_histogram(lattice_noise(mechanism), released, bins)
 
 
 __all__ = [
-    "BallGaussian",
     "Calibration",
     "GaussianMechanism",
-    "VectorGaussianMechanism",
     "analytic_gaussian_delta",
     "analytic_gaussian_sigma",
-    "chi_mean",
+    "check_calibration",
     "classical_gaussian_sigma",
     "discrete_gaussian_cdf",
     "estimate_histogram",
     "estimate_mean",
-    "estimate_vector_mean",
     "lattice_noise",
+    "require_positive_delta",
 ]
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        """``VectorGaussianMechanism`` used to live here; bench/samplers.py still imports it.
+
+        Lazy, because ``vector_gaussian`` imports this module's calibrations.
+        """
+        if name == "VectorGaussianMechanism":
+            from service.mechanisms.vector_gaussian import VectorGaussianMechanism
+
+            return VectorGaussianMechanism
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

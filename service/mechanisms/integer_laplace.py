@@ -30,13 +30,12 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from service.mechanisms.base import Mechanism, compact_gamma, finite_gamma
-from service.mechanisms.discrete_laplace import DiscreteLaplace, calibrate
-from service.mechanisms.laplace import (
+from service.mechanisms.discrete_laplace import DiscreteLaplace, calibrate, discrete_laplace_cdf
+from service.mechanisms.estimation import (
     HistogramEstimate,
-    LatticeHistogram,
     LatticeNoise,
     MeanEstimate,
-    discrete_laplace_cdf,
+    column_histogram,
     mean_estimate,
     no_noise_cdf,
     require_records,
@@ -92,7 +91,7 @@ class IntegerLaplaceMechanism(Mechanism):
         return error
 
 
-# --- analyst side: estimators on the released values (shared machinery in ``laplace``) ------
+# --- analyst side: the release in the terms of ``estimation`` ----------------------------------
 
 
 def lattice_noise(mechanism: IntegerLaplaceMechanism) -> LatticeNoise:
@@ -139,5 +138,4 @@ def estimate_histogram(
 ) -> HistogramEstimate:
     """``LatticeHistogram`` of a whole column of releases; ``bins`` >= the number of values
     gives one bin per value, where the deconvolution model is exact."""
-    histogram = LatticeHistogram(lattice_noise(mechanism), bins)
-    return histogram.estimate(histogram.observe(released))
+    return column_histogram(lattice_noise(mechanism), released, bins)

@@ -182,7 +182,7 @@ def _handler(spec: FieldConfig, share: Guarantee | None) -> FieldHandler:
         )
         return SetHandler(spec.name, unary, spec.universe, spec.max_items)
     if isinstance(spec, VectorField):
-        from service.mechanisms.gaussian import VectorGaussianMechanism
+        from service.mechanisms.vector_gaussian import VectorGaussianMechanism
 
         vector = VectorGaussianMechanism(
             dimension=spec.dimension,

@@ -31,8 +31,8 @@ import numpy as np
 import pytest
 
 from service.audit import DEFAULT_SAMPLES, AuditReport, audit
-from service.audit.engine import PlanAuditor
 from service.audit.sampling import PipelineSampler, RecordSpec, memo_styles
+from service.audit.scenarios import PlanAuditor
 from service.audit.selfcheck import FixedFlipResponse, HalfScaleLaplace, rr_flip_probability
 from service.audit.targets import target_for
 from service.cli import audit as audit_cli

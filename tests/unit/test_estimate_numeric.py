@@ -22,14 +22,12 @@ import numpy as np
 import pytest
 
 from service.mechanisms import gaussian, integer_laplace, laplace
+from service.mechanisms.estimation import LatticeHistogram, MeanEstimate
 from service.mechanisms.functional import FunctionalMechanism, estimate_mean_curve
-from service.mechanisms.gaussian import (
-    GaussianMechanism,
-    VectorGaussianMechanism,
-    estimate_vector_mean,
-)
+from service.mechanisms.gaussian import GaussianMechanism
 from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
-from service.mechanisms.laplace import LaplaceMechanism, LatticeHistogram, MeanEstimate
+from service.mechanisms.laplace import LaplaceMechanism
+from service.mechanisms.vector_gaussian import VectorGaussianMechanism, estimate_vector_mean
 from service.testing import SeededSource
 
 RUNS = 400

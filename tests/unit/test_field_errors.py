@@ -13,8 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.config import parse_config
 from service.field_errors import BUCKET_MULTIPLES, FieldErrors, error_buckets
 from service.mechanisms import LaplaceMechanism, RandomizedResponse
-from service.mechanisms.gaussian import GaussianMechanism, VectorGaussianMechanism
+from service.mechanisms.gaussian import GaussianMechanism
 from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
+from service.mechanisms.vector_gaussian import VectorGaussianMechanism
 from service.metrics import Metrics
 from service.pipeline import build_plan, process_batch
 from service.pipeline.batch import Observation

@@ -19,10 +19,10 @@ from service.errors import MechanismError
 from service.mechanisms.discrete_gaussian import concentrated_delta
 from service.mechanisms.gaussian import (
     GaussianMechanism,
-    VectorGaussianMechanism,
     analytic_gaussian_delta,
     analytic_gaussian_sigma,
 )
+from service.mechanisms.vector_gaussian import VectorGaussianMechanism
 from service.testing import SeededSource
 from tests.unit._support import CountingSource, laplace_gamma
 
