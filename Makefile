@@ -54,8 +54,21 @@ integration: $(STAMP) system-deps ## the tests against a real Kafka broker and P
 demo: $(STAMP) ## start a local broker, stream synthetic telemetry through privstream, stop
 	deploy/demo/demo.sh
 
-bench: $(STAMP) ## benchmarks (ratios against baselines measured in the same run)
-	$(BIN)/python bench/samplers.py
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	touch $@
+
+# Each script prints its environment and ratios and exits 1 when a target is missed;
+# make goes on (-) so that one miss does not hide the other results, then fails at the
+# end. BENCH_ARGS=--quick gives a short smoke run of each.
+bench: $(BENCH_STAMP) ## benchmarks (ratios against baselines measured in the same run; minutes)
+	@status=0; \
+	for script in samplers pipeline e2e latency memory; do \
+		echo "== bench/$$script.py $(BENCH_ARGS)"; \
+		$(BIN)/python bench/$$script.py $(BENCH_ARGS) || status=1; \
+	done; \
+	exit $$status
 
 kafka-start: ## start the local Kafka broker (127.0.0.1:9092; KAFKA_PORT moves it)
 	deploy/local-kafka/kafka.sh start

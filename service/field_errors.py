@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from service.pipeline import RecordPlan
-from service.pipeline.batch import Observation
+from service.pipeline.results import Observation
 
 #: histogram bucket bounds, as multiples of the field's expected error
 BUCKET_MULTIPLES = (0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0)

@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -98,12 +98,6 @@ from service.mechanisms.estimation import (
 from service.mechanisms.grid import from_grid, granularity, grid_sensitivity, to_grid
 from service.mechanisms.rng import NoiseSource
 from service.mechanisms.validation import check_bounds, check_delta, check_epsilon
-
-if TYPE_CHECKING:
-    # re-exported for bench/samplers.py; see ``__getattr__`` at the end
-    from service.mechanisms.vector_gaussian import (
-        VectorGaussianMechanism as VectorGaussianMechanism,
-    )
 
 Calibration = Literal["analytic", "classical"]
 
@@ -371,16 +365,3 @@ __all__ = [
     "lattice_noise",
     "require_positive_delta",
 ]
-
-if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        """``VectorGaussianMechanism`` used to live here; bench/samplers.py still imports it.
-
-        Lazy, because ``vector_gaussian`` imports this module's calibrations.
-        """
-        if name == "VectorGaussianMechanism":
-            from service.mechanisms.vector_gaussian import VectorGaussianMechanism
-
-            return VectorGaussianMechanism
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,128 +5,305 @@ benchmarks all call ``process_batch``. Fail-closed by construction: the
 output object is built from the plan's handlers only, so a field the config
 does not name can never pass through, and a record with any problem is
 dead-lettered whole.
+
+The fast path and its reference
+-------------------------------
+``process_batch`` gives the very bytes, output positions, dead-letter reasons
+and observations of ``process_batch_reference``
+(``service.pipeline.reference``, stdlib JSON one record at a time) for every
+batch, only faster: orjson decodes, each field is extracted and checked as a
+whole column here, and the output text is assembled column-wise
+(``service.pipeline.encode``). The fast path only *accepts* records; any
+record it is not sure about (orjson refuses it, a value of an unexpected type,
+a missing field, a number orjson may have read differently) is handed whole to
+the reference's ``parse_row``, whose verdict and reason stand. What orjson
+accepts, the stdlib accepts with the same value, except:
+
+* integers beyond 64 bits, which orjson reads as (correctly rounded) floats:
+  floats of magnitude >= 2**63 take the reference path wherever int vs float
+  could show;
+* nesting deeper than the stdlib's recursion limit: records with many
+  brackets take the reference path.
+
+``tests/unit/test_fast_path.py`` checks the equivalence on the fuzz corpus.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any, cast
 
 import numpy as np
+import orjson
 from numpy.typing import NDArray
 
 from service.mechanisms import NoiseSource
-from service.pipeline.fields import Rejected, json_type
+from service.pipeline.encode import encode_records
+from service.pipeline.fields import (
+    BooleanHandler,
+    CategoricalHandler,
+    FieldHandler,
+    IntegerHandler,
+    PublicHandler,
+    RealHandler,
+    Rejected,
+)
 from service.pipeline.noise import Fresh, NoiseProvider
 from service.pipeline.plan import RecordPlan
+from service.pipeline.reference import parse_row, release_columns
+from service.pipeline.results import BatchResult, DeadLetter
+
+#: a record this short cannot nest deeper than half its length
+_SHALLOW_BYTES = 400
+#: nesting bound below which the stdlib decoder never reaches the recursion limit
+_MAX_FAST_BRACKETS = 200
+#: orjson reads integers beyond 64 bits as floats; a float this large may be one of them
+_BIG = 2.0**63
+#: below this a float holds every integer exactly
+_EXACT = 2.0**53
+_INT64 = (-(2**63), 2**63 - 1)
+_MISSING = object()
+_NUMBERS = frozenset({float, int})
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+Values = NDArray[Any] | Sequence[Any]
+ColumnParser = Callable[[Any, Sequence[Any]], tuple[Values, list[int]]]
 
 
-@dataclass(frozen=True)
-class DeadLetter:
-    """A record that could not be sanitized. ``detail`` never quotes raw values."""
-
-    index: int
-    reason: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What the worker may aggregate about one noised field of a batch (metrics)."""
-
-    #: ``rho(Y, d)`` per released value, a function of the noise alone; None when the
-    #: kind has no such function or the field is memoized (its noise follows the value)
-    error: NDArray[np.float64] | None
-    clamped: int
-
-
-def merge_observations(parts: Sequence[dict[str, Observation]]) -> dict[str, Observation]:
-    """The observations of several batches as if they were one."""
-    merged: dict[str, Observation] = {}
-    for part in parts:
-        for name, seen in part.items():
-            if name not in merged:
-                merged[name] = seen
-                continue
-            before = merged[name]
-            errors = [e for e in (before.error, seen.error) if e is not None]
-            error = np.concatenate(errors) if errors else None
-            merged[name] = Observation(error, before.clamped + seen.clamped)
-    return merged
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    """Sanitized messages with their input positions, the dead letters, per-field observations."""
-
-    outputs: list[bytes] = field(default_factory=list)
-    output_index: list[int] = field(default_factory=list)
-    dead_letters: list[DeadLetter] = field(default_factory=list)
-    #: by field name, for every field with a mechanism
-    observations: dict[str, Observation] = field(default_factory=dict)
-
-
-def _reject_constant(token: str) -> float:
-    # NaN / Infinity are not JSON; accepting them would let them reach public fields
-    raise Rejected("invalid_json", f"not valid JSON: non-standard token {token}")
-
-
-def _finite_float(token: str) -> float:
-    # 1e999 parses to inf, which is not JSON either and would reach public fields
-    number = float(token)
-    if not math.isfinite(number):
-        raise Rejected("not_finite", "a number is beyond the double range")
-    return number
-
-
-def decode_record(raw: bytes) -> dict[str, Any]:
-    """Strict JSON object decoding; raises Rejected with a reason."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise Rejected("invalid_utf8", "message is not valid UTF-8") from None
-    try:
-        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
-    except (ValueError, RecursionError) as exc:
-        position = f" at char {exc.pos}" if isinstance(exc, json.JSONDecodeError) else ""
-        raise Rejected("invalid_json", f"not valid JSON{position}") from None
-    if not isinstance(obj, dict):
-        raise Rejected("not_object", f"expected a JSON object, got {json_type(obj)}")
-    return obj
-
-
-def _memo_value(record: dict[str, Any], memo: str, of: str) -> str | int:
-    """The raw memo value (a device id): a JSON string or integer, never quoted in errors."""
-    if memo not in record:
-        raise Rejected("missing_field", f"field {memo!r} (memoize_by of {of!r}): missing")
-    value = record[memo]
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise Rejected(
-            "wrong_type",
-            f"field {memo!r} (memoize_by of {of!r}): expected a string or an integer, "
-            f"got {json_type(value)}",
-        )
-    return value
-
-
-def _parse_row(plan: RecordPlan, raw: bytes) -> tuple[list[Any], list[bytes]]:
-    """Parsed values, one per handler, and the memo token of each memoized one (else b"")."""
-    record = decode_record(raw)
-    row: list[Any] = []
-    tokens: list[bytes] = []
-    for handler, memo in zip(plan.handlers, plan.memos, strict=True):
-        if handler.name not in record:
-            raise Rejected("missing_field", f"field {handler.name!r}: missing")
-        parsed = handler.parse(record[handler.name])
-        row.append(parsed)
-        if memo is None:
-            tokens.append(b"")
+def _decode_batch(messages: Sequence[bytes]) -> tuple[list[dict[str, Any]], list[int], list[int]]:
+    """orjson-decoded objects with their input indices, and the indices left to the reference."""
+    loads, error = orjson.loads, orjson.JSONDecodeError
+    if messages and set(map(type, messages)) == {bytes}:
+        # the common batch: every message a short valid object, decoded in one C loop
+        try:
+            objs = list(map(loads, messages))
+        except error:
+            pass
         else:
-            tokens.append(memo.token(_memo_value(record, memo.field, handler.name), parsed))
-    return row, tokens
+            if set(map(type, objs)) == {dict} and max(map(len, messages)) <= _SHALLOW_BYTES:
+                return objs, list(range(len(objs))), []
+    records: list[dict[str, Any]] = []
+    where: list[int] = []
+    slow: list[int] = []
+    for index, raw in enumerate(messages):
+        if type(raw) is not bytes:
+            slow.append(index)
+            continue
+        try:
+            obj = loads(raw)
+        except error:  # invalid JSON or UTF-8, NaN, 1e999, a lone surrogate, a BOM, ...
+            slow.append(index)
+            continue
+        if type(obj) is not dict or (
+            len(raw) > _SHALLOW_BYTES and raw.count(b"[") + raw.count(b"{") > _MAX_FAST_BRACKETS
+        ):
+            slow.append(index)
+            continue
+        records.append(obj)
+        where.append(index)
+    return records, where, slow
+
+
+def _extract(records: list[dict[str, Any]], names: Sequence[str]) -> list[Sequence[Any]]:
+    """One column per name (``_MISSING`` where a record lacks the field)."""
+    columns: list[Sequence[Any]] = []
+    for name in names:
+        try:  # one C loop per field
+            columns.append(list(map(itemgetter(name), records)))
+        except KeyError:
+            columns.append([record.get(name, _MISSING) for record in records])
+    return columns
+
+
+def _plain(value: Any) -> bool:
+    """A JSON value the stdlib would have decoded identically (no int read as a float)."""
+    kind = type(value)
+    if kind is float:
+        return bool(-_BIG < value < _BIG)
+    if kind is list:
+        return all(map(_plain, value))
+    if kind is dict:
+        return all(map(_plain, value.values()))
+    return kind in _SCALARS
+
+
+def _public_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    if set(map(type, col)) <= _SCALARS:
+        return col, []
+    return col, [p for p, value in enumerate(col) if value is _MISSING or not _plain(value)]
+
+
+def _real_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    # orjson numbers are finite (it refuses 1e999) and read like the stdlib's (correctly
+    # rounded, big integers included); float(int) is what ``finite_number`` does
+    if set(map(type, col)) <= _NUMBERS:
+        return np.array(col, dtype=np.float64), []
+    bad = [p for p, value in enumerate(col) if type(value) not in _NUMBERS]
+    clean = [0.0 if type(value) not in _NUMBERS else value for value in col]
+    return np.array(clean, dtype=np.float64), bad
+
+
+def _integer_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    lower, upper = handler.mechanism.lower - 1, handler.mechanism.upper + 1
+    if set(map(type, col)) == {int} and _INT64[0] <= lower and upper <= _INT64[1]:
+        try:
+            column = np.array(col, dtype=np.int64)
+        except OverflowError:  # beyond int64: clamped value by value below
+            pass
+        else:
+            return np.clip(column, lower, upper), []
+    out: list[int] = []
+    bad: list[int] = []
+    for p, value in enumerate(col):
+        kind = type(value)
+        if kind is int:
+            out.append(min(max(value, lower), upper))
+        elif kind is float and value.is_integer() and -_EXACT < value < _EXACT:
+            out.append(min(max(int(value), lower), upper))
+        else:
+            bad.append(p)
+            out.append(lower + 1)
+    return np.array(out, dtype=np.int64), bad
+
+
+def _categorical_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    index: dict[tuple[type, object], int] = handler._index
+    unknown_as = handler.unknown_as
+    unknown = None if unknown_as is None else index[(type(unknown_as), unknown_as)]
+    kinds = set(map(type, col))
+    if len(kinds) == 1 and kinds <= {str, int}:
+        (kind,) = kinds
+        table = {value: i for (t, value), i in index.items() if t is kind}
+        positions = list(map(table.get, col, itertools.repeat(unknown, len(col))))
+        try:
+            return np.array(positions, dtype=np.int64), []
+        except TypeError:  # a None: a value outside the domain and no unknown_as
+            pass
+    out: list[int] = []
+    bad: list[int] = []
+    for p, value in enumerate(col):
+        kind = type(value)
+        # floats never: one may be an integer beyond 64 bits (the reference decides)
+        position = index.get((kind, value), unknown) if kind is str or kind is int else None
+        if position is None:
+            bad.append(p)
+            position = 0
+        out.append(position)
+    return np.array(out, dtype=np.int64), bad
+
+
+def _boolean_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    if set(map(type, col)) == {bool}:
+        return np.array(col, dtype=np.int64), []
+    bad = [p for p, value in enumerate(col) if type(value) is not bool]
+    return np.array([value is True for value in col], dtype=np.int64), bad
+
+
+def _generic_column(handler: FieldHandler, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    """Value by value through ``handler.parse`` (structured kinds); a rejection -> reference."""
+    out: list[Any] = []
+    bad: list[int] = []
+    for p, value in enumerate(col):
+        if value is _MISSING:
+            bad.append(p)
+            out.append(None)
+            continue
+        try:
+            out.append(handler.parse(value))
+        except Rejected:
+            bad.append(p)
+            out.append(None)
+    return out, bad
+
+
+_COLUMN_PARSERS: dict[type, ColumnParser] = {
+    PublicHandler: _public_column,
+    RealHandler: _real_column,
+    IntegerHandler: _integer_column,
+    CategoricalHandler: _categorical_column,
+    BooleanHandler: _boolean_column,
+}
+
+
+def _as_list(values: Values) -> list[Any]:
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
+
+
+@dataclass
+class _Parsed:
+    """The parsed columns of a batch's accepted records, in input order."""
+
+    columns: list[Values]
+    #: per handler, the memo token of every accepted row (empty list when not memoized)
+    tokens: list[list[bytes]]
+    output_index: list[int]
+    dead_letters: list[DeadLetter]
+
+
+def _parse_batch(plan: RecordPlan, messages: Sequence[bytes]) -> _Parsed:
+    records, where, slow = _decode_batch(messages)
+    columns: list[Values] = []
+    bad: set[int] = set()
+    raw_columns = _extract(records, [handler.name for handler in plan.handlers])
+    for handler, col in zip(plan.handlers, raw_columns, strict=True):
+        parser: ColumnParser = _COLUMN_PARSERS.get(type(handler), _generic_column)
+        values, rejected = parser(handler, col)
+        columns.append(values)
+        bad.update(rejected)
+    memo_values: list[list[Any] | None] = []
+    for memo in plan.memos:
+        if memo is None:
+            memo_values.append(None)
+            continue
+        col = [record.get(memo.field, _MISSING) for record in records]
+        bad.update(p for p, value in enumerate(col) if type(value) not in (str, int))
+        memo_values.append(col)
+    if bad:  # leave those records to the reference
+        slow.extend(where[p] for p in bad)
+        slow.sort()
+        keep = [p for p in range(len(records)) if p not in bad]
+        rows = np.asarray(keep, dtype=np.intp)
+        columns = [c[rows] if isinstance(c, np.ndarray) else [c[p] for p in keep] for c in columns]
+        memo_values = [None if m is None else [m[p] for p in keep] for m in memo_values]
+        where = [where[p] for p in keep]
+    tokens: list[list[bytes]] = []
+    for memo, values, memo_col in zip(plan.memos, columns, memo_values, strict=True):
+        if memo is None or memo_col is None:
+            tokens.append([])
+        else:
+            parsed = _as_list(values)
+            tokens.append([memo.token(m, v) for m, v in zip(memo_col, parsed, strict=True)])
+    dead: list[DeadLetter] = []
+    recovered: list[tuple[int, list[Any], list[bytes]]] = []
+    for index in slow:
+        try:
+            row, row_tokens = parse_row(plan, messages[index])
+        except Rejected as rejected:
+            dead.append(DeadLetter(index, rejected.reason, rejected.detail))
+        else:
+            recovered.append((index, row, row_tokens))
+    if not recovered:
+        return _Parsed(columns, tokens, where, dead)
+    # a few records only the reference could parse: merge them in input order
+    order = sorted(
+        [(index, -1, p) for p, index in enumerate(where)]
+        + [(index, k, 0) for k, (index, _, _) in enumerate(recovered)]
+    )
+    merged_columns: list[Values] = []
+    merged_tokens: list[list[bytes]] = []
+    for j, (values, memo) in enumerate(zip(columns, plan.memos, strict=True)):
+        fast = _as_list(values)
+        merged_columns.append([fast[p] if k < 0 else recovered[k][1][j] for _, k, p in order])
+        if memo is None:
+            merged_tokens.append([])
+        else:
+            merged_tokens.append(
+                [tokens[j][p] if k < 0 else recovered[k][2][j] for _, k, p in order]
+            )
+    return _Parsed(merged_columns, merged_tokens, [index for index, _, _ in order], dead)
 
 
 def process_batch(
@@ -135,39 +312,16 @@ def process_batch(
     """Sanitize a batch. Every input index ends up in exactly one of the two outputs.
 
     ``noise`` is a provider (fresh or replayable, ``service.pipeline.noise``)
-    or a plain source, which then serves every column.
+    or a plain source, which then serves every column. Same bytes and reasons
+    as ``process_batch_reference``, computed column by column.
     """
     provider: NoiseProvider = noise if isinstance(noise, NoiseProvider) else Fresh(noise)
-    result = BatchResult()
-    rows: list[list[Any]] = []
-    tokens: list[list[bytes]] = []
-    for index, raw in enumerate(messages):
-        try:
-            row, row_tokens = _parse_row(plan, raw)
-        except Rejected as rejected:
-            result.dead_letters.append(DeadLetter(index, rejected.reason, rejected.detail))
-        else:
-            rows.append(row)
-            tokens.append(row_tokens)
-            result.output_index.append(index)
-    if not rows:
+    parsed = _parse_batch(plan, messages)
+    result = BatchResult(output_index=parsed.output_index, dead_letters=parsed.dead_letters)
+    if not parsed.output_index:
         return result
-    good = np.asarray(result.output_index, dtype=np.int64)
-    columns = []
-    for j, (field_id, handler, memo) in enumerate(
-        zip(plan.field_ids, plan.handlers, plan.memos, strict=True)
-    ):
-        if memo is None:
-            source = provider.for_column(field_id, good)
-        else:  # memoized: each row's words are a function of its (memo, true value) token
-            source = provider.for_memo(memo.scope, [t[j] for t in tokens])
-        column = handler.release([row[j] for row in rows], source)
-        columns.append(column.values)
-        if handler.mechanism is not None:
-            error = column.error if memo is None else None
-            result.observations[handler.name] = Observation(error, column.clamped)
-    names = [handler.name for handler in plan.handlers]
-    for i in range(len(rows)):
-        record = {name: column[i] for name, column in zip(names, columns, strict=True)}
-        result.outputs.append(json.dumps(record, separators=(",", ":")).encode())
+    good = np.asarray(parsed.output_index, dtype=np.int64)
+    columns = cast(list[Sequence[Any]], parsed.columns)
+    released = release_columns(plan, provider, good, columns, parsed.tokens, result.observations)
+    result.outputs.extend(encode_records(plan.handlers, released, len(parsed.output_index)))
     return result

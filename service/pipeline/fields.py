@@ -183,7 +183,8 @@ class CategoricalHandler:
         released = self.mechanism.release(indices, source)
         domain = self.mechanism.domain
         return Column(
-            [domain[i] for i in released.tolist()], self.mechanism.noise_error(indices, released)
+            list(map(domain.__getitem__, released.tolist())),
+            self.mechanism.noise_error(indices, released),
         )
 
 

@@ -45,8 +45,8 @@ from service.config.runtime import Runtime
 from service.mechanisms.rng import derive_memo_key, derive_stream_key
 from service.metrics import Metrics
 from service.pipeline import BatchResult, RecordPlan, process_batch
-from service.pipeline.batch import DeadLetter, Observation, merge_observations
 from service.pipeline.noise import Replayable
+from service.pipeline.results import DeadLetter, Observation, merge_observations
 from service.worker.clients import (
     consumer_options,
     diagnose,

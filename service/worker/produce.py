@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.errors import MessageSizeTooLargeError
 
 from service.pipeline import BatchResult, RecordPlan
-from service.pipeline.batch import DeadLetter
+from service.pipeline.results import DeadLetter
 
 Headers = list[tuple[str, bytes]]
 

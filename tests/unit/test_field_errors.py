@@ -18,7 +18,7 @@ from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from service.mechanisms.vector_gaussian import VectorGaussianMechanism
 from service.metrics import Metrics
 from service.pipeline import build_plan, process_batch
-from service.pipeline.batch import Observation
+from service.pipeline.results import Observation
 from service.testing import SeededSource
 from tests.unit._support import config_dict
 

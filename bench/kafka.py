@@ -1,0 +1,185 @@
+"""What the broker benchmarks share: a local broker, topics, a preload, worker processes.
+
+The broker is ``tests/broker.py``'s ``LocalBroker`` (the launcher's cached jars, a
+work dir of its own, deleted on exit), on this machine, so it competes with the
+workers and the load generator for the same CPUs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.structs import OffsetAndMetadata
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.reference import BODY, messages  # noqa: E402
+from tests.broker import LocalBroker, create_topics  # noqa: E402
+
+PARTITIONS = 4
+
+
+@contextlib.contextmanager
+def broker() -> Iterator[str]:
+    """A started local broker (bootstrap servers); stopped and deleted on exit."""
+    env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if env:
+        yield env
+        return
+    local = LocalBroker()
+    print(f"# starting a local Kafka broker on {local.bootstrap} ...", flush=True)
+    try:
+        local.start()
+        yield local.bootstrap
+    finally:
+        local.close()
+
+
+@dataclass
+class Topics:
+    raw: str
+    out: str
+    dlq: str
+    group: str
+
+
+async def new_topics(bootstrap: str, prefix: str) -> Topics:
+    run = secrets.token_hex(3)
+    topics = Topics(f"{prefix}.{run}.raw", f"{prefix}.{run}.out", f"{prefix}.{run}.dlq", run)
+    await create_topics(bootstrap, [topics.raw, topics.out, topics.dlq], PARTITIONS)
+    return topics
+
+
+def producer(bootstrap: str, **extra: Any) -> AIOKafkaProducer:
+    options: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "linger_ms": 20,
+        "max_batch_size": 512 * 1024,
+        "acks": 1,
+    }
+    options.update(extra)
+    return AIOKafkaProducer(**options)
+
+
+async def preload(bootstrap: str, topic: str, count: int, chunk: int = 20_000) -> float:
+    """Produce ``count`` reference records to ``topic``; returns records/s of the load."""
+    started = time.perf_counter()
+    client = producer(bootstrap)
+    await client.start()
+    try:
+        for start in range(0, count, chunk):
+            batch = messages(min(chunk, count - start), seed=start, start=start)
+            pending = [await client.send(topic, value) for value in batch]
+            await asyncio.gather(*pending)
+    finally:
+        await client.stop()
+    return count / (time.perf_counter() - started)
+
+
+def write_config(path: Path, bootstrap: str, topics: Topics, **kafka: Any) -> Path:
+    config = {
+        "kafka": {
+            "bootstrap_servers": bootstrap,
+            "input_topic": topics.raw,
+            "output_topic": topics.out,
+            "dead_letter_topic": topics.dlq,
+            "group_id": topics.group,
+            "transactional_id_prefix": topics.group,
+            **kafka,
+        },
+        **BODY,
+        "http": {"host": "127.0.0.1", "port": 0},
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class Worker:
+    """``privstream run`` (or the pass-through worker) as a subprocess."""
+
+    def __init__(self, config: Path, workdir: Path, replica: str, *, passthrough: bool) -> None:
+        key = workdir / f"noise-{replica}.key"
+        key.write_text(secrets.token_hex(32) + "\n")
+        entry = (
+            [str(ROOT / "bench" / "passthrough_worker.py")]
+            if passthrough
+            else ["-m", "service.cli.main"]
+        )
+        self.log = workdir / f"worker-{replica}.log"
+        self._log = self.log.open("ab")
+        command = [*entry, "run", "--config", str(config), "--noise-key-file", str(key)]
+        self.proc = subprocess.Popen(
+            [sys.executable, *command, "--replica-id", replica, "--log-level", "INFO"],
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=self._log,
+        )
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self._log.close()
+        return code
+
+
+@contextlib.asynccontextmanager
+async def admin(bootstrap: str) -> AsyncIterator[AIOKafkaAdminClient]:
+    client = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await client.start()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def committed(client: AIOKafkaAdminClient, group: str) -> int:
+    """Records the group has committed (summed over partitions; 0 before the first commit)."""
+    try:
+        offsets: dict[TopicPartition, OffsetAndMetadata] = await client.list_consumer_group_offsets(
+            group
+        )
+    except Exception:  # the group does not exist yet
+        return 0
+    return sum(max(meta.offset, 0) for meta in offsets.values())
+
+
+async def drain_rate(
+    bootstrap: str, group: str, total: int, workers: list[Worker], within_s: float
+) -> float:
+    """Records/s the group commits, from its first commit until all ``total`` are committed."""
+    async with admin(bootstrap) as client:
+        deadline = time.monotonic() + within_s
+        first: tuple[float, int] | None = None
+        while True:
+            done = await committed(client, group)
+            now = time.perf_counter()
+            if first is None and done > 0:
+                first = (now, done)
+            if done >= total and first is not None:
+                return (done - first[1]) / max(now - first[0], 1e-9)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {done:,} of {total:,} records committed")
+            for worker in workers:
+                if worker.proc.poll() is not None:
+                    raise RuntimeError(f"worker exited early; see {worker.log}")
+            await asyncio.sleep(0.1)
