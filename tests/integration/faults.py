@@ -9,7 +9,12 @@
 * ``stream`` produces messages chunk by chunk, each chunk gated by a callback
   (back-pressure on an observable event, not a timer), and returns every
   message's (partition, offset).
-* ``metric`` scrapes one sample of a worker's /metrics.
+* ``metric`` scrapes one sample of a worker's /metrics, ``scrape_until`` polls
+  all of them until a condition holds.
+* ``fault_topics``, ``is_bad``, ``good_before``, ``seq_of``, ``source_of``,
+  ``assert_each_once`` and ``assert_dead_once``: the input convention (every
+  100th input malformed) and the exactly-once checks of the kill -9 and
+  rebalance tests.
 * ``group_assignment`` asks the broker how a consumer group's partitions are
   shared among its members.
 
@@ -20,24 +25,27 @@ waited for and what it saw.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import KafkaError
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.broker import create_topics
 from tests.http_get import http_get
-from tests.integration.worker_proc import Message
+from tests.integration.worker_proc import Collector, Message, read_partitions, unique_topics
 
 
-class Tail:
-    """Reads ``topic`` from the beginning into ``records`` until the context exits.
+class Tail(Collector):
+    """A ``Collector`` that sees new records within a few ms, with either isolation level.
 
     ``identity`` (optional) names a record, e.g. its ``seq``; ``distinct`` is
-    then the set of names seen so far. Waiters are woken after every fetch.
+    then the set of names seen so far.
     """
 
     def __init__(
@@ -48,41 +56,15 @@ class Tail:
         isolation_level: str = "read_committed",
         identity: Callable[[ConsumerRecord], Hashable] | None = None,
     ) -> None:
-        self.topic = topic
-        self.isolation_level = isolation_level
-        self.records: list[ConsumerRecord] = []
+        # fetch_max_wait_ms: see new records within a few ms (kill timing relies on it)
+        super().__init__(bootstrap, topic, isolation_level=isolation_level, fetch_max_wait_ms=25)
         self.distinct: set[Hashable] = set()
         self._identity = identity
-        self._consumer = AIOKafkaConsumer(
-            topic,
-            bootstrap_servers=bootstrap,
-            auto_offset_reset="earliest",
-            isolation_level=isolation_level,
-            enable_auto_commit=False,
-            fetch_max_wait_ms=25,  # see new records within a few ms (kill timing relies on it)
-        )
-        self._grew = asyncio.Condition()
 
-    async def __aenter__(self) -> Tail:
-        await self._consumer.start()
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
-        await self._consumer.stop()
-
-    async def _run(self) -> None:
-        while True:
-            batches = await self._consumer.getmany(timeout_ms=200)
-            new = [m for msgs in batches.values() for m in msgs]
-            if new:
-                async with self._grew:
-                    self.records.extend(new)
-                    if self._identity is not None:
-                        self.distinct.update(self._identity(m) for m in new)
-                    self._grew.notify_all()
+    def _add(self, new: list[ConsumerRecord]) -> None:
+        super()._add(new)
+        if self._identity is not None:
+            self.distinct.update(self._identity(m) for m in new)
 
     async def wait_until(self, done: Callable[[], bool], within_s: float, what: str) -> None:
         """Wait until ``done()`` holds (checked after every fetch) or fail after ``within_s``."""
@@ -102,33 +84,77 @@ class Tail:
 
 
 async def read_to_end(
-    bootstrap: str, topic: str, partitions: int, *, isolation_level: str, within_s: float = 60
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    *,
+    isolation_level: str,
+    within_s: float | None = 60,
 ) -> list[ConsumerRecord]:
     """Every record of ``topic`` up to its end offsets at call time.
 
     With ``read_uncommitted`` the end is the high watermark and aborted records
     are included; with ``read_committed`` it is the last stable offset.
     """
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, isolation_level=isolation_level, enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        end = await consumer.end_offsets(tps)
-        out: list[ConsumerRecord] = []
+    return await read_partitions(bootstrap, topic, partitions, isolation_level, within_s)
 
-        async def drain() -> None:
-            while [tp for tp in tps if await consumer.position(tp) < end[tp]]:
-                batches = await consumer.getmany(*tps, timeout_ms=500)
-                out.extend(m for msgs in batches.values() for m in msgs)
 
-        await asyncio.wait_for(drain(), within_s)
-        return out
-    finally:
-        await consumer.stop()
+async def fault_topics(bootstrap: str, prefix: str) -> dict[str, str]:
+    """``unique_topics(prefix)``, created: input and output with 4 partitions, dead letters 2."""
+    kafka = unique_topics(prefix)
+    await create_topics(bootstrap, [kafka["input_topic"], kafka["output_topic"]], partitions=4)
+    await create_topics(bootstrap, [kafka["dead_letter_topic"]], partitions=2)
+    return kafka
+
+
+def is_bad(i: int) -> bool:
+    """Input i of a fault test is malformed (every 100th one)."""
+    return i % 100 == 99
+
+
+def good_before(total: int) -> list[int]:
+    """``good_before(total)[i]``: how many of the first i inputs are good."""
+    counts = [0]
+    for i in range(total):
+        counts.append(counts[-1] + (not is_bad(i)))
+    return counts
+
+
+def seq_of(record: ConsumerRecord) -> int:
+    return int(json.loads(record.value)["seq"])
+
+
+def source_of(record: ConsumerRecord) -> str:
+    return str(dict(record.headers)["privstream-source"].decode())
+
+
+def assert_each_once(
+    sanitized: list[ConsumerRecord],
+    good_seqs: set[int],
+    expected: list[bytes | None],
+    summary: str,
+) -> None:
+    """Every good seq committed exactly once, byte-identical to ``expected`` (the replay)."""
+    counts = Counter(seq_of(r) for r in sanitized)
+    duplicated = sorted(s for s, c in counts.items() if c > 1)
+    missing = sorted(good_seqs - counts.keys())
+    assert not duplicated, f"duplicated seqs {duplicated[:20]} ({len(duplicated)}); {summary}"
+    assert not missing, f"missing seqs {missing[:20]} ({len(missing)}); {summary}"
+    assert counts.keys() == good_seqs, summary
+    differ = [seq_of(r) for r in sanitized if r.value != expected[seq_of(r)]]
+    assert not differ, f"committed bytes differ from replay for seqs {differ[:20]}; {summary}"
+
+
+def assert_dead_once(
+    dead_letters: list[ConsumerRecord], topic: str, coords: list[tuple[int, int]], summary: str
+) -> dict[str, int]:
+    """Every bad input dead-lettered exactly once (by its source header);
+    returns each input's index by its source (``topic/partition/offset``)."""
+    index_of = {f"{topic}/{p}/{o}": i for i, (p, o) in enumerate(coords)}
+    dead_counts = Counter(source_of(r) for r in dead_letters)
+    assert not [s for s, c in dead_counts.items() if c > 1], f"duplicate dead letters; {summary}"
+    assert dead_counts.keys() == {s for s, i in index_of.items() if is_bad(i)}, summary
+    return index_of
 
 
 async def stream(
@@ -167,6 +193,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def samples(text: str) -> Samples:
+    """A /metrics text as {(name, sorted labels): value}."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
 async def metric(port: int, name: str) -> float | None:
     """The value of the unlabelled sample ``name`` on the worker's /metrics;
     None while the endpoint is not up or the sample is absent."""
@@ -175,11 +213,23 @@ async def metric(port: int, name: str) -> float | None:
     except OSError:  # not listening yet
         return None
     assert status == 200, text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and not sample.labels:
-                return sample.value
-    return None
+    return samples(text).get((name, ()))
+
+
+async def scrape_until(
+    port: int, done: Callable[[Samples], bool], within_s: float = 30, every_s: float = 0.05
+) -> Samples:
+    """Poll /metrics every ``every_s`` (a polling interval, not a synchronisation guess)
+    until ``done`` holds or the deadline passes; return the last scrape."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while True:
+        status, text = await http_get(port, "/metrics")
+        assert status == 200
+        got = samples(text)
+        if done(got) or loop.time() > deadline:
+            return got
+        await asyncio.sleep(every_s)
 
 
 async def poll_until(

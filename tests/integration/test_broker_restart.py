@@ -12,29 +12,30 @@ may see carry the very same bytes (no second, independent noise draw).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import socket
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.broker import LocalBroker, create_topics, local_broker
 from tests.http_get import http_get
+from tests.integration.faults import free_port, metric, read_to_end
 from tests.integration.worker_proc import (
+    PRIVACY,
     TEST_SECRET,
     Collector,
     Message,
     WorkerProcess,
     decode,
     produce,
+    raw_in_log,
     read_all,
     replay_expected,
+    started,
     unique_topics,
+    wait_while_alive,
     write_config,
 )
 
@@ -44,17 +45,6 @@ TOTAL = BEFORE + AFTER
 DEVICE_CANARY = "CANARY-DEVICE-5d1e"
 KEY_CANARY = "CANARY-KEY-"
 HEADER_CANARY = b"CANARY-HEADER-0b7a"
-
-PRIVACY = {
-    "privacy": {"epsilon": 2.0, "delta": 1.0e-6},
-    "fields": [
-        {"name": "device_id", "kind": "drop"},
-        {"name": "seq", "kind": "public"},
-        {"name": "salary", "kind": "real", "bounds": [1504, 4500], "epsilon": 1.0},
-        {"name": "state", "kind": "categorical", "domain": ["TX", "CA", "NY"], "epsilon": 0.5},
-        {"name": "opted_in", "kind": "boolean", "epsilon": 0.5, "delta": 1.0e-6},
-    ],
-}
 
 
 def messages(seqs: range) -> list[Message]:
@@ -79,57 +69,8 @@ def messages(seqs: range) -> list[Message]:
 @pytest.fixture
 def broker() -> Iterator[LocalBroker]:
     """A broker of this test only: stopping it must not disturb the session broker."""
-    with local_broker() as started:
-        yield started
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.asynccontextmanager
-async def started(worker: WorkerProcess) -> AsyncIterator[int]:
-    """Start ``worker``, yield its pid; on the way out, kill it if a failed test left it running."""
-    await worker.start()
-    assert worker.proc is not None
-    try:
-        yield worker.proc.pid
-    finally:
-        if worker.alive:
-            await worker.kill()
-        log_fh = getattr(worker, "_log_fh", None)  # an exited worker's log is still open
-        if log_fh is not None and not log_fh.closed:
-            log_fh.close()
-
-
-def raw_in_log(log: str) -> list[str]:
-    """Log lines holding a canary (a raw key, header or value), cut to their start."""
-    return [line[:300] for line in log.splitlines() if "CANARY" in line]
-
-
-async def wait_while_alive(
-    collector: Collector, count: int, worker: WorkerProcess, within_s: float
-) -> None:
-    """Wait for ``count`` records; fail at once if the worker exits, with counts on timeout."""
-    assert worker.proc is not None
-    arrived = asyncio.create_task(collector.wait_for(count, within_s))
-    exited = asyncio.create_task(worker.proc.wait())
-    await asyncio.wait({arrived, exited}, return_when=asyncio.FIRST_COMPLETED)
-    exited.cancel()
-    if not arrived.done():
-        arrived.cancel()
-        await asyncio.gather(arrived, return_exceptions=True)
-        raise AssertionError(
-            f"worker exited ({worker.proc.returncode}) with {len(collector.records)}/{count} "
-            f"records written:\n{worker.log_text()[-5000:]}"
-        )
-    if arrived.exception() is not None:
-        raise AssertionError(
-            f"only {len(collector.records)}/{count} records within {within_s}s:\n"
-            f"{worker.log_text()[-5000:]}"
-        ) from arrived.exception()
+    with local_broker() as running:
+        yield running
 
 
 async def readiness_becomes(port: int, status: int, worker: WorkerProcess, within_s: float) -> None:
@@ -144,35 +85,6 @@ async def readiness_becomes(port: int, status: int, worker: WorkerProcess, withi
             return
         await asyncio.sleep(0.2)  # polling interval, not a synchronisation guess
     raise AssertionError(f"/readyz still {seen} after {within_s}s, expected {status}")
-
-
-async def records_in(port: int) -> float:
-    _, text = await http_get(port, "/metrics")
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "privstream_records_in_total":
-                return sample.value
-    raise AssertionError("privstream_records_in_total not exported")
-
-
-async def read_uncommitted(bootstrap: str, topic: str, partitions: int) -> list[ConsumerRecord]:
-    """Every record of ``topic`` up to its high watermark, aborted transactions included."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, isolation_level="read_uncommitted", enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        end = await consumer.end_offsets(tps)
-        out: list[ConsumerRecord] = []
-        while [tp for tp in tps if await consumer.position(tp) < end[tp]]:
-            batches = await consumer.getmany(*tps, timeout_ms=500)
-            out.extend(m for msgs in batches.values() for m in msgs)
-        return out
-    finally:
-        await consumer.stop()
 
 
 async def test_broker_restart_mid_stream(broker: LocalBroker, tmp_path: Path) -> None:
@@ -198,7 +110,8 @@ async def test_broker_restart_mid_stream(broker: LocalBroker, tmp_path: Path) ->
 
         await asyncio.to_thread(broker.stop)
         await readiness_becomes(port, 503, worker, within_s=60)
-        done_before_outage = await records_in(port)
+        done_before_outage = await metric(port, "privstream_records_in_total")
+        assert done_before_outage is not None, "privstream_records_in_total not exported"
         assert done_before_outage < BEFORE, "the worker finished before the outage: no test"
 
         await asyncio.to_thread(broker.start)  # same port, same data dir
@@ -225,7 +138,9 @@ async def test_broker_restart_mid_stream(broker: LocalBroker, tmp_path: Path) ->
     assert await read_all(bootstrap, kafka["dead_letter_topic"], partitions=2) == []
 
     # aborted attempts (if the outage cut a transaction) repeat the same bytes, never new noise
-    everything = await read_uncommitted(bootstrap, kafka["output_topic"], partitions=2)
+    everything = await read_to_end(
+        bootstrap, kafka["output_topic"], 2, isolation_level="read_uncommitted", within_s=None
+    )
     assert len(everything) >= TOTAL
     assert {r.value for r in everything} == set(expected)
 

@@ -52,15 +52,27 @@ from pathlib import Path
 
 from aiokafka import ConsumerRecord
 
-from tests.broker import create_topics
-from tests.integration.faults import Tail, free_port, metric, poll_until, read_to_end, stream
+from tests.integration.faults import (
+    Tail,
+    assert_dead_once,
+    assert_each_once,
+    fault_topics,
+    free_port,
+    good_before,
+    is_bad,
+    metric,
+    poll_until,
+    read_to_end,
+    seq_of,
+    source_of,
+    stream,
+)
 from tests.integration.worker_proc import (
     TEST_SECRET,
     Message,
     WorkerProcess,
     read_all,
     replay_expected,
-    unique_topics,
     write_config,
 )
 
@@ -87,10 +99,6 @@ BODY = {
     ],
 }
 BAD_REASONS = ("invalid_json", "missing_field", "wrong_type", "unknown_category")
-
-
-def is_bad(i: int) -> bool:
-    return i % 100 == 99
 
 
 def good_record(i: int) -> dict[str, object]:
@@ -126,16 +134,8 @@ def message(i: int) -> Message:
     return (f"{CANARY}-KEY-{i}".encode(), value, [("trace", f"{CANARY}-HEADER-{i}".encode())])
 
 
-def seq_of(record: ConsumerRecord) -> int:
-    return int(json.loads(record.value)["seq"])
-
-
 def header(record: ConsumerRecord, name: str) -> str:
     return str(dict(record.headers)[name].decode())
-
-
-def source_of(record: ConsumerRecord) -> str:
-    return header(record, "privstream-source")
 
 
 def kill_thresholds(good: int) -> list[int]:
@@ -147,10 +147,8 @@ def kill_thresholds(good: int) -> list[int]:
 
 async def test_kill_nine_mid_stream_exactly_once(kafka_bootstrap: str, tmp_path: Path) -> None:
     t0 = time.perf_counter()
-    kafka = unique_topics("eos")
+    kafka = await fault_topics(kafka_bootstrap, "eos")
     source_topic = kafka["input_topic"]
-    await create_topics(kafka_bootstrap, [source_topic, kafka["output_topic"]], partitions=4)
-    await create_topics(kafka_bootstrap, [kafka["dead_letter_topic"]], partitions=2)
     overrides = {
         **kafka,
         "transactions": True,
@@ -162,9 +160,7 @@ async def test_kill_nine_mid_stream_exactly_once(kafka_bootstrap: str, tmp_path:
     messages = [message(i) for i in range(TOTAL)]
     good_seqs = {i for i in range(TOTAL) if not is_bad(i)}
     good, bad = len(good_seqs), TOTAL - len(good_seqs)
-    good_before = [0]
-    for i in range(TOTAL):
-        good_before.append(good_before[-1] + (not is_bad(i)))
+    good_so_far = good_before(TOTAL)
     thresholds = kill_thresholds(good)
 
     workers: list[WorkerProcess] = []
@@ -176,7 +172,7 @@ async def test_kill_nine_mid_stream_exactly_once(kafka_bootstrap: str, tmp_path:
     ):
 
         async def gate(start: int) -> None:
-            need = good_before[start] - AHEAD
+            need = good_so_far[start] - AHEAD
             await out.wait_until(lambda: len(out.distinct) >= need, 180, f"{need} outputs")
 
         def one_more(mark: int) -> Callable[[], bool]:
@@ -239,14 +235,7 @@ async def test_kill_nine_mid_stream_exactly_once(kafka_bootstrap: str, tmp_path:
     assert sum(1 for kill in kills if kill["outputs"] < good) >= 5, summary
 
     # read_committed: every good input exactly once, byte-identical to an uncrashed run
-    counts = Counter(seq_of(r) for r in sanitized)
-    duplicated = sorted(s for s, c in counts.items() if c > 1)
-    missing = sorted(good_seqs - counts.keys())
-    assert not duplicated, f"duplicated seqs {duplicated[:20]} ({len(duplicated)}); {summary}"
-    assert not missing, f"missing seqs {missing[:20]} ({len(missing)}); {summary}"
-    assert counts.keys() == good_seqs, summary
-    differ = [seq_of(r) for r in sanitized if r.value != expected[seq_of(r)]]
-    assert not differ, f"committed bytes differ from replay for seqs {differ[:20]}; {summary}"
+    assert_each_once(sanitized, good_seqs, expected, summary)
 
     # read_uncommitted: aborted copies exist, and every copy is the expected bytes
     copies = Counter(seq_of(r) for r in every_copy)
@@ -258,11 +247,7 @@ async def test_kill_nine_mid_stream_exactly_once(kafka_bootstrap: str, tmp_path:
     print(f"{replayed} seqs written more than once (aborted copies identical)")
 
     # dead letters: every malformed input exactly once, raw bytes kept, with the reason
-    index_of = {f"{source_topic}/{p}/{o}": i for i, (p, o) in enumerate(coords)}
-    bad_sources = {src for src, i in index_of.items() if is_bad(i)}
-    dead_counts = Counter(source_of(r) for r in dead_letters)
-    assert not [s for s, c in dead_counts.items() if c > 1], f"duplicate dead letters; {summary}"
-    assert dead_counts.keys() == bad_sources, summary
+    index_of = assert_dead_once(dead_letters, source_topic, coords, summary)
     for record in dead_copies:  # committed and aborted copies alike
         i = index_of[source_of(record)]
         assert record.value == messages[i][1]

@@ -13,25 +13,20 @@ against what the worker actually wrote.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import math
-import socket
 import warnings
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, cast
 
 from aiokafka import ConsumerRecord
-from prometheus_client.parser import text_string_to_metric_families
 
 from service.config import load_config
 from service.mechanisms.rng import OsEntropy
 from service.pipeline import build_plan, process_batch
 from tests.broker import create_topics
-from tests.http_get import http_get
+from tests.integration.faults import free_port, scrape_until
 from tests.integration.fuzz_messages import (
     CANARY,
     KNOWN_REASONS,
@@ -48,9 +43,12 @@ from tests.integration.worker_proc import (
     Message,
     WorkerProcess,
     produce,
+    raw_in_log,
     read_all,
     replay_expected,
+    started,
     unique_topics,
+    wait_while_alive,
     write_config,
 )
 
@@ -117,74 +115,6 @@ def test_expectations_agree_with_the_pipeline(tmp_path: Path) -> None:
         assert CANARY.encode() not in out
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.asynccontextmanager
-async def started(worker: WorkerProcess) -> AsyncIterator[int]:
-    """Start ``worker``, yield its pid; on the way out, kill it if a failed test left it running."""
-    await worker.start()
-    assert worker.proc is not None
-    try:
-        yield worker.proc.pid
-    finally:
-        if worker.alive:
-            await worker.kill()
-        log_fh = getattr(worker, "_log_fh", None)  # an exited worker's log is still open
-        if log_fh is not None and not log_fh.closed:
-            log_fh.close()
-
-
-def raw_in_log(log: str) -> list[str]:
-    """Log lines holding a canary (a raw key, header or value), cut to their start."""
-    return [line[:300] for line in log.splitlines() if "CANARY" in line]
-
-
-async def wait_while_alive(
-    collector: Collector, count: int, worker: WorkerProcess, within_s: float
-) -> None:
-    """Wait for ``count`` records; fail at once if the worker exits, with counts on timeout."""
-    assert worker.proc is not None
-    arrived = asyncio.create_task(collector.wait_for(count, within_s))
-    exited = asyncio.create_task(worker.proc.wait())
-    await asyncio.wait({arrived, exited}, return_when=asyncio.FIRST_COMPLETED)
-    exited.cancel()
-    if not arrived.done():
-        arrived.cancel()
-        await asyncio.gather(arrived, return_exceptions=True)
-        raise AssertionError(
-            f"worker exited ({worker.proc.returncode}) with {len(collector.records)}/{count} "
-            f"records written:\n{worker.log_text()[-5000:]}"
-        )
-    if arrived.exception() is not None:
-        raise AssertionError(
-            f"only {len(collector.records)}/{count} records within {within_s}s"
-        ) from arrived.exception()
-
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-async def scrape_until(port: int, done: Callable[[Samples], bool], within_s: float) -> Samples:
-    """Poll /metrics until ``done`` holds or the deadline passes; return the last scrape."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while True:
-        status, text = await http_get(port, "/metrics")
-        assert status == 200
-        got = {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-        }
-        if done(got) or loop.time() > deadline:
-            return got
-        await asyncio.sleep(0.1)  # polling interval, not a synchronisation guess
-
-
 def headers_of(record: ConsumerRecord) -> list[tuple[str, bytes]]:
     return list(record.headers or ())
 
@@ -227,7 +157,10 @@ async def test_ten_thousand_malformed_messages(kafka_bootstrap: str, tmp_path: P
             await wait_while_alive(out, len(good), worker, within_s=300)
             await wait_while_alive(dead_seen, len(bad), worker, within_s=120)
         metrics = await scrape_until(
-            port, lambda m: m.get(("privstream_records_in_total", ())) == len(cases), within_s=30
+            port,
+            lambda m: m.get(("privstream_records_in_total", ())) == len(cases),
+            within_s=30,
+            every_s=0.1,
         )
         # the very process started above, never restarted
         assert worker.alive and worker.proc is not None and worker.proc.pid == pid, (

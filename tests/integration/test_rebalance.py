@@ -30,25 +30,29 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from aiokafka import ConsumerRecord
-
-from tests.broker import create_topics
 from tests.integration.faults import (
     Tail,
+    assert_dead_once,
+    assert_each_once,
+    fault_topics,
     free_port,
+    good_before,
     group_assignment,
+    is_bad,
     metric,
     poll_until,
     read_to_end,
+    seq_of,
+    source_of,
     stream,
 )
 from tests.integration.worker_proc import (
+    PRIVACY,
     TEST_SECRET,
     Message,
     WorkerProcess,
     read_all,
     replay_expected,
-    unique_topics,
     write_config,
 )
 
@@ -59,21 +63,6 @@ CHUNK = 500
 HALF = TOTAL // 2  # inputs produced before the kill; the rest only after it
 CANARY = "CANARY"
 OUT_TOTAL = "privstream_records_out_total"
-
-BODY = {
-    "privacy": {"epsilon": 2.0, "delta": 1.0e-6},
-    "fields": [
-        {"name": "device_id", "kind": "drop"},
-        {"name": "seq", "kind": "public"},
-        {"name": "salary", "kind": "real", "bounds": [1504, 4500], "epsilon": 1.0},
-        {"name": "state", "kind": "categorical", "domain": ["TX", "CA", "NY"], "epsilon": 0.5},
-        {"name": "opted_in", "kind": "boolean", "epsilon": 0.5, "delta": 1.0e-6},
-    ],
-}
-
-
-def is_bad(i: int) -> bool:
-    return i % 100 == 99
 
 
 def message(i: int) -> Message:
@@ -92,22 +81,12 @@ def message(i: int) -> Message:
     return (f"{CANARY}-KEY-{i}".encode(), value, [("trace", f"{CANARY}-HEADER-{i}".encode())])
 
 
-def seq_of(record: ConsumerRecord) -> int:
-    return int(json.loads(record.value)["seq"])
-
-
-def source_of(record: ConsumerRecord) -> str:
-    return str(dict(record.headers)["privstream-source"].decode())
-
-
 async def test_two_workers_one_killed_rebalance_exactly_once(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     t0 = time.perf_counter()
-    kafka = unique_topics("rebalance")
+    kafka = await fault_topics(kafka_bootstrap, "rebalance")
     source_topic = kafka["input_topic"]
-    await create_topics(kafka_bootstrap, [source_topic, kafka["output_topic"]], partitions=4)
-    await create_topics(kafka_bootstrap, [kafka["dead_letter_topic"]], partitions=2)
     overrides = {
         **kafka,
         "transactions": True,
@@ -115,14 +94,12 @@ async def test_two_workers_one_killed_rebalance_exactly_once(
         "transaction_timeout_ms": 10_000,
         "session_timeout_ms": 6_000,
     }
-    config = write_config(tmp_path / "config.yaml", kafka_bootstrap, overrides, BODY)
+    config = write_config(tmp_path / "config.yaml", kafka_bootstrap, overrides, PRIVACY)
 
     messages = [message(i) for i in range(TOTAL)]
     good_seqs = {i for i in range(TOTAL) if not is_bad(i)}
     good, bad = len(good_seqs), TOTAL - len(good_seqs)
-    good_before = [0]
-    for i in range(TOTAL):
-        good_before.append(good_before[-1] + (not is_bad(i)))
+    good_so_far = good_before(TOTAL)
 
     port_a, port_b = free_port(), free_port()
     victim = WorkerProcess(config, tmp_path / "a.log", replica_id="a")
@@ -146,7 +123,7 @@ async def test_two_workers_one_killed_rebalance_exactly_once(
         await poll_until(both_assigned, 60, "both workers assigned partitions")
 
         async def gate(start: int) -> None:
-            need = good_before[start] - AHEAD
+            need = good_so_far[start] - AHEAD
             await out.wait_until(lambda: len(out.distinct) >= need, 120, f"{need} outputs")
             if start >= HALF:  # the second half only after the kill: the kill is mid-stream
                 await asyncio.wait_for(killed.wait(), 120)
@@ -164,7 +141,7 @@ async def test_two_workers_one_killed_rebalance_exactly_once(
         t_both = time.perf_counter() - t0
         # kill right after the next record of an open transaction shows up, or, if the
         # first half is all out already, right away
-        mark, first_half = len(unc.records), good_before[HALF]
+        mark, first_half = len(unc.records), good_so_far[HALF]
         await unc.wait_until(
             lambda: len(unc.records) > mark or len(out.distinct) >= first_half,
             60,
@@ -199,21 +176,11 @@ async def test_two_workers_one_killed_rebalance_exactly_once(
     print(summary)
     assert at_kill < good, f"the kill came after the stream ended; {summary}"
 
-    counts = Counter(seq_of(r) for r in sanitized)
-    duplicated = sorted(s for s, c in counts.items() if c > 1)
-    missing = sorted(good_seqs - counts.keys())
-    assert not duplicated, f"duplicated seqs {duplicated[:20]} ({len(duplicated)}); {summary}"
-    assert not missing, f"missing seqs {missing[:20]} ({len(missing)}); {summary}"
-    assert counts.keys() == good_seqs, summary
-    differ = [seq_of(r) for r in sanitized if r.value != expected[seq_of(r)]]
-    assert not differ, f"committed bytes differ from replay for seqs {differ[:20]}; {summary}"
+    assert_each_once(sanitized, good_seqs, expected, summary)
     differ = [seq_of(r) for r in every_copy if r.value != expected[seq_of(r)]]
     assert not differ, f"an aborted copy differs for seqs {differ[:20]}; {summary}"
 
-    index_of = {f"{source_topic}/{p}/{o}": i for i, (p, o) in enumerate(coords)}
-    dead_counts = Counter(source_of(r) for r in dead_letters)
-    assert not [s for s, c in dead_counts.items() if c > 1], f"duplicate dead letters; {summary}"
-    assert dead_counts.keys() == {s for s, i in index_of.items() if is_bad(i)}, summary
+    index_of = assert_dead_once(dead_letters, source_topic, coords, summary)
     assert all(r.value == messages[index_of[source_of(r)]][1] for r in dead_letters)
 
     for worker in (victim, survivor):

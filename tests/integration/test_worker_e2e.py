@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tests.broker import create_topics
 from tests.integration.worker_proc import (
+    PRIVACY,
     Collector,
     WorkerProcess,
     decode,
@@ -27,17 +28,6 @@ GOOD = 10_000
 DEVICE_CANARY = "CANARY-DEVICE-7f3a"
 HEADER_CANARY = b"CANARY-HEADER-91c2"
 KEY_CANARY = "CANARY-KEY-"
-
-PRIVACY = {
-    "privacy": {"epsilon": 2.0, "delta": 1.0e-6},
-    "fields": [
-        {"name": "device_id", "kind": "drop"},
-        {"name": "seq", "kind": "public"},
-        {"name": "salary", "kind": "real", "bounds": [1504, 4500], "epsilon": 1.0},
-        {"name": "state", "kind": "categorical", "domain": ["TX", "CA", "NY"], "epsilon": 0.5},
-        {"name": "opted_in", "kind": "boolean", "epsilon": 0.5, "delta": 1.0e-6},
-    ],
-}
 
 
 def good_record(seq: int) -> dict[str, object]:

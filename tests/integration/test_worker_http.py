@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
-from collections.abc import Callable
 from pathlib import Path
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from service.mechanisms import LaplaceMechanism, RandomizedResponse
 from tests.broker import create_topics
 from tests.http_get import http_get
+from tests.integration.faults import free_port, scrape_until
 from tests.integration.worker_proc import (
     Collector,
     WorkerProcess,
@@ -35,35 +31,7 @@ GOOD, BAD = (
 )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
 IN_TOTAL = ("privstream_records_in_total", ())
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-async def scrape_until(port: int, done: Callable[[Samples], bool], within_s: float = 30) -> Samples:
-    """Poll /metrics until ``done`` holds; fail with the last scrape after the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while True:
-        status, text = await http_get(port, "/metrics")
-        assert status == 200
-        got = samples(text)
-        if done(got) or loop.time() > deadline:
-            return got
-        await asyncio.sleep(0.05)  # polling interval, not a synchronisation guess
 
 
 async def test_metrics_health_and_readiness(kafka_bootstrap: str, tmp_path: Path) -> None:

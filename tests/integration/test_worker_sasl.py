@@ -17,13 +17,12 @@ value of the input.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 import secrets
 import socket
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from tests.integration.worker_proc import (
     decode,
     produce,
     read_all,
+    started,
     unique_topics,
     write_config,
 )
@@ -188,12 +188,19 @@ def messages(count: int) -> list[Message]:
     ]
 
 
-async def wait_exit(worker: WorkerProcess, within_s: float) -> int:
-    """The exit code of a worker that stops by itself; fail (it is killed) on a hang."""
-    try:
-        return await worker.wait(within_s)
-    except TimeoutError:
-        pytest.fail(f"worker still running after {within_s:.0f}s:\n{worker.log_text()[-6000:]}")
+async def run_to_exit(config: Path, log: Path) -> tuple[int, str, str]:
+    """Run a worker that must stop by itself within ``FAIL_DEADLINE_S`` (it is killed
+    and the test fails on a hang); its exit code, log and own output."""
+    worker = WorkerProcess(config, log)
+    async with started(worker):
+        try:
+            code = await worker.wait(FAIL_DEADLINE_S)
+        except TimeoutError:
+            pytest.fail(
+                f"worker still running after {FAIL_DEADLINE_S:.0f}s:\n{worker.log_text()[-6000:]}"
+            )
+    text = worker.log_text()
+    return code, text, own_output(text)
 
 
 #: a log line of the Kafka client library (format of `privstream run`'s logging)
@@ -205,16 +212,6 @@ def own_output(text: str) -> str:
     quote the broker's error and, at DEBUG, the SASL exchange with the username, so a
     check on them would pass whatever the worker itself says)."""
     return "\n".join(line for line in text.splitlines() if not CLIENT_LOG_LINE.match(line))
-
-
-@contextlib.asynccontextmanager
-async def stopped_at_exit(worker: WorkerProcess) -> AsyncIterator[WorkerProcess]:
-    """Never leave a worker running behind a failed assertion."""
-    try:
-        yield worker
-    finally:
-        if worker.alive:
-            await worker.kill()
 
 
 async def test_plain_client_through_sasl_ssl(sasl_broker: SaslBroker) -> None:
@@ -264,8 +261,7 @@ async def test_worker_sanitizes_through_sasl_ssl(
     await produce(sasl_broker.plain, kafka["input_topic"], messages(RECORDS))
     async with Collector(sasl_broker.plain, kafka["output_topic"]) as seen:
         worker = WorkerProcess(config, tmp_path / "worker.log")
-        async with stopped_at_exit(worker):
-            await worker.start()
+        async with started(worker):
             try:
                 await seen.wait_for(RECORDS, within_s=90)
             except TimeoutError:
@@ -315,13 +311,7 @@ async def test_wrong_password_fails_fast_and_clearly(
         },
         PRIVACY,
     )
-    worker = WorkerProcess(config, tmp_path / "worker.log")
-    async with stopped_at_exit(worker):
-        await worker.start()
-        code = await wait_exit(worker, FAIL_DEADLINE_S)
-
-    text = worker.log_text()
-    own = own_output(text)
+    code, text, own = await run_to_exit(config, tmp_path / "worker.log")
     assert code == 1, text[-6000:]
     assert USER in own, own[-6000:]
     assert "SCRAM" in own, own[-6000:]
@@ -350,13 +340,7 @@ async def test_untrusted_broker_certificate_fails_fast_and_clearly(
         },
         PRIVACY,
     )
-    worker = WorkerProcess(config, tmp_path / "worker.log")
-    async with stopped_at_exit(worker):
-        await worker.start()
-        code = await wait_exit(worker, FAIL_DEADLINE_S)
-
-    text = worker.log_text()
-    own = own_output(text)
+    code, text, own = await run_to_exit(config, tmp_path / "worker.log")
     assert code == 1, text[-6000:]
     assert re.search(r"certificate|\bTLS\b|\bSSL\b", own, re.IGNORECASE), own[-6000:]
     assert sasl_broker.password not in text

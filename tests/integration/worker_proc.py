@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import yaml
@@ -41,6 +43,18 @@ def write_config(path: Path, bootstrap: str, kafka: dict[str, Any], body: dict[s
     path.write_text(yaml.safe_dump(config))
     return path
 
+
+#: the privacy section of the e2e, broker-restart and rebalance workers
+PRIVACY: dict[str, Any] = {
+    "privacy": {"epsilon": 2.0, "delta": 1.0e-6},
+    "fields": [
+        {"name": "device_id", "kind": "drop"},
+        {"name": "seq", "kind": "public"},
+        {"name": "salary", "kind": "real", "bounds": [1504, 4500], "epsilon": 1.0},
+        {"name": "state", "kind": "categorical", "domain": ["TX", "CA", "NY"], "epsilon": 0.5},
+        {"name": "opted_in", "kind": "boolean", "epsilon": 0.5, "delta": 1.0e-6},
+    ],
+}
 
 #: the noise key of the test workers (fixed in tests only, so expected outputs can be recomputed)
 TEST_SECRET = bytes(range(100, 132))
@@ -165,20 +179,34 @@ def replay_expected(
 
 
 class Collector:
-    """Reads a topic with read_committed into ``records`` until told to stop."""
+    """Reads a topic from its beginning into ``records`` until the context exits.
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    ``read_committed`` unless told otherwise; ``consumer_options`` go to the
+    consumer as they are. Waiters are woken after every fetch.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        isolation_level: str = "read_committed",
+        **consumer_options: Any,
+    ) -> None:
+        self.topic = topic
+        self.isolation_level = isolation_level
         self.records: list[ConsumerRecord] = []
         self._consumer = AIOKafkaConsumer(
             topic,
             bootstrap_servers=bootstrap,
             auto_offset_reset="earliest",
-            isolation_level="read_committed",
+            isolation_level=isolation_level,
             enable_auto_commit=False,
+            **consumer_options,
         )
         self._grew = asyncio.Condition()
 
-    async def __aenter__(self) -> Collector:
+    async def __aenter__(self) -> Self:
         await self._consumer.start()
         self._task = asyncio.create_task(self._run())
         return self
@@ -194,8 +222,11 @@ class Collector:
             new = [m for msgs in batches.values() for m in msgs]
             if new:
                 async with self._grew:
-                    self.records.extend(new)
+                    self._add(new)
                     self._grew.notify_all()
+
+    def _add(self, new: list[ConsumerRecord]) -> None:
+        self.records.extend(new)
 
     async def wait_for(self, count: int, within_s: float) -> list[ConsumerRecord]:
         """Wait until at least ``count`` records arrived; fail loudly on timeout."""
@@ -212,8 +243,16 @@ def decode(records: list[ConsumerRecord]) -> list[dict[str, Any]]:
 
 async def read_all(bootstrap: str, topic: str, partitions: int) -> list[ConsumerRecord]:
     """Every committed record of ``topic``, up to its end offsets at call time."""
+    return await read_partitions(bootstrap, topic, partitions, "read_committed")
+
+
+async def read_partitions(
+    bootstrap: str, topic: str, partitions: int, isolation_level: str, within_s: float | None = None
+) -> list[ConsumerRecord]:
+    """Every record of ``topic`` up to its end offsets at call time, read with
+    ``isolation_level``; fail after ``within_s`` (None: no deadline)."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
+        bootstrap_servers=bootstrap, isolation_level=isolation_level, enable_auto_commit=False
     )
     await consumer.start()
     try:
@@ -222,9 +261,56 @@ async def read_all(bootstrap: str, topic: str, partitions: int) -> list[Consumer
         await consumer.seek_to_beginning(*tps)
         end = await consumer.end_offsets(tps)
         out: list[ConsumerRecord] = []
-        while [tp for tp in tps if await consumer.position(tp) < end[tp]]:
-            batches = await consumer.getmany(*tps, timeout_ms=500)
-            out.extend(m for msgs in batches.values() for m in msgs)
+
+        async def drain() -> None:
+            while [tp for tp in tps if await consumer.position(tp) < end[tp]]:
+                batches = await consumer.getmany(*tps, timeout_ms=500)
+                out.extend(m for msgs in batches.values() for m in msgs)
+
+        await asyncio.wait_for(drain(), within_s)
         return out
     finally:
         await consumer.stop()
+
+
+@contextlib.asynccontextmanager
+async def started(worker: WorkerProcess) -> AsyncIterator[int]:
+    """Start ``worker``, yield its pid; on the way out, kill it if a failed test left it running."""
+    await worker.start()
+    assert worker.proc is not None
+    try:
+        yield worker.proc.pid
+    finally:
+        if worker.alive:
+            await worker.kill()
+        log_fh = getattr(worker, "_log_fh", None)  # an exited worker's log is still open
+        if log_fh is not None and not log_fh.closed:
+            log_fh.close()
+
+
+def raw_in_log(log: str) -> list[str]:
+    """Log lines holding a canary (a raw key, header or value), cut to their start."""
+    return [line[:300] for line in log.splitlines() if "CANARY" in line]
+
+
+async def wait_while_alive(
+    collector: Collector, count: int, worker: WorkerProcess, within_s: float
+) -> None:
+    """Wait for ``count`` records; fail at once if the worker exits, with counts on timeout."""
+    assert worker.proc is not None
+    arrived = asyncio.create_task(collector.wait_for(count, within_s))
+    exited = asyncio.create_task(worker.proc.wait())
+    await asyncio.wait({arrived, exited}, return_when=asyncio.FIRST_COMPLETED)
+    exited.cancel()
+    if not arrived.done():
+        arrived.cancel()
+        await asyncio.gather(arrived, return_exceptions=True)
+        raise AssertionError(
+            f"worker exited ({worker.proc.returncode}) with {len(collector.records)}/{count} "
+            f"records written:\n{worker.log_text()[-5000:]}"
+        )
+    if arrived.exception() is not None:
+        raise AssertionError(
+            f"only {len(collector.records)}/{count} records within {within_s}s:\n"
+            f"{worker.log_text()[-5000:]}"
+        ) from arrived.exception()
