@@ -4,7 +4,9 @@ A worker sanitizes 6,000 records; then a transactional producer writes 500
 more sanitized-looking records to the output topic and aborts. `estimate`
 (a real subprocess) must read exactly the 6,000 committed ones with
 read_committed, up to the end offsets at start, and its intervals must
-cover the truth. Intervals are at confidence 0.9999: with 4 intervals
+cover the truth. kcat (librdkafka) configured as the README tells readers
+to be (isolation.level=read_committed) also sees the 6,000 only. Intervals
+are at confidence 0.9999: with 4 intervals
 checked, a correct estimator fails this test with probability < 4e-4.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -59,6 +62,22 @@ async def aborted_garbage(bootstrap: str, topic: str, headers: list[tuple[str, b
         await producer.stop()
 
 
+async def kcat_count(bootstrap: str, topic: str, isolation: str) -> int:
+    """Messages kcat (librdkafka, Debian's package) reads to the end of ``topic``."""
+    kcat = shutil.which("kcat")
+    assert kcat is not None, "kcat missing: `make system-deps` installs it"
+    proc = await asyncio.create_subprocess_exec(
+        kcat,
+        *("-b", bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-q"),
+        *("-X", f"isolation.level={isolation}", "-f", "%o\n"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    return len(out.splitlines())
+
+
 async def test_estimate_reads_the_committed_topic_and_covers_the_truth(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -80,6 +99,9 @@ async def test_estimate_reads_the_committed_topic_and_covers_the_truth(
         kafka_bootstrap, kafka["output_topic"], 2, isolation_level="read_uncommitted"
     )
     assert len(everything) == N + 500  # the aborted records are there for a careless reader
+    # a third-party reader configured as the README says sees the committed ones only
+    assert await kcat_count(kafka_bootstrap, kafka["output_topic"], "read_committed") == N
+    assert await kcat_count(kafka_bootstrap, kafka["output_topic"], "read_uncommitted") == N + 500
 
     estimate = await asyncio.create_subprocess_exec(
         sys.executable,
