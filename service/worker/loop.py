@@ -62,7 +62,8 @@ log = logging.getLogger("privstream.worker")
 Batches = dict[TopicPartition, list[ConsumerRecord]]
 #: errors after which a new session may succeed (the broker may come back)
 RETRIABLE = (KafkaError, OSError, TimeoutError)
-PROBE_INTERVAL_S = 2.0
+#: readiness probe period: a full metadata request, cheap at this rate even on big clusters
+PROBE_INTERVAL_S = 5.0
 CLOSE_TIMEOUT_S = 10.0
 
 
