@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
+import random  # csprng-ok: backoff jitter only, never noise
 import time
 from collections.abc import Sequence
 

@@ -29,6 +29,7 @@ import json
 import socket
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import TypeVar
 
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient
@@ -39,6 +40,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.broker import create_topics
 from tests.http_get import http_get
 from tests.integration.worker_proc import Collector, Message, read_partitions, unique_topics
+
+T = TypeVar("T")
 
 
 class Tail(Collector):
@@ -233,15 +236,24 @@ async def scrape_until(
 
 
 async def poll_until(
-    probe: Callable[[], Awaitable[bool]], within_s: float, what: str, every_s: float = 0.05
-) -> None:
+    probe: Callable[[], Awaitable[T | bool | None]],
+    within_s: float,
+    what: str,
+    every_s: float = 0.05,
+    why: Callable[[], str] | None = None,
+) -> T | bool:
     """Call ``probe`` every ``every_s`` (a polling interval, not a synchronisation guess)
-    until it returns True; fail after ``within_s``."""
+    until it returns a value other than None or False, and return that value; fail after
+    ``within_s``, with ``why()`` (e.g. a log tail) in the message."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
-    while not await probe():
+    while True:
+        got = await probe()
+        if got is not None and got is not False:
+            return got
         if loop.time() > deadline:
-            raise AssertionError(f"not {what} after {within_s}s")
+            detail = f"\n{why()}" if why is not None else ""
+            raise AssertionError(f"not {what} after {within_s}s{detail}")
         await asyncio.sleep(every_s)
 
 

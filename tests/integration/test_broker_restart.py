@@ -21,7 +21,7 @@ import pytest
 
 from tests.broker import LocalBroker, create_topics, local_broker
 from tests.http_get import http_get
-from tests.integration.faults import free_port, metric, read_to_end
+from tests.integration.faults import free_port, metric, poll_until, read_to_end
 from tests.integration.worker_proc import (
     PRIVACY,
     TEST_SECRET,
@@ -75,16 +75,17 @@ def broker() -> Iterator[LocalBroker]:
 
 async def readiness_becomes(port: int, status: int, worker: WorkerProcess, within_s: float) -> None:
     """Poll /readyz until it answers ``status``; the worker must stay up meanwhile."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    seen = None
-    while loop.time() < deadline:
+    seen: list[int] = []
+
+    async def answers() -> bool:
         assert worker.alive, f"worker exited:\n{worker.log_text()[-5000:]}"
-        seen, _ = await http_get(port, "/readyz")
-        if seen == status:
-            return
-        await asyncio.sleep(0.2)  # polling interval, not a synchronisation guess
-    raise AssertionError(f"/readyz still {seen} after {within_s}s, expected {status}")
+        code, _ = await http_get(port, "/readyz")
+        seen.append(code)
+        return code == status
+
+    await poll_until(
+        answers, within_s, f"/readyz {status}", every_s=0.2, why=lambda: f"last seen {seen[-1:]}"
+    )
 
 
 async def test_broker_restart_mid_stream(broker: LocalBroker, tmp_path: Path) -> None:

@@ -18,10 +18,10 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -32,6 +32,7 @@ from service.mechanisms.base import Mechanism
 from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from service.pipeline import build_plan
 from tests.broker import create_topics
+from tests.integration.faults import poll_until
 from tests.integration.worker_proc import (
     ROOT,
     Message,
@@ -59,8 +60,6 @@ BODY = {
     ],
 }
 NOISED = ("amount", "clicks", "tier", "opted_in")
-
-T = TypeVar("T")
 
 
 def free_ports(count: int) -> list[int]:
@@ -245,21 +244,6 @@ class Prometheus:
         return await asyncio.to_thread(probe)
 
 
-async def wait_for(
-    what: str, check: Callable[[], Awaitable[T | None]], within_s: float, why: Callable[[], str]
-) -> T:
-    """Poll ``check`` until it returns a value; fail naming ``what`` after the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while True:
-        got = await check()
-        if got is not None and got is not False:
-            return got
-        if loop.time() > deadline:
-            pytest.fail(f"{what}: not within {within_s:.0f}s\n{why()}")
-        await asyncio.sleep(0.2)  # polling interval, not a synchronisation guess
-
-
 async def test_prometheus_sees_observed_error_near_expected_and_above_gamma(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -309,14 +293,14 @@ async def test_prometheus_sees_observed_error_near_expected_and_above_gamma(
     await worker.start()
     try:
         with prometheus.running():
-            await wait_for("prometheus ready", prometheus.ready, 30, logs)
+            await poll_until(prometheus.ready, 30, "prometheus ready", every_s=0.2, why=logs)
 
             async def target_up() -> dict[str, Any] | None:
                 targets = (await prometheus.api("targets"))["activeTargets"]
                 up = [t for t in targets if t["health"] == "up"]
                 return up[0] if len(targets) == 1 and up else None
 
-            target = await wait_for("the worker target up", target_up, 30, logs)
+            target = await poll_until(target_up, 30, "the worker target up", every_s=0.2, why=logs)
             assert target["labels"]["job"] == "privstream"
             assert target["scrapeUrl"] == f"http://127.0.0.1:{worker_port}/metrics"
             assert target["lastError"] == ""
@@ -324,9 +308,11 @@ async def test_prometheus_sees_observed_error_near_expected_and_above_gamma(
             # two halves: Prometheus scrapes the first complete before the second is
             # sent, so the 15 minute window of the rules holds >= HALF observations
             await produce(kafka_bootstrap, kafka["input_topic"], records(0, HALF, rng))
-            await wait_for(f"{HALF} records scraped", lambda: scraped(HALF), 60, logs)
+            await poll_until(
+                lambda: scraped(HALF), 60, f"{HALF} records scraped", every_s=0.2, why=logs
+            )
             await produce(kafka_bootstrap, kafka["input_topic"], records(HALF, HALF, rng))
-            await wait_for(f"{N} records scraped", lambda: scraped(N), 60, logs)
+            await poll_until(lambda: scraped(N), 60, f"{N} records scraped", every_s=0.2, why=logs)
             complete = time.time()
 
             async def evaluated_after_complete() -> list[dict[str, Any]] | None:
@@ -335,8 +321,12 @@ async def test_prometheus_sees_observed_error_near_expected_and_above_gamma(
                     return None
                 return groups
 
-            groups = await wait_for(
-                "rules evaluated on the final scrape", evaluated_after_complete, 30, logs
+            groups = await poll_until(
+                evaluated_after_complete,
+                30,
+                "rules evaluated on the final scrape",
+                every_s=0.2,
+                why=logs,
             )
 
             observed = await prometheus.by_field("privstream_field_observed_error_mean")
