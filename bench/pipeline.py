@@ -3,7 +3,8 @@
 Contenders, all on batches of the reference record (``bench/reference.py``):
 
 * privstream ``process_batch`` with the keyed noise the worker uses
-  (``Replayable``: AES-256 PRF over partition/offset/field), and with ``OsEntropy``;
+  (``Replayable``: row seeds over coordinates and raw bytes, AES-256 per field
+  release), and with ``OsEntropy``;
 * privstream's reference path (``process_batch_reference``: stdlib JSON, record by
   record), i.e. the pipeline before the fast path;
 * a JSON pass-through: decode + encode only, with orjson (the library privstream
@@ -52,7 +53,7 @@ from bench.reference import (
     print_environment,
 )
 from service.mechanisms import OsEntropy
-from service.mechanisms.rng import derive_memo_key, derive_stream_key
+from service.mechanisms.rng import NoiseKeys
 from service.pipeline.batch import process_batch
 from service.pipeline.noise import Replayable
 from service.pipeline.reference import process_batch_reference
@@ -68,13 +69,13 @@ def clamp(value: float, bounds: tuple[float, float]) -> float:
 def privstream(keyed: bool) -> Contender:
     the_plan = plan()
     secret = os.urandom(32)
-    stream_key, memo_key = derive_stream_key(secret, "bench.raw"), derive_memo_key(secret)
+    keys = NoiseKeys(secret, "bench.raw")
 
     def run(batch: Batch) -> object:
         if not keyed:
             return process_batch(the_plan, batch, OsEntropy())
         rows = np.arange(len(batch), dtype=np.int64)
-        noise = Replayable(stream_key, rows % 4, rows // 4, memo_key=memo_key)
+        noise = Replayable(keys, rows % 4, rows // 4, batch)
         return process_batch(the_plan, batch, noise)
 
     return run

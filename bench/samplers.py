@@ -15,11 +15,12 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from numpy.typing import NDArray
 
 from service.mechanisms import LaplaceMechanism, OsEntropy, RandomizedResponse
 from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from service.mechanisms.local_hashing import OptimalLocalHashing
-from service.mechanisms.rng import KeyedSource, NoiseSource, Words, derive_stream_key
+from service.mechanisms.rng import KeyedSource, NoiseKeys, NoiseSource, Words, row_seeds
 from service.mechanisms.unary_encoding import UnaryEncoding
 
 N = 200_000
@@ -34,6 +35,9 @@ class NumpyDefault:
 
     def words(self, n: int, k: int) -> Words:
         return self._gen.integers(0, 2**64, size=(n, k), dtype=np.uint64, endpoint=False)
+
+    def more_words(self, rows: NDArray[np.int64], start: int, k: int) -> Words:
+        return self.words(len(rows), k)
 
 
 def best_rate(fn: Callable[[], object], n: int) -> float:
@@ -102,11 +106,12 @@ def main() -> None:
     if parser.parse_args().quick:
         N, REPEATS = 20_000, 2
     print(f"python {platform.python_version()}, numpy {np.__version__}, cpus {os.cpu_count()}")
-    key = derive_stream_key(os.urandom(32), "bench")
+    keys = NoiseKeys(os.urandom(32), "bench")
 
     def keyed(n: int) -> KeyedSource:
         rows = np.arange(n, dtype=np.int64)
-        return KeyedSource(key, rows * 0, rows, 0)
+        seeds = row_seeds(keys.row, rows * 0, rows, [b"{}"] * n)
+        return KeyedSource(keys.field(b"bench"), seeds)
 
     header = f"{'sampler':28} {'os values/s':>13} {'keyed values/s':>15} {'numpy values/s':>15}"
     print(header + f" {'os/numpy':>9} {'keyed/numpy':>12}")

@@ -8,6 +8,7 @@ config and the worker have no way to select it.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 from service.mechanisms.rng import Words
 
@@ -20,3 +21,6 @@ class SeededSource:
 
     def words(self, n: int, k: int) -> Words:
         return self._gen.integers(0, 2**64, size=(n, k), dtype=np.uint64, endpoint=False)
+
+    def more_words(self, rows: NDArray[np.int64], start: int, k: int) -> Words:
+        return self.words(len(rows), k)

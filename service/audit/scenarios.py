@@ -123,7 +123,7 @@ class PlanAuditor:
             self.plan,
             handlers=(self.plan.handlers[j],),
             kinds=(self.plan.kinds[j],),
-            field_ids=(self.plan.field_ids[j],),
+            release_ids=(self.plan.release_ids[j],),
             memos=(self.plan.memos[j],),
         )
 

@@ -1,19 +1,25 @@
-"""Where the noise comes from: 64-bit words, a row of them per released value.
+"""Where the noise comes from: a stream of 64-bit words per released value.
 
 Every mechanism asks its source for ``words(n, k)``: an ``(n, k)`` array of
 independent uniform 64-bit words, row ``i`` for value ``i`` of the column,
-and it calls ``words`` exactly once per release. That contract lets a keyed
-source make row ``i`` a pure function of that record's stream coordinates.
+the first ``k`` words of row ``i``'s stream. It calls ``words`` once per
+release; a sampler that needs more for a few rows (a geometric that runs
+past its first block) asks ``more_words(rows, start, k)`` for words
+``start .. start + k - 1`` of those rows' streams, with ``start`` at or past
+every word it has already read. That contract lets a keyed source make row
+``i``'s stream a pure function of what that row releases.
 
-* ``OsEntropy`` (production default): the kernel CSPRNG (``os.urandom`` ->
+* ``OsEntropy`` (file mode default): the kernel CSPRNG (``os.urandom`` ->
   ``getrandom(2)``), one system call per column.
-* ``KeyedSource`` (replay-stable mode): AES-256 used as a pseudo-random
-  function over the block ``(offset, partition, field, counter)`` under a key
-  derived from the secret and the topic by HMAC-SHA256. AES-ECB over distinct
-  counter blocks is AES-CTR with a structured counter: indistinguishable from
-  random for anyone without the key, and the same key and coordinates give
-  the same words, bit for bit, however a replay splits the stream into
-  batches.
+* ``KeyedSource`` (the worker, replay-stable): AES-256 as a PRF over
+  ``row seed || counter`` under a key of its own for each field release
+  (``NoiseKeys.field``). The row seed (``row_seeds``) is a PRF of the
+  record's stream coordinates *and its raw bytes*; the field key is a PRF of
+  the field's release id, a digest of its name and of everything that shapes
+  its output distribution (``service.pipeline.plan``). Same raw bytes at
+  the same coordinates under the same release give the same words, bit for
+  bit, however a replay cuts the stream into batches; anything else gives
+  independent words.
 * ``MemoSource`` (``memoize_by`` fields, RAPPOR's permanent randomized
   response): keyed BLAKE2b over ``(field scope, memo token, counter)``, so a
   row's words depend on what the row *says* (which device, which true
@@ -24,7 +30,19 @@ Uniforms are built from words as ``((w >> 12) + 0.5) * 2**-52``: 52 random
 bits, every value ``k + 0.5`` (``k < 2**52``) exact in a double, so the
 result lies in ``[2**-53, 1 - 2**-53]``, strictly inside (0, 1), and
 ``log(u)`` and ``log(1 - u)`` are always finite. (With 53 bits the top
-values round up to exactly 1.0.)
+values round up to exactly 1.0.) Samplers whose guarantee depends on exact
+probabilities compare whole words with integer thresholds instead.
+
+Key derivation (version 2)
+--------------------------
+All keys come from the operator's noise secret by HKDF-SHA256 (RFC 5869)
+with salt ``privstream`` and info ``privstream/v2/<purpose>`` followed by
+length-prefixed context: ``row`` + topic (the row-seed MAC key), ``field``
+(the root under which each release id gets its AES key, by HMAC-SHA256),
+``memo`` (memoized fields). Distinct purposes and contexts give independent
+keys; no key is ever used for two purposes. Version 1 (HMAC of the topic,
+noise keyed by field *position* and coordinates only) let two releases of
+one record share their noise; outputs under version 2 differ from v1's.
 """
 
 from __future__ import annotations
@@ -36,18 +54,29 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from numpy.typing import NDArray
+
+from service.errors import MechanismError
 
 _TWO_POW_MINUS_52 = 2.0**-52
 Words = NDArray[np.uint64]
 
 
 class NoiseSource(Protocol):
-    """Independent uniform 64-bit words, ``k`` per row, for ``n`` rows."""
+    """Independent uniform 64-bit words: a stream per row, read from its start."""
 
     def words(self, n: int, k: int) -> Words:
-        """Return an ``(n, k)`` uint64 array. Call once per release of a column."""
+        """The first ``k`` words of ``n`` rows, ``(n, k)`` uint64. Call once per release."""
+        ...
+
+    def more_words(self, rows: NDArray[np.int64], start: int, k: int) -> Words:
+        """Words ``start .. start + k - 1`` of the streams of ``rows`` (positions in ``0..n-1``).
+
+        ``start`` must be at or past every word already read from those rows.
+        """
         ...
 
 
@@ -63,86 +92,177 @@ def uniforms(source: NoiseSource, n: int, k: int) -> NDArray[np.float64]:
 
 
 class OsEntropy:
-    """Words from the kernel CSPRNG, read in bulk."""
+    """Words from the kernel CSPRNG, read in bulk; every call is fresh."""
 
     def words(self, n: int, k: int) -> Words:
         count = n * k
         raw = os.urandom(8 * count) if count else b""
         return np.frombuffer(raw, dtype=np.uint64).reshape(n, k)
 
+    def more_words(self, rows: NDArray[np.int64], start: int, k: int) -> Words:
+        return self.words(len(rows), k)
+
 
 _MIN_SECRET_BYTES = 32
+_KDF_SALT = b"privstream"
+_KDF_LABEL = b"privstream/v2/"
 
 
 def _check_secret(secret: bytes) -> None:
     if len(secret) < _MIN_SECRET_BYTES:
-        raise ValueError("the noise key must hold at least 32 bytes (256 bits) of secret")
-
-
-def derive_stream_key(secret: bytes, stream: str) -> bytes:
-    """The AES-256 key for one input topic: HMAC-SHA256(secret, label || topic)."""
-    _check_secret(secret)
-    return hmac.new(secret, b"privstream/noise/v1\x00" + stream.encode(), hashlib.sha256).digest()
-
-
-def derive_memo_key(secret: bytes) -> bytes:
-    """The BLAKE2b key of memoized fields: HMAC-SHA256(secret, memo label).
-
-    The label differs from ``derive_stream_key``'s (``privstream/noise/v1``
-    followed by a topic), so the memo key is independent of every stream key.
-    It does not depend on the topic: a device's memoized answers survive a
-    topic migration (and the same answer twice is no second release).
-    """
-    _check_secret(secret)
-    return hmac.new(secret, b"privstream/memo/v1\x00", hashlib.sha256).digest()
-
-
-class KeyedSource:
-    """Replay-stable words: AES-256(key(topic), offset | partition | field | counter).
-
-    ``partitions`` and ``offsets`` give the stream coordinates of the rows this
-    source will serve (one per value of the column), ``field`` the field's
-    position in the config. Block layout, little-endian, 16 bytes:
-    offset int64 | partition int32 | field uint16 | counter uint16, where
-    ``counter`` numbers the 2-word blocks of a row. Each field may draw up to
-    2**17 words per record.
-    """
-
-    def __init__(
-        self,
-        stream_key: bytes,
-        partitions: NDArray[np.int64],
-        offsets: NDArray[np.int64],
-        field: int,
-    ) -> None:
-        if len(partitions) != len(offsets):
-            raise ValueError("one partition per offset")
-        self._cipher = Cipher(algorithms.AES(stream_key), modes.ECB())  # noqa: S305 -- PRF on unique blocks
-        self._partitions = np.asarray(partitions, dtype=np.int64)
-        self._offsets = np.asarray(offsets, dtype=np.int64)
-        self._field = field
-
-    def words(self, n: int, k: int) -> Words:
-        if n != len(self._offsets):
-            raise ValueError(f"keyed source bound to {len(self._offsets)} rows, asked for {n}")
-        blocks_per_row = (k + 1) // 2
-        block = np.zeros(
-            (n, blocks_per_row),
-            dtype=[("offset", "<i8"), ("partition", "<i4"), ("field", "<u2"), ("counter", "<u2")],
-        )
-        block["offset"] = self._offsets[:, None]
-        block["partition"] = self._partitions[:, None]
-        block["field"] = self._field
-        block["counter"] = np.arange(blocks_per_row, dtype=np.uint16)[None, :]
-        encryptor = self._cipher.encryptor()
-        out = encryptor.update(block.tobytes()) + encryptor.finalize()
-        return (
-            np.frombuffer(out, dtype="<u8").astype(np.uint64).reshape(n, 2 * blocks_per_row)[:, :k]
+        raise MechanismError(
+            f"the noise key holds {len(secret)} bytes; it needs at least 32 (256 bits): "
+            "make one with 'privstream keygen'"
         )
 
 
 def _length_prefixed(part: bytes) -> bytes:
     return len(part).to_bytes(8, "little") + part
+
+
+def derive_key(secret: bytes, purpose: str, *context: bytes) -> bytes:
+    """A 32-byte key for one purpose: HKDF-SHA256(secret, info = label, purpose, context)."""
+    _check_secret(secret)
+    info = _KDF_LABEL + purpose.encode() + b"".join(map(_length_prefixed, context))
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=_KDF_SALT, info=info).derive(secret)
+
+
+def derive_memo_key(secret: bytes) -> bytes:
+    """The BLAKE2b key of memoized fields, the same for every topic.
+
+    Topic-independent on purpose: a device's memoized answers survive a topic
+    migration (and the same answer twice is no second release).
+    """
+    return derive_key(secret, "memo")
+
+
+class NoiseKeys:
+    """The keys a worker over one input topic derives from its noise secret.
+
+    Holds derived keys only (never the secret); ``repr`` shows none of them.
+    """
+
+    def __init__(self, secret: bytes, topic: str) -> None:
+        self.topic = topic
+        self.row = derive_key(secret, "row", topic.encode())
+        self.memo = derive_memo_key(secret)
+        self._field_root = derive_key(secret, "field")
+        self._fields: dict[bytes, bytes] = {}
+
+    def field(self, release_id: bytes) -> bytes:
+        """The AES-256 key of one field release: HMAC-SHA256(field root, release id)."""
+        key = self._fields.get(release_id)
+        if key is None:
+            key = hmac.new(self._field_root, release_id, hashlib.sha256).digest()
+            self._fields[release_id] = key
+        return key
+
+    def __repr__(self) -> str:
+        return f"NoiseKeys(topic={self.topic!r}, keys=<derived, hidden>)"
+
+
+#: rows longer than this are MACed through their BLAKE2b-256 digest (one hash call)
+_INLINE_BYTES = 512
+#: length field of a digested row: no inline row is this long
+_DIGESTED = 0xFFFFFFFF
+_BLOCK = 16
+
+
+def _ecb(key: bytes) -> Cipher[modes.ECB]:
+    return Cipher(algorithms.AES(key), modes.ECB())  # noqa: S305 -- PRF on unique blocks
+
+
+def _aes_rows(key: bytes, blocks: NDArray[np.uint8]) -> NDArray[np.uint8]:
+    """AES-256 of every 16-byte row of ``blocks`` (shape (n, 16))."""
+    encryptor = _ecb(key).encryptor()
+    out = encryptor.update(blocks.tobytes()) + encryptor.finalize()
+    return np.frombuffer(out, dtype=np.uint8).reshape(-1, _BLOCK).copy()
+
+
+def row_seeds(
+    row_key: bytes,
+    partitions: NDArray[np.int64],
+    offsets: NDArray[np.int64],
+    messages: Sequence[bytes],
+) -> NDArray[np.uint8]:
+    """One 16-byte seed per record: a PRF of (partition, offset, raw bytes) under ``row_key``.
+
+    CBC-MAC with AES-256 over the prefix-free encoding::
+
+        block 0:  offset int64 | partition int32 | length uint32   (little-endian)
+        block 1+: the raw bytes, zero-padded to whole blocks
+
+    The length in the first block makes the set of encodings prefix-free, for
+    which CBC-MAC is a PRF (Bellare, Kilian, Rogaway 2000; Petrank, Rackoff
+    2000). Rows longer than 512 bytes are encoded as their BLAKE2b-256 digest
+    with the length field ``0xFFFFFFFF``, which no inline row has. The MAC
+    runs column by column over the batch, one AES call per 16 bytes of the
+    longest inline row, so the cost is a few vector passes, not a hash call
+    per record. The seed depends on nothing else: not the batch, not the
+    other rows.
+    """
+    n = len(messages)
+    payloads = [
+        m if len(m) <= _INLINE_BYTES else hashlib.blake2b(m, digest_size=32).digest()
+        for m in messages
+    ]
+    lengths = np.fromiter(map(len, messages), dtype=np.int64, count=n)
+    digested = lengths > _INLINE_BYTES
+    header = np.zeros(n, dtype=[("offset", "<i8"), ("partition", "<i4"), ("length", "<u4")])
+    header["offset"] = offsets
+    header["partition"] = partitions
+    header["length"] = np.where(digested, _DIGESTED, lengths)
+    state = _aes_rows(row_key, header.view(np.uint8).reshape(n, _BLOCK))
+    nblocks = -(-np.fromiter(map(len, payloads), dtype=np.int64, count=n) // _BLOCK)
+    width = int(nblocks.max(initial=0))
+    if width:
+        padded = b"".join(p.ljust(width * _BLOCK, b"\0") for p in payloads)
+        body = np.frombuffer(padded, dtype=np.uint8).reshape(n, width, _BLOCK)
+        for c in range(width):
+            active = nblocks > c
+            nxt = _aes_rows(row_key, state ^ body[:, c, :])
+            state = np.where(active[:, None], nxt, state)
+    return state
+
+
+_COUNTER_LIMIT = 2**16
+
+
+class KeyedSource:
+    """Replay-stable words: AES-256(field key, row seed[:14] | counter).
+
+    ``field_key`` is ``NoiseKeys.field(release_id)``, ``seeds`` the
+    ``row_seeds`` of the rows this source serves, in column order. Block
+    ``c`` of a row (``c`` a little-endian uint16) gives its words ``2c`` and
+    ``2c + 1``: up to 2**17 words per row and field. Two rows share a block
+    only if their seeds agree in 112 bits (probability 2**-112 per pair).
+    """
+
+    def __init__(self, field_key: bytes, seeds: NDArray[np.uint8]) -> None:
+        self._key = field_key
+        self._prefix = np.ascontiguousarray(seeds[:, :14])
+
+    def words(self, n: int, k: int) -> Words:
+        if n != len(self._prefix):
+            raise ValueError(f"keyed source bound to {len(self._prefix)} rows, asked for {n}")
+        return self._stream(self._prefix, 0, k)
+
+    def more_words(self, rows: NDArray[np.int64], start: int, k: int) -> Words:
+        return self._stream(self._prefix[rows], start, k)
+
+    def _stream(self, prefix: NDArray[np.uint8], start: int, k: int) -> Words:
+        first, last = start // 2, (start + k + 1) // 2  # blocks [first, last)
+        if last > _COUNTER_LIMIT:
+            raise MechanismError(f"a field asked for word {start + k} of a row; the limit is 2**17")
+        count = last - first
+        blocks = np.empty((len(prefix), count, _BLOCK), dtype=np.uint8)
+        blocks[:, :, :14] = prefix[:, None, :]
+        counters = np.arange(first, last, dtype="<u2").view(np.uint8).reshape(count, 2)
+        blocks[:, :, 14:] = counters[None, :, :]
+        out = _aes_rows(self._key, blocks.reshape(-1, _BLOCK))
+        words = out.view("<u8").astype(np.uint64).reshape(len(prefix), 2 * count)
+        skip = start - 2 * first
+        return words[:, skip : skip + k]
 
 
 class MemoSource:
@@ -178,15 +298,23 @@ class MemoSource:
     def words(self, n: int, k: int) -> Words:
         if n != len(self._tokens):
             raise ValueError(f"memo source bound to {len(self._tokens)} rows, asked for {n}")
-        blocks = -(-k // self._WORDS_PER_BLOCK)
+        return self._stream(self._tokens, 0, k)
+
+    def more_words(self, rows: NDArray[np.int64], start: int, k: int) -> Words:
+        return self._stream([self._tokens[int(i)] for i in rows], start, k)
+
+    def _stream(self, tokens: Sequence[bytes], start: int, k: int) -> Words:
+        per = self._WORDS_PER_BLOCK
+        first, last = start // per, -(-(start + k) // per)
         out = bytearray()
-        for token in self._tokens:
+        for token in tokens:
             row = self._prefix.copy()
             row.update(_length_prefixed(token))
-            for counter in range(blocks):
+            for counter in range(first, last):
                 block = row.copy()
                 block.update(counter.to_bytes(4, "little"))
                 out += block.digest()
-        width = blocks * self._WORDS_PER_BLOCK
-        array = np.frombuffer(bytes(out), dtype="<u8").astype(np.uint64)
-        return array.reshape(n, width)[:, :k]
+        width = (last - first) * per
+        array = np.frombuffer(bytes(out), dtype="<u8").astype(np.uint64).reshape(len(tokens), width)
+        skip = start - first * per
+        return array[:, skip : skip + k]

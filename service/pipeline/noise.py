@@ -1,19 +1,29 @@
 """Which noise source each column of a batch draws from.
 
 ``Fresh`` hands every column the same non-replayable source (the OS CSPRNG
-in production). ``Replayable`` binds a ``KeyedSource`` to the stream
-coordinates of the column's rows and the field's position in the config, so
-a record's noise is a pure function of (secret, topic, partition, offset,
-field) however the stream is cut into batches. Fields are told apart by
-their position, which is unique within a config: two fields sharing noise
-words would release ``x + Z`` and ``y + Z`` and give away ``x - y``.
+in file mode). ``Replayable`` (the worker) gives each column a
+``KeyedSource`` under its field release's own key, fed with one seed per row
+that is a PRF of the record's topic, partition, offset and raw bytes
+(``service.mechanisms.rng``). A record's noise is thus a pure function of
+(secret, topic, partition, offset, raw bytes, field release) however the
+stream is cut into batches:
+
+* a replay (same bytes, same coordinates, same config) releases the same
+  bytes, so an aborted or duplicated copy is no second draw;
+* a different record at reused coordinates (a re-created topic, a mirror
+  with the same name), or the same record under a changed release (other
+  epsilon, bounds, mechanism, ...), gets independent noise: a second release
+  whose epsilons add, never one whose noise cancels;
+* fields are told apart by their release id (name and parameters), not by
+  their position: reordering fields changes nothing, and no two fields of
+  a config share words (``x + Z`` and ``y + Z`` would give away ``x - y``).
 
 Memoized fields (``memoize_by``) ask ``for_memo`` instead: their words are a
 function of what each row says (device, true value) rather than of where it
 sits in the stream, so a device that reports the same value again gets the
-same answer (``service.mechanisms.rng.MemoSource``). That needs the memo key:
-``Replayable`` refuses without one; ``Fresh`` without one draws fresh noise
-(every report is then a new release; the CLI warns).
+same answer (``service.mechanisms.rng.MemoSource``). ``Replayable`` always
+has the memo key; ``Fresh`` without one draws fresh noise (every report is
+then a new release; the CLI warns).
 """
 
 from __future__ import annotations
@@ -24,13 +34,13 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
-from service.mechanisms.rng import KeyedSource, MemoSource, NoiseSource
+from service.mechanisms.rng import KeyedSource, MemoSource, NoiseKeys, NoiseSource, row_seeds
 
 
 @runtime_checkable
 class NoiseProvider(Protocol):
-    def for_column(self, field: int, rows: NDArray[np.int64]) -> NoiseSource:
-        """The source for field ``field`` over the batch rows ``rows`` (in column order)."""
+    def for_column(self, release_id: bytes, rows: NDArray[np.int64]) -> NoiseSource:
+        """The source for the field release ``release_id`` over the batch rows ``rows``."""
         ...
 
     def for_memo(self, scope: bytes, tokens: Sequence[bytes]) -> NoiseSource:
@@ -49,7 +59,7 @@ class Fresh:
         self._source = source
         self._memo_key = memo_key
 
-    def for_column(self, field: int, rows: NDArray[np.int64]) -> NoiseSource:
+    def for_column(self, release_id: bytes, rows: NDArray[np.int64]) -> NoiseSource:
         return self._source
 
     def for_memo(self, scope: bytes, tokens: Sequence[bytes]) -> NoiseSource:
@@ -59,33 +69,36 @@ class Fresh:
 
 
 class Replayable:
-    """Keyed noise bound to each row's (partition, offset) in one input topic.
+    """Keyed noise bound to each batch message's coordinates and raw bytes.
 
-    ``memo_key`` (``derive_memo_key(secret)``) serves memoized fields; a plan
-    with a memoized field and no memo key is refused (ValueError) rather than
-    silently released with per-offset noise.
+    ``messages[i]`` is the raw value at ``(partitions[i], offsets[i])`` of
+    ``keys.topic``, exactly as consumed (the bytes ``process_batch`` is given).
+    Row seeds are computed once, on the first column that needs them.
     """
 
     def __init__(
         self,
-        stream_key: bytes,
+        keys: NoiseKeys,
         partitions: NDArray[np.int64],
         offsets: NDArray[np.int64],
-        *,
-        memo_key: bytes | None = None,
+        messages: Sequence[bytes],
     ) -> None:
-        self._key = stream_key
+        if not len(partitions) == len(offsets) == len(messages):
+            raise ValueError("one partition and one offset per message")
+        self._keys = keys
         self._partitions = np.asarray(partitions, dtype=np.int64)
         self._offsets = np.asarray(offsets, dtype=np.int64)
-        self._memo_key = memo_key
+        self._messages = messages
+        self._seeds: NDArray[np.uint8] | None = None
 
-    def for_column(self, field: int, rows: NDArray[np.int64]) -> NoiseSource:
-        return KeyedSource(self._key, self._partitions[rows], self._offsets[rows], field)
+    def seeds(self) -> NDArray[np.uint8]:
+        """The 16-byte row seed of every message (``row_seeds``), computed once."""
+        if self._seeds is None:
+            self._seeds = row_seeds(self._keys.row, self._partitions, self._offsets, self._messages)
+        return self._seeds
+
+    def for_column(self, release_id: bytes, rows: NDArray[np.int64]) -> NoiseSource:
+        return KeyedSource(self._keys.field(release_id), self.seeds()[rows])
 
     def for_memo(self, scope: bytes, tokens: Sequence[bytes]) -> NoiseSource:
-        if self._memo_key is None:
-            raise ValueError(
-                "a field has memoize_by but the noise provider has no memo key; "
-                "pass memo_key=derive_memo_key(secret) to Replayable"
-            )
-        return MemoSource(self._memo_key, scope, tokens)
+        return MemoSource(self._keys.memo, scope, tokens)

@@ -18,6 +18,7 @@ and the new one kept would give the true value away with certainty.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -75,8 +76,8 @@ class RecordPlan:
 
     handlers: tuple[FieldHandler, ...]
     kinds: tuple[str, ...]
-    #: each released field's position in the config: its id for keyed noise
-    field_ids: tuple[int, ...]
+    #: per handler, the digest of its release (``release_id``): what keys its noise
+    release_ids: tuple[bytes, ...]
     budget: Budget
     config_sha256: str
     #: per handler, its memo plan or None (empty: no field is memoized)
@@ -103,26 +104,57 @@ def build_plan(config: AppConfig) -> RecordPlan:
     budget = resolve_budget(config)
     released = [(i, spec) for i, spec in enumerate(config.fields) if spec.kind != "drop"]
     handlers: list[FieldHandler] = []
+    release_ids: list[bytes] = []
     memos: list[MemoPlan | None] = []
     problems: list[str] = []
     for i, spec in released:
+        share = budget.fields.get(spec.name)
         try:
-            handler = _handler(spec, budget.fields.get(spec.name))
+            handler = _handler(spec, share)
         except MechanismError as exc:  # parameters no mechanism can honour: a config problem
             problems.append(f"fields[{i}] ({spec.name}): {exc}")
         else:
             handlers.append(handler)
+            release_ids.append(release_id(spec, handler, share))
             memos.append(_memo_plan(spec, handler))
     if problems:
         raise ConfigError(problems)
     return RecordPlan(
         handlers=tuple(handlers),
         kinds=tuple(spec.kind for _, spec in released),
-        field_ids=tuple(i for i, _ in released),
+        release_ids=tuple(release_ids),
         budget=budget,
         config_sha256=config_sha256(config),
         memos=tuple(memos),
     )
+
+
+#: version of the release descriptor; part of every release id
+RELEASE_VERSION = 2
+
+
+def release_id(spec: FieldConfig, handler: FieldHandler, share: Guarantee | None) -> bytes:
+    """SHA-256 of the canonical description of one field's release.
+
+    Everything that shapes the field's output distribution is in it: the
+    field's whole config entry (name, kind, mechanism, calibration, bounds,
+    domain, universe, grid, memo field, ...), the (epsilon, delta) its
+    mechanism was calibrated to after ``auto`` shares and group scaling, and
+    the mechanism's calibrated parameters. Its key for noise is derived from
+    this digest (``NoiseKeys.field``), so any change of a release parameter
+    gives the field independent noise, and the same release keeps its noise
+    wherever the field sits in the config. Config entries of other fields
+    enter only through this field's resolved share.
+    """
+    mechanism = handler.mechanism
+    description = {
+        "v": RELEASE_VERSION,
+        "spec": spec.model_dump(mode="json"),
+        "share": None if share is None else [share.epsilon, share.delta],
+        "mechanism": None if mechanism is None else type(mechanism).__name__,
+        "params": None if mechanism is None else mechanism.params(),
+    }
+    return hashlib.sha256(canonical_json(description)).digest()
 
 
 def _memo_plan(spec: FieldConfig, handler: FieldHandler) -> MemoPlan | None:

@@ -96,11 +96,11 @@ def release_columns(
     every row of column ``j`` (read only where the field is memoized).
     """
     released: list[list[Any]] = []
-    for j, (field_id, handler, memo) in enumerate(
-        zip(plan.field_ids, plan.handlers, plan.memos, strict=True)
+    for j, (release, handler, memo) in enumerate(
+        zip(plan.release_ids, plan.handlers, plan.memos, strict=True)
     ):
         if memo is None:
-            source = provider.for_column(field_id, good)
+            source = provider.for_column(release, good)
         else:  # memoized: each row's words are a function of its (memo, true value) token
             source = provider.for_memo(memo.scope, tokens[j])
         column = handler.release(columns[j], source)

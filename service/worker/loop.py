@@ -42,7 +42,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from service.config import KafkaConfig
 from service.config.runtime import Runtime
-from service.mechanisms.rng import derive_memo_key, derive_stream_key
+from service.mechanisms.rng import NoiseKeys
 from service.metrics import Metrics
 from service.pipeline import BatchResult, RecordPlan, process_batch
 from service.pipeline.noise import Replayable
@@ -101,8 +101,7 @@ class Worker:
         self._runtime = runtime
         self._metrics = metrics
         self._health = health
-        self._stream_key = derive_stream_key(runtime.noise_secret, kafka.input_topic)
-        self._memo_key = derive_memo_key(runtime.noise_secret)
+        self._keys = NoiseKeys(runtime.noise_secret, kafka.input_topic)
         self._batch_lock = asyncio.Lock()
         self._assigned: set[TopicPartition] = set()
         self._backoff = Backoff()
@@ -240,23 +239,24 @@ class Worker:
         self._metrics.transactions.labels("committed").inc()
         return dead
 
-    def _noise(self, records: Sequence[ConsumerRecord]) -> Replayable:
+    def _noise(self, records: Sequence[ConsumerRecord], values: Sequence[bytes]) -> Replayable:
         partitions = np.fromiter((r.partition for r in records), np.int64, len(records))
         offsets = np.fromiter((r.offset for r in records), np.int64, len(records))
-        return Replayable(self._stream_key, partitions, offsets, memo_key=self._memo_key)
+        return Replayable(self._keys, partitions, offsets, values)
 
     def _sanitize(self, records: Sequence[ConsumerRecord]) -> BatchResult:
         """``process_batch``; a record that breaks it is dead-lettered alone, never retried."""
         values = [r.value or b"" for r in records]
         try:
-            return process_batch(self._plan, values, self._noise(records))
+            return process_batch(self._plan, values, self._noise(records, values))
         except Exception as exc:  # a bug in a handler must not block the partition
             log.error("batch failed (%s); sanitizing its records one by one", type(exc).__name__)
         result = BatchResult()
         parts: list[dict[str, Observation]] = []
         for index, record in enumerate(records):
             try:
-                one = process_batch(self._plan, values[index : index + 1], self._noise([record]))
+                one_value = values[index : index + 1]
+                one = process_batch(self._plan, one_value, self._noise([record], one_value))
             except Exception as exc:  # isolate the poison record
                 log.error(
                     "record %s cannot be sanitized (%s)", source_of(record), type(exc).__name__

@@ -17,7 +17,7 @@ import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from service.config import load_config
-from service.mechanisms.rng import derive_stream_key
+from service.mechanisms.rng import NoiseKeys
 from service.pipeline import build_plan, process_batch
 from service.pipeline.noise import Replayable
 
@@ -170,7 +170,7 @@ def replay_expected(
     plan = build_plan(load_config(config))
     partitions = np.array([p for p, _ in coords], dtype=np.int64)
     offsets = np.array([o for _, o in coords], dtype=np.int64)
-    noise = Replayable(derive_stream_key(secret, topic), partitions, offsets)
+    noise = Replayable(NoiseKeys(secret, topic), partitions, offsets, values)
     result = process_batch(plan, values, noise)
     out: list[bytes | None] = [None] * len(values)
     for index, value in zip(result.output_index, result.outputs, strict=True):
