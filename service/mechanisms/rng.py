@@ -111,7 +111,7 @@ _KDF_LABEL = b"privstream/v2/"
 def _check_secret(secret: bytes) -> None:
     if len(secret) < _MIN_SECRET_BYTES:
         raise MechanismError(
-            f"the noise key holds {len(secret)} bytes; it needs at least 32 (256 bits): "
+            f"the noise key holds {len(secret)} bytes; it needs at least 32 bytes (256 bits): "
             "make one with 'privstream keygen'"
         )
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from service.config import parse_config
-from service.mechanisms.rng import derive_memo_key, derive_stream_key
+from service.mechanisms.rng import NoiseKeys
 from service.pipeline import build_plan
 from service.pipeline.batch import process_batch
 from service.pipeline.noise import Replayable
@@ -52,17 +52,16 @@ def plan_of(fields: list[dict[str, Any]]) -> RecordPlan:
     return build_plan(parse_config(config_dict(fields, epsilon=20.0, delta=1e-5)))
 
 
-def noise(count: int) -> Replayable:
+def noise(messages: list[bytes]) -> Replayable:
+    count = len(messages)
     partitions = np.arange(count, dtype=np.int64) % 3
     offsets = np.arange(count, dtype=np.int64) * 7 + 11
-    return Replayable(
-        derive_stream_key(SECRET, "raw"), partitions, offsets, memo_key=derive_memo_key(SECRET)
-    )
+    return Replayable(NoiseKeys(SECRET, "raw"), partitions, offsets, messages)
 
 
 def assert_same(plan: RecordPlan, messages: list[bytes]) -> BatchResult:
-    fast = process_batch(plan, messages, noise(len(messages)))
-    reference = process_batch_reference(plan, messages, noise(len(messages)))
+    fast = process_batch(plan, messages, noise(messages))
+    reference = process_batch_reference(plan, messages, noise(messages))
     assert fast.output_index == reference.output_index
     assert fast.dead_letters == reference.dead_letters
     assert fast.outputs == reference.outputs

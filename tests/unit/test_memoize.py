@@ -27,7 +27,7 @@ import yaml
 from service.config import config_sha256, parse_config
 from service.errors import ConfigError
 from service.mechanisms.local_hashing import hash_to_bucket, value_digests
-from service.mechanisms.rng import MemoSource, derive_memo_key, derive_stream_key
+from service.mechanisms.rng import MemoSource, NoiseKeys, derive_memo_key
 from service.pipeline import BatchResult, build_plan, process_batch
 from service.pipeline.noise import Fresh, Replayable
 from service.pipeline.plan import MemoPlan, RecordPlan, canonical_json
@@ -78,21 +78,22 @@ def record(device: Any, state: str = "TX", flag: bool = True, city: str = "Ljubl
     ).encode()
 
 
-def replayable(n: int, *, partition: int = 0, first_offset: int = 0, **kw: Any) -> Replayable:
-    secret = kw.pop("secret", SECRET)
+def replayable(
+    messages: list[bytes], *, partition: int = 0, first_offset: int = 0, secret: bytes = SECRET
+) -> Replayable:
+    n = len(messages)
     return Replayable(
-        derive_stream_key(secret, TOPIC),
+        NoiseKeys(secret, TOPIC),
         np.full(n, partition, dtype=np.int64),
         np.arange(first_offset, first_offset + n, dtype=np.int64),
-        memo_key=derive_memo_key(secret),
-        **kw,
+        messages,
     )
 
 
 def release(
     plan: RecordPlan, messages: list[bytes], *, partition: int = 0, first_offset: int = 0, **kw: Any
 ) -> BatchResult:
-    noise = replayable(len(messages), partition=partition, first_offset=first_offset, **kw)
+    noise = replayable(messages, partition=partition, first_offset=first_offset, **kw)
     return process_batch(plan, messages, noise)
 
 
@@ -109,7 +110,9 @@ def within(count: int, n: int, probability: float, sigmas: float = 5.0) -> bool:
 
 @pytest.mark.parametrize("topic", ["", "raw", "memo", "privstream/memo/v1", "\x00"])
 def test_memo_key_differs_from_every_stream_key(topic: str) -> None:
-    assert derive_memo_key(SECRET) != derive_stream_key(SECRET, topic)
+    keys = NoiseKeys(SECRET, topic)
+    assert keys.memo == derive_memo_key(SECRET)
+    assert keys.memo not in (keys.row, keys.field(b"release"))
 
 
 def test_memo_key_is_deterministic_and_secret_dependent() -> None:
@@ -518,17 +521,6 @@ def test_dropped_memo_field_never_reaches_the_output(plan: RecordPlan) -> None:
 
 
 # --- providers ------------------------------------------------------------------------------
-
-
-def test_replayable_without_memo_key_refuses_memoized_fields(plan: RecordPlan) -> None:
-    noise = Replayable(
-        derive_stream_key(SECRET, TOPIC), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    )
-    with pytest.raises(ValueError, match="memo key"):
-        process_batch(plan, [record("dev")], noise)
-    # a plan without memoized fields does not need one
-    plain = make_plan([DEVICE, SALARY], epsilon=1.0)
-    assert process_batch(plain, [record("dev")], noise).dead_letters == []
 
 
 def test_fresh_without_key_draws_fresh_noise(plan: RecordPlan) -> None:

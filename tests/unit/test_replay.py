@@ -1,10 +1,11 @@
-"""Replay determinism (DESIGN.md section 4): keyed noise is a function of the record.
+"""Replay determinism: keyed noise is a function of the record and of its release.
 
-With ``Replayable(derive_stream_key(secret, topic), partitions, offsets)`` a
-record's noise depends only on (secret, topic, partition, offset, field
-position), so a replay after a crash releases the very same bytes, however
-the stream is cut into batches and whichever neighbours fail to parse.
-Different coordinates, secrets or fields must give independent noise.
+With ``Replayable(NoiseKeys(secret, topic), partitions, offsets, messages)`` a
+record's noise depends only on (secret, topic, partition, offset, raw bytes,
+field release), so a replay after a crash releases the very same bytes,
+however the stream is cut into batches and whichever neighbours fail to
+parse. Different coordinates, secrets, topics, raw bytes or field releases
+must give independent noise (``test_release_binding`` plays the attacks).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 
 from service.config import parse_config
 from service.mechanisms import OsEntropy
-from service.mechanisms.rng import derive_stream_key
+from service.mechanisms.rng import NoiseKeys
 from service.pipeline import build_plan, process_batch
 from service.pipeline.noise import Fresh, Replayable
 from service.pipeline.plan import RecordPlan
@@ -87,8 +88,9 @@ def run(
     partitions: np.ndarray = PARTITIONS,
 ) -> dict[int, bytes]:
     """Process the messages at ``indices`` as one batch; map input index -> output bytes."""
-    noise = Replayable(derive_stream_key(secret, topic), partitions[indices], offsets[indices])
-    result = process_batch(plan, [MESSAGES[i] for i in indices], noise)
+    batch = [MESSAGES[i] for i in indices]
+    noise = Replayable(NoiseKeys(secret, topic), partitions[indices], offsets[indices], batch)
+    result = process_batch(plan, batch, noise)
     assert {indices[d.index] for d in result.dead_letters} == BAD & set(indices)
     return {indices[j]: out for j, out in zip(result.output_index, result.outputs, strict=True)}
 
@@ -190,13 +192,11 @@ def test_fields_with_identical_config_get_independent_noise() -> None:
         {"name": "b", **spec},
     ]
     plan = build_plan(parse_config(config_dict(fields, epsilon=2.0)))
-    assert plan.field_ids == (0, 2)
+    assert len(set(plan.release_ids)) == 2
     n = 300
     raw = [b'{"a": 500, "b": 500}'] * n
     noise = Replayable(
-        derive_stream_key(SECRET, TOPIC),
-        np.zeros(n, dtype=np.int64),
-        np.arange(n, dtype=np.int64),
+        NoiseKeys(SECRET, TOPIC), np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64), raw
     )
     result = process_batch(plan, raw, noise)
     outs = [json.loads(o) for o in result.outputs]

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from service.mechanisms import OsEntropy
-from service.mechanisms.rng import KeyedSource, derive_stream_key, uniforms, words_to_uniform
+from service.mechanisms.rng import (
+    KeyedSource,
+    NoiseKeys,
+    derive_key,
+    row_seeds,
+    uniforms,
+    words_to_uniform,
+)
 from service.testing import SeededSource
 
 
@@ -89,13 +96,29 @@ def test_seeded_source_is_reproducible_and_seed_dependent() -> None:
 # --- keyed, replay-stable source ------------------------------------------------------
 
 SECRET = bytes(range(32))
+RELEASE = b"release-a"
+
+
+def seeds(
+    offsets: list[int],
+    *,
+    messages: list[bytes] | None = None,
+    partition: int = 0,
+    topic: str = "raw",
+    secret: bytes = SECRET,
+) -> np.ndarray:
+    offs = np.asarray(offsets, dtype=np.int64)
+    values = messages if messages is not None else [b'{"x":1}'] * len(offs)
+    return row_seeds(NoiseKeys(secret, topic).row, np.full_like(offs, partition), offs, values)
 
 
 def keyed(
-    offsets: list[int], field: int = 0, topic: str = "raw", secret: bytes = SECRET
+    offsets: list[int], release: bytes = RELEASE, secret: bytes = SECRET, **kw: object
 ) -> KeyedSource:
-    offs = np.asarray(offsets, dtype=np.int64)
-    return KeyedSource(derive_stream_key(secret, topic), np.zeros_like(offs), offs, field)
+    return KeyedSource(
+        NoiseKeys(secret, "raw").field(release),
+        seeds(offsets, secret=secret, **kw),  # type: ignore[arg-type]
+    )
 
 
 def test_keyed_words_are_a_pure_function_of_key_and_coordinates() -> None:
@@ -113,18 +136,56 @@ def test_keyed_words_do_not_depend_on_how_the_stream_is_batched() -> None:
     assert np.array_equal(whole[9], reordered[0])
 
 
-def test_keyed_words_differ_by_field_topic_key_and_partition() -> None:
+def test_keyed_words_differ_by_release_topic_key_partition_and_bytes() -> None:
     base = keyed([1, 2]).words(2, 2)
-    assert not np.array_equal(base, keyed([1, 2], field=1).words(2, 2))
+    assert not np.array_equal(base, keyed([1, 2], release=b"release-b").words(2, 2))
     assert not np.array_equal(base, keyed([1, 2], topic="other").words(2, 2))
     assert not np.array_equal(base, keyed([1, 2], secret=bytes(32)).words(2, 2))
-    offs = np.array([1, 2], dtype=np.int64)
-    other_partition = KeyedSource(derive_stream_key(SECRET, "raw"), offs * 0 + 3, offs, 0)
-    assert not np.array_equal(base, other_partition.words(2, 2))
+    assert not np.array_equal(base, keyed([1, 2], partition=3).words(2, 2))
+    other_bytes = keyed([1, 2], messages=[b'{"x":2}', b'{"x":1} ']).words(2, 2)
+    assert not np.any(base == other_bytes)
+
+
+def test_row_seed_depends_on_its_row_only() -> None:
+    # the CBC-MAC runs column by column over the batch: a long neighbour (more blocks),
+    # an empty one and a digested one (> 512 bytes) must not change a row's seed
+    short = [b'{"a":1}']
+    alone = seeds([7], messages=short)
+    neighbours = [b"", b"x" * 100, b"y" * 5000, short[0]]
+    together = seeds([1, 2, 3, 7], messages=neighbours)
+    assert np.array_equal(together[3], alone[0])
+    assert len({bytes(row) for row in together}) == 4
+
+
+def test_row_seed_tells_apart_bytes_that_pad_alike() -> None:
+    # zero padding and the length field: "a" and "a\0" fill one block the same way
+    padded = seeds([0, 0, 0], messages=[b"a", b"a\x00", b"a" + b"\x00" * 15])
+    assert len({bytes(row) for row in padded}) == 3
+    # a digested row (> 512 bytes) never equals an inline one, and depends on every byte
+    long_a, long_b = b"z" * 600, b"z" * 599 + b"y"
+    digested = seeds([0, 0], messages=[long_a, long_b])
+    assert not np.array_equal(digested[0], digested[1])
+
+
+def test_more_words_continue_each_rows_stream() -> None:
+    source = keyed([4, 5, 6])
+    first = source.words(3, 7)
+    rows = np.array([2, 0], dtype=np.int64)
+    later = source.more_words(rows, 7, 4)
+    longer = keyed([4, 5, 6]).words(3, 11)
+    assert np.array_equal(first, longer[:, :7])
+    assert np.array_equal(later, longer[rows, 7:11])
+    # an odd start inside a block
+    assert np.array_equal(source.more_words(rows, 3, 2), longer[rows, 3:5])
 
 
 def test_keyed_prefix_is_stable_when_more_words_are_drawn() -> None:
     assert np.array_equal(keyed([3]).words(1, 3), keyed([3]).words(1, 5)[:, :3])
+
+
+def test_keyed_stream_has_a_stated_limit() -> None:
+    with pytest.raises(ValueError, match="2\\*\\*17"):
+        keyed([3]).more_words(np.array([0], dtype=np.int64), 2**17 - 1, 2)
 
 
 def test_keyed_uniforms_of_consecutive_offsets_look_independent() -> None:
@@ -141,5 +202,21 @@ def test_keyed_uniforms_of_consecutive_offsets_look_independent() -> None:
 def test_keyed_source_checks_its_binding_and_key() -> None:
     with pytest.raises(ValueError, match="bound to 2 rows"):
         keyed([1, 2]).words(3, 1)
-    with pytest.raises(ValueError, match="at least 32 bytes"):
-        derive_stream_key(b"short", "raw")
+    with pytest.raises(ValueError, match="at least 32"):
+        NoiseKeys(b"short", "raw")
+
+
+def test_keys_are_separated_by_purpose_and_context() -> None:
+    keys = NoiseKeys(SECRET, "raw")
+    derived = {
+        keys.row,
+        keys.memo,
+        keys.field(b"a"),
+        keys.field(b"b"),
+        NoiseKeys(SECRET, "raw2").row,
+        derive_key(SECRET, "field"),
+        derive_key(SECRET, "row", b"raw"),
+    }
+    assert keys.row == derive_key(SECRET, "row", b"raw")
+    assert len(derived) == 6  # the last one is keys.row itself
+    assert "hidden" in repr(keys) and SECRET.hex() not in repr(keys)
