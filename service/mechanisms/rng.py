@@ -197,32 +197,50 @@ def row_seeds(
     2000). Rows longer than 512 bytes are encoded as their BLAKE2b-256 digest
     with the length field ``0xFFFFFFFF``, which no inline row has. The MAC
     runs column by column over the batch, one AES call per 16 bytes of the
-    longest inline row, so the cost is a few vector passes, not a hash call
-    per record. The seed depends on nothing else: not the batch, not the
+    longest inline row (at most 32), so the cost is a few vector passes, not
+    a hash call per record. The seed depends on nothing else: not the batch, not the
     other rows.
     """
     n = len(messages)
-    payloads = [
-        m if len(m) <= _INLINE_BYTES else hashlib.blake2b(m, digest_size=32).digest()
-        for m in messages
-    ]
     lengths = np.fromiter(map(len, messages), dtype=np.int64, count=n)
     digested = lengths > _INLINE_BYTES
+    payloads: Sequence[bytes] = messages
+    if digested.any():
+        payloads = [
+            m if len(m) <= _INLINE_BYTES else hashlib.blake2b(m, digest_size=32).digest()
+            for m in messages
+        ]
     header = np.zeros(n, dtype=[("offset", "<i8"), ("partition", "<i4"), ("length", "<u4")])
     header["offset"] = offsets
     header["partition"] = partitions
     header["length"] = np.where(digested, _DIGESTED, lengths)
-    state = _aes_rows(row_key, header.view(np.uint8).reshape(n, _BLOCK))
-    nblocks = -(-np.fromiter(map(len, payloads), dtype=np.int64, count=n) // _BLOCK)
+    state = header_mac = _aes_rows(row_key, header.view(np.uint8).reshape(n, _BLOCK))
+    nblocks = -(-np.where(digested, 32, lengths) // _BLOCK)
     width = int(nblocks.max(initial=0))
-    if width:
-        padded = b"".join(p.ljust(width * _BLOCK, b"\0") for p in payloads)
-        body = np.frombuffer(padded, dtype=np.uint8).reshape(n, width, _BLOCK)
-        for c in range(width):
-            active = nblocks > c
-            nxt = _aes_rows(row_key, state ^ body[:, c, :])
-            state = np.where(active[:, None], nxt, state)
-    return state
+    if not width:
+        return state
+    # the rows back to back; row i's block c is the 16 bytes at start_i + 16 c, and in its
+    # last, partial block the bytes past the row's end (the next row's) are zeroed. One
+    # gather for the whole batch: no per-row Python work beyond the join.
+    flat = np.frombuffer(b"".join(payloads) + bytes(width * _BLOCK), dtype=np.uint8)
+    windows = np.lib.stride_tricks.sliding_window_view(flat, _BLOCK)
+    sizes = np.where(digested, 32, lengths)
+    starts = np.cumsum(sizes) - sizes
+    body = windows[starts[:, None] + _BLOCK * np.arange(width)]
+    partial = np.flatnonzero(sizes % _BLOCK)
+    tail = sizes[partial]
+    keep = np.arange(_BLOCK) < (tail % _BLOCK)[:, None]
+    body[partial, tail // _BLOCK] *= keep.astype(np.uint8)
+    history = np.empty((width, n, _BLOCK), dtype=np.uint8)
+    for c in range(width):
+        state = _aes_rows(row_key, state ^ body[:, c])
+        history[c] = state
+    # a row's MAC is its state after its own last block (shorter rows ran on, unused)
+    last = np.maximum(nblocks - 1, 0)
+    macs: NDArray[np.uint8] = np.where(
+        (nblocks > 0)[:, None], history[last, np.arange(n)], header_mac
+    )
+    return macs
 
 
 _COUNTER_LIMIT = 2**16
