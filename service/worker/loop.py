@@ -5,9 +5,9 @@ holds its sanitized messages, its dead letters and the consumed offsets
 (aiokafka's transactional producer, ``send_offsets_to_transaction``), so a
 reader with ``isolation_level=read_committed`` sees every raw record's
 release once or not at all. Each record's noise is keyed on (secret, topic,
-partition, offset, field): a batch replayed after a crash or an aborted
-transaction is released with the very same bytes, so even an aborted copy
-that a ``read_uncommitted`` reader saw gives no second, independent draw.
+partition, offset, raw bytes, field release): a batch replayed after a crash
+or an aborted transaction is released with the very same bytes, so even an
+aborted copy that a ``read_uncommitted`` reader saw gives no second draw.
 
 Fencing: aiokafka commits transactional offsets without the group
 generation, so zombies are fenced by a transactional id that is stable per
@@ -147,7 +147,7 @@ class Worker:
             await producer.start()
             consumer = AIOKafkaConsumer(**consumer_options(self._kafka, self._runtime))
             stack.push_async_callback(_close, consumer)
-            consumer.subscribe([self._kafka.input_topic], listener=_Rebalance(self))
+            consumer.subscribe([self._kafka.input_topic], listener=_Rebalance(self, consumer))
             await consumer.start()
             probe = asyncio.create_task(self._probe(producer))
             stack.callback(probe.cancel)
@@ -286,8 +286,9 @@ class Worker:
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     """Partitions move only between batches: a revoke waits for the batch in flight."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, consumer: AIOKafkaConsumer) -> None:
         self._worker = worker
+        self._consumer = consumer
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         async with self._worker._batch_lock:
@@ -301,6 +302,44 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self._worker._assigned = set(assigned)
         log.info("partitions assigned: %s", _names(assigned))
+        try:
+            await asyncio.wait_for(
+                warn_first_release(self._consumer, assigned, self._worker._kafka.group_id),
+                CLOSE_TIMEOUT_S,
+            )
+        except (TimeoutError, *RETRIABLE) as exc:  # a warning only: never block
+            log.debug("could not check committed offsets: %s", type(exc).__name__)
+
+
+async def warn_first_release(
+    consumer: AIOKafkaConsumer, assigned: set[TopicPartition], group: str
+) -> int:
+    """WARNING when the group starts partitions that retain records it never committed.
+
+    A group without a committed offset starts at the earliest retained record
+    (``auto_offset_reset: earliest``), so a new ``group_id``, an offset reset or
+    a second deployment releases every retained record again. With noise bound
+    to the release that is safe against cancellation, but it is a second
+    release of those records whose epsilon adds to the first one's (README,
+    "Operations"). Returns how many retained records are about to be released.
+    """
+    fresh = [tp for tp in sorted(assigned) if await consumer.committed(tp) is None]
+    if not fresh:
+        return 0
+    first = await consumer.beginning_offsets(fresh)
+    end = await consumer.end_offsets(fresh)
+    retained = int(sum(end[tp] - first[tp] for tp in fresh))
+    if retained:
+        log.warning(
+            "group %s has no committed offset on %s: it is about to release %d retained "
+            "record(s) from the earliest offset. If another group, deployment or earlier "
+            "config released them already, this is a second release and the epsilons add "
+            "(see Operations in the README)",
+            group,
+            _names(set(fresh)),
+            retained,
+        )
+    return retained
 
 
 def _names(tps: set[TopicPartition]) -> str:
