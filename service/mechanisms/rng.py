@@ -12,7 +12,7 @@ every word it has already read. That contract lets a keyed source make row
 * ``OsEntropy`` (file mode default): the kernel CSPRNG (``os.urandom`` ->
   ``getrandom(2)``), one system call per column.
 * ``KeyedSource`` (the worker, replay-stable): AES-256 as a PRF over
-  ``row seed || counter`` under a key of its own for each field release
+  ``row seed XOR counter`` under a key of its own for each field release
   (``NoiseKeys.field``). The row seed (``row_seeds``) is a PRF of the
   record's stream coordinates *and its raw bytes*; the field key is a PRF of
   the field's release id, a digest of its name and of everything that shapes
@@ -51,7 +51,7 @@ import hashlib
 import hmac
 import os
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
@@ -172,11 +172,11 @@ def _ecb(key: bytes) -> Cipher[modes.ECB]:
     return Cipher(algorithms.AES(key), modes.ECB())  # noqa: S305 -- PRF on unique blocks
 
 
-def _aes_rows(key: bytes, blocks: NDArray[np.uint8]) -> NDArray[np.uint8]:
-    """AES-256 of every 16-byte row of ``blocks`` (shape (n, 16))."""
+def _aes_rows(key: bytes, blocks: NDArray[Any]) -> NDArray[np.uint64]:
+    """AES-256 of every 16-byte block of ``blocks``; one row of 2 little-endian words each."""
     encryptor = _ecb(key).encryptor()
     out = encryptor.update(blocks.tobytes()) + encryptor.finalize()
-    return np.frombuffer(out, dtype=np.uint8).reshape(-1, _BLOCK).copy()
+    return np.frombuffer(out, dtype="<u8").reshape(-1, 2)
 
 
 def row_seeds(
@@ -214,71 +214,75 @@ def row_seeds(
     header["offset"] = offsets
     header["partition"] = partitions
     header["length"] = np.where(digested, _DIGESTED, lengths)
-    state = header_mac = _aes_rows(row_key, header.view(np.uint8).reshape(n, _BLOCK))
+    state = header_mac = _aes_rows(row_key, header)
     nblocks = -(-np.where(digested, 32, lengths) // _BLOCK)
     width = int(nblocks.max(initial=0))
     if not width:
-        return state
+        return state.view(np.uint8).reshape(n, _BLOCK)
     # the rows back to back; row i's block c is the 16 bytes at start_i + 16 c, and in its
     # last, partial block the bytes past the row's end (the next row's) are zeroed. One
     # gather for the whole batch: no per-row Python work beyond the join.
-    flat = np.frombuffer(b"".join(payloads) + bytes(width * _BLOCK), dtype=np.uint8)
-    windows = np.lib.stride_tricks.sliding_window_view(flat, _BLOCK)
+    size = width * _BLOCK
+    joined = b"".join([*payloads, bytes(size)])
     sizes = np.where(digested, 32, lengths)
     starts = np.cumsum(sizes) - sizes
-    body = windows[starts[:, None] + _BLOCK * np.arange(width)]
+    # each row's window of `size` bytes as one opaque item: the gather is a memcpy per row
+    windows = np.ndarray((len(joined) - size + 1,), dtype=f"V{size}", buffer=joined, strides=(1,))
+    body = windows[starts].view(np.uint8).reshape(n, width, _BLOCK)
     partial = np.flatnonzero(sizes % _BLOCK)
     tail = sizes[partial]
     keep = np.arange(_BLOCK) < (tail % _BLOCK)[:, None]
     body[partial, tail // _BLOCK] *= keep.astype(np.uint8)
-    history = np.empty((width, n, _BLOCK), dtype=np.uint8)
+    # column-major, 16-byte items: column c is one contiguous (n, 2) array of words
+    columns = np.ascontiguousarray(body.view("V16").reshape(n, width).T).view("<u8")
+    columns = columns.reshape(width, n, 2)
+    # a row's MAC is its state after its own last block (shorter rows run on, unused)
+    macs = header_mac.copy()
+    order = np.argsort(nblocks, kind="stable")
+    ends = np.searchsorted(nblocks[order], np.arange(width + 1), side="right")
     for c in range(width):
-        state = _aes_rows(row_key, state ^ body[:, c])
-        history[c] = state
-    # a row's MAC is its state after its own last block (shorter rows ran on, unused)
-    last = np.maximum(nblocks - 1, 0)
-    macs: NDArray[np.uint8] = np.where(
-        (nblocks > 0)[:, None], history[last, np.arange(n)], header_mac
-    )
-    return macs
+        state = _aes_rows(row_key, state ^ columns[c])
+        finishing = order[ends[c] : ends[c + 1]]  # rows of c + 1 blocks
+        macs[finishing] = state[finishing]
+    return macs.view(np.uint8).reshape(n, _BLOCK)
 
 
 _COUNTER_LIMIT = 2**16
 
 
 class KeyedSource:
-    """Replay-stable words: AES-256(field key, row seed[:14] | counter).
+    """Replay-stable words: AES-256(field key, row seed XOR counter).
 
     ``field_key`` is ``NoiseKeys.field(release_id)``, ``seeds`` the
     ``row_seeds`` of the rows this source serves, in column order. Block
-    ``c`` of a row (``c`` a little-endian uint16) gives its words ``2c`` and
-    ``2c + 1``: up to 2**17 words per row and field. Two rows share a block
-    only if their seeds agree in 112 bits (probability 2**-112 per pair).
+    ``c`` of a row is its seed with the counter ``c`` (uint16) XORed into the
+    seed's last two bytes; it gives the row's words ``2c`` and ``2c + 1``: up
+    to 2**17 words per row and field. Within a row the blocks are distinct;
+    two rows share a block only if their seeds agree in the first 112 bits
+    (probability 2**-112 per pair).
     """
 
     def __init__(self, field_key: bytes, seeds: NDArray[np.uint8]) -> None:
         self._key = field_key
-        self._prefix = np.ascontiguousarray(seeds[:, :14])
+        self._seeds = np.ascontiguousarray(seeds).view("<u8").reshape(-1, 2)
 
     def words(self, n: int, k: int) -> Words:
-        if n != len(self._prefix):
-            raise ValueError(f"keyed source bound to {len(self._prefix)} rows, asked for {n}")
-        return self._stream(self._prefix, 0, k)
+        if n != len(self._seeds):
+            raise ValueError(f"keyed source bound to {len(self._seeds)} rows, asked for {n}")
+        return self._stream(self._seeds, 0, k)
 
     def more_words(self, rows: NDArray[np.int64], start: int, k: int) -> Words:
-        return self._stream(self._prefix[rows], start, k)
+        return self._stream(self._seeds[rows], start, k)
 
-    def _stream(self, prefix: NDArray[np.uint8], start: int, k: int) -> Words:
+    def _stream(self, seeds: NDArray[np.uint64], start: int, k: int) -> Words:
         first, last = start // 2, (start + k + 1) // 2  # blocks [first, last)
         if last > _COUNTER_LIMIT:
             raise MechanismError(f"a field asked for word {start + k} of a row; the limit is 2**17")
-        count = last - first
-        blocks = np.empty((len(prefix), count, _BLOCK), dtype=np.uint8)
-        blocks[:, :, :14] = prefix[:, None, :]
-        counters = np.arange(first, last, dtype="<u2").view(np.uint8).reshape(count, 2)
-        blocks[:, :, 14:] = counters[None, :, :]
-        out = _aes_rows(self._key, blocks.reshape(-1, _BLOCK))
-        words = out.view("<u8").astype(np.uint64).reshape(len(prefix), 2 * count)
+        counters = np.arange(first, last, dtype="<u8") << np.uint64(48)  # bytes 14-15
+        blocks = np.empty((len(seeds), last - first, 2), dtype="<u8")
+        blocks[:, :, 0] = seeds[:, None, 0]
+        blocks[:, :, 1] = seeds[:, None, 1] ^ counters[None, :]
+        words = _aes_rows(self._key, blocks).astype(np.uint64).reshape(len(seeds), -1)
         skip = start - 2 * first
         return words[:, skip : skip + k]
 

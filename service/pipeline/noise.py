@@ -98,7 +98,10 @@ class Replayable:
         return self._seeds
 
     def for_column(self, release_id: bytes, rows: NDArray[np.int64]) -> NoiseSource:
-        return KeyedSource(self._keys.field(release_id), self.seeds()[rows])
+        seeds = self.seeds()
+        # rows are distinct input positions in order: as many as messages means all of them
+        mine = seeds if len(rows) == len(seeds) else seeds[rows]
+        return KeyedSource(self._keys.field(release_id), mine)
 
     def for_memo(self, scope: bytes, tokens: Sequence[bytes]) -> NoiseSource:
         return MemoSource(self._keys.memo, scope, tokens)
