@@ -1,16 +1,18 @@
-"""Observed error per field, compared with the expected error and the gamma lower bound.
+"""Error versus the gamma bound, per field, measured on shadow (canary) draws.
 
-Only the worker can measure ``rho(Y, d)``: it holds the raw value. What it
-measures is ``Mechanism.noise_error``, the distance between the release and
-the mechanism's own input (clamped, on its grid): a function of the noise
-alone, which is drawn independently of the data. So these aggregates —
-histogram, mean, ratio to the gamma bound — tell nothing about the records
-that the noise distribution does not already say. The clamped-value count is
-the exception: it is a count of raw values outside the declared bounds, an
-aggregate side channel (turn it off with ``metrics.clamped_counts: false``).
+The worker cannot export the error of the values it releases: the release
+``y`` is public, so ``|y - x|`` (a histogram's sum, a running mean, a bucket
+count) gives the raw ``x`` back to whoever reads both ``/metrics`` and the
+sanitized topic. What it exports is the error of *shadow draws*: every batch,
+each measurable field's mechanism releases a fixed set of canary inputs with
+noise drawn for the purpose (``service.pipeline.canary``), and these
+aggregates — histogram, mean, ratio to the gamma bound — are built from those
+canary errors only. They are independent of every raw value and of every
+released record, and a mis-calibrated or broken sampler shows in them as it
+would in the real errors.
 
-Errors are accumulated with numpy per batch (one ``bincount`` per field),
-not one Python call per value, and exported by a custom collector.
+Errors are accumulated with numpy per batch (one ``bincount`` per field) and
+exported by a custom collector.
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from service.pipeline import RecordPlan
-from service.pipeline.results import Observation
 
 #: histogram bucket bounds, as multiples of the field's expected error
 BUCKET_MULTIPLES = (0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0)
+#: what every family's help text says the numbers are
+MEASURED = "shadow draws on canary inputs, independent of every released record and raw value"
 
 
 def error_buckets(expected_error: float) -> NDArray[np.float64]:
@@ -46,7 +49,6 @@ class _Field:
     counts: NDArray[np.int64] = field(init=False)
     total: float = 0.0
     count: int = 0
-    clamped: int = 0
 
     def __post_init__(self) -> None:
         self.counts = np.zeros(len(self.bounds) + 1, dtype=np.int64)  # last: above all bounds
@@ -58,11 +60,10 @@ class _Field:
         self.count += len(errors)
 
 
-class FieldErrors(Collector):
-    """Accumulates ``Observation``s of the plan's noised fields; a Prometheus collector."""
+class CanaryErrors(Collector):
+    """Accumulates the canary errors of the plan's measured fields; a Prometheus collector."""
 
-    def __init__(self, plan: RecordPlan, *, clamped_counts: bool = True) -> None:
-        self._clamped_counts = clamped_counts
+    def __init__(self, plan: RecordPlan) -> None:
         self._fields: dict[str, _Field] = {}
         for handler in plan.handlers:
             mech = handler.mechanism
@@ -72,45 +73,38 @@ class FieldErrors(Collector):
                     mech.name, mech.expected_error, mech.gamma_lower_bound, bounds
                 )
 
-    def observe(self, observations: Mapping[str, Observation]) -> None:
-        for name, seen in observations.items():
-            state = self._fields[name]
-            if seen.error is not None and len(seen.error):
-                state.add(seen.error)
-            state.clamped += seen.clamped
+    def observe(self, errors: Mapping[str, NDArray[np.float64]]) -> None:
+        """Add one batch of canary errors (``Canaries.draw``), by field name."""
+        for name, values in errors.items():
+            if len(values):
+                self._fields[name].add(values)
 
     def mean(self, name: str) -> float | None:
         state = self._fields[name]
         return state.total / state.count if state.count else None
 
-    def collect(self) -> Iterator[HistogramMetricFamily | GaugeMetricFamily | CounterMetricFamily]:
+    def collect(self) -> Iterator[HistogramMetricFamily | GaugeMetricFamily]:
         labels = ["field", "mechanism"]
         histogram = HistogramMetricFamily(
-            "privstream_field_observed_error",
-            "Observed error rho(Y, d) of released values (d clamped, on the mechanism's grid)",
+            "privstream_field_canary_error",
+            f"Error rho(Y, d) of the field's mechanism on {MEASURED}",
             labels=labels,
         )
         mean = GaugeMetricFamily(
-            "privstream_field_observed_error_mean",
-            "Running mean of the observed error since start",
+            "privstream_field_canary_error_mean",
+            f"Mean error since start of {MEASURED}",
             labels=labels,
         )
         ratio = GaugeMetricFamily(
-            "privstream_field_error_ratio_to_gamma",
-            "Observed mean error divided by the gamma lower bound (>= 1 up to sampling error)",
-            labels=labels,
-        )
-        clamped = CounterMetricFamily(
-            "privstream_field_clamped",
-            "Raw values outside the declared bounds (clamped): an aggregate side channel",
+            "privstream_field_canary_error_ratio_to_gamma",
+            f"Mean error of {MEASURED}, divided by the gamma lower bound "
+            "(>= 1 up to sampling error)",
             labels=labels,
         )
         for name, state in self._fields.items():
-            values = [name, state.mechanism]
-            if self._clamped_counts:
-                clamped.add_metric(values, state.clamped)
             if not state.count:
                 continue
+            values = [name, state.mechanism]
             cumulative = np.cumsum(state.counts)
             buckets = [(f"{b:.6g}", int(c)) for b, c in zip(state.bounds, cumulative, strict=False)]
             buckets.append(("+Inf", int(cumulative[-1])))
@@ -119,5 +113,3 @@ class FieldErrors(Collector):
             if state.gamma > 0.0:
                 ratio.add_metric(values, state.total / state.count / state.gamma)
         yield from (histogram, mean, ratio)
-        if self._clamped_counts:
-            yield clamped
