@@ -287,7 +287,7 @@ async def test_prometheus_sees_observed_error_near_expected_and_above_gamma(
         """Prometheus holds a scrape where the worker had processed ``total`` records,
         every noised field included."""
         seen = await prometheus.query("privstream_records_in_total")
-        counts = await prometheus.by_field("privstream_field_observed_error_count")
+        counts = await prometheus.by_field("privstream_field_canary_error_count")
         return list(seen.values()) == [total] and counts == dict.fromkeys(NOISED, total)
 
     await worker.start()
@@ -329,12 +329,12 @@ async def test_prometheus_sees_observed_error_near_expected_and_above_gamma(
                 why=logs,
             )
 
-            observed = await prometheus.by_field("privstream_field_observed_error_mean")
+            observed = await prometheus.by_field("privstream_field_canary_error_mean")
             expected = await prometheus.by_field("privstream_field_expected_error")
             gamma = await prometheus.by_field("privstream_field_gamma_lower_bound")
-            ratio = await prometheus.by_field("privstream_field_error_ratio_to_gamma")
-            windowed = await prometheus.by_field("privstream:field_observed_error:mean15m")
-            window_n = await prometheus.by_field("privstream:field_observed_error:count15m")
+            ratio = await prometheus.by_field("privstream_field_canary_error_ratio_to_gamma")
+            windowed = await prometheus.by_field("privstream:field_canary_error:mean15m")
+            window_n = await prometheus.by_field("privstream:field_canary_error:count15m")
             totals = await prometheus.query("sum(privstream_records_out_total)")
             dead = await prometheus.query("sum(privstream_records_dead_lettered_total)")
             active = (await prometheus.api("alerts"))["alerts"]
@@ -348,7 +348,7 @@ async def test_prometheus_sees_observed_error_near_expected_and_above_gamma(
     assert len(loaded) == sum(len(g["rules"]) for g in yaml.safe_load(RULES.read_text())["groups"])
     names = {rule["name"] for rule in loaded}
     assert {"PrivstreamObservedErrorDrift", "PrivstreamErrorBelowGammaBound"} <= names
-    assert "privstream:field_observed_error:mean15m" in names
+    assert "privstream:field_canary_error:mean15m" in names
     bad = {rule["name"]: rule.get("lastError") for rule in loaded if rule["health"] != "ok"}
     assert not bad, f"rules not healthy: {bad}"
     # a healthy worker under a correct mechanism: no alert even pending
