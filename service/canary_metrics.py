@@ -17,7 +17,7 @@ exported by a custom collector.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,13 +61,20 @@ class _Field:
 
 
 class CanaryErrors(Collector):
-    """Accumulates the canary errors of the plan's measured fields; a Prometheus collector."""
+    """Accumulates the canary errors of the measured fields; a Prometheus collector.
 
-    def __init__(self, plan: RecordPlan) -> None:
+    ``measured`` names them (``Canaries.fields``). Their histograms are exported
+    from the start, at zero: a series that appeared only with its first batch
+    would make Prometheus extrapolate ``_sum`` and ``_count`` to a window's start
+    by different amounts, biasing the rules' windowed mean on young series.
+    """
+
+    def __init__(self, plan: RecordPlan, measured: Iterable[str]) -> None:
+        names = set(measured)
         self._fields: dict[str, _Field] = {}
         for handler in plan.handlers:
             mech = handler.mechanism
-            if mech is not None:
+            if mech is not None and handler.name in names:
                 bounds = error_buckets(mech.expected_error)
                 self._fields[handler.name] = _Field(
                     mech.name, mech.expected_error, mech.gamma_lower_bound, bounds
@@ -102,13 +109,13 @@ class CanaryErrors(Collector):
             labels=labels,
         )
         for name, state in self._fields.items():
-            if not state.count:
-                continue
             values = [name, state.mechanism]
             cumulative = np.cumsum(state.counts)
             buckets = [(f"{b:.6g}", int(c)) for b, c in zip(state.bounds, cumulative, strict=False)]
             buckets.append(("+Inf", int(cumulative[-1])))
             histogram.add_metric(values, buckets, state.total)
+            if not state.count:
+                continue
             mean.add_metric(values, state.total / state.count)
             if state.gamma > 0.0:
                 ratio.add_metric(values, state.total / state.count / state.gamma)

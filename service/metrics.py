@@ -112,7 +112,7 @@ class Metrics:
         ``OsEntropy`` of the shadow draws.
         """
         self.canaries = Canaries(plan, count=canaries)
-        self.canary_errors = CanaryErrors(plan)
+        self.canary_errors = CanaryErrors(plan, self.canaries.fields)
         self.registry.register(self.canary_errors)
         if canary_source is not None:
             self._canary_source = canary_source

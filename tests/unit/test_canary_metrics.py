@@ -195,7 +195,8 @@ def test_canary_mean_matches_expected_error_and_respects_gamma(eps: float) -> No
     """
     config = config_dict([{"name": "v", "kind": "real", "bounds": [0, 100], "epsilon": eps}], eps)
     plan = build_plan(parse_config(config))
-    canaries, collector = Canaries(plan, count=32), CanaryErrors(plan)
+    canaries = Canaries(plan, count=32)
+    collector = CanaryErrors(plan, canaries.fields)
     source = SeededSource(11)
     for _ in range(N // 32):
         collector.observe(canaries.draw(source))
@@ -223,9 +224,8 @@ def test_metrics_exposition_histogram_mean_ratio_from_canaries() -> None:
     found = families(registry)
     help_text = found["privstream_field_canary_error"].documentation
     assert "canary" in help_text and "independent of every released record" in help_text
-    temp = [
-        s for s in found["privstream_field_canary_error"].samples if s.labels["field"] == "temp"
-    ]
+    histogram = found["privstream_field_canary_error"].samples
+    temp = [s for s in histogram if s.labels["field"] == "temp"]
     buckets = [s for s in temp if s.name.endswith("_bucket")]
     counts = [s.value for s in buckets]
     assert counts == sorted(counts) and counts[-1] == 40 * 25  # cumulative, all canaries
@@ -240,13 +240,29 @@ def test_metrics_exposition_histogram_mean_ratio_from_canaries() -> None:
         for s in found["privstream_field_canary_error_ratio_to_gamma"].samples
     }
     assert ratio["temp"] > 1.0 and "tags" not in ratio and "loyal" in ratio
+    counts = {s.labels["field"]: s.value for s in histogram if s.name.endswith("_count")}
+    assert counts == dict.fromkeys(("temp", "clicks", "state", "loyal", "pos"), 1000)
     assert not any(name.startswith("privstream_field_clamped") for name in found)  # off
+
+
+def test_measured_fields_export_a_zero_histogram_before_the_first_batch() -> None:
+    plan = build_plan(parse_config(CONFIG))
+    registry = CollectorRegistry()
+    Metrics(registry).describe_plan(plan)
+    found = families(registry)
+    counts = {
+        s.labels["field"]: s.value
+        for s in found["privstream_field_canary_error"].samples
+        if s.name.endswith("_count")
+    }
+    assert counts == dict.fromkeys(("temp", "clicks", "state", "loyal", "pos"), 0)
+    assert not found["privstream_field_canary_error_mean"].samples  # no mean of nothing
 
 
 def test_buckets_scale_with_the_mechanism_and_handle_zero_error() -> None:
     assert list(error_buckets(2.0)) == [2.0 * m for m in BUCKET_MULTIPLES]
     assert list(error_buckets(0.0)) == [0.0]
     plan = build_plan(parse_config(CONFIG))
-    collector = CanaryErrors(plan)
+    collector = CanaryErrors(plan, Canaries(plan).fields)
     collector.observe({"temp": np.array([0.0, 1e9])})
     assert collector.mean("temp") == pytest.approx(5e8)
