@@ -11,7 +11,9 @@ timings, reason codes when on); the error metrics come from shadow draws
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -36,6 +38,9 @@ class Metrics:
         self.canary_errors: CanaryErrors | None = None
         self.clamped_counts: NoisyClampedCounts | None = None
         self._canary_source: NoiseSource = OsEntropy()
+        self._canary_interval = 0.0
+        self._clock: Callable[[], float] = time.monotonic
+        self._last_round = -math.inf
         self._reasons = dead_letter_reasons
         self.records_in = Counter(
             "privstream_records_in", "Raw records consumed", registry=registry
@@ -103,15 +108,22 @@ class Metrics:
         plan: RecordPlan,
         *,
         canaries: int = DEFAULT_COUNT,
+        canary_interval_s: float = 1.0,
         clamped_counts: ClampedCountsConfig | None = None,
         canary_source: NoiseSource | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Publish the configuration's guarantees and set up the per-field collectors.
 
-        ``canary_source`` (tests only: a seeded source) replaces the fresh
-        ``OsEntropy`` of the shadow draws.
+        A round of shadow draws follows a committed batch when at least
+        ``canary_interval_s`` passed since the last round (0: after every
+        batch): the cost is then bounded per second, not per batch, whatever
+        the batch size. ``canary_source`` (tests only: a seeded source)
+        replaces the fresh ``OsEntropy`` of the shadow draws.
         """
         self.canaries = Canaries(plan, count=canaries)
+        self._canary_interval = canary_interval_s
+        self._clock = clock
         self.canary_errors = CanaryErrors(plan, self.canaries.fields)
         self.registry.register(self.canary_errors)
         if canary_source is not None:
@@ -133,8 +145,11 @@ class Metrics:
             self.field_gamma_lower_bound.labels(*labels).set(mech.gamma_lower_bound)
 
     def observe_fields(self, observations: Mapping[str, Observation]) -> None:
-        """After a committed batch: one round of shadow draws, and the clamped counts."""
-        if self.canaries is not None and self.canary_errors is not None:
+        """After a committed batch: a round of shadow draws if one is due, the clamped counts."""
+        now = self._clock()
+        due = now - self._last_round >= self._canary_interval
+        if due and self.canaries is not None and self.canary_errors is not None:
+            self._last_round = now
             self.canary_errors.observe(self.canaries.draw(self._canary_source))
         if self.clamped_counts is not None:
             self.clamped_counts.observe(observations)

@@ -29,7 +29,10 @@ async def serve(
     registry = CollectorRegistry()
     metrics = Metrics(registry, dead_letter_reasons=config.metrics.dead_letter_reasons)
     metrics.describe_plan(
-        plan, canaries=config.metrics.canaries, clamped_counts=config.metrics.clamped_counts
+        plan,
+        canaries=config.metrics.canaries,
+        canary_interval_s=config.metrics.canary_interval_seconds,
+        clamped_counts=config.metrics.clamped_counts,
     )
     health = Health()
     port = config.http.port if http_port is None else http_port

@@ -116,8 +116,10 @@ class ClampedCountsConfig(Strict):
 class MetricsConfig(Strict):
     """What /metrics exports beyond the service counters (README "Metrics")."""
 
-    #: shadow draws per measured field and batch, for the error-versus-gamma metrics
+    #: shadow draws per measured field and round, for the error-versus-gamma metrics
     canaries: int = Field(default=32, ge=1, le=4096)
+    #: at most one round per this many seconds, after a committed batch (0: every batch)
+    canary_interval_seconds: float = Field(default=1.0, ge=0.0, le=3600.0)
     #: label dead letters by reason code: a function of the raw record, so off by default
     dead_letter_reasons: bool = False
     #: clamped counts are a function of raw values: off (None) unless given an epsilon

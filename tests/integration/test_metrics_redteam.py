@@ -37,7 +37,7 @@ BODY: dict[str, Any] = {
         {"name": "seq", "kind": "public"},
         {"name": "amount", "kind": "real", "bounds": list(BOUNDS), "epsilon": 1.0},
     ],
-    "metrics": {"canaries": CANARIES},
+    "metrics": {"canaries": CANARIES, "canary_interval_seconds": 0},  # every batch
 }
 FIELD = (("field", "amount"), ("mechanism", "laplace"))
 IN_TOTAL = ("privstream_records_in_total", ())
@@ -80,8 +80,9 @@ async def test_metrics_and_output_together_recover_no_raw_value(
 
     Chance: each record is hit with probability at most p (``hit_probability``, about
     0.006 for four guesses at epsilon 1 over [0, 1000]); the test allows the smallest k
-    with P(Bin(30, p) >= k + 1) <= 1e-4, so it fails a non-leaking worker with
-    probability at most 1e-4. The old metric gave 30 hits of 30.
+    with P(Bin(30, p) >= k + 1) <= 1e-4: k = 3, and a worker whose metrics tell nothing
+    fails it with probability P(Bin(30, 0.006) >= 4) = 3.1e-5. The old metric gave 30
+    hits of 30.
     """
     kafka = unique_topics("redteam")
     await create_topics(kafka_bootstrap, list(kafka.values())[:3], partitions=1)

@@ -61,7 +61,7 @@ BODY = {
         {"name": "tier", "kind": "categorical", "domain": ["a", "b", "c"], "epsilon": 1.0},
         {"name": "opted_in", "kind": "boolean", "epsilon": 0.5},
     ],
-    "metrics": {"canaries": CANARIES},
+    "metrics": {"canaries": CANARIES, "canary_interval_seconds": 0},
 }
 NOISED = ("amount", "clicks", "tier", "opted_in")
 

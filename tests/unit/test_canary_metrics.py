@@ -217,7 +217,7 @@ def test_metrics_exposition_histogram_mean_ratio_from_canaries() -> None:
     plan = build_plan(parse_config(CONFIG))
     registry = CollectorRegistry()
     metrics = Metrics(registry)
-    metrics.describe_plan(plan, canaries=25, canary_source=SeededSource(2))
+    metrics.describe_plan(plan, canaries=25, canary_interval_s=0, canary_source=SeededSource(2))
     result = process_batch(plan, batch(1000), SeededSource(2))
     for _ in range(40):  # 40 committed batches: 1000 canaries per field, whatever their size
         metrics.observe_fields(result.observations)
@@ -243,6 +243,27 @@ def test_metrics_exposition_histogram_mean_ratio_from_canaries() -> None:
     counts = {s.labels["field"]: s.value for s in histogram if s.name.endswith("_count")}
     assert counts == dict.fromkeys(("temp", "clicks", "state", "loyal", "pos"), 1000)
     assert not any(name.startswith("privstream_field_clamped") for name in found)  # off
+
+
+def test_a_round_of_canaries_follows_a_batch_at_most_once_per_interval() -> None:
+    """The cost is bounded per second whatever the batch size: batches within the
+    interval of the last round draw nothing."""
+    plan = build_plan(parse_config(CONFIG))
+    now = [100.0]
+    metrics = Metrics(CollectorRegistry())
+    metrics.describe_plan(plan, canaries=4, canary_interval_s=1.0, clock=lambda: now[0])
+    drawn = []
+    for t in (100.0, 100.2, 100.99, 101.0, 101.5, 105.0):
+        now[0] = t
+        metrics.observe_fields({})
+        assert metrics.canary_errors is not None
+        counts = {
+            s.labels["field"]: s.value
+            for s in families(metrics.registry)["privstream_field_canary_error"].samples
+            if s.name.endswith("_count")
+        }
+        drawn.append(counts["temp"])
+    assert drawn == [4, 4, 4, 8, 8, 12]
 
 
 def test_measured_fields_export_a_zero_histogram_before_the_first_batch() -> None:
