@@ -136,11 +136,14 @@ def _metrics_line(metrics: dict[str, Any]) -> str:
     clamped = metrics["clamped_counts"]
     if clamped is None:
         return "metrics: epsilon=0 (error metrics from canary draws; clamped counts off)"
-    return (
+    line = (
         f"metrics: clamped counts with discrete Laplace noise per {_num(clamped['window_seconds'])}"
         f" s window, epsilon={_num(clamped['epsilon'])} per record on top of the releases: "
         f"epsilon={_num(metrics['record_epsilon_with_metrics'])} per record in all"
     )
+    if clamped["group_epsilon"] != clamped["epsilon"]:
+        line += f" (clamped counts per individual: epsilon={_num(clamped['group_epsilon'])})"
+    return line
 
 
 def explain(config: AppConfig, plan: RecordPlan, fmt: str) -> str:

@@ -234,3 +234,4 @@ def test_explain_states_the_metrics_epsilon_and_the_total() -> None:
     table = explain(config, plan, "table")
     assert "epsilon=0.25 per record" in table and "30 s window" in table
     assert f"epsilon={plan.epsilon + 0.25:.6g} per record in all" in table
+    assert "clamped counts per individual: epsilon=0.75" in table  # group of 3
