@@ -3,7 +3,8 @@
 The worker cannot export the error of the values it releases: the release
 ``y`` is public, so ``|y - x|`` (a histogram's sum, a running mean, a bucket
 count) gives the raw ``x`` back to whoever reads both ``/metrics`` and the
-sanitized topic. What it exports is the error of *shadow draws*: every batch,
+sanitized topic. What it exports is the error of *shadow draws*: after a batch (at
+most once per ``metrics.canary_interval_seconds``),
 each measurable field's mechanism releases a fixed set of canary inputs with
 noise drawn for the purpose (``service.pipeline.canary``), and these
 aggregates — histogram, mean, ratio to the gamma bound — are built from those
@@ -11,7 +12,7 @@ canary errors only. They are independent of every raw value and of every
 released record, and a mis-calibrated or broken sampler shows in them as it
 would in the real errors.
 
-Errors are accumulated with numpy per batch (one ``bincount`` per field) and
+Errors are accumulated with numpy per round (one ``bincount`` per field) and
 exported by a custom collector.
 """
 
@@ -81,7 +82,7 @@ class CanaryErrors(Collector):
                 )
 
     def observe(self, errors: Mapping[str, NDArray[np.float64]]) -> None:
-        """Add one batch of canary errors (``Canaries.draw``), by field name."""
+        """Add one round of canary errors (``Canaries.draw``), by field name."""
         for name, values in errors.items():
             if len(values):
                 self._fields[name].add(values)

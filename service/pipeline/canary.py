@@ -10,7 +10,7 @@ the plan (spread over the field's bounds or domain), with noise from a source
 of their own, and exports only the canary errors.
 
 Those errors are a function of the canary noise alone. The worker draws it
-from the kernel CSPRNG (``OsEntropy``), fresh for every batch: canary outputs
+from the kernel CSPRNG (``OsEntropy``), fresh for every round: canary outputs
 are never released, so they need no replay stability, and fresh words are
 independent of every released draw (which come from keyed AES streams) and
 of every raw value. The exported error metrics are therefore independent of
@@ -49,7 +49,7 @@ from service.pipeline.fields import (
 from service.pipeline.plan import RecordPlan
 from service.pipeline.structured import VectorHandler
 
-#: default canaries per measured field per batch (README "Error versus the gamma bound")
+#: default canaries per measured field per round (README "Error versus the gamma bound")
 DEFAULT_COUNT = 32
 
 
