@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from service.clamped_counts import clamping_fields
 from service.config import AppConfig
 from service.pipeline import RecordPlan
 
@@ -53,7 +54,31 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
         },
         "config_sha256": plan.config_sha256,
         "fields": fields,
+        "metrics": _metrics_data(config, plan),
     }
+
+
+def _metrics_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
+    """What /metrics costs: nothing, unless noisy clamped counts are on (their epsilon adds)."""
+    clamped = config.metrics.clamped_counts
+    entry: dict[str, Any] = {
+        "canaries_per_field_and_batch": config.metrics.canaries,
+        "dead_letter_reasons": config.metrics.dead_letter_reasons,
+        "clamped_counts": None,
+        "epsilon": 0.0,
+    }
+    if clamped is not None:
+        entry.update(
+            clamped_counts={
+                "epsilon": clamped.epsilon,
+                "window_seconds": clamped.window_seconds,
+                "fields": sorted(clamping_fields(plan)),
+                "group_epsilon": plan.budget.group_size * clamped.epsilon,
+            },
+            epsilon=clamped.epsilon,
+        )
+    entry["record_epsilon_with_metrics"] = plan.epsilon + entry["epsilon"]
+    return entry
 
 
 def _num(value: object) -> str:
@@ -95,6 +120,7 @@ def render_table(data: dict[str, Any]) -> str:
         f"declared budget: epsilon={_num(rec['budget_epsilon'])} delta={_num(rec['budget_delta'])}"
     )
     lines.append(f"config sha256: {data['config_sha256']}")
+    lines.append(_metrics_line(data["metrics"]))
     memoized = [
         f"{f['name']} (by {f['memoize_by']})" for f in data["fields"] if f.get("memoize_by")
     ]
@@ -104,6 +130,20 @@ def render_table(data: dict[str, Any]) -> str:
             "whether a device's value changed is not protected"
         )
     return "\n".join(lines)
+
+
+def _metrics_line(metrics: dict[str, Any]) -> str:
+    clamped = metrics["clamped_counts"]
+    if clamped is None:
+        return "metrics: epsilon=0 (error metrics from canary draws; clamped counts off)"
+    line = (
+        f"metrics: clamped counts with discrete Laplace noise per {_num(clamped['window_seconds'])}"
+        f" s window, epsilon={_num(clamped['epsilon'])} per record on top of the releases: "
+        f"epsilon={_num(metrics['record_epsilon_with_metrics'])} per record in all"
+    )
+    if clamped["group_epsilon"] != clamped["epsilon"]:
+        line += f" (clamped counts per individual: epsilon={_num(clamped['group_epsilon'])})"
+    return line
 
 
 def explain(config: AppConfig, plan: RecordPlan, fmt: str) -> str:

@@ -27,8 +27,13 @@ async def serve(
     replica's next start, and the batch is replayed with the same noise.
     """
     registry = CollectorRegistry()
-    metrics = Metrics(registry)
-    metrics.describe_plan(plan, clamped_counts=config.metrics.clamped_counts)
+    metrics = Metrics(registry, dead_letter_reasons=config.metrics.dead_letter_reasons)
+    metrics.describe_plan(
+        plan,
+        canaries=config.metrics.canaries,
+        canary_interval_s=config.metrics.canary_interval_seconds,
+        clamped_counts=config.metrics.clamped_counts,
+    )
     health = Health()
     port = config.http.port if http_port is None else http_port
     endpoint = HttpEndpoint(registry, health, config.http.host, port)

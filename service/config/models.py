@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from service.config.fields import Delta, Epsilon, FieldConfig, Strict
 
@@ -105,11 +105,37 @@ class HttpConfig(Strict):
     port: int = Field(default=9400, ge=0, le=65535)
 
 
-class MetricsConfig(Strict):
-    """What /metrics exports beyond the service counters."""
+class ClampedCountsConfig(Strict):
+    """Per-field counts of clamped raw values, released with noise per fixed window."""
 
-    #: per-field count of raw values outside the bounds: an aggregate side channel
-    clamped_counts: bool = True
+    #: per record, all fields together (discrete Laplace, one window per record)
+    epsilon: Epsilon
+    window_seconds: float = Field(default=60.0, ge=1.0, le=86_400.0)
+
+
+class MetricsConfig(Strict):
+    """What /metrics exports beyond the service counters (README "Metrics")."""
+
+    #: shadow draws per measured field and round, for the error-versus-gamma metrics
+    canaries: int = Field(default=32, ge=1, le=4096)
+    #: at most one round per this many seconds, after a committed batch (0: every batch)
+    canary_interval_seconds: float = Field(default=1.0, ge=0.0, le=3600.0)
+    #: label dead letters by reason code: a function of the raw record, so off by default
+    dead_letter_reasons: bool = False
+    #: clamped counts are a function of raw values: off (None) unless given an epsilon
+    clamped_counts: ClampedCountsConfig | None = None
+
+    @field_validator("clamped_counts", mode="before")
+    @classmethod
+    def _no_plain_switch(cls, value: object) -> object:
+        if value is False:
+            return None
+        if value is True:
+            raise ValueError(
+                "clamped counts are released with noise: give {epsilon: 0.1, "
+                "window_seconds: 60} (their epsilon adds to the record's) or leave them off"
+            )
+        return value
 
 
 class AppConfig(Strict):

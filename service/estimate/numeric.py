@@ -167,7 +167,7 @@ class ScalarReleases(BaseAccumulator):
         self.notes.append(
             f"the mean estimates the mean of the values clamped into [{mechanism.lower:g}, "
             f"{mechanism.upper:g}]: values outside the bounds pull it inwards; the worker's "
-            "privstream_field_clamped_total counts them"
+            "privstream_field_clamped_noisy counts them (metrics.clamped_counts, with noise)"
         )
 
     def add(self, values: Sequence[Any]) -> None:

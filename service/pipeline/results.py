@@ -5,9 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-from numpy.typing import NDArray
-
 
 @dataclass(frozen=True)
 class DeadLetter:
@@ -20,11 +17,15 @@ class DeadLetter:
 
 @dataclass(frozen=True)
 class Observation:
-    """What the worker may aggregate about one noised field of a batch (metrics)."""
+    """What the worker may aggregate about one noised field of a batch (metrics).
 
-    #: ``rho(Y, d)`` per released value, a function of the noise alone; None when the
-    #: kind has no such function or the field is memoized (its noise follows the value)
-    error: NDArray[np.float64] | None
+    No error of a released value: with the release public, ``|y - x|`` gives
+    ``x`` back. The error metrics come from shadow draws
+    (``service.pipeline.canary``).
+    """
+
+    #: raw values outside the declared bounds (clamped): a function of raw values,
+    #: exported only with noise (``service.clamped_counts``)
     clamped: int
 
 
@@ -33,13 +34,8 @@ def merge_observations(parts: Sequence[dict[str, Observation]]) -> dict[str, Obs
     merged: dict[str, Observation] = {}
     for part in parts:
         for name, seen in part.items():
-            if name not in merged:
-                merged[name] = seen
-                continue
-            before = merged[name]
-            errors = [e for e in (before.error, seen.error) if e is not None]
-            error = np.concatenate(errors) if errors else None
-            merged[name] = Observation(error, before.clamped + seen.clamped)
+            before = merged.get(name)
+            merged[name] = seen if before is None else Observation(before.clamped + seen.clamped)
     return merged
 
 

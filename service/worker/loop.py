@@ -212,8 +212,7 @@ class Worker:
             len(dead),
             seconds,
         )
-        if self._metrics.field_errors is not None:
-            self._metrics.field_errors.observe(result.observations)
+        self._metrics.observe_fields(result.observations)
         for tp, position in offsets.items():
             lag = max(0, (consumer.highwater(tp) or position) - position)
             self._metrics.consumer_lag.labels(str(tp.partition)).set(lag)
@@ -277,8 +276,7 @@ class Worker:
         m = self._metrics
         m.records_in.inc(count)
         m.records_out.inc(out)
-        for letter in dead:
-            m.dead_lettered.labels(letter.reason).inc()
+        m.count_dead_letters(dead)
         m.batch_records.observe(count)
         m.batch_seconds.observe(seconds)
 

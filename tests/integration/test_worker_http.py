@@ -24,6 +24,7 @@ BODY = {
         {"name": "amount", "kind": "real", "bounds": [0, 100], "epsilon": 1.0},
         {"name": "tier", "kind": "categorical", "domain": ["a", "b", "c"], "epsilon": 0.5},
     ],
+    "metrics": {"dead_letter_reasons": True},  # off by default (README "Metrics")
 }
 GOOD, BAD = (
     500,

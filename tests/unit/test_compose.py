@@ -58,20 +58,21 @@ EXPORTED_METRICS = {
     "privstream_field_delta",
     "privstream_field_expected_error",
     "privstream_field_gamma_lower_bound",
-    "privstream_field_observed_error_bucket",
-    "privstream_field_observed_error_mean",
-    "privstream_field_error_ratio_to_gamma",
-    "privstream_field_clamped_total",
+    "privstream_field_canary_error_bucket",
+    "privstream_field_canary_error_mean",
+    "privstream_field_canary_error_ratio_to_gamma",
+    "privstream_field_clamped_noisy",
+    "privstream_clamped_counts_epsilon",
 }
-#: the first panel: observed error vs expected error vs gamma bound, per field
+#: the first panel: canary error vs expected error vs gamma bound, per field
 ERROR_VS_BOUND = {
-    "privstream_field_observed_error_mean",
+    "privstream_field_canary_error_mean",
     "privstream_field_expected_error",
     "privstream_field_gamma_lower_bound",
 }
 #: every one of these has a panel
 DASHBOARD_METRICS = ERROR_VS_BOUND | {
-    "privstream_field_error_ratio_to_gamma",
+    "privstream_field_canary_error_ratio_to_gamma",
     "privstream_records_in_total",
     "privstream_records_out_total",
     "privstream_records_dead_lettered_total",
@@ -80,7 +81,8 @@ DASHBOARD_METRICS = ERROR_VS_BOUND | {
     "privstream_batch_duration_seconds_bucket",
     "privstream_broker_connected",
     "privstream_field_epsilon",
-    "privstream_field_clamped_total",
+    "privstream_field_clamped_noisy",
+    "privstream_clamped_counts_epsilon",
 }
 METRIC_NAME = re.compile(r"\bprivstream_[a-z0-9_]+")
 
@@ -425,7 +427,7 @@ def test_dashboard_first_panel_is_error_vs_expected_vs_gamma_per_field() -> None
     assert len(exprs) == 3
     for metric, expr in zip(
         (
-            "privstream_field_observed_error_mean",
+            "privstream_field_canary_error_mean",
             "privstream_field_expected_error",
             "privstream_field_gamma_lower_bound",
         ),

@@ -182,7 +182,7 @@ def exported_series() -> set[str]:
     )
     plan = build_plan(config)
     metrics = Metrics(CollectorRegistry())
-    field_errors = metrics.describe_plan(plan)
+    metrics.describe_plan(plan)
     good = [
         json.dumps({"seq": i, "amount": 5.0, "clicks": 3, "tier": "a", "opted_in": True}).encode()
         for i in range(20)
@@ -191,14 +191,13 @@ def exported_series() -> set[str]:
     assert result.dead_letters  # so the dead-letter counter has a child
     metrics.records_in.inc(len(good) + 1)
     metrics.records_out.inc(len(result.outputs))
-    for letter in result.dead_letters:
-        metrics.dead_lettered.labels(letter.reason).inc()
+    metrics.count_dead_letters(result.dead_letters)
     metrics.batch_records.observe(len(good) + 1)
     metrics.batch_seconds.observe(0.01)
     metrics.broker_connected.set(1)
     metrics.transactions.labels("committed").inc()
     metrics.consumer_lag.labels("0").set(0)
-    field_errors.observe(result.observations)
+    metrics.observe_fields(result.observations)
     text = generate_latest(metrics.registry).decode()
     return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
 
@@ -218,8 +217,8 @@ def test_every_metric_the_rules_query_is_exported() -> None:
         "privstream_records_in_total",
         "privstream_consumer_lag_records",
         "privstream_transactions_total",
-        "privstream_field_observed_error_sum",
-        "privstream_field_observed_error_count",
+        "privstream_field_canary_error_sum",
+        "privstream_field_canary_error_count",
         "privstream_field_expected_error",
         "privstream_field_gamma_lower_bound",
     } <= queried
