@@ -21,7 +21,7 @@ All stay below ``2^1023`` (finite with a bit to spare) iff ``g <= 2^952``:
 :data:`MAX_GRID_EXPONENT`. The grid step is ``g = 2^max(floor(log2 s) - 10,
 ceil(log2 M) - 50)`` for a noise scale ``s`` and a magnitude ``M`` (largest
 ``|bound|``, or the L2 radius), so ``g <= 2^952`` iff ``s < 2^963``
-(:data:`MAX_NOISE_SCALE`, about 2.4e289) and ``M <= 2^1002``
+(:data:`MAX_NOISE_SCALE`, about 7.8e289) and ``M <= 2^1002``
 (:data:`MAX_MAGNITUDE`, about 4.3e301). ``M <= 2^1002`` also keeps the width
 ``hi - lo <= 2^1003`` finite and every ``|x / g| <= 2^50`` (the grid's
 design), so clamping, rounding and the release never leave the double range.
@@ -30,7 +30,7 @@ At the other end, ``g`` must be a normal double, ``g >= 2^-1022``
 (:data:`MIN_GRID_EXPONENT`): below it the grid step is subnormal, and from
 ``s < 2^-1064`` on ``s / 2^10`` underflows to 0 and the grid step is 0 (the
 ``log2`` of it fails). With ``M`` small this is ``s >= 2^-1012`` (about
-2.2e-305): for a real field ``s ~ (hi - lo) / epsilon``, so subnormal or
+2.3e-305): for a real field ``s ~ (hi - lo) / epsilon``, so subnormal or
 tiny bounds, or a huge epsilon over narrow bounds, land here.
 
 Epsilon itself enters the configuration's budget as a sum over fields
@@ -125,23 +125,26 @@ def grid_exponent(scale: float, magnitude: float) -> int:
     return exponent
 
 
-def check_noise_scale(scale: float, magnitude: float, *, finest: float = 1.0) -> float:
+def check_noise_scale(
+    scale: float, magnitude: float, *, finest: float = 1.0, width: str = "the bounds"
+) -> float:
     """The noise scale of a grid mechanism, or MechanismError if its grid step leaves the range.
 
     ``finest``: the grid may be up to this many times finer than ``granularity(scale)``
-    (vectors). The fix named is the one for ``scale ~ width / epsilon``.
+    (vectors). ``width`` names what the scale is proportional to (``scale ~ width /
+    epsilon``), for the fix.
     """
     if not math.isfinite(scale) or scale >= MAX_NOISE_SCALE:
         raise MechanismError(
             f"noise scale {scale:.3g} is at or above 2**963 ({MAX_NOISE_SCALE:.3g}): the grid "
-            "step times an integer would overflow a double; raise epsilon (the noise scale is "
-            "about width / epsilon) or narrow the bounds"
+            f"step times an integer would overflow a double; raise epsilon or narrow {width} "
+            f"(the noise scale is about {width} / epsilon)"
         )
     if scale <= 0.0 or grid_exponent(scale / finest, magnitude) < MIN_GRID_EXPONENT:
         raise MechanismError(
             f"noise scale {scale:.3g} is below 2**-1012 ({MIN_NOISE_SCALE:.3g}): the grid step "
             "would be subnormal or 0; express the values in a smaller unit (multiply them by "
-            "a power of ten), widen the bounds or lower epsilon"
+            f"a power of ten), widen {width} or lower epsilon"
         )
     return scale
 

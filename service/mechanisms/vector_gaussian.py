@@ -149,7 +149,12 @@ class BallGaussian:
     ) -> None:
         self.dimension = k = dimension
         self.radius = radius
-        check_noise_scale(sigma_continuous, radius, finest=VECTOR_MAX_REFINEMENT)
+        check_noise_scale(
+            sigma_continuous,
+            radius,
+            finest=VECTOR_MAX_REFINEMENT,
+            width="the radius (l2_bound or rkhs_radius)",
+        )
         self.granularity = g = vector_granularity(sigma_continuous, radius, k)
         self.clip_slack = (k + 16) * 2.0**-52
         self.sensitivity_grid = 2.0 * radius * (1.0 + self.clip_slack) / g + math.sqrt(k)
