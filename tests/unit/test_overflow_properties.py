@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from decimal import Decimal, localcontext
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,10 +30,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.config import parse_config
+from service.cli.main import main
+from service.config import load_config, parse_config
+from service.errors import MechanismError
 from service.mechanisms.functional import FunctionalMechanism
 from service.mechanisms.gaussian import GaussianMechanism
 from service.mechanisms.laplace import LaplaceMechanism
+from service.mechanisms.validation import check_finite
 from service.mechanisms.vector_gaussian import VectorGaussianMechanism
 from service.pipeline import RecordPlan, build_plan, process_batch
 from service.testing import SeededSource
@@ -386,3 +390,116 @@ def test_functional_fields_release_inside_the_rkhs_envelope(
 
     values = data.draw(st.lists(vectors(points), min_size=1, max_size=6))
     check_rows(plan, values, data.draw(st.integers(0, 2**32)), check)
+
+
+# --- mechanism level -----------------------------------------------------------------------
+
+
+def test_vector_whose_norm_overflows_is_clipped_onto_the_sphere_not_to_zero() -> None:
+    mech = VectorGaussianMechanism(dimension=5, l2_bound=2.0, epsilon=1.0, delta=1e-6)
+    rows = np.array(
+        [
+            [1.7e308, -1.7e308, 1.7e308, -1.7e308, 1.7e308],  # ||x|| = 3.8e308: beyond doubles
+            [1e200, 0.0, 0.0, 0.0, 0.0],  # squares overflow, norm does not
+            [5e-324, -5e-324, 0.0, 0.0, 5e-324],  # subnormal: inside, unchanged
+            [0.0] * 5,
+        ]
+    )
+    clipped = mech.clip(rows)
+    for row, out in zip(rows, clipped, strict=True):
+        assert out.tolist() == pytest.approx(clip_reference(row.tolist(), 2.0), rel=1e-12)
+    assert math.hypot(*clipped[0]) == pytest.approx(2.0, rel=1e-12)
+    assert clipped[2].tolist() == rows[2].tolist() and clipped[3].tolist() == [0.0] * 5
+    released = mech.release(rows, SeededSource(5))
+    assert np.all(np.isfinite(released))
+    # noise_error is g ||Z||_2, finite and of the noise's size (sigma ~ 8.4 here)
+    errors = mech.noise_error(rows, released)
+    assert np.all(np.isfinite(errors)) and float(np.max(errors)) < 1e3
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_vector_release_refuses_non_finite_input(bad: float) -> None:
+    mech = VectorGaussianMechanism(dimension=3, l2_bound=1.0, epsilon=1.0, delta=1e-6)
+    rows = np.array([[0.0, bad, 1.0], [bad, bad, 0.0]])
+    with pytest.raises(MechanismError, match="3 input value"):
+        mech.release(rows, SeededSource(1))
+
+
+def test_check_finite_counts_without_quoting() -> None:
+    assert check_finite(np.array([1.0, -1.7e308, 5e-324]), "f").tolist() == [1.0, -1.7e308, 5e-324]
+    with pytest.raises(MechanismError) as info:
+        check_finite(np.array([[1.25, math.nan], [math.inf, 2.5]]), "salary")
+    assert "salary: 2 input value(s)" in str(info.value)
+    assert "1.25" not in str(info.value) and "2.5" not in str(info.value)
+
+
+# --- through the CLI -----------------------------------------------------------------------
+
+FUNCTIONAL_CONFIG = """\
+kafka: {input_topic: raw, output_topic: clean, dead_letter_topic: dlq}
+privacy: {epsilon: 0.9, delta: 1.0e-6}
+fields:
+  - name: c
+    kind: functional
+    grid: [0, 0.25, 0.5, 0.75, 1]
+    bandwidth: 0.2
+    rkhs_radius: 1
+    epsilon: 0.9
+    delta: 1.0e-6
+"""
+
+
+def test_issue_reproduction_huge_function_is_clipped_to_normal_magnitude(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 11: the second line came out near +/-1e17 (NaN norm never > R, int64 cast)."""
+    config = tmp_path / "privstream.yaml"
+    config.write_text(FUNCTIONAL_CONFIG, encoding="utf-8")
+    source, out, dead = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "dead.jsonl"
+    source.write_text(
+        '{"c":[0,0,0,0,0]}\n{"c":[1.7e308,-1.7e308,1.7e308,-1.7e308,1.7e308]}\n', encoding="utf-8"
+    )
+    argv = ["sanitize", "--config", str(config), "--input", str(source), "--output", str(out)]
+    assert main([*argv, "--dead-letter", str(dead)]) == 0
+    assert "2 records in, 2 sanitized, 0 dead-lettered" in capsys.readouterr().err
+    assert not dead.exists()
+    mech = build_plan(load_config(config)).handlers[0].mechanism
+    assert isinstance(mech, FunctionalMechanism)
+    # |y_i| <= sqrt(1 + lambda) (R + sqrt(k) per-coordinate envelope), w.p. >= 1 - TAIL each
+    noise = math.sqrt(5) * gaussian_envelope(mech.sigma, mech.granularity, 5)
+    bound = math.sqrt(1.0 + mech.jitter) * (mech.rkhs_radius + noise)
+    lines = [_strict_json(line)["c"] for line in out.read_bytes().splitlines()]
+    assert len(lines) == 2
+    for values in lines:
+        assert len(values) == 5 and max(abs(v) for v in values) <= bound
+    assert bound < 300  # normal magnitude: sigma ~ 12, not 1e17
+
+
+@pytest.mark.parametrize(
+    ("field", "where", "says"),
+    [
+        ("{name: x, kind: real, bounds: [-1.0e308, 1.0e308], epsilon: 1}", "(x).bounds", "2**1002"),
+        ("{name: x, kind: real, bounds: [0, 1.0e-320], epsilon: 1}", "(x)", "2**-1012"),
+        ("{name: x, kind: real, bounds: [0, 1000], epsilon: 1.0e-300}", "(x)", "2**963"),
+        ("{name: x, kind: vector, dimension: 3, l2_bound: 1.0e308, epsilon: 1, delta: 1.0e-6}",
+         "(x).l2_bound", "2**1002"),
+        ("{name: x, kind: functional, grid: [0, 1], bandwidth: 1, rkhs_radius: 1.0e-320, "
+         "epsilon: 1, delta: 1.0e-6}", "(x)", "2**-1012"),
+    ],
+)  # fmt: skip
+def test_extreme_configs_exit_2_naming_the_field_and_the_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, where: str, says: str
+) -> None:
+    config = tmp_path / "privstream.yaml"
+    config.write_text(
+        "kafka: {input_topic: raw, output_topic: clean, dead_letter_topic: dlq}\n"
+        "privacy: {epsilon: 1, delta: 1.0e-6}\n"
+        f"fields:\n  - {field}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(SystemExit) as info:
+        main(["explain", "--config", str(config)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"privstream: config error: fields[0] {where}: ")
+    assert says in err and "Traceback" not in err
