@@ -73,7 +73,7 @@ def _grid_problems(config: AppConfig) -> list[str]:
     """Real fields whose noise grid leaves the double range at their calibrated share.
 
     The share is the field's epsilon after ``auto`` and ``group_size``; the limits
-    (noise scale in ``[2**-1012, 2**963)``, bounds within ``2**1002``) are derived in
+    (noise scale in ``[2**-1012, 2**962)``, bounds within ``2**1002``) are derived in
     :mod:`service.mechanisms.validation`. Vector and functional fields run the same
     check when their mechanism is built.
     """

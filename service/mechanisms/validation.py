@@ -17,11 +17,13 @@ sampler draws. The largest quantities computed from ``g n`` are
 * a vector's noise norm ``||g n||_2`` over ``k <= 65536`` coordinates: at
   most ``2^8 2^63 g = 2^71 g``.
 
-All stay below ``2^1023`` (finite with a bit to spare) iff ``g <= 2^952``:
+All stay at most ``2^1023``, half the largest double, iff ``g <= 2^952``:
 :data:`MAX_GRID_EXPONENT`. The grid step is ``g = 2^max(floor(log2 s) - 10,
 ceil(log2 M) - 50)`` for a noise scale ``s`` and a magnitude ``M`` (largest
-``|bound|``, or the L2 radius), so ``g <= 2^952`` iff ``s < 2^963``
-(:data:`MAX_NOISE_SCALE`, about 7.8e289) and ``M <= 2^1002``
+``|bound|``, or the L2 radius), so ``g <= 2^952`` iff ``floor(log2 s) <= 962``
+and ``M <= 2^1002``. ``log2`` of a double just below ``2^963`` rounds to
+exactly 963, so the scale limit keeps a binade of margin: ``s < 2^962``
+(:data:`MAX_NOISE_SCALE`, about 3.9e289; then ``log2 s <= 962``) and ``M <= 2^1002``
 (:data:`MAX_MAGNITUDE`, about 4.3e301). ``M <= 2^1002`` also keeps the width
 ``hi - lo <= 2^1003`` finite and every ``|x / g| <= 2^50`` (the grid's
 design), so clamping, rounding and the release never leave the double range.
@@ -73,8 +75,8 @@ MAX_GRID_EXPONENT: Final = 952
 MIN_GRID_EXPONENT: Final = -1022
 #: largest ``|bound|`` or L2 radius: ``g >= M / 2^50`` must stay ``<= 2^952``
 MAX_MAGNITUDE: Final = 2.0**1002
-#: noise scales at or above this give a grid step above ``2^952``
-MAX_NOISE_SCALE: Final = 2.0**963
+#: noise scales below this give a grid step of at most ``2^952`` (``log2`` rounding included)
+MAX_NOISE_SCALE: Final = 2.0**962
 #: with a small magnitude, noise scales below this give a subnormal grid step
 MIN_NOISE_SCALE: Final = 2.0**-1012
 
@@ -126,7 +128,7 @@ def grid_exponent(scale: float, magnitude: float) -> int:
 
 
 def check_noise_scale(
-    scale: float, magnitude: float, *, finest: float = 1.0, width: str = "the bounds"
+    scale: float, magnitude: float, *, finest: float = 1.0, width: str = "the bounds' width"
 ) -> float:
     """The noise scale of a grid mechanism, or MechanismError if its grid step leaves the range.
 
@@ -136,15 +138,15 @@ def check_noise_scale(
     """
     if not math.isfinite(scale) or scale >= MAX_NOISE_SCALE:
         raise MechanismError(
-            f"noise scale {scale:.3g} is at or above 2**963 ({MAX_NOISE_SCALE:.3g}): the grid "
-            f"step times an integer would overflow a double; raise epsilon or narrow {width} "
-            f"(the noise scale is about {width} / epsilon)"
+            f"noise scale {scale:.3g} is at or above 2**962 ({MAX_NOISE_SCALE:.3g}): the grid "
+            f"step times an integer would overflow a double; raise epsilon or reduce {width}: "
+            f"the noise scale grows like {width} over epsilon"
         )
     if scale <= 0.0 or grid_exponent(scale / finest, magnitude) < MIN_GRID_EXPONENT:
         raise MechanismError(
             f"noise scale {scale:.3g} is below 2**-1012 ({MIN_NOISE_SCALE:.3g}): the grid step "
             "would be subnormal or 0; express the values in a smaller unit (multiply them by "
-            f"a power of ten), widen {width} or lower epsilon"
+            f"a power of ten), increase {width} or lower epsilon"
         )
     return scale
 

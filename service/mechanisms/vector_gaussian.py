@@ -153,7 +153,7 @@ class BallGaussian:
             sigma_continuous,
             radius,
             finest=VECTOR_MAX_REFINEMENT,
-            width="the radius (l2_bound or rkhs_radius)",
+            width="the radius (l2_bound, rkhs_radius)",
         )
         self.granularity = g = vector_granularity(sigma_continuous, radius, k)
         self.clip_slack = (k + 16) * 2.0**-52

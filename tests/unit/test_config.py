@@ -438,7 +438,7 @@ def test_bounds_at_the_magnitude_limit_are_accepted_and_beyond_refused() -> None
 
 
 def test_noise_scale_limit_uses_the_fields_resolved_share() -> None:
-    """Width 1e287 at epsilon 1 gives scale 1e287 < 2^963 (7.8e289); / group_size 1000: above."""
+    """Width 1e287 at epsilon 1 gives scale 1e287 < 2^962 (3.9e289); / group_size 1000: above."""
     field = {**SALARY, "bounds": [0.0, 1e287], "epsilon": "auto"}
     parse_config(config_dict([field], epsilon=1.0))
     data = config_dict([field], epsilon=1.0)
@@ -446,7 +446,7 @@ def test_noise_scale_limit_uses_the_fields_resolved_share() -> None:
     (problem,) = problems_of(data)
     assert problem.startswith("fields[0] (salary): bounds [0, 1e+287]")
     assert "epsilon 0.001 (this field's share)" in problem
-    assert "2**963" in problem and "raise epsilon or narrow the bounds" in problem
+    assert "2**962" in problem and "raise epsilon or reduce the bounds' width" in problem
 
 
 def test_tiny_width_and_subnormal_bounds_are_refused() -> None:

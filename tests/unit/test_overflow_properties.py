@@ -33,8 +33,10 @@ from hypothesis import strategies as st
 from service.cli.main import main
 from service.config import load_config, parse_config
 from service.errors import MechanismError
+from service.mechanisms import validation
 from service.mechanisms.functional import FunctionalMechanism
 from service.mechanisms.gaussian import GaussianMechanism
+from service.mechanisms.grid import granularity
 from service.mechanisms.laplace import LaplaceMechanism
 from service.mechanisms.validation import check_finite
 from service.mechanisms.vector_gaussian import VectorGaussianMechanism
@@ -480,7 +482,7 @@ def test_issue_reproduction_huge_function_is_clipped_to_normal_magnitude(
     [
         ("{name: x, kind: real, bounds: [-1.0e308, 1.0e308], epsilon: 1}", "(x).bounds", "2**1002"),
         ("{name: x, kind: real, bounds: [0, 1.0e-320], epsilon: 1}", "(x)", "2**-1012"),
-        ("{name: x, kind: real, bounds: [0, 1000], epsilon: 1.0e-300}", "(x)", "2**963"),
+        ("{name: x, kind: real, bounds: [0, 1000], epsilon: 1.0e-300}", "(x)", "2**962"),
         ("{name: x, kind: vector, dimension: 3, l2_bound: 1.0e308, epsilon: 1, delta: 1.0e-6}",
          "(x).l2_bound", "2**1002"),
         ("{name: x, kind: functional, grid: [0, 1], bandwidth: 1, rkhs_radius: 1.0e-320, "
@@ -503,3 +505,19 @@ def test_extreme_configs_exit_2_naming_the_field_and_the_limit(
     err = capsys.readouterr().err
     assert err.startswith(f"privstream: config error: fields[0] {where}: ")
     assert says in err and "Traceback" not in err
+
+
+def test_the_numeric_limits_match_the_grid_and_keep_every_product_finite() -> None:
+    """The derivation in ``service.mechanisms.validation``, checked against ``grid.granularity``."""
+    top = 2.0**validation.MAX_GRID_EXPONENT
+    for below in (math.nextafter(validation.MAX_NOISE_SCALE, 0.0), 0.75 * 2.0**962):
+        assert granularity(below, validation.MAX_MAGNITUDE) == top
+        assert validation.grid_exponent(below, validation.MAX_MAGNITUDE) == 952
+    # why the margin: log2 of the double just below 2^963 rounds to 963, giving 2^953
+    assert granularity(math.nextafter(2.0**963, 0.0), 1.0) == 2.0 * top
+    assert granularity(validation.MIN_NOISE_SCALE, 0.0) == 2.0**validation.MIN_GRID_EXPONENT
+    g = 2.0**validation.MAX_GRID_EXPONENT
+    # int64 index times g; through L (<= 2^69.5 g); a vector's noise norm (<= 2^71 g)
+    for factor in (2.0**63, 2.0**69.5, 2.0**71):
+        assert math.isfinite(factor * g) and factor * g <= 2.0**1023
+    assert math.isinf(2.0**71 * (2.0 * g))  # one binade more and the vector bound overflows
