@@ -220,7 +220,9 @@ class BallGaussian:
         """Rows ``x = p u`` (``p >= 0``): the factor ``f`` with ``u f = clip(x)``, and which clip.
 
         ``||x||_2 = p ||u||_2`` is never formed: ``x`` is outside iff ``p > R / ||u||_2``,
-        then ``f = R / ||u||_2`` (onto the sphere), else ``f = p``.
+        then ``f = R / ||u||_2`` (onto the sphere), else ``f = p``. ``u`` is a row with
+        max-abs 1 (``||u||_2 >= 1``) or ``L^(-1)`` of one (``||u||_2 >= 1 / sqrt(2 k)``),
+        so ``R / ||u||_2 <= 2^7 R`` is finite.
         """
         norms = l2_norms(direction)
         limit = self.radius / np.where(norms > 0.0, norms, 1.0)
