@@ -50,6 +50,8 @@ DomainValue = StrictStr | StrictInt
 Domain = Annotated[tuple[DomainValue, ...], _pydantic(validation.check_domain)]
 Universe = Annotated[tuple[StrictStr, ...], _pydantic(validation.check_domain)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+#: an L2 radius (``l2_bound``, ``rkhs_radius``): > 0 and within ``2**1002`` (validation docstring)
+Radius = Annotated[PositiveFloat, _pydantic(lambda r: validation.check_magnitude(r, "radius"))]
 #: the name of another field of the record (``memoize_by``)
 MemoField = Annotated[StrictStr, Field(min_length=1)]
 #: kinds whose values can be a memo (a JSON string or integer identifying the individual)
@@ -193,7 +195,7 @@ class VectorField(_NoisedField):
 
     kind: Literal["vector"]
     dimension: int = Field(ge=1, le=65_536)
-    l2_bound: PositiveFloat
+    l2_bound: Radius
     mechanism: Literal["gaussian"] = "gaussian"
     calibration: Literal["analytic", "classical"] = "analytic"
 
@@ -204,7 +206,7 @@ class FunctionalField(_NoisedField):
     kind: Literal["functional"]
     grid: tuple[float, ...] = Field(min_length=1, max_length=4096)
     bandwidth: PositiveFloat
-    rkhs_radius: PositiveFloat
+    rkhs_radius: Radius
     mechanism: Literal["gaussian_process"] = "gaussian_process"
     #: thesis: sqrt(2 ln(2/delta)) 2R/eps, eps <= 1; analytic: any eps
     calibration: Literal["thesis", "analytic"] = "thesis"

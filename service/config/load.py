@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from service.config.budget import budget_problems, resolve_budget
-from service.config.fields import FIELD_KINDS
+from service.config.budget import Guarantee, budget_problems, noised_fields, resolve_budget
+from service.config.fields import FIELD_KINDS, RealField
 from service.config.models import AppConfig
-from service.errors import ConfigError
+from service.errors import ConfigError, MechanismError
+from service.mechanisms.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
+from service.mechanisms.laplace import laplace_scale
+from service.mechanisms.validation import check_noise_scale
 
 
 def load_config(path: str | Path) -> AppConfig:
@@ -45,10 +49,63 @@ def parse_config(data: Any) -> AppConfig:
         config = AppConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError([_format_error(err, data) for err in exc.errors()] + problems) from None
-    problems += _release_problems(config) or budget_problems(config)
+    problems += _release_problems(config) or _epsilon_sum_problems(config)
+    problems = problems or budget_problems(config) or _grid_problems(config)
     if problems:
         raise ConfigError(problems)
     return config
+
+
+def _epsilon_sum_problems(config: AppConfig) -> list[str]:
+    """Basic composition sums the fields' epsilons: the sum must be a finite double."""
+    explicit = [float(f.epsilon) for f in noised_fields(config) if f.epsilon != "auto"]
+    try:
+        math.fsum(explicit)
+    except OverflowError:
+        return [
+            "fields: the fields' epsilons sum beyond the largest double (1.8e308), so the "
+            "record's budget cannot even be stated; lower the fields' epsilons"
+        ]
+    return []
+
+
+def _grid_problems(config: AppConfig) -> list[str]:
+    """Real fields whose noise grid leaves the double range at their calibrated share.
+
+    The share is the field's epsilon after ``auto`` and ``group_size``; the limits
+    (noise scale in ``[2**-1012, 2**962)``, bounds within ``2**1002``) are derived in
+    :mod:`service.mechanisms.validation`. Vector and functional fields run the same
+    check when their mechanism is built.
+    """
+    shares = resolve_budget(config).fields
+    problems: list[str] = []
+    for position, spec in enumerate(config.fields):
+        if not isinstance(spec, RealField) or spec.bounds[0] == spec.bounds[1]:
+            continue
+        share = shares[spec.name]
+        lo, hi = spec.bounds
+        try:
+            scale = _real_scale(spec, share)
+        except MechanismError:  # a calibration the mechanism refuses: build_plan says why
+            continue
+        try:
+            check_noise_scale(scale, max(abs(lo), abs(hi)))
+        except MechanismError as exc:
+            problems.append(
+                f"fields[{position}] ({spec.name}): bounds [{lo:g}, {hi:g}] (width "
+                f"{hi - lo:.3g}) at epsilon {share.epsilon:.3g} (this field's share): {exc}"
+            )
+    return problems
+
+
+def _real_scale(spec: RealField, share: Guarantee) -> float:
+    """The continuous noise scale the field's mechanism picks its grid from."""
+    width, eps, dlt = spec.bounds[1] - spec.bounds[0], share.epsilon, share.delta
+    if spec.mechanism == "laplace":
+        return laplace_scale(width, eps, dlt, "thesis" if spec.calibration == "thesis" else "tight")
+    if spec.calibration == "classical":
+        return classical_gaussian_sigma(eps, dlt, width)
+    return analytic_gaussian_sigma(eps, dlt, width)
 
 
 def _release_problems(config: AppConfig) -> list[str]:

@@ -34,6 +34,21 @@ What is implemented
    coordinate moves at most 1/2; see :mod:`service.mechanisms.vector_gaussian`).
    The release is ``y = L w_hat``.
 
+Overflow. ``L^(-1)`` has large entries on a near-singular Gram matrix, so
+``L^(-1) v`` overflowed for finite inputs from about ``5e302`` (100 grid points)
+or ``7.7e307`` (5 points), and a NaN norm is never "> R". Whitening is done
+scaled: with ``p = max_j |v_j|`` and ``u = v / p`` (entries in ``[-1, 1]``),
+``w = p (L^(-1) u)`` and ``L^(-1) u`` is bounded by the finite row sums of
+``L^(-1)``; the clip is decided on ``(p, L^(-1) u)`` without forming ``w``
+(:meth:`~service.mechanisms.vector_gaussian.BallGaussian.clip_scaled`), so a
+huge finite function lands on the sphere of radius ``R`` like any other
+function outside the ball. Every intermediate is then finite and so is the
+release (grid limits: :mod:`service.mechanisms.validation`). The Gram matrix is
+computed as ``exp(-((x_i - x_j) / h)^2 / 2)``: a difference or ratio that
+overflows is ``inf`` and its entry ``exp(-inf) = 0``, the exact limit, where
+``2 h^2`` would underflow to 0 (``h < 1e-154``) and give ``0 / 0`` on the
+diagonal.
+
 What protection remains. Every random bit enters as an integer added to an
 integer: the set of reachable ``w_hat`` is ``g Z^k`` for every input, and the
 privacy guarantee is proved for ``w_hat`` (discrete Gaussian vector, zCDP bound,
@@ -101,8 +116,8 @@ from service.mechanisms.estimation import MeanEstimate, mean_estimate, require_r
 from service.mechanisms.gaussian import analytic_gaussian_sigma, require_positive_delta
 from service.mechanisms.grid import from_grid
 from service.mechanisms.rng import NoiseSource
-from service.mechanisms.validation import check_delta, check_epsilon
-from service.mechanisms.vector_gaussian import BallGaussian, check_rows
+from service.mechanisms.validation import check_delta, check_epsilon, check_magnitude
+from service.mechanisms.vector_gaussian import BallGaussian, check_rows, l2_norms, unit_rows
 
 FunctionalCalibration = Literal["thesis", "analytic"]
 
@@ -111,9 +126,10 @@ JITTER_STEPS: Final = tuple(10.0 ** (j - 10) for j in range(11))
 
 
 def gaussian_gram(points: NDArray[np.float64], bandwidth: float) -> NDArray[np.float64]:
-    """``M_ij = exp(-|x_i - x_j|^2 / (2 h^2))``."""
-    diff = points[:, None] - points[None, :]
-    gram: NDArray[np.float64] = np.exp(-(diff * diff) / (2.0 * bandwidth * bandwidth))
+    """``M_ij = exp(-((x_i - x_j) / h)^2 / 2)``; an overflowing ratio gives its limit 0."""
+    with np.errstate(over="ignore"):  # inf differences or ratios: exp(-inf) = 0 exactly
+        ratio = (points[:, None] - points[None, :]) / bandwidth
+        gram: NDArray[np.float64] = np.exp(-0.5 * (ratio * ratio))
     return gram
 
 
@@ -173,11 +189,9 @@ class FunctionalMechanism(Mechanism):
         points = np.asarray(grid_points, dtype=np.float64)
         if points.ndim != 1 or len(points) < 1 or not np.all(np.isfinite(points)):
             raise MechanismError("grid_points must be a non-empty list of finite numbers")
-        h, radius = float(bandwidth), float(rkhs_radius)
+        h, radius = float(bandwidth), check_magnitude(rkhs_radius, "rkhs_radius")
         if not math.isfinite(h) or h <= 0.0:
             raise MechanismError(f"bandwidth {bandwidth!r} must be a finite number > 0")
-        if not math.isfinite(radius) or radius <= 0.0:
-            raise MechanismError(f"rkhs_radius {rkhs_radius!r} must be a finite number > 0")
         self.grid_points = points
         self.bandwidth = h
         self.rkhs_radius = radius
@@ -270,27 +284,43 @@ class FunctionalMechanism(Mechanism):
             "calibration": self.calibration,
         }
 
+    def whiten_scaled(
+        self, values: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``(p, L^(-1) (v / p))`` per row: ``w = L^(-1) v`` is their product, never formed here."""
+        peak, unit = unit_rows(check_rows(values, self.dimension, self.name))
+        direction: NDArray[np.float64] = unit @ self._whitener.T
+        return peak, direction
+
     def whiten(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
-        """``w = L^(-1) v`` for each row: ``||w||_2`` is the RKHS-ball norm ``||A^(-1/2) v||_2``."""
-        rows = check_rows(values, self.dimension, self.name)
-        whitened: NDArray[np.float64] = rows @ self._whitener.T
+        """``w = L^(-1) v`` for each row: ``||w||_2`` is the RKHS-ball norm ``||A^(-1/2) v||_2``.
+
+        Entries beyond the double range are inf (the release never forms ``w``).
+        """
+        peak, direction = self.whiten_scaled(values)
+        with np.errstate(over="ignore"):
+            whitened: NDArray[np.float64] = peak[:, None] * direction
         return whitened
 
     def rkhs_norm(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
-        """``||A^(-1/2) v||_2`` of each row."""
-        norms: NDArray[np.float64] = np.linalg.norm(self.whiten(values), axis=1)
+        """``||A^(-1/2) v||_2`` of each row (inf beyond the double range)."""
+        peak, direction = self.whiten_scaled(values)
+        with np.errstate(over="ignore"):
+            norms: NDArray[np.float64] = peak * l2_norms(direction)
         return norms
 
     def clip(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
         """Scale each function into the RKHS ball of radius ``R`` (back in grid values)."""
-        clipped: NDArray[np.float64] = self.core.clip(self.whiten(values)) @ self.cholesky.T
+        clipped: NDArray[np.float64] = self._clip_whitened(values) @ self.cholesky.T
         return clipped
 
+    def _clip_whitened(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
+        return self.core.clip_scaled(*self.whiten_scaled(values))
+
     def release(self, values: NDArray[np.float64], source: NoiseSource) -> NDArray[np.float64]:
-        """Sanitize an ``(n, k)`` matrix of functions sampled on the grid."""
-        shape = np.shape(values)
-        words = source.words(shape[0] if len(shape) else 0, self.core.words_per_row)
-        clipped = self.core.clip(self.whiten(values))
+        """Sanitize an ``(n, k)`` matrix of finite functions on the grid (else MechanismError)."""
+        clipped = self._clip_whitened(values)
+        words = source.words(len(clipped), self.core.words_per_row)
         noisy = from_grid(self.core.noisy_indices(clipped, words), self.core.granularity)
         released: NDArray[np.float64] = noisy @ self.cholesky.T  # post-processing of w_hat
         return released

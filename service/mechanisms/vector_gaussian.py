@@ -35,6 +35,18 @@ Errors (``d`` the clipped value):
 * Lower bound (Theorem 5.3, compact ``D``, L2 metric): ``gamma >= (1 - delta)
   2R / (2 (1 + e^eps))``.
 
+Overflow. ``||x||_2`` of finite coordinates overflows a double from about
+``1.3e154`` per coordinate on (the squares), and exceeds the double range
+itself when ``||x||_2 > 1.8e308`` (five coordinates of ``1.7e308``). Norms are
+therefore computed scaled, ``||x||_2 = p ||x / p||_2`` with ``p = max_j |x_j|``
+(entries of ``x / p`` in ``[-1, 1]``, so ``||x / p||_2 in [1, sqrt(k)]``), and
+clipping never forms the norm: a row is outside the ball iff ``p > R / ||x / p||_2``
+(both sides finite), and is then replaced by ``(x / p) R / ||x / p||_2``, a point on
+the sphere, not by ``x R / inf = 0``. Every intermediate is then at most
+``max(R, ||x||_inf)`` and every output finite (the grid limits in
+:mod:`service.mechanisms.validation`); a non-finite input is refused
+(``MechanismError``), the pipeline dead-letters it first (``not_finite``).
+
 References
 ----------
 * B. Balle, Y.-X. Wang, *Improving the Gaussian mechanism for differential
@@ -75,7 +87,13 @@ from service.mechanisms.gaussian import (
 )
 from service.mechanisms.grid import GRID_STEPS_PER_SCALE, from_grid, granularity, to_grid
 from service.mechanisms.rng import NoiseSource, Words
-from service.mechanisms.validation import check_delta, check_epsilon
+from service.mechanisms.validation import (
+    check_delta,
+    check_epsilon,
+    check_finite,
+    check_magnitude,
+    check_noise_scale,
+)
 
 #: the vector grid may be up to this many times finer than ``sigma / 2^10``
 VECTOR_MAX_REFINEMENT: Final = 8
@@ -86,6 +104,23 @@ _VECTOR_OVERHEAD_TARGET: Final = 1.0 / 64.0
 def chi_mean(k: int) -> float:
     """``E||N(0, I_k)||_2 = sqrt(2) Gamma((k+1)/2) / Gamma(k/2)``."""
     return math.sqrt(2.0) * math.exp(math.lgamma((k + 1) / 2.0) - math.lgamma(k / 2.0))
+
+
+def unit_rows(values: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """``(p, x / p)`` per row, ``p = max_j |x_j|`` (rows of zeros: ``p = 0``, ``x / p = 0``)."""
+    if not values.shape[1]:
+        return np.zeros(len(values)), values
+    peak = np.max(np.abs(values), axis=1)
+    unit: NDArray[np.float64] = values / np.where(peak > 0.0, peak, 1.0)[:, None]
+    return peak, unit
+
+
+def l2_norms(values: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``||x||_2`` of each finite row without overflowing squares (inf beyond the double range)."""
+    peak, unit = unit_rows(values)
+    with np.errstate(over="ignore"):  # a norm beyond 1.8e308 is reported as inf
+        norms: NDArray[np.float64] = peak * np.sqrt(np.sum(unit * unit, axis=1))
+    return norms
 
 
 def vector_granularity(sigma: float, radius: float, dimension: int) -> float:
@@ -114,6 +149,12 @@ class BallGaussian:
     ) -> None:
         self.dimension = k = dimension
         self.radius = radius
+        check_noise_scale(
+            sigma_continuous,
+            radius,
+            finest=VECTOR_MAX_REFINEMENT,
+            width="the radius (l2_bound, rkhs_radius)",
+        )
         self.granularity = g = vector_granularity(sigma_continuous, radius, k)
         self.clip_slack = (k + 16) * 2.0**-52
         self.sensitivity_grid = 2.0 * radius * (1.0 + self.clip_slack) / g + math.sqrt(k)
@@ -173,15 +214,34 @@ class BallGaussian:
     def sigma(self) -> float:
         return self.granularity * self.sampler.sigma
 
+    def shrink(
+        self, peak: NDArray[np.float64], direction: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        """Rows ``x = p u`` (``p >= 0``): the factor ``f`` with ``u f = clip(x)``, and which clip.
+
+        ``||x||_2 = p ||u||_2`` is never formed: ``x`` is outside iff ``p > R / ||u||_2``,
+        then ``f = R / ||u||_2`` (onto the sphere), else ``f = p``. ``u`` is a row with
+        max-abs 1 (``||u||_2 >= 1``) or ``L^(-1)`` of one (``||u||_2 >= 1 / sqrt(2 k)``),
+        so ``R / ||u||_2 <= 2^7 R`` is finite.
+        """
+        norms = l2_norms(direction)
+        limit = self.radius / np.where(norms > 0.0, norms, 1.0)
+        over = peak > limit
+        return np.where(over, limit, peak), over
+
     def clip(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Scale each row into the ball: ``x min(1, R / ||x||_2)`` (overflow-safe norm)."""
-        peak = np.max(np.abs(values), axis=1) if values.shape[1] else np.zeros(len(values))
-        safe_peak = np.where(peak > 0.0, peak, 1.0)
-        norms = peak * np.sqrt(np.sum((values / safe_peak[:, None]) ** 2, axis=1))
-        # divide only where clipping applies: a subnormal norm would overflow R / norm
-        over = norms > self.radius
-        shrink = np.divide(self.radius, norms, out=np.ones_like(norms), where=over)
-        clipped: NDArray[np.float64] = values * shrink[:, None]
+        """Scale each row into the ball: ``x min(1, R / ||x||_2)``, overflow-safe (docstring)."""
+        peak, unit = unit_rows(values)
+        factor, over = self.shrink(peak, unit)
+        clipped: NDArray[np.float64] = np.where(over[:, None], unit * factor[:, None], values)
+        return clipped
+
+    def clip_scaled(
+        self, peak: NDArray[np.float64], direction: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
+        """``clip(p u)`` for rows given as ``(p, u)``, where ``p u`` itself may overflow."""
+        factor, _ = self.shrink(peak, direction)
+        clipped: NDArray[np.float64] = direction * factor[:, None]
         return clipped
 
     def noisy_indices(self, clipped: NDArray[np.float64], words: Words) -> NDArray[np.int64]:
@@ -206,9 +266,7 @@ def check_rows(values: NDArray[np.float64], dimension: int, name: str) -> NDArra
     matrix = np.asarray(values, dtype=np.float64)
     if matrix.ndim != 2 or matrix.shape[1] != dimension:
         raise MechanismError(f"{name}: expected shape (n, {dimension}), got {matrix.shape}")
-    if not np.all(np.isfinite(matrix)):
-        raise MechanismError(f"{name}: a row holds a value that is not finite")
-    return matrix
+    return check_finite(matrix, name)
 
 
 class VectorGaussianMechanism(Mechanism):
@@ -231,9 +289,7 @@ class VectorGaussianMechanism(Mechanism):
         check_calibration(calibration, ("analytic", "classical"))
         if isinstance(dimension, bool) or int(dimension) != dimension or dimension < 1:
             raise MechanismError(f"dimension {dimension!r} must be an integer >= 1")
-        radius = float(l2_bound)
-        if not math.isfinite(radius) or radius <= 0.0:
-            raise MechanismError(f"l2_bound {l2_bound!r} must be a finite number > 0")
+        radius = check_magnitude(l2_bound, "l2_bound")
         self.dimension = int(dimension)
         self.l2_bound = radius
         self.calibration: Calibration = calibration
@@ -292,10 +348,9 @@ class VectorGaussianMechanism(Mechanism):
         return self.core.clip(check_rows(values, self.dimension, self.name))
 
     def release(self, values: NDArray[np.float64], source: NoiseSource) -> NDArray[np.float64]:
-        """Sanitize an ``(n, dimension)`` matrix of finite raw vectors."""
-        shape = np.shape(values)
-        words = source.words(shape[0] if len(shape) else 0, self.core.words_per_row)
+        """Sanitize an ``(n, dimension)`` matrix of finite raw vectors (else MechanismError)."""
         clipped = self.clip(values)
+        words = source.words(len(clipped), self.core.words_per_row)
         return from_grid(self.core.noisy_indices(clipped, words), self.granularity)
 
     def noise_error(
@@ -303,8 +358,7 @@ class VectorGaussianMechanism(Mechanism):
     ) -> NDArray[np.float64]:
         """``||y - g round(clip(d) / g)||_2 = g ||Z||_2`` per row."""
         noiseless = from_grid(to_grid(self.clip(inputs), self.granularity), self.granularity)
-        error: NDArray[np.float64] = np.linalg.norm(outputs - noiseless, axis=1)
-        return error
+        return l2_norms(outputs - noiseless)
 
 
 # --- analyst side: the release in the terms of ``estimation`` ----------------------------------
@@ -332,5 +386,7 @@ __all__ = [
     "check_rows",
     "chi_mean",
     "estimate_vector_mean",
+    "l2_norms",
+    "unit_rows",
     "vector_granularity",
 ]

@@ -10,6 +10,7 @@ import pytest
 
 from service.config import config_sha256, load_config, parse_config, record_budget
 from service.errors import ConfigError
+from service.mechanisms.validation import check_bounds
 from tests.unit._support import KAFKA, config_dict
 
 SALARY: dict[str, Any] = {
@@ -422,3 +423,42 @@ def test_kafka_defaults() -> None:
     config = parse_config({"kafka": dict(KAFKA), "privacy": {"epsilon": 1}, "fields": [SALARY]})
     assert config.kafka.bootstrap_servers == "127.0.0.1:9092"
     assert config.privacy.delta == 0.0
+
+
+# --- numeric limits (service.mechanisms.validation) -----------------------------------
+
+
+def test_bounds_at_the_magnitude_limit_are_accepted_and_beyond_refused() -> None:
+    limit = 2.0**1002
+    assert check_bounds((-limit, limit)) == (-limit, limit)
+    beyond = {**SALARY, "bounds": [-limit, math.nextafter(limit, math.inf)], "epsilon": 1.0}
+    (problem,) = problems_of(config_dict([beyond], epsilon=1.0))
+    assert problem.startswith("fields[0] (salary).bounds: ")
+    assert "2**1002" in problem and "larger unit" in problem
+
+
+def test_noise_scale_limit_uses_the_fields_resolved_share() -> None:
+    """Width 1e287 at epsilon 1 gives scale 1e287 < 2^962 (3.9e289); / group_size 1000: above."""
+    field = {**SALARY, "bounds": [0.0, 1e287], "epsilon": "auto"}
+    parse_config(config_dict([field], epsilon=1.0))
+    data = config_dict([field], epsilon=1.0)
+    data["privacy"]["group_size"] = 1000
+    (problem,) = problems_of(data)
+    assert problem.startswith("fields[0] (salary): bounds [0, 1e+287]")
+    assert "epsilon 0.001 (this field's share)" in problem
+    assert "2**962" in problem and "raise epsilon or reduce the bounds' width" in problem
+
+
+def test_tiny_width_and_subnormal_bounds_are_refused() -> None:
+    for bounds in ([0.0, 1e-320], [5e-324, 1e-323], [-1e-306, 1e-306]):
+        (problem,) = problems_of(config_dict([{**SALARY, "bounds": bounds}], epsilon=1.0))
+        assert problem.startswith("fields[0] (salary): bounds ")
+        assert "2**-1012" in problem and "smaller unit" in problem
+    # equal bounds release the constant: no grid at all, accepted
+    parse_config(config_dict([{**SALARY, "bounds": [1e-320, 1e-320]}], epsilon=1.0))
+
+
+def test_epsilons_summing_beyond_the_double_range_are_refused() -> None:
+    fields = [{**SALARY, "epsilon": 1.7e308}, {**SALARY, "name": "bonus", "epsilon": 1.7e308}]
+    (problem,) = problems_of(config_dict(fields, epsilon=1.7e308))
+    assert problem.startswith("fields: the fields' epsilons sum beyond the largest double")

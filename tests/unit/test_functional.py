@@ -243,3 +243,57 @@ def test_gamma_bounds_and_variance(thesis: FunctionalMechanism) -> None:
     params = thesis.params()
     assert params["jitter"] == thesis.jitter
     assert params["grid_size"] == k
+
+
+# --- overflow ----------------------------------------------------------------------------
+
+
+def test_huge_finite_functions_are_clipped_onto_the_sphere() -> None:
+    """Whitening overflowed from ~7.7e307 (5 points), ~5e302 (100): now they land on ||.|| = R."""
+    for points, top in ((5, 1.7e308), (100, 5e302), (100, 1.7e308)):
+        mech = FunctionalMechanism(
+            grid_points=np.linspace(0.0, 1.0, points).tolist(),
+            bandwidth=0.2,
+            rkhs_radius=1.0,
+            epsilon=0.9,
+            delta=1e-6,
+        )
+        signs = np.where(np.arange(points) % 2 == 0, 1.0, -1.0)
+        rows = np.vstack([top * signs, top * np.ones(points), 1e-300 * signs])
+        a = gram(mech.grid_points, 0.2) + mech.jitter * np.eye(points)
+        clipped = mech.clip(rows)
+        assert np.all(np.isfinite(clipped))
+        norms = np.sqrt(np.einsum("ij,ij->i", clipped, np.linalg.solve(a, clipped.T).T))
+        # rows 0, 1 far outside: on the sphere (1e-3: solving with A costs ~cond(A) 2^-53);
+        # the tiny row is inside and unchanged
+        assert norms[:2] == pytest.approx([1.0, 1.0], rel=1e-3)
+        assert np.array_equal(clipped[2], rows[2]) or np.allclose(clipped[2], rows[2], rtol=1e-9)
+        # the direction survives: the clipped row is a positive multiple of the input
+        unit = rows[0] / top
+        assert np.dot(clipped[0], unit) > 0.99 * np.linalg.norm(clipped[0]) * np.linalg.norm(unit)
+        released = mech.release(rows, SeededSource(7))
+        assert np.all(np.isfinite(released))
+        assert float(np.max(np.abs(released))) < 1e3  # sigma ~ 12: normal magnitude
+        # far outside the ball (inf where the norm exceeds the double range)
+        assert np.all(mech.rkhs_norm(rows[:2]) > 1e300)
+
+
+@pytest.mark.parametrize("bandwidth", [5e-324, 1e-300, 1e-160, 1e160, 1.7e308])
+def test_gram_matrix_is_finite_at_extreme_bandwidths(bandwidth: float) -> None:
+    """``2 h^2`` underflowed to 0 for ``h < 1e-154``: ``0/0`` on the diagonal."""
+    points = [-1.7e308, -1.0, 0.0, 5e-324, 1.0, 1.7e308]
+    mech = FunctionalMechanism(
+        grid_points=points, bandwidth=bandwidth, rkhs_radius=1.0, epsilon=0.9, delta=1e-6
+    )
+    assert np.all(np.isfinite(mech.gram)) and np.all(np.diag(mech.gram) == 1.0)
+    assert np.all((mech.gram >= 0.0) & (mech.gram <= 1.0))
+    released = mech.release(np.full((2, len(points)), 1.7e308), SeededSource(3))
+    assert np.all(np.isfinite(released))
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_release_refuses_non_finite_input(thesis: FunctionalMechanism, bad: float) -> None:
+    rows = np.zeros((3, len(GRID)))
+    rows[1, 2] = bad
+    with pytest.raises(MechanismError, match="1 input value"):
+        thesis.release(rows, SeededSource(1))
