@@ -108,8 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             if any(plan.memos):
                 print(
-                    "privstream: warning: sanitize has no noise key, so memoize_by fields get "
-                    "fresh noise on every line (each report is a new release)",
+                    "privstream: warning: sanitize has no noise key (and files no message "
+                    "keys), so memoized fields get fresh noise on every line (each report is "
+                    "a new release)",
                     file=sys.stderr,
                 )
             summary = run_sanitize(plan, args.input, args.output, args.dead_letter, OsEntropy())

@@ -247,8 +247,9 @@ class Worker:
     def _sanitize(self, records: Sequence[ConsumerRecord]) -> BatchResult:
         """``process_batch``; a record that breaks it is dead-lettered alone, never retried."""
         values = [r.value or b"" for r in records]
+        keys = [r.key for r in records]  # the trusted device identity of key-memoized fields
         try:
-            return process_batch(self._plan, values, self._noise(records, values))
+            return process_batch(self._plan, values, self._noise(records, values), keys)
         except Exception as exc:  # a bug in a handler must not block the partition
             log.error("batch failed (%s); sanitizing its records one by one", type(exc).__name__)
         result = BatchResult()
@@ -256,7 +257,9 @@ class Worker:
         for index, record in enumerate(records):
             try:
                 one_value = values[index : index + 1]
-                one = process_batch(self._plan, one_value, self._noise([record], one_value))
+                one = process_batch(
+                    self._plan, one_value, self._noise([record], one_value), keys[index : index + 1]
+                )
             except Exception as exc:  # isolate the poison record
                 log.error(
                     "record %s cannot be sanitized (%s)", source_of(record), type(exc).__name__
