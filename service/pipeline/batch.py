@@ -133,7 +133,13 @@ def _plain(value: Any) -> bool:
 def _public_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
     if set(map(type, col)) <= _SCALARS:
         return col, []
-    return col, [p for p, value in enumerate(col) if value is _MISSING or not _plain(value)]
+    # objects and arrays without allow_nested: the reference rejects them (nested_public)
+    nested = () if handler.allow_nested else (dict, list)
+    return col, [
+        p
+        for p, value in enumerate(col)
+        if value is _MISSING or type(value) in nested or not _plain(value)
+    ]
 
 
 def _real_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:

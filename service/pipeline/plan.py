@@ -244,7 +244,7 @@ def _canonical_order(domain: tuple[DomainValue, ...]) -> tuple[DomainValue, ...]
 
 def _handler(spec: FieldConfig, share: Guarantee | None) -> FieldHandler:
     if share is None:
-        return PublicHandler(spec.name)
+        return PublicHandler(spec.name, allow_nested=getattr(spec, "allow_nested", False))
     eps, dlt = share.epsilon, share.delta
     if isinstance(spec, RealField):
         bounds = (float(spec.bounds[0]), float(spec.bounds[1]))
