@@ -54,6 +54,9 @@ PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 MemoField = Annotated[StrictStr, Field(min_length=1)]
 #: kinds whose values can be a memo (a JSON string or integer identifying the individual)
 MEMO_KINDS = ("drop", "public", "integer", "categorical")
+#: truncation draws one word per item after the mechanism's one per universe item, and a
+#: record's stream holds 2**17 words per field
+MAX_TRUNCATED_UNIVERSE = 2**16
 #: ``memo_identity: message_key``: the Kafka message key names the device
 MemoIdentity = Literal["message_key"]
 
@@ -191,11 +194,22 @@ class SetField(_NoisedField):
     max_items: int = Field(ge=1)
     mechanism: Literal["unary_encoding"] = "unary_encoding"
     variant: Literal["optimized", "symmetric"] = "optimized"
+    #: items outside the universe: dead-letter the record, or drop those items and release
+    on_unknown: Literal["dead_letter", "drop"] = "dead_letter"
+    #: more than max_items distinct items: dead-letter, or release a uniformly random
+    #: subset of max_items of them (drawn from the record's noise stream)
+    on_too_many: Literal["dead_letter", "truncate"] = "dead_letter"
 
     @model_validator(mode="after")
     def _pure(self) -> SetField:
         if self.delta != 0.0:
             raise ValueError("unary_encoding is pure epsilon-DP; set delta to 0")
+        if self.on_too_many == "truncate" and len(self.universe) > MAX_TRUNCATED_UNIVERSE:
+            raise ValueError(
+                f"on_too_many: truncate supports a universe of at most "
+                f"{MAX_TRUNCATED_UNIVERSE} items (it has {len(self.universe)}); "
+                "use on_too_many: dead_letter or a smaller universe"
+            )
         return self
 
 

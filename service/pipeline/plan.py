@@ -272,7 +272,14 @@ def _handler(spec: FieldConfig, share: Guarantee | None) -> FieldHandler:
         unary = UnaryEncoding(
             universe=spec.universe, max_items=spec.max_items, epsilon=eps, variant=spec.variant
         )
-        return SetHandler(spec.name, unary, spec.universe, spec.max_items)
+        return SetHandler(
+            spec.name,
+            unary,
+            spec.universe,
+            spec.max_items,
+            drop_unknown=spec.on_unknown == "drop",
+            truncate=spec.on_too_many == "truncate",
+        )
     if isinstance(spec, VectorField):
         from service.mechanisms.vector_gaussian import VectorGaussianMechanism
 
