@@ -301,3 +301,42 @@ def test_explain_names_the_trusted_key_and_the_forgeable_field(
     table = capsys.readouterr().out
     assert "memoized by the Kafka message key: country; this trusts the key" in table
     assert "FORGEABLE memo identity: lang (by device); any writer" in table
+
+
+@pytest.mark.parametrize("trusted_field", [False, True])
+def test_fast_path_and_reference_agree_on_memoized_fields(trusted_field: bool) -> None:
+    """Same bytes, positions and reasons with keys, missing keys and odd identities."""
+    fields = FIELDS
+    if trusted_field:
+        fields = [
+            DEVICE,
+            TAG,
+            *(
+                {**f, "memo_identity": None, "memoize_by": "device", "memo_identity_trusted": True}
+                for f in (OS, FLAG, URL)
+            ),
+        ]
+    plan = make_plan(fields)
+    rng = np.random.default_rng(5)
+    messages = [
+        record(f"d{rng.integers(0, 20)}", i, os=DOMAIN[i % 4], url=f"u{i % 7}") for i in range(300)
+    ]
+    messages += [b'{"tag": 1, "os": "a", "flag": true, "url": "x"}', b'{"device": 7, "tag": 2}']
+    messages += [json.dumps({"device": 7, "tag": 3, "os": "b", "flag": False, "url": "y"}).encode()]
+    keys: list[bytes | None] = [
+        None if i % 50 == 0 else b"" if i % 77 == 0 else f"k{i % 13}".encode()
+        for i in range(len(messages))
+    ]
+    fast = release(plan, messages, keys)
+    n = len(messages)
+    ref_noise = Replayable(
+        NoiseKeys(SECRET, TOPIC),
+        np.zeros(n, dtype=np.int64),
+        np.arange(n, dtype=np.int64),
+        messages,
+    )
+    ref = process_batch_reference(plan, messages, ref_noise, keys)
+    assert fast.outputs == ref.outputs
+    assert fast.output_index == ref.output_index
+    assert fast.dead_letters == ref.dead_letters
+    assert len(fast.outputs) > 200 and fast.dead_letters
