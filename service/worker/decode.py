@@ -109,11 +109,14 @@ def _read_records(raw: bytes) -> Iterator[_Record]:
 
 
 class _TolerantBatch:
-    """A batch read by aiokafka's reader until it fails to decode, then by ``_read_records``."""
+    """A batch read by aiokafka's reader until it fails to decode, then by ``_read_records``.
 
-    def __init__(self, batch: Any, raw: bytes) -> None:
+    ``data[start:end]`` holds the batch's bytes; they are copied only on that failure.
+    """
+
+    def __init__(self, batch: Any, data: bytes, start: int, end: int) -> None:
         self._batch = batch
-        self._raw = raw
+        self._span = (data, start, end)
         self._records = self._generate()
 
     def __getattr__(self, name: str) -> Any:  # offsets, flags, validate_crc, ...
@@ -132,15 +135,16 @@ class _TolerantBatch:
                 last = record.offset
                 yield record
         except UnicodeDecodeError:  # only header keys are decoded; read the rest here
-            yield from (r for r in _read_records(self._raw) if r.offset > last)
+            data, start, end = self._span
+            yield from (r for r in _read_records(data[start:end]) if r.offset > last)
 
 
 class _TolerantRecords:
     """aiokafka's ``MemoryRecords`` whose batches are ``_TolerantBatch``es."""
 
     def __init__(self, data: bytes) -> None:
-        self._data = bytes(data)
-        self._inner = _OriginalRecords(self._data)
+        self._data = data
+        self._inner = _OriginalRecords(data)
         self._pos = 0
 
     def size_in_bytes(self) -> int:
@@ -156,7 +160,7 @@ class _TolerantRecords:
         start = self._pos
         length = int.from_bytes(self._data[start + 8 : start + _FRAME], "big", signed=True)
         self._pos = start + _FRAME + length
-        return _TolerantBatch(batch, self._data[start : self._pos])
+        return _TolerantBatch(batch, self._data, start, self._pos)
 
 
 class _TolerantPartitionRecords(fetcher.PartitionRecords):  # type: ignore[misc]
