@@ -78,6 +78,9 @@ KNOWN_REASONS = frozenset(
         "wrong_shape",
         "unknown_category",
         "too_many_items",
+        "nested_public",
+        "missing_key",
+        "undecodable_header",
     }
 )
 
