@@ -330,7 +330,7 @@ def process_batch(
     or a plain source, which then serves every column. ``keys`` are the
     messages' Kafka keys (None for a record without one), the identity of
     fields memoized by the message key; without ``keys`` (file mode) such
-    fields are not memoized (``plan.unkeyed``). Same bytes and reasons as
+    fields are not memoized (``service.pipeline.plan.unkeyed``). Same bytes and reasons as
     ``process_batch_reference``, computed column by column.
     """
     provider: NoiseProvider = noise if isinstance(noise, NoiseProvider) else Fresh(noise)

@@ -84,11 +84,6 @@ class MemoPlan:
         """Memoized by the Kafka message key (the trusted identity)."""
         return self.field is None
 
-    @property
-    def identity_label(self) -> str:
-        """Where the identity comes from, for humans."""
-        return "the message key" if self.field is None else f"field {self.field!r}"
-
     def token(self, identity: bytes, parsed: Any) -> bytes:
         """The row's memo token: ``len(identity) (u32 LE) || identity || canonical true value``."""
         true_value = parsed if self.domain is None else self.domain[parsed]
