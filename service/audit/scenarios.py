@@ -60,8 +60,11 @@ class PlanAuditor:
         self.styles = dict(styles)
         self.targets = [target_for(h) for h in plan.handlers if h.mechanism is not None]
         self.by_name = {t.name: t for t in self.targets}
+        # fields memoized by the message key draw fresh words here (no keys: ``unkeyed``)
         self.memo_of = {
-            h.name: m.field for h, m in zip(plan.handlers, plan.memos, strict=True) if m is not None
+            h.name: m.field
+            for h, m in zip(plan.handlers, plan.memos, strict=True)
+            if m is not None and m.field is not None
         }
 
     def _base(self) -> dict[str, object]:

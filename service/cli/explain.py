@@ -7,13 +7,15 @@ from typing import Any
 
 from service.clamped_counts import clamping_fields
 from service.config import AppConfig
+from service.config.fields import FORGEABLE
 from service.pipeline import RecordPlan
+from service.pipeline.plan import MemoPlan
 
 
 def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
     """The machine-readable explanation, read from the plan's mechanism objects."""
     by_name = {h.name: h for h in plan.handlers}
-    memo_of = {h.name: m.field for h, m in zip(plan.handlers, plan.memos, strict=True) if m}
+    memo_of = {h.name: m for h, m in zip(plan.handlers, plan.memos, strict=True) if m}
     fields: list[dict[str, Any]] = []
     for spec in config.fields:
         handler = by_name.get(spec.name)
@@ -32,7 +34,7 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
                 expected_error=mech.expected_error,
                 gamma_lower_bound=mech.gamma_lower_bound,
                 metric=mech.metric,
-                memoize_by=memo_of.get(spec.name),
+                **_memo_entry(memo_of.get(spec.name)),
             )
         else:
             entry.update(
@@ -81,6 +83,39 @@ def _metrics_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
     return entry
 
 
+def _memo_entry(memo: MemoPlan | None) -> dict[str, Any]:
+    """Where a memoized field's identity comes from, and whether writers can forge it."""
+    if memo is None:
+        return {"memoize_by": None, "memo_identity": None, "memo_forgeable": False}
+    if memo.field is None:
+        return {"memoize_by": None, "memo_identity": "message_key", "memo_forgeable": False}
+    return {"memoize_by": memo.field, "memo_identity": "field", "memo_forgeable": True}
+
+
+def _memo_lines(fields: list[dict[str, Any]]) -> list[str]:
+    by_key = [f["name"] for f in fields if f.get("memo_identity") == "message_key"]
+    by_field = [f"{f['name']} (by {f['memoize_by']})" for f in fields if f.get("memoize_by")]
+    lines: list[str] = []
+    if by_key or by_field:
+        lines.append(
+            f"memoized (one answer per device and value, ever): {', '.join(by_key + by_field)}; "
+            "whether a device's value changed is not protected"
+        )
+    if by_key:
+        lines.append(
+            f"memoized by the Kafka message key: {', '.join(by_key)}; this trusts the key: "
+            "the collector must set it from the device's authenticated session (whoever can "
+            "write a record with a device's key can query that device's answers)"
+        )
+    if by_field:
+        lines.append(
+            f"FORGEABLE memo identity: {', '.join(by_field)}; {FORGEABLE}: the epsilon of "
+            "these fields holds only if no untrusted party writes the raw topic "
+            "(memo_identity_trusted: true)"
+        )
+    return lines
+
+
 def _num(value: object) -> str:
     return "-" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
 
@@ -121,14 +156,7 @@ def render_table(data: dict[str, Any]) -> str:
     )
     lines.append(f"config sha256: {data['config_sha256']}")
     lines.append(_metrics_line(data["metrics"]))
-    memoized = [
-        f"{f['name']} (by {f['memoize_by']})" for f in data["fields"] if f.get("memoize_by")
-    ]
-    if memoized:
-        lines.append(
-            f"memoized (one answer per device and value, ever): {', '.join(memoized)}; "
-            "whether a device's value changed is not protected"
-        )
+    lines.extend(_memo_lines(data["fields"]))
     return "\n".join(lines)
 
 

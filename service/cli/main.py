@@ -103,13 +103,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(explain(config, plan, args.format))
         elif args.command == "sanitize":
-            from service.cli.sanitize import run_sanitize
+            from service.cli.sanitize import (
+                DeadLetterPathError,
+                check_dead_letter_path,
+                run_sanitize,
+            )
             from service.mechanisms import OsEntropy
+
+            try:  # a usage error: refused before any output is written
+                check_dead_letter_path(args.dead_letter, args.output)
+            except DeadLetterPathError as exc:
+                print(f"privstream: {exc}", file=sys.stderr)
+                return EXIT_CONFIG
 
             if any(plan.memos):
                 print(
-                    "privstream: warning: sanitize has no noise key, so memoize_by fields get "
-                    "fresh noise on every line (each report is a new release)",
+                    "privstream: warning: sanitize has no noise key (and files no message "
+                    "keys), so memoized fields get fresh noise on every line (each report is "
+                    "a new release)",
                     file=sys.stderr,
                 )
             summary = run_sanitize(plan, args.input, args.output, args.dead_letter, OsEntropy())

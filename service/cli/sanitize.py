@@ -2,7 +2,8 @@
 
 A bad line never stops the run: it goes to the dead-letter file with its
 line number and reason. The dead-letter file holds raw data: it is as
-sensitive as the input.
+sensitive as the input, so it is created new (never an existing path, never
+through a symlink, never the output) and readable by its owner only.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from service.errors import PrivstreamError
 from service.mechanisms import NoiseSource
 from service.pipeline import RecordPlan, process_batch
 
@@ -63,8 +66,36 @@ def _dead_letter_line(number: int, raw: bytes, reason: str, detail: str) -> byte
     return json.dumps(entry).encode() + b"\n"
 
 
+class DeadLetterPathError(PrivstreamError):
+    """``--dead-letter`` names a file that exists or the output itself."""
+
+
+#: a new file, never through a symlink, readable by its owner only: it holds raw records
+_NEW_PRIVATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def check_dead_letter_path(dead_letter: str, output: str | None) -> None:
+    """Refuse a dead-letter path that exists (a file, a link, the input) or is the output.
+
+    Dead letters are raw records: appending them to, or truncating, an
+    existing file could put raw lines into a sanitized file or a shared one.
+    An existing path covers a symlink or hard link to the output; comparing
+    resolved paths covers an output that does not exist yet.
+    """
+    if os.path.lexists(dead_letter):
+        raise DeadLetterPathError(
+            f"--dead-letter {dead_letter}: the path exists; dead letters hold raw records "
+            "and never overwrite or follow an existing file: move it away or name a new file"
+        )
+    if output is not None and os.path.realpath(dead_letter) == os.path.realpath(output):
+        raise DeadLetterPathError(
+            f"--dead-letter {dead_letter} is the --output file: raw records would land among "
+            "the sanitized ones; name another file"
+        )
+
+
 class _LazyFile:
-    """Creates the dead-letter file only when the first dead letter arrives."""
+    """Creates the dead-letter file (0600, new, no symlink) when the first dead letter arrives."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -72,7 +103,7 @@ class _LazyFile:
 
     def write(self, data: bytes) -> None:
         if self._fh is None:
-            self._fh = open(self.path, "wb")  # noqa: SIM115 -- closed in close()
+            self._fh = os.fdopen(os.open(self.path, _NEW_PRIVATE, 0o600), "wb")
         self._fh.write(data)
 
     def close(self) -> None:
@@ -114,6 +145,7 @@ def run_sanitize(
     dead_letter_path: str,
     source: NoiseSource,
 ) -> Summary:
+    check_dead_letter_path(dead_letter_path, output_path)
     with contextlib.ExitStack() as stack:
         src = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
         dst = stack.enter_context(open(output_path, "wb")) if output_path else sys.stdout.buffer

@@ -56,6 +56,11 @@ Radius = Annotated[PositiveFloat, _pydantic(lambda r: validation.check_magnitude
 MemoField = Annotated[StrictStr, Field(min_length=1)]
 #: kinds whose values can be a memo (a JSON string or integer identifying the individual)
 MEMO_KINDS = ("drop", "public", "integer", "categorical")
+#: truncation draws one word per item after the mechanism's one per universe item, and a
+#: record's stream holds 2**17 words per field
+MAX_TRUNCATED_UNIVERSE = 2**16
+#: ``memo_identity: message_key``: the Kafka message key names the device
+MemoIdentity = Literal["message_key"]
 
 
 def _epsilon_share(value: object) -> float | Literal["auto"]:
@@ -92,6 +97,9 @@ class PublicField(_NamedField):
     """Released as is. Only for values that are not personal (a timestamp, a sequence)."""
 
     kind: Literal["public"]
+    #: copy objects and arrays too; by default only strings, numbers, booleans and null pass,
+    #: so personal data nested under a public field by an upstream change never leaks
+    allow_nested: bool = False
 
 
 class _NoisedField(_NamedField):
@@ -146,9 +154,13 @@ class CategoricalField(_NoisedField):
     mechanism: Literal["randomized_response", "local_hashing"] = "randomized_response"
     #: map a value outside the domain to this domain value instead of dead-lettering
     unknown_as: DomainValue | None = None
-    #: permanent randomized response: the answer is a function of (key, this field's value
-    #: in the record, true value); checked against the other fields by AppConfig
+    #: permanent randomized response keyed by the Kafka message key (trusted: set by the
+    #: collector from an authenticated session), see ``_Memoizable``
+    memo_identity: MemoIdentity | None = None
+    #: permanent randomized response keyed by a record field: forgeable by any writer, so
+    #: only with ``memo_identity_trusted: true``; checked against the other fields by AppConfig
     memoize_by: MemoField | None = None
+    memo_identity_trusted: bool = False
 
     @model_validator(mode="after")
     def _domain_fits_mechanism(self) -> CategoricalField:
@@ -171,7 +183,9 @@ class BooleanField(_NoisedField):
     kind: Literal["boolean"]
     mechanism: Literal["randomized_response"] = "randomized_response"
     #: permanent randomized response, as for categorical fields
+    memo_identity: MemoIdentity | None = None
     memoize_by: MemoField | None = None
+    memo_identity_trusted: bool = False
 
 
 class SetField(_NoisedField):
@@ -182,11 +196,22 @@ class SetField(_NoisedField):
     max_items: int = Field(ge=1)
     mechanism: Literal["unary_encoding"] = "unary_encoding"
     variant: Literal["optimized", "symmetric"] = "optimized"
+    #: items outside the universe: dead-letter the record, or drop those items and release
+    on_unknown: Literal["dead_letter", "drop"] = "dead_letter"
+    #: more than max_items distinct items: dead-letter, or release a uniformly random
+    #: subset of max_items of them (drawn from the record's noise stream)
+    on_too_many: Literal["dead_letter", "truncate"] = "dead_letter"
 
     @model_validator(mode="after")
     def _pure(self) -> SetField:
         if self.delta != 0.0:
             raise ValueError("unary_encoding is pure epsilon-DP; set delta to 0")
+        if self.on_too_many == "truncate" and len(self.universe) > MAX_TRUNCATED_UNIVERSE:
+            raise ValueError(
+                f"on_too_many: truncate supports a universe of at most "
+                f"{MAX_TRUNCATED_UNIVERSE} items (it has {len(self.universe)}); "
+                "use on_too_many: dead_letter or a smaller universe"
+            )
         return self
 
 
@@ -246,40 +271,68 @@ FIELD_KINDS = (
 )
 
 
-def check_memo_references(fields: Sequence[_NamedField]) -> None:
-    """Every ``memoize_by`` names another field that can hold a device id.
+#: why a record field is no memo identity unless the operator vouches for its writers
+FORGEABLE = (
+    "any writer of the raw topic can put a victim's id in that field and send candidate "
+    "values: each probe's answer is the victim's memoized answer for that value, which "
+    "gives the value away whatever the epsilon"
+)
 
-    Raises a ValidationError located at ``fields[i].memoize_by`` (one entry per
+
+def _memo_problem(spec: _NamedField, kinds: dict[str, str]) -> tuple[str, str] | None:
+    """(option, message) of the first memo problem of one field, or None."""
+    memo = getattr(spec, "memoize_by", None)
+    by_key = getattr(spec, "memo_identity", None) is not None
+    trusted = getattr(spec, "memo_identity_trusted", False)
+    if memo is None:
+        if trusted:
+            return "memo_identity_trusted", "applies to memoize_by only; remove it"
+        return None
+    if by_key:
+        return "memoize_by", "give memo_identity: message_key or memoize_by, not both"
+    if not trusted:
+        return "memoize_by", (
+            f"memoize_by reads the device id from field {memo!r}, and {FORGEABLE}; use "
+            "memo_identity: message_key (the Kafka message key, set by an authenticated "
+            "collector), or set memo_identity_trusted: true if no untrusted party writes "
+            "the topic"
+        )
+    if memo == spec.name:
+        return "memoize_by", (
+            "a field cannot be memoized by itself; name the field that identifies "
+            "the device, e.g. a device id of kind drop"
+        )
+    if memo not in kinds:
+        return "memoize_by", (
+            f"no field named {memo!r}; list the device id field "
+            "(kind drop keeps it out of the output) or fix the name"
+        )
+    if kinds[memo] not in MEMO_KINDS:
+        return "memoize_by", (
+            f"field {memo!r} is of kind {kinds[memo]}, which cannot hold a device id; "
+            f"memoize by a field of kind {', '.join(MEMO_KINDS[:-1])} or {MEMO_KINDS[-1]}"
+        )
+    return None
+
+
+def check_memo_references(fields: Sequence[_NamedField]) -> None:
+    """Every ``memoize_by`` is vouched for and names another field that can hold a device id.
+
+    Raises a ValidationError located at ``fields[i].<option>`` (one entry per
     problem), so the loader reports ``fields[3] (state).memoize_by: ...``.
     """
     kinds = {spec.name: getattr(spec, "kind", "") for spec in fields}
     problems: list[InitErrorDetails] = []
     for position, spec in enumerate(fields):
-        memo = getattr(spec, "memoize_by", None)
-        if memo is None:
+        problem = _memo_problem(spec, kinds)
+        if problem is None:
             continue
-        if memo == spec.name:
-            message = (
-                "a field cannot be memoized by itself; name the field that identifies "
-                "the device, e.g. a device id of kind drop"
-            )
-        elif memo not in kinds:
-            message = (
-                f"no field named {memo!r}; list the device id field "
-                "(kind drop keeps it out of the output) or fix the name"
-            )
-        elif kinds[memo] not in MEMO_KINDS:
-            message = (
-                f"field {memo!r} is of kind {kinds[memo]}, which cannot hold a device id; "
-                f"memoize by a field of kind {', '.join(MEMO_KINDS[:-1])} or {MEMO_KINDS[-1]}"
-            )
-        else:
-            continue
+        option, message = problem
         problems.append(
             InitErrorDetails(
                 type=PydanticCustomError("memoize_by", message),
-                loc=("fields", position, "memoize_by"),
-                input=memo,
+                loc=("fields", position, option),
+                input=getattr(spec, option),
             )
         )
     if problems:

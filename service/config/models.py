@@ -101,7 +101,8 @@ class PrivacyConfig(Strict):
 class HttpConfig(Strict):
     """The /metrics, /healthz and /readyz endpoint."""
 
-    host: str = "0.0.0.0"  # noqa: S104 -- a pod's metrics port must be reachable
+    #: loopback by default (no authentication); a pod or container sets 0.0.0.0 explicitly
+    host: str = "127.0.0.1"
     port: int = Field(default=9400, ge=0, le=65535)
 
 

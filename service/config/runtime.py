@@ -17,9 +17,11 @@ appear in a message or a ``repr``:
 from __future__ import annotations
 
 import logging
+import os
 import re
 import secrets
 import socket
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,16 +88,77 @@ def _read_secret_file(path: Path, what: str) -> str:
         raise SecretError(f"{what} file {path}: cannot read it ({reason})") from None
 
 
+#: fewer distinct bytes than this in a 32-byte key is not random: a uniform key has about
+#: 30, and at most 15 with probability below 1e-15 (C(256,15) (15/256)**32)
+MIN_DISTINCT_BYTES = 16
+
+
+def weak_key_reason(secret: bytes) -> str | None:
+    """Why ``secret`` cannot have come from a CSPRNG, or None.
+
+    All bytes equal, few distinct bytes, or a short block repeated: a key
+    typed by hand or a placeholder, which someone can guess.
+    """
+    distinct = len(set(secret))
+    if distinct == 1:
+        return f"all its {len(secret)} bytes are 0x{secret[0]:02x}"
+    if distinct < MIN_DISTINCT_BYTES:
+        return f"it holds only {distinct} distinct byte values"
+    for period in range(1, len(secret) // 2 + 1):
+        if len(secret) % period == 0 and secret == secret[:period] * (len(secret) // period):
+            return f"it repeats a block of {period} bytes"
+    return None
+
+
+def _check_key_file_mode(path: Path) -> None:
+    """WARNING when others may read the key file (or its group, needlessly)."""
+    try:
+        info = path.stat()
+    except OSError:
+        return
+    world = info.st_mode & stat.S_IROTH
+    # group-readable is how a Kubernetes Secret volume (root-owned, fsGroup) is read;
+    # on a file this process owns, the group bit only widens who can read it
+    group = info.st_mode & stat.S_IRGRP and info.st_uid == os.geteuid()
+    if world or group:
+        log.warning(
+            "noise key file %s is readable by %s (mode %04o): whoever reads the key can "
+            "recompute and subtract the noise; chmod 600 it",
+            path,
+            "everyone" if world else "its group",
+            stat.S_IMODE(info.st_mode),
+        )
+
+
+def _checked(secret: bytes, origin: str) -> bytes:
+    reason = weak_key_reason(secret)
+    if reason is not None:
+        log.warning(
+            "%s: the noise key looks guessable (%s); whoever guesses it can subtract the noise: %s",
+            origin,
+            reason,
+            KEYGEN_HINT,
+        )
+    return secret
+
+
 def load_noise_secret(
     environ: Mapping[str, str], key_file: str | None, *, insecure_ephemeral: bool
 ) -> tuple[bytes, bool]:
-    """The noise secret and whether it is ephemeral; SecretError when there is none."""
+    """The noise secret and whether it is ephemeral; SecretError when there is none.
+
+    Warns (never refuses: a rotation must not stop the service) when the key
+    file is readable by others or the key cannot have come from a CSPRNG.
+    """
     path = key_file or environ.get("PRIVSTREAM_NOISE_KEY_FILE")
     if path:
         origin = f"noise key file {path}"
-        return parse_noise_key(_read_secret_file(Path(path), "noise key"), origin), False
+        secret = parse_noise_key(_read_secret_file(Path(path), "noise key"), origin)
+        _check_key_file_mode(Path(path))
+        return _checked(secret, origin), False
     if "PRIVSTREAM_NOISE_KEY" in environ:
-        return parse_noise_key(environ["PRIVSTREAM_NOISE_KEY"], "PRIVSTREAM_NOISE_KEY"), False
+        origin = "PRIVSTREAM_NOISE_KEY"
+        return _checked(parse_noise_key(environ[origin], origin), origin), False
     if insecure_ephemeral:
         log.warning(
             "using a random noise key for this process only (--insecure-ephemeral-key): "
@@ -121,6 +184,13 @@ def load_credentials(kafka: KafkaConfig, environ: Mapping[str, str]) -> Credenti
         raise SecretError(
             f"kafka.security.protocol is {security.protocol} but no username: set "
             "kafka.security.username or PRIVSTREAM_KAFKA_USERNAME"
+        )
+    if security.sasl_mechanism == "PLAIN" and not security.uses_tls:
+        log.warning(
+            "SASL PLAIN over %s sends the password of %r in clear text to anyone on the "
+            "network path; use protocol SASL_SSL, or a SCRAM mechanism",
+            security.protocol,
+            username,
         )
     if security.password_file is not None:
         password = _read_secret_file(security.password_file, "password").rstrip("\r\n")

@@ -158,6 +158,8 @@ class TopicRead:
     without_config_header: int = 0
     config_mismatch: int = 0
     empty_values: int = 0
+    #: records the Kafka client could not decode (a header key that is not UTF-8)
+    undecodable: int = 0
 
 
 def connection_options(kafka: KafkaConfig, environ: Mapping[str, str]) -> dict[str, Any]:
@@ -188,6 +190,10 @@ def connection_options(kafka: KafkaConfig, environ: Mapping[str, str]) -> dict[s
 
 def make_consumer(kafka: KafkaConfig, environ: Mapping[str, str]) -> Consumer:
     from aiokafka import AIOKafkaConsumer
+
+    from service.worker.decode import tolerate_undecodable_records
+
+    tolerate_undecodable_records()  # a hostile header key is skipped, never a failed read
 
     consumer: Consumer = AIOKafkaConsumer(
         group_id=None,  # no group: assign partitions, commit nothing
@@ -301,6 +307,10 @@ def _deliver(
     sink: Callable[[bytes], None],
     skip: Callable[[str], None],
 ) -> None:
+    if getattr(message, "problem", None) is not None:  # ``UndecodableRecord``
+        read.undecodable += 1
+        skip("undecodable_header")
+        return
     config = _config_hash(message.headers)
     if config is None:
         read.without_config_header += 1

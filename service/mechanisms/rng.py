@@ -20,10 +20,11 @@ every word it has already read. That contract lets a keyed source make row
   the same coordinates under the same release give the same words, bit for
   bit, however a replay cuts the stream into batches; anything else gives
   independent words.
-* ``MemoSource`` (``memoize_by`` fields, RAPPOR's permanent randomized
+* ``MemoSource`` (memoized fields, RAPPOR's permanent randomized
   response): keyed BLAKE2b over ``(field scope, memo token, counter)``, so a
-  row's words depend on what the row *says* (which device, which true
-  value), not on where it sits in the stream.
+  row's words depend on which device it comes from and what it says, not on
+  where it sits in the stream. ``SplicedSource`` joins two of them when a
+  row's first words must depend on the device alone (a local-hashing seed).
 * ``service.testing.SeededSource``: numpy PCG64, tests only.
 
 Uniforms are built from words as ``((w >> 12) + 0.5) * 2**-52``: 52 random
@@ -298,12 +299,18 @@ class MemoSource:
 
     lengths are 8-byte and ``c`` a 4-byte little-endian integer; a block
     gives 8 words, so ``k <= 8`` (randomized response draws 2, local hashing
-    3) costs one hash per row. ``scope`` names the released field and its
-    release parameters, ``token_i`` encodes (memo value, true value) of row
-    ``i`` (both canonical, built by the pipeline): the same device reporting
-    the same value gets the same words in every batch, partition and offset,
-    which is what memoization means, while any other (field, parameters,
-    device, value) gets independent ones.
+    3) costs one hash per row. ``scope`` names the released field, its
+    identity source and release parameters, ``token_i`` encodes (device
+    identity, true value) of row ``i``, or the identity alone (built by
+    ``service.pipeline.plan.MemoPlan``): the same device reporting the same
+    value gets the same words in every batch, partition and offset, which is
+    what memoization means, while any other (field, parameters, device,
+    value) gets independent ones.
+
+    The words are a fixed function of the token, so whoever can make a row
+    with a victim's identity can query the victim's answers: the identity
+    must come from something writers cannot forge (the Kafka message key set
+    by an authenticated collector, README "Repeated reports").
     """
 
     _PERSON = b"privstream-memo1"  # BLAKE2b personalisation: 16 bytes
@@ -340,3 +347,32 @@ class MemoSource:
         array = np.frombuffer(bytes(out), dtype="<u8").astype(np.uint64).reshape(len(tokens), width)
         skip = start - first * per
         return array[:, skip : skip + k]
+
+
+class SplicedSource:
+    """Words ``0 .. head_words - 1`` of each row from ``head``, the others from ``tail``.
+
+    Both sources serve the same rows; a row's word ``j`` is word ``j`` of the
+    stream it comes from, so the two streams never share a word.
+    """
+
+    def __init__(self, head: NoiseSource, head_words: int, tail: NoiseSource) -> None:
+        self._head = head
+        self._split = head_words
+        self._tail = tail
+
+    def words(self, n: int, k: int) -> Words:
+        h = self._split
+        if k <= h:
+            return self._head.words(n, k)
+        return np.concatenate([self._head.words(n, h), self._tail.words(n, k)[:, h:]], axis=1)
+
+    def more_words(self, rows: NDArray[np.int64], start: int, k: int) -> Words:
+        h, end = self._split, start + k
+        parts: list[Words] = []
+        if start < h:
+            parts.append(self._head.more_words(rows, start, min(end, h) - start))
+        if end > h:
+            first = max(start, h)
+            parts.append(self._tail.more_words(rows, first, end - first))
+        return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]

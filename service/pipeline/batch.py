@@ -52,8 +52,8 @@ from service.pipeline.fields import (
     Rejected,
 )
 from service.pipeline.noise import Fresh, NoiseProvider
-from service.pipeline.plan import RecordPlan
-from service.pipeline.reference import parse_row, release_columns
+from service.pipeline.plan import RecordPlan, field_identity
+from service.pipeline.reference import parse_row, release_columns, with_keys
 from service.pipeline.results import BatchResult, DeadLetter
 
 #: a record this short cannot nest deeper than half its length
@@ -133,7 +133,13 @@ def _plain(value: Any) -> bool:
 def _public_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
     if set(map(type, col)) <= _SCALARS:
         return col, []
-    return col, [p for p, value in enumerate(col) if value is _MISSING or not _plain(value)]
+    # objects and arrays without allow_nested: the reference rejects them (nested_public)
+    nested = () if handler.allow_nested else (dict, list)
+    return col, [
+        p
+        for p, value in enumerate(col)
+        if value is _MISSING or type(value) in nested or not _plain(value)
+    ]
 
 
 def _real_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
@@ -243,7 +249,9 @@ class _Parsed:
     dead_letters: list[DeadLetter]
 
 
-def _parse_batch(plan: RecordPlan, messages: Sequence[bytes]) -> _Parsed:
+def _parse_batch(
+    plan: RecordPlan, messages: Sequence[bytes], keys: Sequence[bytes | None]
+) -> _Parsed:
     records, where, slow = _decode_batch(messages)
     columns: list[Values] = []
     bad: set[int] = set()
@@ -253,14 +261,18 @@ def _parse_batch(plan: RecordPlan, messages: Sequence[bytes]) -> _Parsed:
         values, rejected = parser(handler, col)
         columns.append(values)
         bad.update(rejected)
-    memo_values: list[list[Any] | None] = []
+    memo_values: list[list[bytes] | None] = []
     for memo in plan.memos:
         if memo is None:
             memo_values.append(None)
-            continue
-        col = [record.get(memo.field, _MISSING) for record in records]
-        bad.update(p for p, value in enumerate(col) if type(value) not in (str, int))
-        memo_values.append(col)
+        elif memo.field is None:  # the message key; none or empty -> the reference rejects
+            identities = [keys[index] or b"" for index in where]
+            bad.update(p for p, key in enumerate(identities) if not key)
+            memo_values.append(identities)
+        else:
+            col = [record.get(memo.field, _MISSING) for record in records]
+            bad.update(p for p, value in enumerate(col) if type(value) not in (str, int))
+            memo_values.append([b"" if p in bad else field_identity(v) for p, v in enumerate(col)])
     if bad:  # leave those records to the reference
         slow.extend(where[p] for p in bad)
         slow.sort()
@@ -280,7 +292,7 @@ def _parse_batch(plan: RecordPlan, messages: Sequence[bytes]) -> _Parsed:
     recovered: list[tuple[int, list[Any], list[bytes]]] = []
     for index in slow:
         try:
-            row, row_tokens = parse_row(plan, messages[index])
+            row, row_tokens = parse_row(plan, messages[index], keys[index])
         except Rejected as rejected:
             dead.append(DeadLetter(index, rejected.reason, rejected.detail))
         else:
@@ -307,16 +319,23 @@ def _parse_batch(plan: RecordPlan, messages: Sequence[bytes]) -> _Parsed:
 
 
 def process_batch(
-    plan: RecordPlan, messages: Sequence[bytes], noise: NoiseProvider | NoiseSource
+    plan: RecordPlan,
+    messages: Sequence[bytes],
+    noise: NoiseProvider | NoiseSource,
+    keys: Sequence[bytes | None] | None = None,
 ) -> BatchResult:
     """Sanitize a batch. Every input index ends up in exactly one of the two outputs.
 
     ``noise`` is a provider (fresh or replayable, ``service.pipeline.noise``)
-    or a plain source, which then serves every column. Same bytes and reasons
-    as ``process_batch_reference``, computed column by column.
+    or a plain source, which then serves every column. ``keys`` are the
+    messages' Kafka keys (None for a record without one), the identity of
+    fields memoized by the message key; without ``keys`` (file mode) such
+    fields are not memoized (``service.pipeline.plan.unkeyed``). Same bytes and reasons as
+    ``process_batch_reference``, computed column by column.
     """
     provider: NoiseProvider = noise if isinstance(noise, NoiseProvider) else Fresh(noise)
-    parsed = _parse_batch(plan, messages)
+    plan, keys = with_keys(plan, messages, keys)
+    parsed = _parse_batch(plan, messages, keys)
     result = BatchResult(output_index=parsed.output_index, dead_letters=parsed.dead_letters)
     if not parsed.output_index:
         return result

@@ -84,12 +84,24 @@ class FieldHandler(Protocol):
 
 @dataclass(frozen=True)
 class PublicHandler:
-    """Copies the value unchanged (the config declared it non-personal)."""
+    """Copies the value unchanged (the config declared it non-personal).
+
+    Only a JSON scalar (string, number, boolean, null) unless ``allow_nested``:
+    the allow-list names top-level fields only, so an object or array under
+    a public name would release whatever upstream nests in it.
+    """
 
     name: str
     mechanism: Mechanism | None = None
+    allow_nested: bool = False
 
     def parse(self, value: object) -> object:
+        if not self.allow_nested and isinstance(value, dict | list):
+            raise Rejected(
+                "nested_public",
+                f"field {self.name!r}: public fields take a string, number, boolean or null, "
+                f"got {json_type(value)}; set allow_nested: true to copy objects and arrays",
+            )
         return value
 
     def release(self, values: Sequence[Any], source: NoiseSource) -> Column:

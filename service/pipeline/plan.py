@@ -4,10 +4,12 @@ This is the only place that maps config models to mechanism objects. Each
 mechanism is calibrated with the field's resolved budget (``epsilon: auto``
 shares and group-size scaling applied, ``service.config.budget``).
 
-Memoized fields (``memoize_by``) also get a ``MemoPlan``: the memo field's
-name, the *scope* that keys their noise (field name, memo field name and the
-release parameters, canonical JSON) and how to turn a parsed value back into
-the domain value the memo token is built from. A memoized categorical's
+Memoized fields (``memo_identity: message_key``, or ``memoize_by`` with
+``memo_identity_trusted``) also get a ``MemoPlan``: where the device's
+identity comes from (the Kafka message key, or a record field), the *scopes*
+that key their noise (field name, identity source and the release
+parameters, canonical JSON) and how to turn a parsed value back into the
+domain value the memo token is built from. A memoized categorical's
 randomized response runs over the domain in canonical order, so reordering
 the domain in the config changes neither its scope nor its answers, while
 any change of the field's parameters (domain, epsilon, delta) gives a new
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from service.config import AppConfig, Budget, FieldConfig, Guarantee, config_sha256, resolve_budget
@@ -36,6 +38,7 @@ from service.config.fields import (
 from service.errors import ConfigError, MechanismError
 from service.mechanisms import LaplaceMechanism, Mechanism, RandomizedResponse
 from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
+from service.mechanisms.local_hashing import OptimalLocalHashing
 from service.mechanisms.randomized_response import DomainValue
 from service.pipeline.fields import (
     BooleanHandler,
@@ -55,19 +58,63 @@ def canonical_json(value: object) -> bytes:
 
 @dataclass(frozen=True)
 class MemoPlan:
-    """How a memoized field's noise is keyed (``memoize_by``)."""
+    """How a memoized field's noise is keyed.
 
-    #: the record field whose raw value identifies the device
-    field: str
-    #: field name, memo field name and release parameters, canonical JSON
+    A row's memo words are split in two (``MemoSource`` under two scopes):
+    the first ``identity_words`` are a function of the device identity alone
+    (``seed_scope``), the others of (identity, true value) (``scope``). Local
+    hashing takes its hash seed from word 0, so its seed names the device
+    and never the value: a seed that changed with the value would show every
+    change of value, and equal seeds would prove equal values.
+    """
+
+    #: the record field that identifies the device, or None for the Kafka message key
+    field: str | None
+    #: field name, identity source and release parameters, canonical JSON (value words)
     scope: bytes
     #: parsed value -> released true value: ``domain[index]``, or the value itself when None
     domain: tuple[DomainValue, ...] | None
+    #: leading words of each row that depend on the identity only
+    identity_words: int = 0
+    #: the scope of those words (distinct from ``scope``)
+    seed_scope: bytes = b""
 
-    def token(self, memo_value: str | int, parsed: Any) -> bytes:
-        """Canonical (memo value, true value) of one record: the row's memo token."""
+    @property
+    def by_key(self) -> bool:
+        """Memoized by the Kafka message key (the trusted identity)."""
+        return self.field is None
+
+    def token(self, identity: bytes, parsed: Any) -> bytes:
+        """The row's memo token: ``len(identity) (u32 LE) || identity || canonical true value``."""
         true_value = parsed if self.domain is None else self.domain[parsed]
-        return canonical_json([memo_value, true_value])
+        return _length32(identity) + identity + canonical_json(true_value)
+
+    @staticmethod
+    def identity_of(token: bytes) -> bytes:
+        """The identity part of a token made by ``token``."""
+        return token[4 : 4 + int.from_bytes(token[:4], "little")]
+
+
+def field_identity(memo_value: str | int) -> bytes:
+    """A memo field's value as an identity: canonical JSON, so ``"7"`` and ``7`` differ."""
+    return canonical_json(memo_value)
+
+
+def _length32(part: bytes) -> bytes:
+    return len(part).to_bytes(4, "little")
+
+
+def unkeyed(plan: RecordPlan) -> RecordPlan:
+    """The plan for records without message keys (file mode): key-memoized fields unmemoized.
+
+    Without a key there is no trusted identity; such a field is then noised
+    like any other field (fresh, or per record when replay-stable): every
+    report is a release of its own.
+    """
+    if not any(memo is not None and memo.by_key for memo in plan.memos):
+        return plan
+    memos = tuple(None if memo is not None and memo.by_key else memo for memo in plan.memos)
+    return replace(plan, memos=memos)
 
 
 @dataclass(frozen=True)
@@ -159,22 +206,31 @@ def release_id(spec: FieldConfig, handler: FieldHandler, share: Guarantee | None
 
 def _memo_plan(spec: FieldConfig, handler: FieldHandler) -> MemoPlan | None:
     memo = getattr(spec, "memoize_by", None)
+    by_key = getattr(spec, "memo_identity", None) == "message_key"
     mech = handler.mechanism
-    if memo is None or mech is None:
+    if (memo is None and not by_key) or mech is None:
         return None
     domain: tuple[DomainValue, ...] | None = None
     if isinstance(mech, RandomizedResponse):
         domain = mech.domain
     parameters = {
-        "v": 1,
+        "v": 2,
         "field": spec.name,
-        "memoize_by": memo,
+        "identity": ["message_key"] if by_key else ["field", memo],
         "mechanism": mech.name,
         "epsilon": mech.epsilon,
         "delta": mech.delta,
         "domain": list(domain) if domain is not None else None,
     }
-    return MemoPlan(field=memo, scope=canonical_json(parameters), domain=domain)
+    # local hashing: word 0 is the hash seed (service.mechanisms.local_hashing)
+    identity_words = 1 if isinstance(mech, OptimalLocalHashing) else 0
+    return MemoPlan(
+        field=None if by_key else memo,
+        scope=canonical_json({**parameters, "words": "value"}),
+        domain=domain,
+        identity_words=identity_words,
+        seed_scope=canonical_json({**parameters, "words": "identity"}),
+    )
 
 
 def _canonical_order(domain: tuple[DomainValue, ...]) -> tuple[DomainValue, ...]:
@@ -183,7 +239,7 @@ def _canonical_order(domain: tuple[DomainValue, ...]) -> tuple[DomainValue, ...]
 
 def _handler(spec: FieldConfig, share: Guarantee | None) -> FieldHandler:
     if share is None:
-        return PublicHandler(spec.name)
+        return PublicHandler(spec.name, allow_nested=getattr(spec, "allow_nested", False))
     eps, dlt = share.epsilon, share.delta
     if isinstance(spec, RealField):
         bounds = (float(spec.bounds[0]), float(spec.bounds[1]))
@@ -195,12 +251,11 @@ def _handler(spec: FieldConfig, share: Guarantee | None) -> FieldHandler:
         )
     if isinstance(spec, CategoricalField):
         if spec.mechanism == "local_hashing":
-            from service.mechanisms.local_hashing import OptimalLocalHashing
-
             return HashedHandler(spec.name, OptimalLocalHashing(epsilon=eps))
         assert spec.domain is not None  # noqa: S101 -- guaranteed by the config model
         # memoized: canonical order, so that reordering the domain keeps every answer
-        domain = spec.domain if spec.memoize_by is None else _canonical_order(spec.domain)
+        memoized = spec.memoize_by is not None or spec.memo_identity is not None
+        domain = _canonical_order(spec.domain) if memoized else spec.domain
         rr = RandomizedResponse(domain=domain, epsilon=eps, delta=dlt)
         return CategoricalHandler(spec.name, rr, spec.unknown_as)
     if isinstance(spec, BooleanField):
@@ -212,7 +267,14 @@ def _handler(spec: FieldConfig, share: Guarantee | None) -> FieldHandler:
         unary = UnaryEncoding(
             universe=spec.universe, max_items=spec.max_items, epsilon=eps, variant=spec.variant
         )
-        return SetHandler(spec.name, unary, spec.universe, spec.max_items)
+        return SetHandler(
+            spec.name,
+            unary,
+            spec.universe,
+            spec.max_items,
+            drop_unknown=spec.on_unknown == "drop",
+            truncate=spec.on_too_many == "truncate",
+        )
     if isinstance(spec, VectorField):
         from service.mechanisms.vector_gaussian import VectorGaussianMechanism
 

@@ -16,9 +16,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.mechanisms import NoiseSource
+from service.mechanisms.rng import SplicedSource
 from service.pipeline.fields import Rejected, json_type
 from service.pipeline.noise import Fresh, NoiseProvider
-from service.pipeline.plan import RecordPlan
+from service.pipeline.plan import MemoPlan, RecordPlan, field_identity, unkeyed
 from service.pipeline.results import BatchResult, DeadLetter, Observation
 
 
@@ -65,8 +66,31 @@ def _memo_value(record: dict[str, Any], memo: str, of: str) -> str | int:
     return value
 
 
-def parse_row(plan: RecordPlan, raw: bytes) -> tuple[list[Any], list[bytes]]:
-    """Parsed values, one per handler, and the memo token of each memoized one (else b"")."""
+def missing_key(of: str) -> Rejected:
+    """A record without a message key, for a field memoized by the message key."""
+    return Rejected(
+        "missing_key",
+        f"field {of!r} is memoized by the Kafka message key and the record has none; "
+        "the collector must key every record with the device's authenticated identity",
+    )
+
+
+def _identity(memo: MemoPlan, record: dict[str, Any], key: bytes | None, of: str) -> bytes:
+    if memo.field is not None:
+        return field_identity(_memo_value(record, memo.field, of))
+    if not key:  # None or empty: no device behind it
+        raise missing_key(of)
+    return key
+
+
+def parse_row(
+    plan: RecordPlan, raw: bytes, key: bytes | None = None
+) -> tuple[list[Any], list[bytes]]:
+    """Parsed values, one per handler, and the memo token of each memoized one (else b"").
+
+    ``key`` is the record's Kafka message key (the identity of fields memoized
+    by it); the plan must be ``unkeyed`` when records have no keys at all.
+    """
     record = decode_record(raw)
     row: list[Any] = []
     tokens: list[bytes] = []
@@ -78,8 +102,28 @@ def parse_row(plan: RecordPlan, raw: bytes) -> tuple[list[Any], list[bytes]]:
         if memo is None:
             tokens.append(b"")
         else:
-            tokens.append(memo.token(_memo_value(record, memo.field, handler.name), parsed))
+            tokens.append(memo.token(_identity(memo, record, key, handler.name), parsed))
     return row, tokens
+
+
+def memo_source(provider: NoiseProvider, memo: MemoPlan, tokens: Sequence[bytes]) -> NoiseSource:
+    """A memoized column's words: identity-only words first (a hash seed), then value words."""
+    words = provider.for_memo(memo.scope, tokens)
+    if not memo.identity_words:
+        return words
+    seeds = provider.for_memo(memo.seed_scope, [memo.identity_of(t) for t in tokens])
+    return SplicedSource(seeds, memo.identity_words, words)
+
+
+def with_keys(
+    plan: RecordPlan, messages: Sequence[bytes], keys: Sequence[bytes | None] | None
+) -> tuple[RecordPlan, Sequence[bytes | None]]:
+    """The plan and one key per message; no keys at all (file mode) unmemoizes key memos."""
+    if keys is None:
+        return unkeyed(plan), [None] * len(messages)
+    if len(keys) != len(messages):
+        raise ValueError(f"{len(keys)} keys for {len(messages)} messages")
+    return plan, keys
 
 
 def release_columns(
@@ -101,8 +145,8 @@ def release_columns(
     ):
         if memo is None:
             source = provider.for_column(release, good)
-        else:  # memoized: each row's words are a function of its (memo, true value) token
-            source = provider.for_memo(memo.scope, tokens[j])
+        else:  # memoized: each row's words are a function of its (identity, true value)
+            source = memo_source(provider, memo, tokens[j])
         column = handler.release(columns[j], source)
         released.append(column.values)
         if handler.mechanism is not None:  # never the error: y is public (canary.py)
@@ -111,7 +155,10 @@ def release_columns(
 
 
 def process_batch_reference(
-    plan: RecordPlan, messages: Sequence[bytes], noise: NoiseProvider | NoiseSource
+    plan: RecordPlan,
+    messages: Sequence[bytes],
+    noise: NoiseProvider | NoiseSource,
+    keys: Sequence[bytes | None] | None = None,
 ) -> BatchResult:
     """The plain per-record transform ``process_batch`` must match byte for byte.
 
@@ -120,12 +167,13 @@ def process_batch_reference(
     its fallback for every record the fast path does not vouch for.
     """
     provider: NoiseProvider = noise if isinstance(noise, NoiseProvider) else Fresh(noise)
+    plan, keys = with_keys(plan, messages, keys)
     result = BatchResult()
     rows: list[list[Any]] = []
     tokens: list[list[bytes]] = []
     for index, raw in enumerate(messages):
         try:
-            row, row_tokens = parse_row(plan, raw)
+            row, row_tokens = parse_row(plan, raw, keys[index])
         except Rejected as rejected:
             result.dead_letters.append(DeadLetter(index, rejected.reason, rejected.detail))
         else:

@@ -45,12 +45,27 @@ class VectorHandler:
 
 @dataclass(frozen=True)
 class SetHandler:
-    """A JSON array of distinct-or-repeated universe items, at most ``max_items`` distinct."""
+    """A JSON array of distinct-or-repeated universe items, at most ``max_items`` distinct.
+
+    ``drop_unknown``: items outside the universe are removed instead of
+    dead-lettering the record (a function of the record alone).
+    ``truncate``: a set over ``max_items`` keeps a uniformly random subset of
+    ``max_items`` of its items instead of being dead-lettered. The choice is
+    randomized preprocessing, then unary encoding of an admissible set: for
+    every output set ``A`` and inputs ``S, S'``, ``P(A | S) = E_T[P(A | T)]
+    <= e^eps min_T' P(A | T') <= e^eps P(A | S')`` (``T, T'`` admissible),
+    so the guarantee is unchanged. It draws words ``|U| .. |U| + m - 1`` of
+    the row's stream (``m`` the row's distinct items; the mechanism reads
+    words ``0 .. |U| - 1``), so a replay chooses the same subset and the
+    choice is independent of the mechanism's noise.
+    """
 
     name: str
     mechanism: Mechanism
     universe: tuple[str, ...]
     max_items: int
+    drop_unknown: bool = False
+    truncate: bool = False
     _position: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -69,21 +84,44 @@ class SetHandler:
                     f"field {self.name!r}: items must be strings, got {json_type(item)}",
                 )
             position = self._position.get(item)
-            if position is None:
+            if position is not None:
+                positions.add(position)
+            elif not self.drop_unknown:
                 raise Rejected(
                     "unknown_category",
-                    f"field {self.name!r}: an item is not in the universe; add it to the universe",
+                    f"field {self.name!r}: an item is not in the universe; add it to the "
+                    "universe or set on_unknown: drop",
                 )
-            positions.add(position)
-        if len(positions) > self.max_items:
+        if len(positions) > self.max_items and not self.truncate:
             raise Rejected(
                 "too_many_items",
                 f"field {self.name!r}: {len(positions)} distinct items, above max_items "
-                f"{self.max_items}",
+                f"{self.max_items}; raise max_items or set on_too_many: truncate",
             )
         return sorted(positions)
 
+    def _truncated(self, values: Sequence[list[int]], source: NoiseSource) -> list[list[int]]:
+        """Rows over ``max_items`` cut to a uniformly random ``max_items``-subset.
+
+        Each item gets a uniform 64-bit word; the ``max_items`` smallest win
+        (a uniformly random subset; ties, probability ``< m**2 2**-64``, go
+        to the lower position).
+        """
+        over = [row for row, positions in enumerate(values) if len(positions) > self.max_items]
+        if not over:
+            return list(values)
+        widest = max(len(values[row]) for row in over)
+        words = source.more_words(np.asarray(over, dtype=np.int64), len(self.universe), widest)
+        out = list(values)
+        for i, row in enumerate(over):
+            items = values[row]
+            keep = np.argsort(words[i, : len(items)], kind="stable")[: self.max_items]
+            out[row] = sorted(items[j] for j in keep.tolist())
+        return out
+
     def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
+        if self.truncate:
+            values = self._truncated(values, source)
         bits = np.zeros((len(values), len(self.universe)), dtype=bool)
         for row, positions in enumerate(values):
             bits[row, positions] = True

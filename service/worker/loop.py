@@ -54,6 +54,7 @@ from service.worker.clients import (
     producer_options,
     transactional_id,
 )
+from service.worker.decode import UndecodableRecord, tolerate_undecodable_records
 from service.worker.http import Health
 from service.worker.produce import BatchSender, source_of
 
@@ -64,6 +65,10 @@ Batches = dict[TopicPartition, list[ConsumerRecord]]
 RETRIABLE = (KafkaError, OSError, TimeoutError)
 #: readiness probe period: a full metadata request, cheap at this rate even on big clusters
 PROBE_INTERVAL_S = 5.0
+UNDECODABLE_DETAIL = (
+    "a header key is not UTF-8, so the Kafka client cannot decode the record; its headers "
+    "are copied here with such keys escaped (\\xNN), key and value as they are"
+)
 CLOSE_TIMEOUT_S = 10.0
 
 
@@ -105,6 +110,7 @@ class Worker:
         self._batch_lock = asyncio.Lock()
         self._assigned: set[TopicPartition] = set()
         self._backoff = Backoff()
+        tolerate_undecodable_records()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Process batches until ``stop`` is set, reconnecting after broker trouble.
@@ -244,10 +250,35 @@ class Worker:
         return Replayable(self._keys, partitions, offsets, values)
 
     def _sanitize(self, records: Sequence[ConsumerRecord]) -> BatchResult:
+        """Records the client could not decode are dead letters; the others are sanitized."""
+        poison = [i for i, r in enumerate(records) if isinstance(r, UndecodableRecord)]
+        if not poison:
+            return self._sanitize_decoded(records)
+        for i in poison:
+            log.error("record %s cannot be decoded (%s)", source_of(records[i]), records[i].problem)
+        skipped = set(poison)
+        keep = [i for i in range(len(records)) if i not in skipped]
+        part = self._sanitize_decoded([records[i] for i in keep])
+        result = BatchResult(
+            outputs=part.outputs,
+            output_index=[keep[i] for i in part.output_index],
+            observations=part.observations,
+        )
+        result.dead_letters.extend(
+            DeadLetter(keep[d.index], d.reason, d.detail) for d in part.dead_letters
+        )
+        result.dead_letters.extend(
+            DeadLetter(i, records[i].problem, UNDECODABLE_DETAIL) for i in poison
+        )
+        result.dead_letters.sort(key=lambda d: d.index)
+        return result
+
+    def _sanitize_decoded(self, records: Sequence[ConsumerRecord]) -> BatchResult:
         """``process_batch``; a record that breaks it is dead-lettered alone, never retried."""
         values = [r.value or b"" for r in records]
+        keys = [r.key for r in records]  # the trusted device identity of key-memoized fields
         try:
-            return process_batch(self._plan, values, self._noise(records, values))
+            return process_batch(self._plan, values, self._noise(records, values), keys)
         except Exception as exc:  # a bug in a handler must not block the partition
             log.error("batch failed (%s); sanitizing its records one by one", type(exc).__name__)
         result = BatchResult()
@@ -255,7 +286,9 @@ class Worker:
         for index, record in enumerate(records):
             try:
                 one_value = values[index : index + 1]
-                one = process_batch(self._plan, one_value, self._noise([record], one_value))
+                one = process_batch(
+                    self._plan, one_value, self._noise([record], one_value), keys[index : index + 1]
+                )
             except Exception as exc:  # isolate the poison record
                 log.error(
                     "record %s cannot be sanitized (%s)", source_of(record), type(exc).__name__

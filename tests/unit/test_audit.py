@@ -83,6 +83,7 @@ EVERY_KIND: list[dict[str, Any]] = [
         "unknown_as": "NY",
         "epsilon": 1.0,
         "memoize_by": "device_id",
+        "memo_identity_trusted": True,
     },
     {"name": "url", "kind": "categorical", "mechanism": "local_hashing", "epsilon": 2.0},
     {
@@ -91,9 +92,16 @@ EVERY_KIND: list[dict[str, Any]] = [
         "mechanism": "local_hashing",
         "epsilon": 2.0,
         "memoize_by": "device_id",
+        "memo_identity_trusted": True,
     },
     {"name": "opted_in", "kind": "boolean", "epsilon": 0.5},
-    {"name": "flag_memo", "kind": "boolean", "epsilon": 0.5, "memoize_by": "device_id"},
+    {
+        "name": "flag_memo",
+        "kind": "boolean",
+        "epsilon": 0.5,
+        "memoize_by": "device_id",
+        "memo_identity_trusted": True,
+    },
     {
         "name": "hobbies",
         "kind": "set",
@@ -208,8 +216,15 @@ def test_memo_fields_that_are_noised_or_finite() -> None:
             "domain": ["android", "ios"],
             "epsilon": 1.0,
             "memoize_by": "dev",
+            "memo_identity_trusted": True,
         },
-        {"name": "flag", "kind": "boolean", "epsilon": 1.0, "memoize_by": "region"},
+        {
+            "name": "flag",
+            "kind": "boolean",
+            "epsilon": 1.0,
+            "memoize_by": "region",
+            "memo_identity_trusted": True,
+        },
     ]
     config = parse_config(config_dict(fields, epsilon=10.0))
     report = audit(config, build_plan(config), samples=5000, self_check=False)

@@ -103,7 +103,7 @@ CONFIG = config_dict(
         {"name": "clicks", "kind": "integer", "bounds": [0, 10], "epsilon": 1.0},
         {"name": "state", "kind": "categorical", "domain": ["TX", "CA"], "epsilon": 1.0},
         {"name": "loyal", "kind": "categorical", "domain": ["y", "n"], "epsilon": 1.0,
-         "memoize_by": "device"},
+         "memoize_by": "device", "memo_identity_trusted": True},
         {"name": "tags", "kind": "set", "universe": ["a", "b", "c"], "max_items": 2,
          "epsilon": 1.0},
         {"name": "pos", "kind": "vector", "dimension": 3, "l2_bound": 2.0, "epsilon": 1.0,

@@ -175,7 +175,7 @@ kafka: {input_topic: raw, output_topic: clean, dead_letter_topic: dlq}
 privacy: {epsilon: 2}
 fields:
   - {name: device, kind: drop}
-  - {name: country, kind: categorical, domain: [DE, FR], epsilon: 1, memoize_by: device}
+  - {name: country, kind: categorical, domain: [DE, FR], epsilon: 1, memo_identity: message_key}
   - {name: crashed, kind: boolean, epsilon: 1}
 """
 
@@ -187,9 +187,9 @@ def test_explain_names_memoized_fields_and_what_they_leave_open(
     path.write_text(MEMO_CONFIG)
     assert main(["explain", "--config", str(path), "--format", "json"]) == 0
     fields = {f["name"]: f for f in json.loads(capsys.readouterr().out)["fields"]}
-    assert fields["country"]["memoize_by"] == "device"
-    assert fields["crashed"]["memoize_by"] is None
+    assert fields["country"]["memo_identity"] == "message_key"
+    assert fields["crashed"]["memo_identity"] is None
     assert main(["explain", "--config", str(path)]) == 0
-    assert "country (by device); whether a device's value changed is not protected" in (
+    assert "ever): country; whether a device's value changed is not protected" in (
         capsys.readouterr().out
     )

@@ -6,7 +6,9 @@ import base64
 import gc
 import io
 import json
+import os
 import re
+import stat
 import sys
 import warnings
 from pathlib import Path
@@ -239,3 +241,55 @@ def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
         main(["sanitize"])
     assert info.value.code == 2
     assert "--config" in capsys.readouterr().err
+
+
+# --- the dead-letter file holds raw records (issue 13) ----------------------------------
+
+
+def test_dead_letter_file_is_private(files: dict[str, Path]) -> None:
+    old = os.umask(0)  # even a permissive umask gives 0600
+    try:
+        assert run(files) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(files["dead"].stat().st_mode) == 0o600
+
+
+def _refused(files: dict[str, Path], capsys: pytest.CaptureFixture[str], needle: str) -> None:
+    assert run(files) == 2
+    err = capsys.readouterr().err
+    assert needle in err, err
+    assert "CANARY" not in err
+
+
+def test_existing_dead_letter_file_is_never_overwritten(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    files["dead"].write_text("earlier raw records\n")
+    _refused(files, capsys, "the path exists")
+    assert files["dead"].read_text() == "earlier raw records\n"
+    assert not files["output"].exists()  # refused before any output
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink", "dangling"])
+def test_dead_letter_through_a_link_is_refused(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str], link: str
+) -> None:
+    files["output"].write_text("sanitized\n")
+    target = files["output"] if link != "dangling" else files["output"].with_suffix(".none")
+    if link == "hardlink":
+        os.link(target, files["dead"])
+    else:
+        files["dead"].symlink_to(target)
+    _refused(files, capsys, "the path exists")
+    assert files["output"].read_text() == "sanitized\n"
+    assert not target.with_suffix(".none").exists()
+
+
+def test_dead_letter_equal_to_output_is_refused(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    spelled = files["output"].parent / "." / files["output"].name
+    files["dead"] = spelled
+    _refused(files, capsys, "is the --output file")
+    assert not files["output"].exists()

@@ -35,7 +35,8 @@ fields:
   - {name: device_id, kind: drop}
   - {name: ts, kind: public}
   - {name: salary, kind: real, bounds: [1000, 5000], epsilon: 3}
-  - {name: state, kind: categorical, domain: [TX, CA, NY], epsilon: 2, memoize_by: device_id}
+  - {name: state, kind: categorical, domain: [TX, CA, NY], epsilon: 2, memoize_by: device_id,
+     memo_identity_trusted: true}
   - {name: ok, kind: boolean, epsilon: 1}
   - {name: clicks, kind: integer, bounds: [0, 4], epsilon: 3}
   - {name: url, kind: categorical, mechanism: local_hashing, epsilon: 3}

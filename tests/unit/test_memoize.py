@@ -30,7 +30,7 @@ from service.mechanisms.local_hashing import hash_to_bucket, value_digests
 from service.mechanisms.rng import MemoSource, NoiseKeys, derive_memo_key
 from service.pipeline import BatchResult, build_plan, process_batch
 from service.pipeline.noise import Fresh, Replayable
-from service.pipeline.plan import MemoPlan, RecordPlan, canonical_json
+from service.pipeline.plan import MemoPlan, RecordPlan, canonical_json, field_identity
 from service.testing import SeededSource
 from tests.unit._support import config_dict, rr_p
 
@@ -49,16 +49,30 @@ STATE: dict[str, Any] = {
     "unknown_as": "NY",
     "epsilon": 1.0,
     "memoize_by": "device",
+    "memo_identity_trusted": True,
 }
-FLAG: dict[str, Any] = {"name": "flag", "kind": "boolean", "epsilon": 0.5, "memoize_by": "device"}
+FLAG: dict[str, Any] = {
+    "name": "flag",
+    "kind": "boolean",
+    "epsilon": 0.5,
+    "memoize_by": "device",
+    "memo_identity_trusted": True,
+}
 CITY: dict[str, Any] = {
     "name": "city",
     "kind": "categorical",
     "mechanism": "local_hashing",
     "epsilon": 2.0,
     "memoize_by": "device",
+    "memo_identity_trusted": True,
 }
 FIELDS = [DEVICE, TS, SALARY, STATE, FLAG, CITY]
+
+
+def unmemoized(spec: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in spec.items() if k not in ("memoize_by", "memo_identity_trusted")}
+
+
 RELEASED = ["ts", "salary", "state", "flag", "city"]
 MEMOIZED = ["state", "flag", "city"]
 
@@ -204,7 +218,7 @@ def test_self_reference_is_a_config_error() -> None:
 
 @pytest.mark.parametrize("kind", ["real", "boolean"])
 def test_memo_field_must_be_able_to_hold_a_device_id(kind: str) -> None:
-    other = SALARY if kind == "real" else {**FLAG, "name": "other", "memoize_by": None}
+    other = SALARY if kind == "real" else {**unmemoized(FLAG), "name": "other"}
     problems = problems_of([other, {**STATE, "memoize_by": other["name"]}])
     assert len(problems) == 1
     assert problems[0].startswith("fields[1] (state).memoize_by: field ")
@@ -266,7 +280,7 @@ def test_local_hashing_can_be_memoized(plan: RecordPlan) -> None:
 
 
 def test_memoize_by_changes_the_config_hash() -> None:
-    plain = parse_config(config_dict([DEVICE, {**STATE, "memoize_by": None}]))
+    plain = parse_config(config_dict([DEVICE, unmemoized(STATE)]))
     memoized = parse_config(config_dict([DEVICE, STATE]))
     assert config_sha256(plain) != config_sha256(memoized)
 
@@ -316,11 +330,16 @@ def test_group_size_starts_a_new_memo(plan: RecordPlan) -> None:
 
 
 def test_memo_tokens_are_canonical_and_typed() -> None:
+    # token = len(identity) as u32 LE || identity || canonical JSON of the true value;
+    # a field identity is the memo value's canonical JSON, so "1" and 1 differ
     memo = MemoPlan(field="device", scope=b"s", domain=("TX", 1))
-    assert memo.token("dev-1", 0) == b'["dev-1","TX"]'
-    assert memo.token(1, 1) == b"[1,1]"
-    assert memo.token("1", 1) != memo.token(1, 1)
-    assert memo.token("\ud800", 0) == b'["\\ud800","TX"]'  # a lone surrogate, escaped
+    identity = field_identity("dev-1")
+    assert identity == b'"dev-1"'
+    assert memo.token(identity, 0) == b"\x07\x00\x00\x00" + b'"dev-1"' + b'"TX"'
+    assert memo.token(field_identity(1), 1) == b"\x01\x00\x00\x001" + b"1"
+    assert memo.token(field_identity("1"), 1) != memo.token(field_identity(1), 1)
+    assert field_identity("\ud800") == b'"\\ud800"'  # a lone surrogate, escaped
+    assert MemoPlan.identity_of(memo.token(identity, 0)) == identity
     assert canonical_json({"b": 1, "a": "é"}) == b'{"a":"\\u00e9","b":1}'
 
 
@@ -535,16 +554,17 @@ def test_fresh_without_key_draws_fresh_noise(plan: RecordPlan) -> None:
 
 def test_readme_memoize_example_is_valid() -> None:
     blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-    examples = [b for b in blocks if b.startswith("fields:") and "memoize_by" in b]
+    examples = [b for b in blocks if b.startswith("fields:") and "memo_identity" in b]
     assert len(examples) == 1
     fields = yaml.safe_load(examples[0])["fields"]
     plan = build_plan(parse_config(config_dict(fields)))
     assert any(memo is not None for memo in plan.memos)
 
 
-def test_a_change_of_value_shows_documented_limitation(plan: RecordPlan) -> None:
-    # README: whether the value changed is not protected. For local hashing the seed is
-    # a function of (device, value): a new value gives a new 64-bit seed, always
+def test_local_hashing_seed_is_a_function_of_the_device_only(plan: RecordPlan) -> None:
+    # the seed is the device's alone (a seed of (device, value) named the value to a prober);
+    # what a change of value shows is in the bucket: README, "not protected"
     before = column(release(plan, [record(f"d{i}", city="Maribor") for i in range(50)]), "city")
     after = column(release(plan, [record(f"d{i}", city="Koper") for i in range(50)]), "city")
-    assert all(a["seed"] != b["seed"] for a, b in zip(before, after, strict=True))
+    assert all(a["seed"] == b["seed"] for a, b in zip(before, after, strict=True))
+    assert len({a["seed"] for a in before}) == 50

@@ -411,6 +411,7 @@ def _check(plan: RecordPlan, batch: list[bytes]) -> None:
             "wrong_type",
             "unknown_category",
             "not_finite",
+            "nested_public",
         }
 
 
