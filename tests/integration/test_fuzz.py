@@ -128,7 +128,12 @@ async def test_ten_thousand_malformed_messages(kafka_bootstrap: str, tmp_path: P
         tmp_path / "config.yaml",
         kafka_bootstrap,
         {**kafka, "transactions": True, "max_message_bytes": MAX_MESSAGE_BYTES},
-        {**PRIVACY, "http": {"host": "127.0.0.1", "port": port}},
+        {
+            **PRIVACY,
+            "http": {"host": "127.0.0.1", "port": port},
+            # off by default (a count by reason shows value-dependent rejections)
+            "metrics": {"dead_letter_reasons": True},
+        },
     )
     cases = all_cases()
     good = [i for i, c in enumerate(cases) if c.good]
