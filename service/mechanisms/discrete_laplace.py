@@ -137,15 +137,17 @@ class _Level:
 
     def __init__(self, shift: int, bounds: list[int], xi: float) -> None:
         self.shift, self.xi = shift, xi
-        self.bounds = np.array(bounds, dtype=np.uint64)
+        self.bounds: NDArray[np.uint64] = np.array(bounds, dtype=np.uint64)
         probes = np.arange(1 << _GUIDE_BITS, dtype=np.uint64) << np.uint64(64 - _GUIDE_BITS)
-        self.guide = np.searchsorted(self.bounds, probes, side="right").astype(np.int32)
+        self.guide: NDArray[np.int32] = np.searchsorted(self.bounds, probes, side="right").astype(
+            np.int32
+        )
         last = np.append(probes[1:] - np.uint64(1), _TOP_WORD)
         self.steps = int((np.searchsorted(self.bounds, last, side="right") - self.guide).max())
-        self.padded = np.append(self.bounds, np.full(self.steps, _TOP_WORD))
+        self.padded: NDArray[np.uint64] = np.append(self.bounds, np.full(self.steps, _TOP_WORD))
 
     def values(self, words: Words) -> NDArray[np.int64]:
-        index = self.guide[words >> np.uint64(64 - _GUIDE_BITS)]
+        index: NDArray[np.int32] = self.guide[words >> np.uint64(64 - _GUIDE_BITS)]
         for _ in range(self.steps):
             index += self.padded[index] <= words
         return np.minimum(index, len(self.bounds)).astype(np.int64)
@@ -182,7 +184,9 @@ class GeometricSampler:
         cells = max(1, math.ceil(HEAD_SPAN * t / 2.0**peel))
         n = cells << peel
         tail = _CTX.exp(_CTX.divide(Decimal(-n), Decimal(t)))  # a^N, 60 digits
-        raised = _CTX.multiply(_CTX.multiply(tail, Decimal(_TWO_64)), Decimal("1." + "0" * 44 + "1"))
+        raised = _CTX.multiply(
+            _CTX.multiply(tail, Decimal(_TWO_64)), Decimal("1." + "0" * 44 + "1")
+        )
         self.extension = max(1, int(raised.to_integral_value(ROUND_CEILING)))
         self.log_a_ref = _CTX.divide(_CTX.ln(Decimal(self.extension) / _TWO_64), Decimal(n))
         digits = [
@@ -283,7 +287,7 @@ class DiscreteLaplace:
         return 1.0 - math.exp(-(z + 1) / self.t) / (1.0 + a)
 
     def delta(self, epsilon: float, sensitivity: int) -> float:
-        """Exact hockey-stick divergence of the ideal noise at ``epsilon``, integer ``sensitivity``."""
+        """Exact hockey-stick divergence of the *ideal* noise at ``epsilon``, integer shift."""
         if epsilon >= sensitivity / self.t:
             return 0.0
         z_star = math.ceil((sensitivity - epsilon * self.t) / 2.0) - 1

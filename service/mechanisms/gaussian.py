@@ -219,9 +219,7 @@ class GaussianMechanism(Mechanism):
             self.sensitivity_grid = 0
             self._offset = 0.0
             return
-        g = granularity(
-            self.sigma_continuous, max(abs(self.lower), abs(self.upper)), self.diameter
-        )
+        g = granularity(self.sigma_continuous, max(abs(self.lower), abs(self.upper)), self.diameter)
         self.granularity = g
         first, last = math.ceil(self.lower / g), math.floor(self.upper / g)
         if first <= last:  # clamp onto the grid points inside [lo, hi]

@@ -37,16 +37,19 @@ so the realised hockey-stick divergence at ``eps`` is at most::
 
 ``T`` is the least integer with ``F >= (1 - delta) / (1 + E pi_min)``, ``E``
 a rational lower bound on ``e^eps`` (``base.exp_lower_bound``, exact
-``fractions`` arithmetic): that zeroes the first term beyond ``delta``; the
-third vanishes for every ``eps >= ln(pi_max / pi_min)`` (``<= m 2^-64``,
-0 when ``m`` is a power of two), and construction refuses anything below ``SMALLEST_EPSILON = 2^-50`` (the rounding of ``T`` can
-make the second term positive at ``e^eps ~ 1``; construction checks the
-bound for the threshold actually sampled). ``T >= 1``: every answer can flip, at every epsilon; when
+``fractions`` arithmetic): that zeroes the first term beyond ``delta``. The
+third vanishes for every ``eps >= ln(pi_max / pi_min)`` (``<= m 2^-64``, 0
+when ``m`` is a power of two); the second can turn positive only at
+``e^eps ~ 1``, through the rounding of ``T``. Construction refuses epsilons
+below ``SMALLEST_EPSILON = 2^-50`` and checks the bound for the threshold
+actually sampled. ``T >= 1``: every answer can flip, at every epsilon; when
 ``e^-eps`` drops below ``2^-64`` the realised epsilon (``ln(2^64 - 1)`` for
 ``m = 1``, about 44.4) is below the declared one, never above. ``p`` is
 reported as ``F / m`` rounded up to a double, and ``release`` rebuilds
 ``T = ceil(m p 2^64)`` from it (``>=`` the calibrated ``T``, within
-``2^-52`` relative): what is reported is what is sampled.
+``2^-52`` relative): what is reported is what is sampled. (``keep_probability``
+is a double: it reads 1.0 once ``m p < 2^-53``, while the answer still flips
+with probability ``m p``.)
 
 Analyst side (``estimate_frequencies``). With ``c`` the number of released
 values equal to ``v`` among ``n`` and ``f`` the share of records holding
