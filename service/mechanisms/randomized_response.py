@@ -179,6 +179,13 @@ class RandomizedResponse(Mechanism):
 
     def release(self, indices: NDArray[np.int64], source: NoiseSource) -> NDArray[np.int64]:
         """Sanitize a column of domain indices (``0..m``)."""
+        indices = np.asarray(indices)
+        if len(indices) and (
+            indices.dtype.kind not in "iu" or indices.min() < 0 or indices.max() > self.m
+        ):
+            raise MechanismError(
+                f"{self.name}: expected domain indices in 0..{self.m}, got {indices.dtype} values"
+            )
         words = source.words(len(indices), 2)
         flip = words[:, 0] < np.uint64(threshold_of(self.p, self.m))
         other = (words[:, 1] % np.uint64(self.m)).astype(np.int64)
