@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from service.mechanisms import LaplaceMechanism, RandomizedResponse
+from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from service.testing import SeededSource
 
 N = 200_000
@@ -84,6 +85,30 @@ def test_laplace_satisfies_dp_inequality(
     lo, hi = _laplace_samples(mech, seed)
     grid = _grid(lo, hi)
     for a, b in ((lo, hi), (hi, lo)):  # both directions of the neighbour relation
+        half, inter = _worst_excess(a, b, eps, grid)
+        assert half <= delta + DKW * (1.0 + math.exp(eps))
+        assert inter <= delta + 2.0 * DKW * (1.0 + math.exp(eps))
+
+
+@pytest.mark.parametrize(
+    ("bounds", "eps", "delta", "seed"),
+    [
+        ((0, 20_000), 1.0, 0.0, 207),  # t = 20000: two-level sampler (a digit and the head)
+        ((0, 10), 5.0, 0.0, 208),  # t = 2: one level, the head
+        ((0, 3), 12.0, 0.0, 209),  # t = 0.25: one cell, every word beyond it extends
+        ((0, 50_000), 0.5, 1e-6, 210),
+    ],
+)
+def test_integer_laplace_satisfies_dp_inequality(
+    bounds: tuple[int, int], eps: float, delta: float, seed: int
+) -> None:
+    # the exact-threshold sampler in every regime; DKW slack as above, alpha <= 2e-6
+    mech = IntegerLaplaceMechanism(bounds=bounds, epsilon=eps, delta=delta)
+    source = SeededSource(seed)
+    lo = np.sort(mech.release(np.full(N, bounds[0]), source)).astype(np.float64)
+    hi = np.sort(mech.release(np.full(N, bounds[1]), source)).astype(np.float64)
+    grid = np.unique(_grid(lo, hi))
+    for a, b in ((lo, hi), (hi, lo)):
         half, inter = _worst_excess(a, b, eps, grid)
         assert half <= delta + DKW * (1.0 + math.exp(eps))
         assert inter <= delta + 2.0 * DKW * (1.0 + math.exp(eps))
