@@ -139,18 +139,16 @@ class _Level:
         self.shift, self.xi = shift, xi
         self.bounds: NDArray[np.uint64] = np.array(bounds, dtype=np.uint64)
         probes = np.arange(1 << _GUIDE_BITS, dtype=np.uint64) << np.uint64(64 - _GUIDE_BITS)
-        self.guide: NDArray[np.int32] = np.searchsorted(self.bounds, probes, side="right").astype(
-            np.int32
-        )
+        self.guide: NDArray[np.int64] = np.searchsorted(self.bounds, probes, side="right")
         last = np.append(probes[1:] - np.uint64(1), _TOP_WORD)
         self.steps = int((np.searchsorted(self.bounds, last, side="right") - self.guide).max())
         self.padded: NDArray[np.uint64] = np.append(self.bounds, np.full(self.steps, _TOP_WORD))
 
     def values(self, words: Words) -> NDArray[np.int64]:
-        index: NDArray[np.int32] = self.guide[words >> np.uint64(64 - _GUIDE_BITS)]
+        index: NDArray[np.int64] = self.guide[words >> np.uint64(64 - _GUIDE_BITS)]
         for _ in range(self.steps):
             index += self.padded[index] <= words
-        return np.minimum(index, len(self.bounds)).astype(np.int64)
+        return np.minimum(index, len(self.bounds), out=index)  # the sentinels pass only 2^64 - 1
 
 
 def _level(log_a: Decimal, exponent: int, cells: int, extension: int | None) -> _Level:
@@ -212,10 +210,13 @@ class GeometricSampler:
         return len(self.levels)
 
     def geometric(self, words: Words) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
-        """First-round values of ``len(words)`` geometrics and whether each head extends."""
-        total, extends = self.head_round(words[:, -1])
+        """First-round values of geometrics, one per row of ``words[..., :width]``.
+
+        Also returns whether each head extends (needs another round).
+        """
+        total, extends = self.head_round(words[..., -1])
         for column, level in enumerate(self.levels[:-1]):
-            total += level.values(words[:, column]) << level.shift
+            total += level.values(words[..., column]) << level.shift
         return total, extends
 
     def head_round(self, words: Words) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
@@ -223,32 +224,38 @@ class GeometricSampler:
         head = self.levels[-1]
         index = head.values(words)
         extends = index == len(head.bounds)
-        return np.where(extends, self.head_jump, index << head.shift), extends
+        if head.shift:
+            index <<= head.shift
+        index[extends] = self.head_jump
+        return index, extends
 
     def difference(self, source: NoiseSource, n: int) -> NDArray[np.int64]:
-        """``G1 - G2`` for ``n`` rows: one ``words`` call, ``more_words`` for extending heads."""
+        """``G1 - G2`` for ``n`` rows: one ``words`` call, ``more_words`` for extending heads.
+
+        Row ``i`` reads words ``0 .. 2w - 1`` (``w`` per geometric), then words
+        ``2w + 2r`` and ``2w + 2r + 1`` in round ``r`` while either head extends:
+        what a row reads depends on its own words only.
+        """
         width = self.words_per_geometric
-        words = source.words(n, 2 * width)
-        first, more1 = self.geometric(words[:, :width])
-        second, more2 = self.geometric(words[:, width:])
-        z = first - second
-        pending = (np.flatnonzero(more1), np.flatnonzero(more2))
+        words = source.words(n, 2 * width).reshape(n, 2, width)
+        values, extends = self.geometric(words)
+        z = values[:, 0] - values[:, 1]
+        active = np.flatnonzero(extends[:, 0] | extends[:, 1])
+        pending = extends[active]
         start = 2 * width
-        while len(pending[0]) or len(pending[1]):
+        while len(active):
             if start >= 2 * (width + _MAX_ROUNDS):  # probability e^-16384 per row: a broken source
                 raise MechanismError(
                     f"the noise source extended a geometric {_MAX_ROUNDS} times in a row; "
                     "its words are not uniform"
                 )
-            rows = np.union1d(*pending)
-            extra = source.more_words(rows, start, 2)
-            still = []
-            for column, (sign, waiting) in enumerate(zip((1, -1), pending, strict=True)):
-                round_words = extra[np.searchsorted(rows, waiting), column]
-                value, again = self.head_round(round_words)
-                z[waiting] += sign * value
-                still.append(waiting[again])
-            pending = (still[0], still[1])
+            extra = source.more_words(active, start, 2)
+            value, again = self.head_round(extra)
+            value[~pending] = 0  # a head that has stopped reads nothing more
+            z[active] += value[:, 0] - value[:, 1]
+            pending &= again
+            keep = pending[:, 0] | pending[:, 1]
+            active, pending = active[keep], pending[keep]
             start += 2
         return z
 
