@@ -37,6 +37,13 @@ all of ``N`` and the same for every input (a row still extending after 4096
 rounds, probability ``e^-16384``, fails the release: an event that does not
 depend on the data, never a truncated output); a round extends with probability
 ``T/2^64 <= e^-4``, so a geometric reads ``S/12 + 1.02`` words on average.
+Row ``i`` reads words ``0 .. 2w - 1`` of its stream (``w = S/12 + 1`` per
+geometric), then two more per round while either head extends: what a row
+reads depends on its own words only, so replays read the same words. The
+count ``#{l : C_l <= w}`` is found without a search: a table indexed by the
+word's top 16 bits gives the count below the bucket, and the few thresholds
+inside any bucket (at most ``steps``, known at construction) are compared
+one by one, in integers.
 
 *The realised reference.* ``T = ceil(2^64 a^N)`` (``N = 2^S K``, at least 1)
 defines ``a_ref = (T / 2^64)^(1/N) >= a``: the head extends with probability
@@ -46,7 +53,8 @@ defines ``a_ref = (T / 2^64)^(1/N) >= a``: the head extends with probability
 for a digit, ``1 - b^l`` in the head, whose top threshold ``2^64 - T`` is
 exact. So each cell's word count is within ``1 + 10^-30`` of ``2^64`` times
 its reference mass ``m``, a relative error at most ``xi_c = (1 + 10^-30) /
-(2^64 m_min)`` for the component's smallest cell ``m_min``, and the
+(2^64 m_min)`` for the component's smallest cell ``m_min`` (the code rounds
+this up by ``10^-6``), and the
 geometric's pmf satisfies::
 
     (1 - xi) p_ref(k) <= q(k) <= (1 + xi) p_ref(k),  1 + xi = prod_c (1 + xi_c)
@@ -94,9 +102,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Context, Decimal
-from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -273,11 +280,31 @@ class GeometricSampler:
         return z
 
 
+def _cdf(t: float, z: int) -> float:
+    a = math.exp(-1.0 / t)
+    if z <= 0:
+        return math.exp(z / t) / (1.0 + a)  # a^-z with z <= 0
+    return 1.0 - math.exp(-(z + 1) / t) / (1.0 + a)
+
+
+def ideal_delta(t: float, epsilon: float, sensitivity: int) -> float:
+    """Exact hockey-stick divergence of the ideal discrete Laplace ``t`` (module docstring)."""
+    if epsilon >= sensitivity / t:
+        return 0.0
+    z_star = math.ceil((sensitivity - epsilon * t) / 2.0) - 1
+    # z* - Delta < 0, so e^eps F(z* - Delta) = exp(eps + (z* - Delta)/t) / (1 + a),
+    # an exponent near (eps - eps0)/2 < 0: no overflow even for eps in the hundreds
+    scaled_tail = math.exp(epsilon + (z_star - sensitivity) / t) / (1.0 + math.exp(-1.0 / t))
+    return max(_cdf(t, z_star) - scaled_tail, 0.0)
+
+
 @dataclass(frozen=True)
 class DiscreteLaplace:
     """Discrete Laplace noise with parameter ``t`` (so ``a = e^(-1/t)``)."""
 
     t: float
+    #: the exact-threshold sampler, built (and its ``xi`` checked) with the object
+    sampler: GeometricSampler = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.t <= MAX_SCALE:
@@ -285,11 +312,7 @@ class DiscreteLaplace:
                 f"discrete Laplace scale {self.t:.3g} is outside (0, 2**40]; "
                 "narrow the bounds or raise epsilon"
             )
-
-    @cached_property
-    def sampler(self) -> GeometricSampler:
-        """The exact-threshold sampler (built on first use: tables up to 16384 words)."""
-        return GeometricSampler(self.t)
+        object.__setattr__(self, "sampler", GeometricSampler(self.t))
 
     @property
     def a(self) -> float:
@@ -301,20 +324,11 @@ class DiscreteLaplace:
         return -math.expm1(-1.0 / self.t)
 
     def cdf(self, z: int) -> float:
-        a = self.a
-        if z <= 0:
-            return math.exp(z / self.t) / (1.0 + a)  # a^-z with z <= 0
-        return 1.0 - math.exp(-(z + 1) / self.t) / (1.0 + a)
+        return _cdf(self.t, z)
 
     def delta(self, epsilon: float, sensitivity: int) -> float:
         """Exact hockey-stick divergence of the *ideal* noise at ``epsilon``, integer shift."""
-        if epsilon >= sensitivity / self.t:
-            return 0.0
-        z_star = math.ceil((sensitivity - epsilon * self.t) / 2.0) - 1
-        # z* - Delta < 0, so e^eps F(z* - Delta) = exp(eps + (z* - Delta)/t) / (1 + a),
-        # an exponent near (eps - eps0)/2 < 0: no overflow even for eps in the hundreds
-        scaled_tail = math.exp(epsilon + (z_star - sensitivity) / self.t) / (1.0 + self.a)
-        return max(self.cdf(z_star) - scaled_tail, 0.0)
+        return ideal_delta(self.t, epsilon, sensitivity)
 
     def certified_delta(self, epsilon: float, sensitivity: int) -> float:
         """Upper bound on the delta the *sampler* realises at ``epsilon`` (module docstring)."""
@@ -368,7 +382,8 @@ def calibration_epsilon(epsilon: float, sensitivity: int) -> float:
         raise MechanismError(
             f"epsilon {epsilon:.3g} is below the smallest the discrete Laplace sampler serves at "
             f"sensitivity {sensitivity}, {smallest_epsilon(sensitivity):.3g} (the noise parameter "
-            "Delta/epsilon must stay <= 2**40); raise epsilon or narrow the bounds"
+            f"Delta/epsilon must stay <= 2**40, and the sampler's slack of {EPSILON_SLACK:.2g} "
+            "below a thousandth of epsilon); raise epsilon or narrow the bounds"
         )
     return epsilon * (1.0 - _EPSILON_MARGIN) - EPSILON_SLACK
 
@@ -376,14 +391,14 @@ def calibration_epsilon(epsilon: float, sensitivity: int) -> float:
 def calibrate(epsilon: float, delta: float, sensitivity: int) -> DiscreteLaplace:
     """The least noise whose *realised* profile meets (epsilon, delta) at ``sensitivity``."""
     eps_c = calibration_epsilon(epsilon, sensitivity)
-    pure = DiscreteLaplace(sensitivity / eps_c)
+    pure_t = sensitivity / eps_c  # <= 2**40 (calibration_epsilon)
     delta_c = delta * (1.0 - _DELTA_RELATIVE) / (1.0 + XI_BOUND) ** 2 - _DELTA_ABSOLUTE
     if delta_c <= 0.0:
-        return pure
-    lo, hi = 1e-9 * pure.t, pure.t  # hi always satisfies the bound (delta(eps) = 0)
+        return DiscreteLaplace(pure_t)
+    lo, hi = 1e-9 * pure_t, pure_t  # hi always satisfies the bound (delta(eps) = 0)
     for _ in range(_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        if DiscreteLaplace(mid).delta(eps_c, sensitivity) <= delta_c:
+        if ideal_delta(mid, eps_c, sensitivity) <= delta_c:
             hi = mid
         else:
             lo = mid

@@ -206,7 +206,8 @@ def test_noise_scale_beyond_the_sampler_is_a_config_error() -> None:
     assert info.value.problems == [
         "fields[0] (n): epsilon 0.01 is below the smallest the discrete Laplace sampler serves "
         "at sensitivity 1000000000000000, 909 (the noise parameter Delta/epsilon must stay "
-        "<= 2**40); raise epsilon or narrow the bounds"
+        "<= 2**40, and the sampler's slack of 3.6e-12 below a thousandth of epsilon); "
+        "raise epsilon or narrow the bounds"
     ]
 
 
