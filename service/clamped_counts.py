@@ -88,7 +88,7 @@ class NoisyClampedCounts(Collector):
         now = self._clock()
         if now < self._end or not self._names:
             return
-        noise = self._noise.sample(self._source.words(len(self._names), 2))
+        noise = self._noise.sample(self._source, len(self._names))
         self._published = dict(zip(self._names, (self._counts + noise).tolist(), strict=True))
         self._counts[:] = 0
         # the next boundary after now, on the fixed grid of windows

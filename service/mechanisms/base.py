@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from decimal import Context, Decimal
+from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
+from service.errors import MechanismError
 from service.mechanisms.rng import NoiseSource
 
 
@@ -76,6 +79,19 @@ class Mechanism(ABC):
         return f"{type(self).__name__}(epsilon={self.epsilon}, delta={self.delta}, {shown})"
 
 
+def require_finite(values: Any, name: str) -> NDArray[np.float64]:
+    """The column as float64, or MechanismError if it holds NaN or an infinity.
+
+    The pipeline dead-letters non-finite values before they reach a
+    mechanism; this is the mechanism's own check (NaN never clamps: it would
+    pass ``clip`` and turn into an arbitrary int64 grid index).
+    """
+    column = np.asarray(values, dtype=np.float64)
+    if not np.all(np.isfinite(column)):
+        raise MechanismError(f"{name}: the column holds a value that is not finite")
+    return column
+
+
 def unused_words(n: int) -> NDArray[np.uint64]:
     """An empty draw, for mechanisms that need no randomness (zero sensitivity)."""
     return np.empty((n, 0), dtype=np.uint64)
@@ -84,6 +100,30 @@ def unused_words(n: int) -> NDArray[np.uint64]:
 def exp_neg(epsilon: float) -> float:
     """``e^-epsilon`` without overflow; formulas are written in this form."""
     return math.exp(-epsilon)
+
+
+#: 2**64: probabilities realised by comparing a whole 64-bit word with an integer threshold
+TWO_64 = 1 << 64
+_EXACT = Context(prec=60)
+#: beyond this, e^eps is far above anything a 2**-64 threshold resolves
+_EXP_CAP = 300.0
+
+
+def exp_lower_bound(x: float) -> Fraction:
+    """A rational ``E <= e^x`` (within ``10^-50`` relative for ``x <= 300``).
+
+    ``decimal``'s ``exp`` is correctly rounded at 60 digits; one unit of the
+    50th digit more than covers that rounding. For ``x > 300``, ``e^300 <= e^x``.
+    """
+    value = _EXACT.exp(Decimal(min(x, _EXP_CAP)))
+    return Fraction(value) * (1 - Fraction(1, 10**50))
+
+
+def log_upper_bound(ratio: Fraction) -> float:
+    """A float ``>= ln(ratio)`` for a positive rational (60-digit ``decimal``, rounded up)."""
+    quotient = _EXACT.divide(Decimal(ratio.numerator), Decimal(ratio.denominator))
+    value = float(_EXACT.ln(quotient))
+    return value + abs(value) * 2.0**-50 + 1e-300
 
 
 def compact_gamma(diameter: float, epsilon: float, delta: float) -> float:

@@ -78,6 +78,7 @@ from numpy.typing import ArrayLike, NDArray
 from service.errors import MechanismError
 from service.mechanisms.base import Mechanism, compact_gamma
 from service.mechanisms.discrete_gaussian import (
+    MAX_TABLE_SIGMA,
     WORDS_PER_SAMPLE,
     DiscreteGaussianSampler,
     calibrate_discrete_gaussian,
@@ -95,7 +96,13 @@ from service.mechanisms.estimation import (
     no_noise_cdf,
     require_records,
 )
-from service.mechanisms.grid import from_grid, granularity, grid_sensitivity, to_grid
+from service.mechanisms.grid import (
+    from_grid,
+    granularity,
+    grid_sensitivity,
+    narrow_bounds_message,
+    to_grid,
+)
 from service.mechanisms.rng import NoiseSource
 from service.mechanisms.validation import check_bounds, check_delta, check_epsilon
 
@@ -160,6 +167,24 @@ def check_calibration(calibration: str, allowed: tuple[str, ...]) -> None:
         )
 
 
+def _check_table(sigma_grid: float, epsilon: float) -> float:
+    """``sigma_grid``, or MechanismError if the sampler's table cannot serve it.
+
+    The grid is at most half the domain wide, so ``sigma_grid`` is at least
+    about ``2 sigma / diam`` and grows as ``1/epsilon``: the smallest epsilon
+    served is about ``epsilon sigma_grid / 2^15``.
+    """
+    if sigma_grid > MAX_TABLE_SIGMA:
+        smallest = epsilon * sigma_grid / MAX_TABLE_SIGMA
+        raise MechanismError(
+            f"epsilon {epsilon:.3g} is too small for the gaussian mechanism on this field: the "
+            f"noise would span {sigma_grid:.3g} grid steps, beyond the sampler's table "
+            f"({MAX_TABLE_SIGMA:.0f}); the smallest epsilon it serves here is about "
+            f"{smallest:.2g}: raise epsilon or use the laplace mechanism"
+        )
+    return sigma_grid
+
+
 class GaussianMechanism(Mechanism):
     """Clamp into ``[lo, hi]``, move to the grid, add discrete Gaussian noise."""
 
@@ -194,7 +219,7 @@ class GaussianMechanism(Mechanism):
             self.sensitivity_grid = 0
             self._offset = 0.0
             return
-        g = granularity(self.sigma_continuous, max(abs(self.lower), abs(self.upper)))
+        g = granularity(self.sigma_continuous, max(abs(self.lower), abs(self.upper)), self.diameter)
         self.granularity = g
         first, last = math.ceil(self.lower / g), math.floor(self.upper / g)
         if first <= last:  # clamp onto the grid points inside [lo, hi]
@@ -206,14 +231,15 @@ class GaussianMechanism(Mechanism):
             self.sensitivity_grid = grid_sensitivity(self.lower, self.upper, g)
             self._offset = 0.5
         self._index_range = (first, last)
-        if self.sensitivity_grid == 0:
-            return
+        if self.sensitivity_grid == 0:  # a constant release would claim noise it never adds
+            raise MechanismError(narrow_bounds_message(self.name, self.lower, self.upper, g))
         sens = self.sensitivity_grid
         if calibration == "analytic":
             start = calibrate_discrete_gaussian(eps, dlt, sens)
+            _check_table(start, eps)
             self._sampler = calibrated_sampler(eps, dlt, lambda smp: smp.delta(eps, sens), start)
         else:
-            sampler = sampler_for(classical_gaussian_sigma(eps, dlt, sens))
+            sampler = sampler_for(_check_table(classical_gaussian_sigma(eps, dlt, sens), eps))
             if sampler.delta(eps, sens) > dlt:  # pragma: no cover -- not observed for eps < 1
                 raise MechanismError(
                     "the classical sigma does not certify (epsilon, delta) on the integer grid; "

@@ -15,6 +15,14 @@ integer sensitivity is ``round(hi/g) - round(lo/g)`` (at most
 ``diam/g + 1``), and the mechanisms calibrate their integer noise against
 that, not against ``diam/g``. Rounding adds at most ``g/2`` to the error;
 ``g`` is chosen about 2**-10 of the noise scale, so that is negligible.
+
+Tiny epsilon. The noise scale can exceed the domain by far (epsilon 1e-6 on
+``[0, 100]``: ``b = 10^8``); ``g`` is then capped at the largest power of two
+``<= diam/2``, so at least two grid points lie inside the bounds and the
+integer sensitivity stays ``>= 1`` (the noise, ``t = Delta/eps`` grid steps,
+is then as wide as the continuous calibration asks). Only bounds whose
+magnitude forces a coarser grid (``|bound| / 2**50 > diam/2``) are left
+without two grid points; the mechanisms refuse those.
 """
 
 from __future__ import annotations
@@ -30,11 +38,16 @@ GRID_STEPS_PER_SCALE = 2**10
 MAX_GRID_INDEX = 2.0**50
 
 
-def granularity(scale: float, magnitude: float) -> float:
-    """A power of two near ``scale / 2**10``, coarse enough for ``|value| <= magnitude``."""
+def granularity(scale: float, magnitude: float, diameter: float = 0.0) -> float:
+    """A power of two near ``scale / 2**10``, coarse enough for ``|value| <= magnitude``.
+
+    With ``diameter > 0`` it is at most ``diameter / 2`` unless the magnitude forbids it.
+    """
     if scale <= 0.0 or not math.isfinite(scale):
         raise ValueError(f"noise scale {scale!r} must be a finite number > 0")
     exponent = math.floor(math.log2(scale / GRID_STEPS_PER_SCALE))
+    if diameter > 0.0:
+        exponent = min(exponent, math.floor(math.log2(diameter / 2.0)))
     if magnitude > 0.0:
         exponent = max(exponent, math.ceil(math.log2(magnitude / MAX_GRID_INDEX)))
     return math.ldexp(1.0, exponent)
@@ -53,3 +66,12 @@ def from_grid(indices: NDArray[np.int64], g: float) -> NDArray[np.float64]:
 def grid_sensitivity(lower: float, upper: float, g: float) -> int:
     """Largest index distance between two values of ``[lower, upper]`` after rounding."""
     return int(np.rint(upper / g) - np.rint(lower / g))
+
+
+def narrow_bounds_message(name: str, lower: float, upper: float, g: float) -> str:
+    """Why a field has no two grid points inside its bounds, and the fix."""
+    return (
+        f"{name}: bounds [{lower:g}, {upper:g}] are too narrow for their magnitude: the grid "
+        f"step {g:g} (at least |bound| / 2**50) leaves fewer than two grid points inside, so "
+        "every value would be released as the same point; shift the bounds towards 0 or widen them"
+    )

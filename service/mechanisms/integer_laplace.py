@@ -29,7 +29,7 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from service.mechanisms.base import Mechanism, compact_gamma, finite_gamma
+from service.mechanisms.base import Mechanism, compact_gamma, finite_gamma, require_finite
 from service.mechanisms.discrete_laplace import DiscreteLaplace, calibrate, discrete_laplace_cdf
 from service.mechanisms.estimation import (
     HistogramEstimate,
@@ -77,10 +77,13 @@ class IntegerLaplaceMechanism(Mechanism):
         return {"scale": t, "lower": self.lower, "upper": self.upper}
 
     def release(self, values: NDArray[np.int64], source: NoiseSource) -> NDArray[np.int64]:
-        clamped = np.clip(np.asarray(values, dtype=np.int64), self.lower, self.upper)
+        column = np.asarray(values)
+        if column.dtype.kind == "f":
+            require_finite(column, self.name)
+        clamped = np.clip(column.astype(np.int64), self.lower, self.upper)
         if self.noise is None:
             return clamped
-        return clamped + self.noise.sample(source.words(len(clamped), 2))
+        return clamped + self.noise.sample(source, len(clamped))
 
     def noise_error(
         self, inputs: NDArray[np.int64], outputs: NDArray[np.int64]

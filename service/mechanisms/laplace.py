@@ -32,9 +32,14 @@ grid ``g Z`` (``service.mechanisms.grid``), discrete Laplace noise is added
 to the grid index in integer arithmetic, and the output is ``g`` times the
 result. The continuous ``b`` above picks ``g`` (about ``b / 2^10``); the
 discrete noise is then calibrated against the *rounded* sensitivity
-``Delta = round(hi/g) - round(lo/g)`` with its exact privacy profile
-(``tight``: least noise meeting (eps, delta); ``thesis``: ``t = Delta /
-(eps - ln(1 - delta))``, checked against the exact profile). ``scale`` in
+``Delta = round(hi/g) - round(lo/g)`` with the realised profile of the
+sampler (``service.mechanisms.discrete_laplace``: exact integer thresholds,
+a slack of ``~4e-12`` in epsilon for its ``2^-40`` relative error; ``tight``:
+least noise meeting (eps, delta); ``thesis``: ``t = Delta / (eps_c - ln(1 -
+delta))`` with the slacked ``eps_c``, checked against the certified profile).
+For a tiny epsilon the grid is capped at half the domain
+(``service.mechanisms.grid``), so the noise stays calibrated rather than the
+grid swallowing the domain. ``scale`` in
 ``params`` is the effective ``g t``; it is within a fraction of a percent
 of the continuous ``b``.
 
@@ -67,8 +72,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from service.errors import MechanismError
-from service.mechanisms.base import Mechanism, compact_gamma
-from service.mechanisms.discrete_laplace import DiscreteLaplace, calibrate, discrete_laplace_cdf
+from service.mechanisms.base import Mechanism, compact_gamma, require_finite
+from service.mechanisms.discrete_laplace import (
+    DiscreteLaplace,
+    calibrate,
+    calibration_epsilon,
+    discrete_laplace_cdf,
+)
 from service.mechanisms.estimation import (
     HistogramEstimate,
     LatticeNoise,
@@ -78,7 +88,13 @@ from service.mechanisms.estimation import (
     mean_estimate,
     require_records,
 )
-from service.mechanisms.grid import from_grid, granularity, grid_sensitivity, to_grid
+from service.mechanisms.grid import (
+    from_grid,
+    granularity,
+    grid_sensitivity,
+    narrow_bounds_message,
+    to_grid,
+)
 from service.mechanisms.rng import NoiseSource
 from service.mechanisms.validation import check_bounds, check_delta, check_epsilon
 
@@ -115,17 +131,26 @@ class LaplaceMechanism(Mechanism):
         self.noise: DiscreteLaplace | None = None
         if self.diameter > 0.0:
             magnitude = max(abs(self.lower), abs(self.upper))
-            self.granularity = granularity(self.continuous_scale, magnitude)
+            self.granularity = granularity(self.continuous_scale, magnitude, self.diameter)
             self.grid_sensitivity = grid_sensitivity(self.lower, self.upper, self.granularity)
+            if self.grid_sensitivity == 0:
+                raise MechanismError(
+                    narrow_bounds_message(self.name, self.lower, self.upper, self.granularity)
+                )
             self.noise = self._calibrate()
 
     def _calibrate(self) -> DiscreteLaplace:
         sens = self.grid_sensitivity
         if self.calibration == "tight":
-            return calibrate(self.epsilon, self.delta, sens)
-        noise = DiscreteLaplace(sens / (self.epsilon - math.log1p(-self.delta)))
-        if noise.delta(self.epsilon, sens) > self.delta:  # pragma: no cover -- guarded by tests
-            raise MechanismError("thesis calibration does not hold on the grid; use tight")
+            noise = calibrate(self.epsilon, self.delta, sens)
+        else:
+            eps_c = calibration_epsilon(self.epsilon, sens)
+            noise = DiscreteLaplace(sens / (eps_c - math.log1p(-self.delta)))
+        if noise.certified_delta(self.epsilon, sens) > self.delta:
+            raise MechanismError(
+                f"the {self.calibration} calibration does not hold for the sampler on the grid "
+                f"at epsilon {self.epsilon:g}; use calibration 'tight'"
+            )
         return noise
 
     @property
@@ -164,10 +189,11 @@ class LaplaceMechanism(Mechanism):
 
     def release(self, values: NDArray[np.float64], source: NoiseSource) -> NDArray[np.float64]:
         """Sanitize a column of finite raw values; outputs are multiples of ``granularity``."""
-        clamped = self.clamp(np.asarray(values, dtype=np.float64))
+        column = require_finite(values, self.name)
+        clamped = self.clamp(column)
         if self.noise is None:
             return clamped
-        noise = self.noise.sample(source.words(len(clamped), 2))
+        noise = self.noise.sample(source, len(clamped))
         return from_grid(to_grid(clamped, self.granularity) + noise, self.granularity)
 
     def noise_error(

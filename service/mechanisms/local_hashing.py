@@ -45,16 +45,21 @@ has ``P(A | v) <= e^eps P(A | v')``. The bound is tight: the event
 ``q (1 - 1/g)`` under ``v'``.
 
 Sampling from 64-bit words, three per record: ``w0`` is the seed; ``w1``
-flips the bucket iff ``w1 < T`` with ``T = ceil(f' 2**64)``; ``w2 mod (g-1)``
-picks the other bucket, shifted past ``x``. ``w2 mod (g-1)`` is not exactly
-uniform: residue ``j`` has probability ``pi_j`` between
-``floor(2**64/(g-1)) / 2**64 = pi_min`` and ``pi_min + 2**-64``. The flip
-probability is therefore raised from ``f = (g-1) q`` to
-``f' = f / ((g-1) pi_min)`` (a relative change below ``2**-31``), so the
-binding ratio ``(1 - f') / (f' pi_min) <= e^eps`` holds for the words
-actually used; the other ratios are at most ``1 + 2**-31 < e^eps`` (the
-modulus exceeds 1 only when ``eps >= ln 1.5``). What remains is the
-rounding of ``f`` as a double (relative ``2**-52``).
+flips the bucket iff ``w1 < T``; ``w2 mod (g-1)`` picks the other bucket,
+shifted past ``x``. Given the seed this is randomized response over the
+buckets with ``m = g - 1`` (a hash collision only makes the two values'
+outputs equal), and ``T`` is chosen exactly as there
+(``randomized_response.flip_threshold``, exact rationals): ``w2 mod (g-1)``
+gives residue ``j`` probability ``pi_j`` between ``pi_min = floor(2^64 /
+(g-1)) / 2^64`` and ``pi_min + 2^-64``, and ``T`` is the least integer with
+``T / 2^64 >= 1 / (1 + E pi_min)``, ``E <= e^eps`` rational, so the binding
+ratio ``(1 - F) / (F pi_min) <= e^eps`` holds for the words actually used;
+the other ratios are at most ``pi_max / pi_min <= 1 + 2^-31 < e^eps`` (the
+modulus exceeds 1 only when ``eps >= ln 1.5``). Construction checks the
+realised divergence at ``eps`` is exactly 0 (``realised_delta``).
+``flip_probability``, ``keep_probability`` and ``q`` report the realised
+``F = T / 2^64``: at ``eps > ~66``, ``T = 1`` flips more than ``e^-eps``
+asks, never less.
 
 Error metric: discrete, on the hashed report. ``rho((s, y), v) = 0`` if
 ``y = H_s(v)`` (the truthful report for that seed), else ``1``. Then
@@ -117,6 +122,7 @@ from numpy.typing import NDArray
 
 from service.errors import MechanismError
 from service.mechanisms.base import Mechanism, exp_neg, finite_gamma
+from service.mechanisms.randomized_response import flip_threshold, realised_delta
 from service.mechanisms.rng import NoiseSource
 from service.mechanisms.validation import check_epsilon
 
@@ -190,16 +196,6 @@ def hash_to_bucket(
     return mixed % np.uint64(buckets)
 
 
-def _ceil_to_words(probability: float) -> int:
-    """``T = ceil(probability * 2**64)``, exact, kept in ``[1, 2**64 - 1]``.
-
-    At least 1: a flip probability of ``2**-64`` is still a finite epsilon
-    (about 67, below any epsilon that rounds to it).
-    """
-    num, den = probability.as_integer_ratio()
-    return min(max(-((-num * _TWO_64) // den), 1), _TWO_64 - 1)
-
-
 class OptimalLocalHashing(Mechanism):
     """OLH: per-record seeded hash into ``g`` buckets, then ``g``-ary randomized response."""
 
@@ -209,16 +205,15 @@ class OptimalLocalHashing(Mechanism):
     def __init__(self, *, epsilon: float) -> None:
         super().__init__(epsilon=check_epsilon(epsilon), delta=0.0)
         self.buckets = olh_buckets(self.epsilon)
-        self.keep_probability = olh_keep_probability(self.epsilon, self.buckets)
-        # q = 1 / (e^eps + g - 1) = e^-eps p
-        self.q = exp_neg(self.epsilon) * self.keep_probability
         others = self.buckets - 1
-        self.flip_probability = others * self.q
-        # raise the flip probability by the modulo bias of ``w2 mod (g - 1)``
-        pi_min_times_others = others * (_TWO_64 // others) / _TWO_64
-        self._flip_threshold = np.uint64(
-            _ceil_to_words(self.flip_probability / pi_min_times_others)
-        )
+        threshold = flip_threshold(others, self.epsilon, 0.0)
+        if realised_delta(threshold, others, self.epsilon) > 0:  # pragma: no cover -- eps > 0.4
+            raise MechanismError(f"local hashing at epsilon {self.epsilon:g} is not certified")
+        self._flip_threshold = np.uint64(threshold)
+        #: the realised flip probability ``T / 2**64`` and the derived report probabilities
+        self.flip_probability = threshold / _TWO_64
+        self.keep_probability = 1.0 - self.flip_probability
+        self.q = self.flip_probability / others
 
     @property
     def expected_error(self) -> float:

@@ -19,8 +19,37 @@ Error in the discrete metric (``rho = 1`` when the output differs):
 response with the smallest ``p`` is optimal (Example 5.7). Boolean fields
 are ``m = 1``; at ``delta = 0, eps = ln 3`` that is the fair-coin protocol.
 
-Sampling: one uniform decides keep/flip; a second picks among the ``m``
-other values (index ``j`` in ``0..m-1``, shifted past the true index).
+Sampling, exactly as implemented: two 64-bit words per value. The answer
+flips iff ``w0 < T`` (probability ``F = T / 2^64``, exact); the flipped
+answer is ``j = w1 mod m`` among the ``m`` other values in index order
+(shifted past the true one). ``w1 mod m`` is not exactly uniform: value
+``j`` has probability ``pi_j``, ``floor(2^64/m)`` or one more word over
+``2^64``. For neighbours ``d != d'`` the outputs compare as
+
+* ``y = d``: ``1 - F`` vs ``F pi_j``, at worst ``F pi_min``;
+* ``y = d'``: ``F pi_j`` vs ``1 - F``;
+* any other ``y``: ``F pi_j`` vs ``F pi_j'``, ratio at most ``pi_max / pi_min``,
+
+so the realised hockey-stick divergence at ``eps`` is at most::
+
+    (1 - F - e^eps F pi_min)+ + (F pi_max - e^eps (1 - F))+
+        + (m - 1) F (pi_max - e^eps pi_min)+
+
+``T`` is the least integer with ``F >= (1 - delta) / (1 + E pi_min)``, ``E``
+a rational lower bound on ``e^eps`` (``base.exp_lower_bound``, exact
+``fractions`` arithmetic): that zeroes the first term beyond ``delta``. The
+third vanishes for every ``eps >= ln(pi_max / pi_min)`` (``<= m 2^-64``, 0
+when ``m`` is a power of two); the second can turn positive only at
+``e^eps ~ 1``, through the rounding of ``T``. Construction refuses epsilons
+below ``SMALLEST_EPSILON = 2^-50`` and checks the bound for the threshold
+actually sampled. ``T >= 1``: every answer can flip, at every epsilon; when
+``e^-eps`` drops below ``2^-64`` the realised epsilon (``ln(2^64 - 1)`` for
+``m = 1``, about 44.4) is below the declared one, never above. ``p`` is
+reported as ``F / m`` rounded up to a double, and ``release`` rebuilds
+``T = ceil(m p 2^64)`` from it (``>=`` the calibrated ``T``, within
+``2^-52`` relative): what is reported is what is sampled. (``keep_probability``
+is a double: it reads 1.0 once ``m p < 2^-53``, while the answer still flips
+with probability ``m p``.)
 
 Analyst side (``estimate_frequencies``). With ``c`` the number of released
 values equal to ``v`` among ``n`` and ``f`` the share of records holding
@@ -39,18 +68,63 @@ References
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from service.errors import MechanismError
-from service.mechanisms.base import Mechanism, exp_neg, finite_gamma
-from service.mechanisms.rng import NoiseSource, uniforms
+from service.mechanisms.base import TWO_64, Mechanism, exp_lower_bound, finite_gamma
+from service.mechanisms.rng import NoiseSource
 from service.mechanisms.validation import check_delta, check_domain, check_epsilon
 
 DomainValue = str | int | bool
+
+
+#: below this, rounding a flip threshold to 2^-64 can exceed the declared delta
+SMALLEST_EPSILON = 2.0**-50
+
+
+def pick_probabilities(m: int) -> tuple[Fraction, Fraction]:
+    """``(pi_min, pi_max)`` of ``w mod m`` for a uniform 64-bit word ``w``."""
+    low = Fraction(TWO_64 // m, TWO_64)
+    return low, low if TWO_64 % m == 0 else low + Fraction(1, TWO_64)
+
+
+def realised_delta(threshold: int, m: int, epsilon: float) -> Fraction:
+    """Upper bound on the hockey-stick divergence of flip threshold ``T`` (module docstring)."""
+    flip = Fraction(threshold, TWO_64)
+    low, high = pick_probabilities(m)
+    e = exp_lower_bound(epsilon)
+    terms = (
+        1 - flip - e * flip * low,
+        flip * high - e * (1 - flip),
+        (m - 1) * flip * (high - e * low),
+    )
+    return sum((term for term in terms if term > 0), Fraction(0))
+
+
+def flip_threshold(m: int, epsilon: float, delta: float) -> int:
+    """The least ``T`` with ``T / 2^64 >= (1 - delta) / (1 + E pi_min)``, at least 1."""
+    low, _ = pick_probabilities(m)
+    e = exp_lower_bound(epsilon)
+    need = (1 - Fraction(delta)) / (1 + e * low)
+    return max(1, math.ceil(need * TWO_64))
+
+
+def threshold_of(p: float, m: int) -> int:
+    """``T = ceil(m p 2^64)``: the flip threshold a reported ``p`` stands for."""
+    return min(max(1, math.ceil(Fraction(p) * m * TWO_64)), TWO_64 - 1)
+
+
+def reported_p(threshold: int, m: int) -> float:
+    """``T / (m 2^64)`` rounded up to a double, so ``threshold_of`` gives back ``>= T``."""
+    exact = Fraction(threshold, m * TWO_64)
+    p = float(exact)
+    return p if Fraction(p) >= exact else math.nextafter(p, math.inf)
 
 
 class RandomizedResponse(Mechanism):
@@ -65,9 +139,17 @@ class RandomizedResponse(Mechanism):
         super().__init__(epsilon=check_epsilon(epsilon), delta=check_delta(delta))
         self.domain: tuple[DomainValue, ...] = check_domain(domain)
         self.m = len(self.domain) - 1
-        e = exp_neg(self.epsilon)
-        self.p = (1.0 - self.delta) * e / (1.0 + self.m * e)
+        self.p = reported_p(flip_threshold(self.m, self.epsilon, self.delta), self.m)
+        #: a double: 1.0 once ``m p < 2^-53``, while the sampler still flips with ``m p``
         self.keep_probability = 1.0 - self.m * self.p
+        sampled = threshold_of(self.p, self.m)
+        if self.epsilon < SMALLEST_EPSILON or realised_delta(
+            sampled, self.m, self.epsilon
+        ) > Fraction(self.delta):
+            raise MechanismError(
+                f"epsilon {self.epsilon:.3g} is too small for 64-bit flip thresholds "
+                f"(use at least {SMALLEST_EPSILON:.3g})"
+            )
 
     @property
     def expected_error(self) -> float:
@@ -97,10 +179,16 @@ class RandomizedResponse(Mechanism):
 
     def release(self, indices: NDArray[np.int64], source: NoiseSource) -> NDArray[np.int64]:
         """Sanitize a column of domain indices (``0..m``)."""
-        u = uniforms(source, len(indices), 2)
-        flip = u[:, 0] >= self.keep_probability
-        other = np.floor(u[:, 1] * self.m).astype(np.int64)
-        other = np.minimum(other, self.m - 1)  # u*m < m always; guard float rounding
+        indices = np.asarray(indices)
+        if len(indices) and (
+            indices.dtype.kind not in "iu" or indices.min() < 0 or indices.max() > self.m
+        ):
+            raise MechanismError(
+                f"{self.name}: expected domain indices in 0..{self.m}, got {indices.dtype} values"
+            )
+        words = source.words(len(indices), 2)
+        flip = words[:, 0] < np.uint64(threshold_of(self.p, self.m))
+        other = (words[:, 1] % np.uint64(self.m)).astype(np.int64)
         other += other >= indices  # skip over the true value
         return np.where(flip, other, indices)
 

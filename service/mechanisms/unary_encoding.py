@@ -49,10 +49,21 @@ of outputs gives it for every output set by summation.
 
 Sampling: one 64-bit word per bit; the output bit is ``w < T`` with
 ``T1 = floor(p 2**64)`` for a true bit and ``T0 = ceil(q 2**64)`` for a false
-one. Rounding lowers ``p`` and raises ``q``, which lowers both ``alpha`` and
-``beta``: the words actually used are at most eps-DP (up to the double
-rounding of ``p`` and ``q``, relative ``2**-52``); ``realized_epsilon``
-reports it. The draw is ``(n, d)`` words (8 bytes per bit per record), and the
+one (``T0 >= 1``), so the realised pair is exactly ``(T1, T0) / 2**64``. Its
+whole-set epsilon (``realized_epsilon``) is the formula above with
+``alpha = ln(T1/T0)``, ``beta = ln((2^64 - T0)/(2^64 - T1))``, evaluated as
+an upper bound (60-digit ``decimal`` logs, ``base.log_upper_bound``;
+``a max + b min`` of upper bounds bounds the true ``a alpha + b beta`` for
+``a >= b``). Symmetric takes ``T0 = ceil(2^64 / (1 + e^c))`` from 60-digit
+``decimal`` and ``T1 = 2^64 - T0`` (``1 - p = q`` exactly: a double ``p``
+loses ``1 - p`` once ``q < 2^-53``, a double ``q`` loses ``alpha`` at tiny
+``c``). Construction requires
+the bound to be ``<= epsilon``, recalibrating at ``eps (1 - 2^-44 4^j)`` if
+the doubles ``p, q`` rounded the wrong way, and
+refuses ``T1 <= T0`` (an epsilon so small that ``p`` and ``q`` meet at
+``2**-64``). At a large epsilon ``T0 = 1`` caps ``alpha`` at ``ln(2^63)``:
+the realised epsilon is then below the declared one, never above. ``p`` and
+``q`` report the realised pair. The draw is ``(n, d)`` words (8 bytes per bit per record), and the
 universe is limited to ``2**17`` items (the keyed source's per-record limit).
 
 Alternative not taken: *padding and sampling* (Qin et al. 2016, Wang et al.
@@ -118,13 +129,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from decimal import ROUND_CEILING, Context, Decimal
+from fractions import Fraction
 from typing import ClassVar, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from service.errors import MechanismError
-from service.mechanisms.base import Mechanism, compact_gamma, exp_neg
+from service.mechanisms.base import Mechanism, compact_gamma, exp_neg, log_upper_bound
 from service.mechanisms.rng import NoiseSource
 from service.mechanisms.validation import check_domain, check_epsilon
 
@@ -221,6 +234,14 @@ def _ceil_to_words(probability: float) -> int:
     return min(max(-((-num * _TWO_64) // den), 1), _TWO_64 - 1)
 
 
+def _symmetric_false_threshold(c: float) -> int:
+    """``T0 = ceil(2^64 / (1 + e^c))`` from 60-digit ``decimal``, never below the exact value."""
+    context = Context(prec=60)
+    q = context.divide(Decimal(1), Decimal(1) + context.exp(Decimal(min(c, 300.0))))
+    scaled = context.multiply(q, Decimal(_TWO_64) * (1 + Decimal(10) ** -50))
+    return max(1, int(scaled.to_integral_value(ROUND_CEILING)))
+
+
 def _log_admissible_sets(universe_size: int, max_items: int) -> float:
     """``ln sum_{i <= min(k, d)} C(d, i)`` via log-sum-exp of ``lgamma`` terms."""
     d = universe_size
@@ -267,19 +288,43 @@ class UnaryEncoding(Mechanism):
         self.max_items = max_items
         self.universe_size = len(self.universe)
         self._index = {item: j for j, item in enumerate(self.universe)}
-        self.p, self.q, self.item_epsilon = unary_calibration(
-            self.universe_size, max_items, self.epsilon, variant
+        t1, t0, self.item_epsilon = self._thresholds()
+        self._t1, self._t0 = np.uint64(t1), np.uint64(t0)
+        #: the realised P(1 -> 1) and P(0 -> 1), ``T / 2**64``
+        self.p, self.q = t1 / _TWO_64, t0 / _TWO_64
+
+    def _thresholds(self) -> tuple[int, int, float]:
+        """``(T1, T0, item_epsilon)`` whose certified set epsilon is ``<= epsilon``."""
+        for attempt in range(8):
+            target = self.epsilon * (1.0 - 2.0**-44 * 4.0**attempt) if attempt else self.epsilon
+            p, q, item = unary_calibration(self.universe_size, self.max_items, target, self.variant)
+            if self.variant == "symmetric":  # 1 - p = q: T1 = 2^64 - T0, T0 from decimal
+                t0 = _symmetric_false_threshold(item / 2.0)
+                t1 = _TWO_64 - t0
+            else:
+                t1, t0 = _floor_to_words(p), _ceil_to_words(q)
+            if t1 <= t0:
+                raise MechanismError(
+                    f"epsilon {self.epsilon:.3g} is too small for 64-bit bit-flip thresholds "
+                    f"over {self.universe_size} items (P(1 -> 1) and P(0 -> 1) meet); "
+                    "raise epsilon"
+                )
+            if self._certified_epsilon(t1, t0) <= self.epsilon:
+                return t1, t0, item
+        raise MechanismError(  # pragma: no cover -- the first or second attempt certifies
+            f"unary encoding at epsilon {self.epsilon:.6g}: no 64-bit thresholds certified"
         )
-        self._t1 = np.uint64(_floor_to_words(self.p))
-        self._t0 = np.uint64(_ceil_to_words(self.q))
+
+    def _certified_epsilon(self, t1: int, t0: int) -> float:
+        alpha = log_upper_bound(Fraction(t1, t0))
+        beta = log_upper_bound(Fraction(_TWO_64 - t0, _TWO_64 - t1))
+        cost = _set_cost(alpha, beta, self.universe_size, self.max_items)
+        return cost * (1.0 + 2.0**-50)
 
     @property
     def realized_epsilon(self) -> float:
-        """Whole-set eps of the integer thresholds actually used (``<= epsilon``)."""
-        t1, t0 = int(self._t1), int(self._t0)  # P(1 -> 1) = t1 / 2**64, P(0 -> 1) = t0 / 2**64
-        alpha = math.log(t1) - math.log(t0)
-        beta = math.log(_TWO_64 - t0) - math.log(_TWO_64 - t1)
-        return _set_cost(alpha, beta, self.universe_size, self.max_items)
+        """Upper bound on the whole-set eps of the thresholds actually used (``<= epsilon``)."""
+        return self._certified_epsilon(int(self._t1), int(self._t0))
 
     @property
     def expected_error(self) -> float:

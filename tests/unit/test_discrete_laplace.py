@@ -118,7 +118,7 @@ def test_moments_are_accurate_for_large_scales() -> None:
 
 @pytest.mark.parametrize("t", [2.0**40 * 1.0001, 1e17, 0.0, -1.0])
 def test_scales_the_sampler_cannot_serve_are_refused(t: float) -> None:
-    # above 2**40, floor(t E) from 52-bit uniforms would skip integers
+    # above 2**40 the noise sums of rare long extensions would approach int64
     with pytest.raises(MechanismError, match="narrow the bounds or raise epsilon"):
         DiscreteLaplace(t)
 
@@ -192,8 +192,10 @@ def test_delta_falls_as_noise_grows() -> None:
 )
 def test_pure_calibration_is_sensitivity_over_epsilon(eps: float, sensitivity: int) -> None:
     noise = calibrate(eps, 0.0, sensitivity)
-    assert noise.t == sensitivity / eps
+    # at eps (1 - 2^-40) - 4.0001 * 2^-40: the sampler's slack, a hair more noise
+    assert sensitivity / eps < noise.t <= sensitivity / eps * (1 + 1e-10)
     assert noise.delta(eps, sensitivity) == 0.0
+    assert noise.certified_delta(eps, sensitivity) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -212,9 +214,11 @@ def test_pure_calibration_is_sensitivity_over_epsilon(eps: float, sensitivity: i
 def test_calibration_meets_delta_tightly(eps: float, delta: float, sensitivity: int) -> None:
     t = calibrate(eps, delta, sensitivity).t
     profile = direct_delta(t, sensitivity, eps)
-    # <= delta (slack 1e-12 relative for the rounding of the reference sum itself)
+    # <= delta (slack 1e-12 relative for the rounding of the reference sum itself);
+    # tight up to the sampler's margins (eps - 8e-12, delta (1 - 1e-9) - 1e-15), which can
+    # move the profile by more where it jumps with z* (small t)
     assert profile <= delta * (1.0 + 1e-12)
-    assert profile >= delta * (1.0 - 1e-6)
+    assert profile >= delta * (1.0 - 1e-5)
     assert direct_delta(0.99 * t, sensitivity, eps) > delta
     assert t < sensitivity / eps  # less noise than pure DP needs
 
@@ -230,23 +234,12 @@ def test_calibration_with_tiny_delta_is_the_least_noise(
     # little below delta; t itself must still be minimal to 1e-9 relative
     t = calibrate(eps, delta, sensitivity).t
     assert direct_delta(t, sensitivity, eps) <= delta * (1.0 + 1e-12)
-    assert direct_delta(t * (1.0 - 1e-9), sensitivity, eps) > delta
-    assert t <= sensitivity / eps
+    # minimal up to the sampler's calibration margins (absolute 1e-15 in delta)
+    assert direct_delta(t * (1.0 - 1e-6), sensitivity, eps) > delta
+    assert t <= sensitivity / eps * (1 + 1e-10)
 
 
 # --- sampler -------------------------------------------------------------------------
-
-
-def test_sampler_maps_words_as_documented() -> None:
-    # U = ((w >> 12) + 0.5) 2^-52, G = floor(t (-ln U)), Z = G1 - G2.
-    # w = 0 -> U = 2^-53 -> E = 53 ln 2;  w = 2^64 - 1 -> E = -ln(1 - 2^-53) ~ 1e-16 -> G = 0
-    t = 3.0
-    top = np.uint64(2**64 - 1)
-    words = np.array([[0, top], [top, 0], [top, top], [0, 0]], dtype=np.uint64)
-    z = DiscreteLaplace(t).sample(words)
-    g_max = math.floor(t * 53 * math.log(2.0))
-    assert z.dtype == np.int64
-    assert z.tolist() == [g_max, -g_max, 0, 0]
 
 
 def binned_counts(z: np.ndarray, t: float, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -268,7 +261,7 @@ def binned_counts(z: np.ndarray, t: float, n: int) -> tuple[np.ndarray, np.ndarr
 @pytest.mark.parametrize(("t", "seed"), [(0.4, 101), (2.0, 102), (7.5, 103)])
 def test_sampler_follows_the_pmf(t: float, seed: int) -> None:
     n = 50_000
-    z = DiscreteLaplace(t).sample(SeededSource(seed).words(n, 2))
+    z = DiscreteLaplace(t).sample(SeededSource(seed), n)
     assert z.shape == (n,)
     assert z.dtype == np.int64
     observed, expected = binned_counts(z, t, n)
@@ -280,6 +273,6 @@ def test_sampler_follows_the_pmf(t: float, seed: int) -> None:
 def test_chi_square_detects_a_ten_percent_scale_error() -> None:
     # power check of the test above: samples at t = 2.2 against the pmf at t = 2.0
     n = 50_000
-    z = DiscreteLaplace(2.2).sample(SeededSource(104).words(n, 2))
+    z = DiscreteLaplace(2.2).sample(SeededSource(104), n)
     observed, expected = binned_counts(z, 2.0, n)
     assert stats.chisquare(observed, expected * n / expected.sum()).pvalue < 1e-6

@@ -16,6 +16,7 @@ import pytest
 from scipy import special, stats
 
 from service.errors import MechanismError
+from service.mechanisms import LaplaceMechanism
 from service.mechanisms.discrete_gaussian import concentrated_delta
 from service.mechanisms.gaussian import (
     GaussianMechanism,
@@ -390,11 +391,26 @@ def test_extreme_bounds_stay_finite_and_on_the_grid(lo: float, hi: float) -> Non
     assert mech.delta_achieved <= 1e-6
 
 
-def test_grid_coarser_than_the_domain_releases_a_constant() -> None:
-    """eps = 1e-4 on [0, 1]: sigma ~ 17000 gives g = 16, one grid point, no noise needed."""
-    mech = GaussianMechanism(bounds=(0.0, 1.0), epsilon=1e-4, delta=1e-6)
-    assert mech.sensitivity_grid == 0
-    out = mech.release(np.array([0.0, 0.4, 1.0]), CountingSource(1))
-    assert out.tolist() == [0.0, 0.0, 0.0]  # (0, 0)-DP: every input gives the same output
-    assert mech.expected_error == pytest.approx(1.0)  # worst case: d = 1 released as 0
+def test_tiny_epsilon_keeps_two_grid_points_and_real_noise() -> None:
+    """eps = 1e-3 on [0, 1]: sigma ~ 4800 would ask for g = 4; g is capped at 1/2."""
+    mech = GaussianMechanism(bounds=(0.0, 1.0), epsilon=1e-3, delta=1e-6)
+    assert mech.granularity == 0.5
+    assert mech.sensitivity_grid == 2
+    assert mech.sigma == pytest.approx(mech.sigma_continuous, rel=0.1)
+    out = mech.release(np.zeros(2000), SeededSource(1))
+    # noise of sd ~4800 is really added: not a constant (P(all equal) is negligible)
+    assert len(set(out.tolist())) > 1000
     assert mech.expected_error >= mech.gamma_lower_bound
+
+
+def test_epsilon_too_small_for_the_table_is_refused_with_the_smallest_served() -> None:
+    with pytest.raises(MechanismError, match=r"too small .* smallest epsilon it serves here is"):
+        GaussianMechanism(bounds=(0.0, 100.0), epsilon=1e-6, delta=1e-6)
+
+
+def test_bounds_too_narrow_for_their_magnitude_are_refused() -> None:
+    # |bound| / 2**50 forces g = 2**17, four times the width: both bounds round to 2**50
+    with pytest.raises(MechanismError, match="too narrow for their magnitude"):
+        GaussianMechanism(bounds=(2.0**67, 2.0**67 + 2.0**15), epsilon=1.0, delta=1e-6)
+    with pytest.raises(MechanismError, match="too narrow for their magnitude"):
+        LaplaceMechanism(bounds=(2.0**67, 2.0**67 + 2.0**15), epsilon=1.0)
