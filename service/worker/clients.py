@@ -150,7 +150,7 @@ class Fencing:
         age = self.transaction_age_s
         opened = "no transaction open" if age is None else f"transaction open {age:.1f} s"
         if self.expired:
-            dropped = ", a broker connection dropped meanwhile" if self.connection_lost else ""
+            dropped = ", the broker unreachable meanwhile" if self.connection_lost else ""
             return (
                 f"transaction expired during an outage ({opened}, transaction_timeout_ms "
                 f"{kafka.transaction_timeout_ms}{dropped}): the broker aborted it and fenced "

@@ -270,7 +270,7 @@ async def test_a_transaction_expired_in_an_outage_restarts_the_session_with_one_
     assert len(warnings) == 2, warnings
     assert all(m.startswith("transaction expired during an outage") for m in warnings)
     assert "transaction_timeout_ms 60000" in warnings[0]
-    assert "a broker connection dropped meanwhile" in warnings[1]
+    assert "the broker unreachable meanwhile" in warnings[1]
 
 
 async def test_a_fresh_producer_fenced_again_without_an_outage_stops_the_worker(
