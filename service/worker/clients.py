@@ -102,9 +102,11 @@ RIVAL_WINDOW_S = 30.0
 
 def is_fenced(exc: BaseException | None) -> bool:
     """``exc``, or an exception in its cause chain, says the producer was fenced."""
-    while exc is not None:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:  # a context chain may loop
         if isinstance(exc, _FENCED):
             return True
+        seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return False
 
@@ -229,16 +231,20 @@ def _rival(kafka: KafkaConfig, runtime: Runtime, fencing: Fencing | None) -> Bro
     )
 
 
-def live_connections(*clients: Any) -> tuple[Any, ...]:
-    """The connected broker connections of aiokafka clients, to notice one dropping later.
+def live_connections(client: Any) -> tuple[Any, ...]:
+    """The connected broker connections of an aiokafka client, to notice one dropping later.
 
     Reads aiokafka's private ``AIOKafkaClient._conns``; an aiokafka without it
     gives none, and outage evidence then rests on the transaction age and the
     probe. A dropped connection is closed for good (aiokafka reconnects with a
     new object), so ``connected()`` on a kept one tells whether it dropped.
+    The bootstrap connection is left out: aiokafka closes it on purpose once
+    it knows the brokers.
     """
-    conns = (conn for client in clients for conn in getattr(client, "_conns", {}).values())
-    return tuple(conn for conn in conns if conn.connected())
+    conns = getattr(client, "_conns", {})
+    return tuple(
+        conn for (node, _), conn in conns.items() if node != "bootstrap" and conn.connected()
+    )
 
 
 async def broker_answers(client: Any, topic: str, timeout_s: float) -> bool:

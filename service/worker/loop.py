@@ -116,10 +116,10 @@ class Worker:
         self._assigned: set[TopicPartition] = set()
         self._backoff = Backoff()
         # what a fencing is judged by (clients.Fencing), all time.monotonic()
-        self._clients: tuple[Any, ...] = ()
+        self._producer_client: Any = None
         self._producer_since = 0.0
         self._txn_began: float | None = None
-        self._txn_links: tuple[Any, ...] = ()
+        self._txn_dropped = False  # a connection it began with dropped before it failed
         self._unreachable_at = float("-inf")
         self._fenced_before = False
 
@@ -166,27 +166,26 @@ class Worker:
             return None
         now = time.monotonic()
         began = self._txn_began
-        dropped = any(not conn.connected() for conn in self._txn_links)
         return Fencing(
             transaction_age_s=None if began is None else now - began,
             timeout_s=self._kafka.transaction_timeout_ms / 1000,
-            connection_lost=began is not None and (dropped or self._unreachable_at >= began),
+            connection_lost=began is not None
+            and (self._txn_dropped or self._unreachable_at >= began),
             refenced_after_s=now - self._producer_since if self._fenced_before else None,
         )
 
     async def _session(self, stop: asyncio.Event) -> None:
         """One pair of clients, from start to ``stop`` or the first broker error."""
-        self._txn_began, self._txn_links = None, ()
+        self._txn_began = None
         async with contextlib.AsyncExitStack() as stack:
             producer = AIOKafkaProducer(**producer_options(self._kafka, self._runtime))
             stack.push_async_callback(_close, producer)
             await producer.start()
-            self._producer_since = time.monotonic()
+            self._producer_since, self._producer_client = time.monotonic(), producer.client
             consumer = AIOKafkaConsumer(**consumer_options(self._kafka, self._runtime))
             stack.push_async_callback(_close, consumer)
             consumer.subscribe([self._kafka.input_topic], listener=_Rebalance(self, consumer))
             await consumer.start()
-            self._clients = (producer.client, consumer._client)
             probe = asyncio.create_task(self._probe(producer))
             stack.callback(probe.cancel)
             self._set_connected(True)
@@ -272,14 +271,17 @@ class Worker:
         result: BatchResult,
         offsets: dict[TopicPartition, int],
     ) -> list[DeadLetter]:
-        self._txn_began, self._txn_links = time.monotonic(), live_connections(*self._clients)
+        links = live_connections(self._producer_client)
+        self._txn_began, self._txn_dropped = time.monotonic(), False
         await producer.begin_transaction()
         try:
             dead = await sender.send(records, result)
             await producer.send_offsets_to_transaction(offsets, self._kafka.group_id)
             await producer.commit_transaction()
-            self._txn_began, self._txn_links = None, ()
+            self._txn_began = None
         except BaseException:
+            # now, before the session closes them all: did one drop meanwhile?
+            self._txn_dropped = any(not conn.connected() for conn in links)
             self._metrics.transactions.labels("aborted").inc()
             with contextlib.suppress(Exception):  # the session restarts either way
                 await asyncio.wait_for(producer.abort_transaction(), CLOSE_TIMEOUT_S)

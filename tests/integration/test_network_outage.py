@@ -21,6 +21,11 @@ one WARNING and ``privstream_transactions_expired_total`` 1, and no
 exactly once, byte-identical to the offline replay, and every malformed
 one dead-lettered once; the aborted copies a read_uncommitted reader sees
 hold the very same bytes.
+
+The other side of the diagnosis: two live workers with the same replica id
+(on the session broker, no proxy) fence each other without any outage, and
+one of them stops with the "another worker" message while the other carries
+on; exactly-once holds throughout.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from tests.integration.faults import (
     poll_until,
     read_to_end,
     seq_of,
+    stream,
 )
 from tests.integration.tcp_proxy import END_TXN, PRODUCE, TcpProxy
 from tests.integration.worker_proc import (
@@ -215,3 +221,62 @@ async def test_outages_resets_latency_and_an_expired_transaction(
     copies = await read_to_end(direct, kafka["output_topic"], 4, isolation_level="read_uncommitted")
     assert len(copies) > len(committed), f"no aborted copy: the blackhole hit no batch; {summary}"
     assert {r.value for r in copies} == {r.value for r in committed}, summary
+
+
+async def test_two_workers_with_one_replica_id_one_stops_and_says_why(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    kafka = await fault_topics(kafka_bootstrap, "rival")
+    config = write_config(
+        tmp_path / "config.yaml",
+        kafka_bootstrap,
+        {**kafka, "transactions": True, "max_batch_records": 100, "session_timeout_ms": 6000},
+        PRIVACY,
+    )
+    messages = [message(i) for i in range(TOTAL)]
+    good_seqs = {i for i in range(TOTAL) if not is_bad(i)}
+    first, second = (WorkerProcess(config, tmp_path / f"{n}.log") for n in ("first", "second"))
+    async with Tail(kafka_bootstrap, kafka["output_topic"], identity=seq_of) as out:
+
+        async def gate(start: int) -> None:  # keep both busy: at most 1,000 inputs ahead
+            need = sum(1 for i in range(start) if not is_bad(i)) - 1_000
+            await out.wait_until(lambda: len(out.distinct) >= need, 90, f"{need} outputs")
+
+        feeding = asyncio.create_task(
+            stream(kafka_bootstrap, kafka["input_topic"], messages, chunk=250, before_chunk=gate)
+        )
+        async with started(first):
+            await out.wait_distinct(100, within_s=60)  # the first one is committing
+            async with started(second):
+                stopped, survivor = await poll_until(
+                    lambda: _exited(first, second), 60, "one of two same-id workers stopped"
+                )
+                assert await stopped.wait(5) == 1
+                log = stopped.log_text()
+                assert "another worker uses transactional id" in log, log[-5000:]
+                assert "fenced again" in log and "--replica-id" in log, log[-5000:]
+                coords = await feeding
+                await out.wait_distinct(len(good_seqs), within_s=90)
+                assert survivor.alive, survivor.log_text()[-5000:]
+                assert await survivor.terminate() == 0, survivor.log_text()[-5000:]
+
+    committed = await read_to_end(
+        kafka_bootstrap, kafka["output_topic"], 4, isolation_level="read_committed"
+    )
+    expected = replay_expected(
+        config, TEST_SECRET, kafka["input_topic"], coords, [m[1] for m in messages]
+    )
+    assert_each_once(committed, good_seqs, expected, f"{len(committed)} committed")
+    dead = await read_to_end(
+        kafka_bootstrap, kafka["dead_letter_topic"], 2, isolation_level="read_committed"
+    )
+    assert_dead_once(dead, kafka["input_topic"], coords, f"{len(dead)} dead letters")
+
+
+async def _exited(a: WorkerProcess, b: WorkerProcess) -> tuple[WorkerProcess, WorkerProcess] | None:
+    """(the stopped worker, the other one) once one has stopped, else None."""
+    if not a.alive:
+        return a, b
+    if not b.alive:
+        return b, a
+    return None

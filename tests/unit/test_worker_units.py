@@ -35,7 +35,13 @@ from service.metrics import Metrics
 from service.pipeline import build_plan
 from service.pipeline.fields import RealHandler
 from service.worker import loop
-from service.worker.clients import RIVAL_WINDOW_S, Fencing, broker_answers, final_error
+from service.worker.clients import (
+    RIVAL_WINDOW_S,
+    Fencing,
+    broker_answers,
+    final_error,
+    live_connections,
+)
 from service.worker.http import Health
 from service.worker.loop import Backoff, Worker
 from service.worker.produce import BatchSender
@@ -234,11 +240,11 @@ def sessions(w: Worker, *steps: Callable[[], None] | None) -> list[Callable[[], 
 
 
 def fenced(
-    w: Worker, *, producer_age: float, txn_age: float, links: tuple[Conn, ...] = ()
+    w: Worker, *, producer_age: float, txn_age: float, dropped: bool = False
 ) -> Callable[[], None]:
     def step() -> None:
         now = time.monotonic()
-        w._producer_since, w._txn_began, w._txn_links = now - producer_age, now - txn_age, links
+        w._producer_since, w._txn_began, w._txn_dropped = now - producer_age, now - txn_age, dropped
         raise ProducerFenced()
 
     return step
@@ -259,7 +265,7 @@ async def test_a_transaction_expired_in_an_outage_restarts_the_session_with_one_
     left = sessions(
         w,
         fenced(w, producer_age=300, txn_age=TIMEOUT_S + 5),
-        fenced(w, producer_age=2, txn_age=1, links=(Conn(True), Conn(False))),
+        fenced(w, producer_age=2, txn_age=1, dropped=True),
         None,
     )
     with caplog.at_level(logging.WARNING, "privstream.worker"):
@@ -279,8 +285,8 @@ async def test_a_fresh_producer_fenced_again_without_an_outage_stops_the_worker(
     w = worker()
     sessions(
         w,
-        fenced(w, producer_age=300, txn_age=1, links=(Conn(True),)),  # first: give it a chance
-        fenced(w, producer_age=2, txn_age=1, links=(Conn(True),)),  # again at once: a rival
+        fenced(w, producer_age=300, txn_age=1),  # first: give it a chance
+        fenced(w, producer_age=2, txn_age=1),  # again at once: a rival
         None,
     )
     rival = re.escape("fenced again 2.0 s after a fencing restarted it")
@@ -385,3 +391,54 @@ async def test_readiness_follows_the_round_trip(monkeypatch: pytest.MonkeyPatch)
     finally:
         probe.cancel()
         await asyncio.gather(probe, return_exceptions=True)
+
+
+def test_live_connections_are_the_connected_ones_but_bootstrap() -> None:
+    up, down, boot = Conn(True), Conn(False), Conn(True)
+    client = SimpleNamespace(_conns={(1, 0): up, (2, 0): down, ("bootstrap", 0): boot})
+    assert live_connections(client) == (up,)  # aiokafka closes bootstrap on purpose
+    assert live_connections(SimpleNamespace()) == ()  # an aiokafka without _conns: no evidence
+
+
+class FencedProducer:
+    """A transactional producer stand-in whose commit is fenced; ``during`` runs first."""
+
+    def __init__(self, during: Callable[[], None]) -> None:
+        self.during = during
+        self.aborted = False
+
+    async def begin_transaction(self) -> None:
+        pass
+
+    async def send_offsets_to_transaction(self, offsets: Any, group: str) -> None:
+        pass
+
+    async def commit_transaction(self) -> None:
+        self.during()
+        raise ProducerFenced()
+
+    async def abort_transaction(self) -> None:
+        self.aborted = True
+
+
+@pytest.mark.parametrize("drops", [False, True])
+async def test_a_dropped_connection_is_judged_when_the_transaction_fails_not_after(
+    drops: bool,
+) -> None:
+    w = worker()
+    first, second = Conn(True), Conn(True)
+    w._producer_client = SimpleNamespace(_conns={(1, 0): first, (1, 1): second})
+    w._fenced_before, w._producer_since = True, time.monotonic()  # a rival, unless it dropped
+
+    def during() -> None:
+        second.up = not drops
+
+    producer = FencedProducer(during)
+    sender = SimpleNamespace(send=lambda records, result: asyncio.sleep(0, []))
+    with pytest.raises(ProducerFenced) as fenced_by:
+        await w._transaction(producer, sender, [], None, {})  # type: ignore[arg-type]
+    assert producer.aborted
+    first.up = second.up = False  # the session closes every connection on its way out
+    fencing = w._fencing(fenced_by.value)
+    assert fencing is not None
+    assert (fencing.connection_lost, fencing.rival) == (drops, not drops)
