@@ -118,8 +118,8 @@ class Worker:
         # what a fencing is judged by (clients.Fencing), all time.monotonic()
         self._producer_client: Any = None
         self._producer_since = 0.0
-        self._txn_began: float | None = None
-        self._txn_dropped = False  # a connection it began with dropped before it failed
+        self._txn_age_s: float | None = None  # of the transaction that failed, if one did
+        self._txn_outage = False  # a connection dropped or the probe failed since it began
         self._unreachable_at = float("-inf")
         self._fenced_before = False
 
@@ -164,19 +164,17 @@ class Worker:
         """What this session saw, if ``exc`` is a fencing; None otherwise."""
         if not is_fenced(exc):
             return None
-        now = time.monotonic()
-        began = self._txn_began
+        producer_age = time.monotonic() - self._producer_since
         return Fencing(
-            transaction_age_s=None if began is None else now - began,
+            transaction_age_s=self._txn_age_s,
             timeout_s=self._kafka.transaction_timeout_ms / 1000,
-            connection_lost=began is not None
-            and (self._txn_dropped or self._unreachable_at >= began),
-            refenced_after_s=now - self._producer_since if self._fenced_before else None,
+            connection_lost=self._txn_outage,
+            refenced_after_s=producer_age if self._fenced_before else None,
         )
 
     async def _session(self, stop: asyncio.Event) -> None:
         """One pair of clients, from start to ``stop`` or the first broker error."""
-        self._txn_began = None
+        self._txn_age_s = None
         async with contextlib.AsyncExitStack() as stack:
             producer = AIOKafkaProducer(**producer_options(self._kafka, self._runtime))
             stack.push_async_callback(_close, producer)
@@ -272,16 +270,17 @@ class Worker:
         offsets: dict[TopicPartition, int],
     ) -> list[DeadLetter]:
         links = live_connections(self._producer_client)
-        self._txn_began, self._txn_dropped = time.monotonic(), False
+        began = time.monotonic()
         await producer.begin_transaction()
         try:
             dead = await sender.send(records, result)
             await producer.send_offsets_to_transaction(offsets, self._kafka.group_id)
             await producer.commit_transaction()
-            self._txn_began = None
         except BaseException:
-            # now, before the session closes them all: did one drop meanwhile?
-            self._txn_dropped = any(not conn.connected() for conn in links)
+            # judged now, before the session closes every connection (for a fencing)
+            self._txn_age_s = time.monotonic() - began
+            dropped = any(not conn.connected() for conn in links)
+            self._txn_outage = dropped or self._unreachable_at >= began
             self._metrics.transactions.labels("aborted").inc()
             with contextlib.suppress(Exception):  # the session restarts either way
                 await asyncio.wait_for(producer.abort_transaction(), CLOSE_TIMEOUT_S)
