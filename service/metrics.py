@@ -83,6 +83,12 @@ class Metrics:
             ["outcome"],
             registry=registry,
         )
+        self.transactions_expired = Counter(
+            "privstream_transactions_expired",
+            "Transactions the broker aborted after transaction_timeout_ms during an outage "
+            "(the producer was fenced; a new session resumed from the committed offsets)",
+            registry=registry,
+        )
         self.build_info = Gauge(
             "privstream_build_info",
             "Always 1; labels give the version and the config hash",

@@ -152,6 +152,13 @@ class LocalBroker:
     given again overrides the launcher's) and ``format_args`` (StorageTool
     format arguments such as ``--add-scram ...``) configure e.g. a SASL_SSL
     listener.
+
+    ``advertised_port`` adds a second PLAINTEXT listener, ``EXTERNAL``, on a
+    free port of its own (``external_port``) that advertises
+    ``127.0.0.1:advertised_port`` instead, e.g. a TCP proxy forwarding to it:
+    clients bootstrapping there reach every broker through the proxy, while
+    ``bootstrap`` (the inter-broker listener, which transaction markers use)
+    bypasses it.
     """
 
     def __init__(
@@ -160,12 +167,20 @@ class LocalBroker:
         *,
         extra_properties: str = "",
         format_args: str = "",
+        advertised_port: int | None = None,
     ) -> None:
         if port is None:
             port, controller_port = _free_ports()
         else:
             controller_port = port + 1
         self.port = port
+        self.external_port: int | None = None
+        if advertised_port is not None:
+            self.external_port = _free_ports()[0]
+            extra_properties = (
+                _external_listener(port, controller_port, self.external_port, advertised_port)
+                + extra_properties
+            )
         self.work_dir = tempfile.mkdtemp(prefix=f"privstream-kafka-{port}-")
         self._env = {
             **os.environ,
@@ -212,12 +227,32 @@ class LocalBroker:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
+def _external_listener(port: int, controller_port: int, external: int, advertised: int) -> str:
+    """server.properties lines: an EXTERNAL listener on ``external`` advertising ``advertised``."""
+    return (
+        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port},"
+        f"EXTERNAL://127.0.0.1:{external}\n"
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port},EXTERNAL://127.0.0.1:{advertised}\n"
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+        "EXTERNAL:PLAINTEXT\n"
+    )
+
+
 @contextlib.contextmanager
 def local_broker(
-    port: int | None = None, *, extra_properties: str = "", format_args: str = ""
+    port: int | None = None,
+    *,
+    extra_properties: str = "",
+    format_args: str = "",
+    advertised_port: int | None = None,
 ) -> Iterator[LocalBroker]:
     """A started ``LocalBroker``, closed (stopped, work dir deleted) on exit."""
-    broker = LocalBroker(port, extra_properties=extra_properties, format_args=format_args)
+    broker = LocalBroker(
+        port,
+        extra_properties=extra_properties,
+        format_args=format_args,
+        advertised_port=advertised_port,
+    )
     try:
         broker.start()
         yield broker

@@ -3,18 +3,27 @@
 The worker never retries an error a human must fix (a wrong password, an
 untrusted certificate, a missing ACL, a second worker with the same
 transactional id): it stops with a message naming the setting. Everything
-else (broker down, leader moves, timeouts) is retried with backoff.
+else (broker down, leader moves, timeouts, a transaction the broker expired
+during an outage) is retried with backoff.
+
+Fencing is the one error whose cause the broker does not say: the producer
+epoch of the transactional id was bumped either by a second worker with the
+same id (final) or by the broker itself, aborting a transaction older than
+``transaction_timeout_ms`` (an outage: retriable). ``Fencing`` holds what
+the session saw, and tells them apart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import errors as kafka_errors
 from aiokafka.conn import create_conn
 from aiokafka.helpers import create_ssl_context
+from aiokafka.protocol.metadata import MetadataRequest
 
 from service.config.models import KafkaConfig
 from service.config.runtime import Runtime
@@ -85,8 +94,86 @@ _AUTHORIZATION = (
 )
 
 
-def final_error(exc: BaseException, kafka: KafkaConfig, runtime: Runtime) -> BrokerError | None:
-    """A BrokerError explaining ``exc`` if retrying cannot fix it, else None."""
+#: the broker bumped this transactional id's epoch (aiokafka raises the second as the first)
+_FENCED = (kafka_errors.ProducerFenced, kafka_errors.InvalidProducerEpoch)
+#: a restart after a fencing takes about a second: a rival fences the fresh producer this soon
+RIVAL_WINDOW_S = 30.0
+
+
+def is_fenced(exc: BaseException | None) -> bool:
+    """``exc``, or an exception in its cause chain, says the producer was fenced."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:  # a context chain may loop
+        if isinstance(exc, _FENCED):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fencing:
+    """What a session saw when its producer was fenced: an expired transaction or a rival.
+
+    The broker aborts a transaction open longer than ``transaction_timeout_ms``
+    and bumps the epoch, so a worker cut off mid-transaction is fenced when it
+    gets through again; no other worker is involved. Evidence of that: the
+    transaction is older than the timeout (the broker's clock for it starts
+    at its first partition, after ours), or a broker connection dropped or the
+    readiness probe went unanswered since it began. Without evidence the first
+    fencing still restarts the session (on a fresh producer, which fences a
+    rival in turn); a rival shows itself by fencing that fresh producer again
+    within ``RIVAL_WINDOW_S``.
+    """
+
+    #: seconds the open transaction had run; None when none was open
+    transaction_age_s: float | None
+    timeout_s: float
+    #: a broker connection dropped, or the probe went unanswered, since it began
+    connection_lost: bool
+    #: when the previous session ended fenced too: this producer's age; else None
+    refenced_after_s: float | None
+
+    @property
+    def expired(self) -> bool:
+        """The broker aborted the transaction during an outage (no rival needed)."""
+        if self.transaction_age_s is None:
+            return False
+        return self.connection_lost or self.transaction_age_s >= self.timeout_s
+
+    @property
+    def rival(self) -> bool:
+        """Fenced again, on a fresh producer, within seconds and without an outage."""
+        again = self.refenced_after_s is not None and self.refenced_after_s < RIVAL_WINDOW_S
+        return again and not self.expired
+
+    def explain(self, kafka: KafkaConfig, runtime: Runtime) -> str:
+        """One line for the WARNING of a fencing the worker recovers from."""
+        age = self.transaction_age_s
+        opened = "no transaction open" if age is None else f"transaction open {age:.1f} s"
+        if self.expired:
+            dropped = ", the broker unreachable meanwhile" if self.connection_lost else ""
+            return (
+                f"transaction expired during an outage ({opened}, transaction_timeout_ms "
+                f"{kafka.transaction_timeout_ms}{dropped}): the broker aborted it and fenced "
+                "the producer; a new session resumes from the committed offsets and "
+                "releases the aborted batch again with the same noise"
+            )
+        return (
+            f"producer fenced with no outage seen ({opened}): another worker may use "
+            f"transactional id {transactional_id(kafka, runtime)!r}; starting a fresh "
+            f"producer (fenced again within {RIVAL_WINDOW_S:.0f} s, the worker stops)"
+        )
+
+
+def final_error(
+    exc: BaseException, kafka: KafkaConfig, runtime: Runtime, fencing: Fencing | None = None
+) -> BrokerError | None:
+    """A BrokerError explaining ``exc`` if retrying cannot fix it, else None.
+
+    A fencing is final only with a rival: ``fencing`` (what the session saw)
+    says whether it is one; without it, a fencing is taken for a rival.
+    """
     security = kafka.security
     user = runtime.credentials.username if runtime.credentials else None
     refused = (
@@ -121,15 +208,71 @@ def final_error(exc: BaseException, kafka: KafkaConfig, runtime: Runtime) -> Bro
             f"ACLs for topics, group {kafka.group_id!r} and transactional id "
             f"{transactional_id(kafka, runtime)!r}"
         )
-    if isinstance(exc, kafka_errors.ProducerFenced):
-        return BrokerError(
-            f"another worker uses transactional id {transactional_id(kafka, runtime)!r}: "
-            "every live replica needs its own --replica-id (or PRIVSTREAM_REPLICA_ID)"
-        )
+    if isinstance(exc, _FENCED):
+        return _rival(kafka, runtime, fencing) if fencing is None or fencing.rival else None
     if isinstance(exc, kafka_errors.UnsupportedVersionError | kafka_errors.KafkaConfigurationError):
         return BrokerError(f"broker {kafka.bootstrap_servers}: {exc}")
     cause = exc.__cause__ or exc.__context__
-    return final_error(cause, kafka, runtime) if cause is not None else None
+    return final_error(cause, kafka, runtime, fencing) if cause is not None else None
+
+
+def _rival(kafka: KafkaConfig, runtime: Runtime, fencing: Fencing | None) -> BrokerError:
+    again = fencing.refenced_after_s if fencing is not None else None
+    how = (
+        "fenced"
+        if again is None
+        else f"fenced again {again:.1f} s after a fencing restarted it, with no outage "
+        "in between: a second live worker, not a transaction expired during an outage"
+    )
+    return BrokerError(
+        f"another worker uses transactional id {transactional_id(kafka, runtime)!r} "
+        f"(this producer was {how}): every live replica needs its own --replica-id "
+        "(or PRIVSTREAM_REPLICA_ID)"
+    )
+
+
+def live_connections(client: Any) -> tuple[Any, ...]:
+    """The connected broker connections of an aiokafka client, to notice one dropping later.
+
+    Reads aiokafka's private ``AIOKafkaClient._conns``; an aiokafka without it
+    gives none, and outage evidence then rests on the transaction age and the
+    probe. A dropped connection is closed for good (aiokafka reconnects with a
+    new object), so ``connected()`` on a kept one tells whether it dropped.
+    The bootstrap connection is left out: aiokafka closes it on purpose once
+    it knows the brokers.
+    """
+    conns = getattr(client, "_conns", {})
+    return tuple(
+        conn for (node, _), conn in conns.items() if node != "bootstrap" and conn.connected()
+    )
+
+
+async def broker_answers(client: Any, topic: str, timeout_s: float) -> bool:
+    """True once a known broker answers a metadata request for ``topic`` within ``timeout_s``.
+
+    One request per broker, over ``client``'s connections (aiokafka reconnects
+    a dropped one first): any answer is a round trip, and one topic keeps it
+    small on big clusters.
+    """
+    request = MetadataRequest([topic], allow_auto_topic_creation=False)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    nodes = [broker.nodeId for broker in client.cluster.brokers()]
+    pending = {asyncio.ensure_future(client.send(node, request)) for node in nodes}
+    try:
+        while pending:
+            done, pending = await asyncio.wait(
+                pending, timeout=deadline - loop.time(), return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                return False
+            if any(not task.cancelled() and task.exception() is None for task in done):
+                return True
+        return False
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 DIAGNOSE_TIMEOUT_S = 15.0

@@ -19,7 +19,15 @@ log = logging.getLogger("privstream.http")
 
 @dataclass
 class Health:
-    """Readiness flag flipped by the worker loop."""
+    """Readiness flag flipped by the worker loop: True while a broker answers it.
+
+    Set when a session's clients have started, then by the worker's probe (a
+    small metadata request every second, 2 s to answer): it turns False at
+    most 3 s after the brokers stop answering (about 1 s when connections are
+    refused or reset) and at once when the session ends, and True again only
+    after a round trip, at most 1 s after the broker answers again. An outage
+    shorter than about a second can go unseen; aiokafka retries through it.
+    """
 
     ready: bool = False
 

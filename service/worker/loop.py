@@ -15,10 +15,14 @@ replica (a restarted replica aborts its predecessor's open transaction),
 and a rebalance waits for the batch in flight to commit before the
 partitions move (``_Rebalance``).
 
-Faults: any retriable broker error ends the session (the open transaction
-is aborted, both clients are closed) and a new one starts after an
-exponential backoff, from the committed offsets. Errors a human must fix
-(``clients.final_error``) stop the worker with a message.
+Faults: aiokafka retries a dropped connection or a slow request inside the
+session. An error it gives up on ends the session (the open transaction is
+aborted, both clients are closed) and a new one starts after an exponential
+backoff, from the committed offsets. So does a fencing after an outage: the
+broker aborted a transaction older than ``transaction_timeout_ms`` and
+bumped the epoch (``clients.Fencing`` tells that from a second worker).
+Errors a human must fix (``clients.final_error``) stop the worker with a
+message.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import logging
 import random  # csprng-ok: backoff jitter only, never noise
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from aiokafka import (
@@ -48,9 +53,13 @@ from service.pipeline import BatchResult, RecordPlan, process_batch
 from service.pipeline.noise import Replayable
 from service.pipeline.results import DeadLetter, Observation, merge_observations
 from service.worker.clients import (
+    Fencing,
+    broker_answers,
     consumer_options,
     diagnose,
     final_error,
+    is_fenced,
+    live_connections,
     producer_options,
     transactional_id,
 )
@@ -63,8 +72,9 @@ log = logging.getLogger("privstream.worker")
 Batches = dict[TopicPartition, list[ConsumerRecord]]
 #: errors after which a new session may succeed (the broker may come back)
 RETRIABLE = (KafkaError, OSError, TimeoutError)
-#: readiness probe period: a full metadata request, cheap at this rate even on big clusters
-PROBE_INTERVAL_S = 5.0
+#: readiness probe: a one-topic metadata request per period, unanswered after the timeout
+PROBE_INTERVAL_S = 1.0
+PROBE_TIMEOUT_S = 2.0
 UNDECODABLE_DETAIL = (
     "a header key is not UTF-8, so the Kafka client cannot decode the record; its headers "
     "are copied here with such keys escaped (\\xNN), key and value as they are"
@@ -111,6 +121,13 @@ class Worker:
         self._assigned: set[TopicPartition] = set()
         self._backoff = Backoff()
         tolerate_undecodable_records()
+        # what a fencing is judged by (clients.Fencing), all time.monotonic()
+        self._producer_client: Any = None
+        self._producer_since = 0.0
+        self._txn_age_s: float | None = None  # of the transaction that failed, if one did
+        self._txn_outage = False  # a connection dropped or the probe failed since it began
+        self._unreachable_at = float("-inf")
+        self._fenced_before = False
 
     async def run(self, stop: asyncio.Event) -> None:
         """Process batches until ``stop`` is set, reconnecting after broker trouble.
@@ -129,28 +146,46 @@ class Worker:
             try:
                 await self._session(stop)
             except RETRIABLE as exc:
-                final = final_error(exc, self._kafka, self._runtime)
+                fencing = self._fencing(exc)
+                final = final_error(exc, self._kafka, self._runtime, fencing)
                 if final is None and isinstance(exc, KafkaConnectionError):
                     final = await diagnose(self._kafka, self._runtime)
                 if final is not None:
                     raise final from None
                 self._set_connected(False)
+                self._fenced_before = fencing is not None
                 delay = self._backoff.next_delay()
-                log.warning(
-                    "Kafka session ended (%s: %s); reconnecting in %.1f s",
-                    type(exc).__name__,
-                    exc,
-                    delay,
+                if fencing is not None and fencing.expired:
+                    self._metrics.transactions_expired.inc()
+                why = (
+                    f"Kafka session ended ({type(exc).__name__}: {exc})"
+                    if fencing is None
+                    else fencing.explain(self._kafka, self._runtime)
                 )
+                log.warning("%s; reconnecting in %.1f s", why, delay)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
 
+    def _fencing(self, exc: BaseException) -> Fencing | None:
+        """What this session saw, if ``exc`` is a fencing; None otherwise."""
+        if not is_fenced(exc):
+            return None
+        producer_age = time.monotonic() - self._producer_since
+        return Fencing(
+            transaction_age_s=self._txn_age_s,
+            timeout_s=self._kafka.transaction_timeout_ms / 1000,
+            connection_lost=self._txn_outage,
+            refenced_after_s=producer_age if self._fenced_before else None,
+        )
+
     async def _session(self, stop: asyncio.Event) -> None:
         """One pair of clients, from start to ``stop`` or the first broker error."""
+        self._txn_age_s = None
         async with contextlib.AsyncExitStack() as stack:
             producer = AIOKafkaProducer(**producer_options(self._kafka, self._runtime))
             stack.push_async_callback(_close, producer)
             await producer.start()
+            self._producer_since, self._producer_client = time.monotonic(), producer.client
             consumer = AIOKafkaConsumer(**consumer_options(self._kafka, self._runtime))
             stack.push_async_callback(_close, consumer)
             consumer.subscribe([self._kafka.input_topic], listener=_Rebalance(self, consumer))
@@ -173,14 +208,22 @@ class Worker:
                 self._backoff.reset()
 
     async def _probe(self, producer: AIOKafkaProducer) -> None:
-        """Readiness: can a metadata request reach the broker right now?"""
+        """Readiness: does a broker answer a small request right now?
+
+        Every ``PROBE_INTERVAL_S``, a metadata request for the input topic goes
+        to every known broker over the producer's connections; ready once one
+        answers within ``PROBE_TIMEOUT_S``. Lag: not-ready at most interval +
+        timeout (3 s) after the brokers stop answering, about one interval when
+        connections are refused or reset (the request fails at once); ready
+        again at most one interval after a broker answers. An unanswered probe
+        is also outage evidence for ``Fencing``.
+        """
         while True:
-            try:
-                await asyncio.wait_for(producer.client.fetch_all_metadata(), PROBE_INTERVAL_S * 2)
-            except RETRIABLE:
-                self._set_connected(False)
-            else:
+            if await broker_answers(producer.client, self._kafka.input_topic, PROBE_TIMEOUT_S):
                 self._set_connected(True)
+            else:
+                self._unreachable_at = time.monotonic()
+                self._set_connected(False)
             await asyncio.sleep(PROBE_INTERVAL_S)
 
     def _set_connected(self, up: bool) -> None:
@@ -231,12 +274,18 @@ class Worker:
         result: BatchResult,
         offsets: dict[TopicPartition, int],
     ) -> list[DeadLetter]:
+        links = live_connections(self._producer_client)
+        began = time.monotonic()
         await producer.begin_transaction()
         try:
             dead = await sender.send(records, result)
             await producer.send_offsets_to_transaction(offsets, self._kafka.group_id)
             await producer.commit_transaction()
         except BaseException:
+            # judged now, before the session closes every connection (for a fencing)
+            self._txn_age_s = time.monotonic() - began
+            dropped = any(not conn.connected() for conn in links)
+            self._txn_outage = dropped or self._unreachable_at >= began
             self._metrics.transactions.labels("aborted").inc()
             with contextlib.suppress(Exception):  # the session restarts either way
                 await asyncio.wait_for(producer.abort_transaction(), CLOSE_TIMEOUT_S)

@@ -9,18 +9,39 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from aiokafka import ConsumerRecord
-from aiokafka.errors import MessageSizeTooLargeError
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    KafkaConnectionError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    NodeNotReadyError,
+    ProducerFenced,
+)
 from prometheus_client import CollectorRegistry
 
 from service.config import parse_config
 from service.config.runtime import Runtime
+from service.errors import BrokerError
 from service.metrics import Metrics
 from service.pipeline import build_plan
 from service.pipeline.fields import RealHandler
+from service.worker import loop
+from service.worker.clients import (
+    RIVAL_WINDOW_S,
+    Fencing,
+    broker_answers,
+    final_error,
+    live_connections,
+)
 from service.worker.http import Health
 from service.worker.loop import Backoff, Worker
 from service.worker.produce import BatchSender
@@ -159,3 +180,261 @@ async def test_oversize_messages_never_block_the_batch(limit: int) -> None:
         assert [value for _, value, _ in producer.sent] == [b"", b"", b""]
         sources = sorted(dict(h)["privstream-source"] for _, _, h in producer.sent)
         assert sources == [b"raw/0/100", b"raw/0/101", b"raw/0/7"]
+
+
+# --- fencing: an expired transaction or a rival --------------------------------------------
+
+TIMEOUT_S = 60.0  # the config's default transaction_timeout_ms, in seconds
+
+
+@pytest.mark.parametrize(
+    ("age", "lost", "refenced", "expired", "rival"),
+    [
+        (TIMEOUT_S + 1, False, None, True, False),  # outlived the timeout: the broker aborted it
+        (2.0, True, None, True, False),  # a connection dropped meanwhile
+        (2.0, False, None, False, False),  # no evidence, first fencing: try a fresh producer
+        (2.0, False, 3.0, False, True),  # the fresh producer fenced again at once: a rival
+        (2.0, False, RIVAL_WINDOW_S + 1, False, False),  # again, but long after: not "at once"
+        (TIMEOUT_S + 1, False, 3.0, True, False),  # again, but expired: an outage, no rival
+        (None, True, None, False, False),  # nothing open: a dropped connection proves nothing
+    ],
+)
+def test_fencing_tells_an_expired_transaction_from_a_rival(
+    age: float | None, lost: bool, refenced: float | None, expired: bool, rival: bool
+) -> None:
+    fencing = Fencing(
+        transaction_age_s=age, timeout_s=TIMEOUT_S, connection_lost=lost, refenced_after_s=refenced
+    )
+    assert (fencing.expired, fencing.rival) == (expired, rival)
+    config = worker()._kafka
+    final = final_error(InvalidProducerEpoch(), config, Runtime(bytes(32), "r0", None), fencing)
+    assert (final is not None) == rival
+    if final is not None:
+        assert "fenced again 3.0 s after a fencing restarted it" in str(final)
+        assert "own --replica-id" in str(final) and "'privstream-r0'" in str(final)
+
+
+class Conn:
+    def __init__(self, up: bool) -> None:
+        self.up = up
+
+    def connected(self) -> bool:
+        return self.up
+
+
+def sessions(w: Worker, *steps: Callable[[], None] | None) -> list[Callable[[], None] | None]:
+    """Make ``w.run`` go through ``steps``: each sets what its session saw and raises,
+    None stops the worker. Returns the steps not run yet."""
+    todo = list(steps)
+
+    async def session(stop: asyncio.Event) -> None:
+        step = todo.pop(0)
+        if step is None:
+            stop.set()
+            return
+        step()
+
+    w._session = session  # type: ignore[method-assign]
+    w._backoff = Backoff(initial_s=0.001, cap_s=0.001)
+    return todo
+
+
+def fenced(
+    w: Worker, *, producer_age: float, txn_age: float, dropped: bool = False
+) -> Callable[[], None]:
+    def step() -> None:
+        w._producer_since = time.monotonic() - producer_age
+        w._txn_age_s, w._txn_outage = txn_age, dropped
+        raise ProducerFenced()
+
+    return step
+
+
+def expired(w: Worker) -> int:
+    sample = w._metrics.registry.get_sample_value("privstream_transactions_expired_total")
+    assert sample is not None
+    return int(sample)
+
+
+async def test_a_transaction_expired_in_an_outage_restarts_the_session_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = worker()
+    # the first transaction outlived the timeout; the fresh producer's first one saw a dropped
+    # connection (fenced again within seconds, but with an outage: still no rival)
+    left = sessions(
+        w,
+        fenced(w, producer_age=300, txn_age=TIMEOUT_S + 5),
+        fenced(w, producer_age=2, txn_age=1, dropped=True),
+        None,
+    )
+    with caplog.at_level(logging.WARNING, "privstream.worker"):
+        await asyncio.wait_for(w.run(asyncio.Event()), 10)
+    assert left == []
+    assert expired(w) == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert all(m.startswith("transaction expired during an outage") for m in warnings)
+    assert "transaction_timeout_ms 60000" in warnings[0]
+    assert "the broker unreachable meanwhile" in warnings[1]
+
+
+async def test_a_fresh_producer_fenced_again_without_an_outage_stops_the_worker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = worker()
+    sessions(
+        w,
+        fenced(w, producer_age=300, txn_age=1),  # first: give it a chance
+        fenced(w, producer_age=2, txn_age=1),  # again at once: a rival
+        None,
+    )
+    rival = re.escape("fenced again 2.0 s after a fencing restarted it")
+    with (
+        caplog.at_level(logging.WARNING, "privstream.worker"),
+        pytest.raises(BrokerError, match=rival),
+    ):
+        await asyncio.wait_for(w.run(asyncio.Event()), 10)
+    assert expired(w) == 0
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith("producer fenced with no outage seen")
+    assert "'privstream-r0'" in warning
+
+
+async def test_a_wrapped_fencing_counts_and_other_errors_are_no_fencing() -> None:
+    w = worker()
+    w._txn_age_s = 1.0
+    try:  # aiokafka may wrap it: the cause chain counts
+        raise KafkaError("transaction failed") from ProducerFenced()
+    except KafkaError as wrapped:
+        assert w._fencing(wrapped) is not None
+    assert w._fencing(KafkaConnectionError()) is None
+
+
+# --- readiness probe -------------------------------------------------------------------------
+
+
+class Brokers:
+    """An aiokafka client stand-in: each node answers, refuses or never answers."""
+
+    def __init__(self, **nodes: str) -> None:
+        self.nodes = {int(name[1:]): how for name, how in nodes.items()}
+        self.cluster = SimpleNamespace(
+            brokers=lambda: [SimpleNamespace(nodeId=n) for n in self.nodes]
+        )
+        self.hanging = 0  # sends still waiting: the probe must not leave any behind
+
+    async def send(self, node: int, request: Any) -> object:
+        how = self.nodes[node]
+        if how == "refuse":
+            raise NodeNotReadyError(f"node {node}")
+        if how == "hang":
+            self.hanging += 1
+            try:
+                await asyncio.Event().wait()
+            finally:
+                self.hanging -= 1
+        return request
+
+
+@pytest.mark.parametrize(
+    ("nodes", "answers"),
+    [
+        ({"n1": "answer"}, True),
+        ({"n1": "hang", "n2": "refuse", "n3": "answer"}, True),  # one broker is enough
+        ({"n1": "hang", "n2": "refuse"}, False),
+        ({"n1": "refuse"}, False),
+        ({}, False),  # no broker known
+    ],
+)
+async def test_broker_answers_needs_one_round_trip_within_the_timeout(
+    nodes: dict[str, str], answers: bool
+) -> None:
+    client = Brokers(**nodes)
+    started = time.monotonic()
+    assert await broker_answers(client, "raw", timeout_s=0.2) is answers
+    assert time.monotonic() - started < 5  # bounded by the timeout, never by a hanging broker
+    assert client.hanging == 0
+
+
+async def eventually(done: Callable[[], bool], what: str, within_s: float = 5) -> None:
+    """Poll ``done`` every 5 ms (a polling interval, not a synchronisation guess)."""
+    deadline = time.monotonic() + within_s
+    while not done():
+        assert time.monotonic() < deadline, f"not {what} after {within_s}s"
+        await asyncio.sleep(0.005)
+
+
+async def test_readiness_follows_the_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loop, "PROBE_INTERVAL_S", 0.01)
+    monkeypatch.setattr(loop, "PROBE_TIMEOUT_S", 0.05)
+    w = worker()
+    client = Brokers(n1="answer")
+    connected = w._metrics.broker_connected
+    probe = asyncio.create_task(w._probe(SimpleNamespace(client=client)))  # type: ignore[arg-type]
+    try:
+        await eventually(lambda: w._health.ready, "ready")
+        assert w._unreachable_at == float("-inf")
+        client.nodes[1] = "hang"  # a blackhole: nothing refused, nothing answered
+        await eventually(lambda: not w._health.ready, "not ready")
+        assert connected._value.get() == 0
+        assert w._unreachable_at > 0
+        client.nodes[1] = "answer"
+        await eventually(lambda: w._health.ready, "ready again")
+        assert connected._value.get() == 1
+    finally:
+        probe.cancel()
+        await asyncio.gather(probe, return_exceptions=True)
+
+
+def test_live_connections_are_the_connected_ones_but_bootstrap() -> None:
+    up, down, boot = Conn(True), Conn(False), Conn(True)
+    client = SimpleNamespace(_conns={(1, 0): up, (2, 0): down, ("bootstrap", 0): boot})
+    assert live_connections(client) == (up,)  # aiokafka closes bootstrap on purpose
+    assert live_connections(SimpleNamespace()) == ()  # an aiokafka without _conns: no evidence
+
+
+class FencedProducer:
+    """A transactional producer stand-in whose commit is fenced; ``during`` runs first."""
+
+    def __init__(self, during: Callable[[], None]) -> None:
+        self.during = during
+        self.aborted = False
+
+    async def begin_transaction(self) -> None:
+        pass
+
+    async def send_offsets_to_transaction(self, offsets: Any, group: str) -> None:
+        pass
+
+    async def commit_transaction(self) -> None:
+        self.during()
+        raise ProducerFenced()
+
+    async def abort_transaction(self) -> None:
+        self.aborted = True
+
+
+@pytest.mark.parametrize("outage", ["none", "connection dropped", "probe unanswered"])
+async def test_an_outage_is_judged_when_the_transaction_fails_not_after(outage: str) -> None:
+    w = worker()
+    first, second = Conn(True), Conn(True)
+    w._producer_client = SimpleNamespace(_conns={(1, 0): first, (1, 1): second})
+    w._fenced_before, w._producer_since = True, time.monotonic()  # a rival, unless an outage
+
+    def during() -> None:
+        if outage == "connection dropped":
+            second.up = False
+        elif outage == "probe unanswered":
+            w._unreachable_at = time.monotonic()
+
+    producer = FencedProducer(during)
+    sender = SimpleNamespace(send=lambda records, result: asyncio.sleep(0, []))
+    with pytest.raises(ProducerFenced) as fenced_by:
+        await w._transaction(producer, sender, [], None, {})  # type: ignore[arg-type]
+    assert producer.aborted
+    first.up = second.up = False  # the session closes every connection on its way out
+    fencing = w._fencing(fenced_by.value)
+    assert fencing is not None and fencing.transaction_age_s is not None
+    assert 0 <= fencing.transaction_age_s < 5
+    assert (fencing.connection_lost, fencing.rival) == (outage != "none", outage == "none")
