@@ -18,8 +18,9 @@ stream is cut into batches:
   their position: reordering fields changes nothing, and no two fields of
   a config share words (``x + Z`` and ``y + Z`` would give away ``x - y``).
 
-Memoized fields (``memoize_by``) ask ``for_memo`` instead: their words are a
-function of what each row says (device, true value) rather than of where it
+Memoized fields (``memo_identity`` / ``memoize_by``) ask ``for_memo``
+instead: their words are a function of what each row says (device
+identity, true value) rather than of where it
 sits in the stream, so a device that reports the same value again gets the
 same answer (``service.mechanisms.rng.MemoSource``). ``Replayable`` always
 has the memo key; ``Fresh`` without one draws fresh noise (every report is
@@ -47,7 +48,7 @@ class NoiseProvider(Protocol):
         """The source for a memoized field: row ``i``'s words are a function of ``tokens[i]``.
 
         ``scope`` names the field and its release parameters (built by the plan),
-        ``tokens`` encode each row's (memo value, true value) (built by the batch).
+        ``tokens`` encode each row's (device identity, true value) (built by the batch).
         """
         ...
 

@@ -39,7 +39,6 @@ import numpy as np
 from aiokafka import (
     AIOKafkaConsumer,
     AIOKafkaProducer,
-    ConsumerRebalanceListener,
     ConsumerRecord,
     TopicPartition,
 )
@@ -66,6 +65,7 @@ from service.worker.clients import (
 from service.worker.decode import UndecodableRecord, tolerate_undecodable_records
 from service.worker.http import Health
 from service.worker.produce import BatchSender, source_of
+from service.worker.rebalance import Rebalance, names
 
 log = logging.getLogger("privstream.worker")
 
@@ -188,7 +188,7 @@ class Worker:
             self._producer_since, self._producer_client = time.monotonic(), producer.client
             consumer = AIOKafkaConsumer(**consumer_options(self._kafka, self._runtime))
             stack.push_async_callback(_close, consumer)
-            consumer.subscribe([self._kafka.input_topic], listener=_Rebalance(self, consumer))
+            consumer.subscribe([self._kafka.input_topic], listener=Rebalance(self, consumer))
             await consumer.start()
             probe = asyncio.create_task(self._probe(producer))
             stack.callback(probe.cancel)
@@ -257,7 +257,7 @@ class Worker:
         log.debug(
             "batch of %d records from %s: %d dead letters, committed in %.3f s",
             len(records),
-            _names(set(owned)),
+            names(set(owned)),
             len(dead),
             seconds,
         )
@@ -361,69 +361,6 @@ class Worker:
         m.count_dead_letters(dead)
         m.batch_records.observe(count)
         m.batch_seconds.observe(seconds)
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Partitions move only between batches: a revoke waits for the batch in flight."""
-
-    def __init__(self, worker: Worker, consumer: AIOKafkaConsumer) -> None:
-        self._worker = worker
-        self._consumer = consumer
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        async with self._worker._batch_lock:
-            self._worker._assigned.difference_update(revoked)
-        lag = self._worker._metrics.consumer_lag
-        for tp in revoked:  # another replica reports these now
-            with contextlib.suppress(KeyError):
-                lag.remove(str(tp.partition))
-        log.info("partitions revoked: %s", _names(revoked))
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self._worker._assigned = set(assigned)
-        log.info("partitions assigned: %s", _names(assigned))
-        try:
-            await asyncio.wait_for(
-                warn_first_release(self._consumer, assigned, self._worker._kafka.group_id),
-                CLOSE_TIMEOUT_S,
-            )
-        except (TimeoutError, *RETRIABLE) as exc:  # a warning only: never block
-            log.debug("could not check committed offsets: %s", type(exc).__name__)
-
-
-async def warn_first_release(
-    consumer: AIOKafkaConsumer, assigned: set[TopicPartition], group: str
-) -> int:
-    """WARNING when the group starts partitions that retain records it never committed.
-
-    A group without a committed offset starts at the earliest retained record
-    (``auto_offset_reset: earliest``), so a new ``group_id``, an offset reset or
-    a second deployment releases every retained record again. With noise bound
-    to the release that is safe against cancellation, but it is a second
-    release of those records whose epsilon adds to the first one's (README,
-    "Operations"). Returns how many retained records are about to be released.
-    """
-    fresh = [tp for tp in sorted(assigned) if await consumer.committed(tp) is None]
-    if not fresh:
-        return 0
-    first = await consumer.beginning_offsets(fresh)
-    end = await consumer.end_offsets(fresh)
-    retained = int(sum(end[tp] - first[tp] for tp in fresh))
-    if retained:
-        log.warning(
-            "group %s has no committed offset on %s: it is about to release %d retained "
-            "record(s) from the earliest offset. If another group, deployment or earlier "
-            "config released them already, this is a second release and the epsilons add "
-            "(see Operations in the README)",
-            group,
-            _names(set(fresh)),
-            retained,
-        )
-    return retained
-
-
-def _names(tps: set[TopicPartition]) -> str:
-    return ", ".join(sorted(f"{tp.topic}/{tp.partition}" for tp in tps)) or "none"
 
 
 async def _close(client: AIOKafkaConsumer | AIOKafkaProducer) -> None:
