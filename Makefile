@@ -13,7 +13,8 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	# PYTHONWARNINGS: setuptools' notice on editable installs is noise for a newcomer
+	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
 install: $(STAMP) ## create .venv with privstream and the dev tools
@@ -56,7 +57,7 @@ demo: $(STAMP) ## start a local broker, stream synthetic telemetry through privs
 
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev,bench]'
 	touch $@
 
 # Each script prints its environment and ratios and exits 1 when a target is missed;

@@ -68,7 +68,9 @@ async def produce(bootstrap: str, topic: str, records: list[dict[str, object]]) 
         await producer.stop()
 
 
-async def collect(bootstrap: str, topic: str, want: int, within_s: float) -> list[bytes]:
+async def collect(
+    bootstrap: str, topic: str, want: int, within_s: float
+) -> list[tuple[bytes, dict[str, bytes]]]:
     consumer = AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
@@ -77,12 +79,12 @@ async def collect(bootstrap: str, topic: str, want: int, within_s: float) -> lis
         enable_auto_commit=False,
     )
     await consumer.start()
-    out: list[bytes] = []
+    out: list[tuple[bytes, dict[str, bytes]]] = []
     deadline = time.monotonic() + within_s
     try:
         while len(out) < want and time.monotonic() < deadline:
             batches = await consumer.getmany(timeout_ms=500)
-            out += [m.value for msgs in batches.values() for m in msgs]
+            out += [(m.value, dict(m.headers)) for msgs in batches.values() for m in msgs]
     finally:
         await consumer.stop()
     return out
@@ -95,7 +97,7 @@ def mean_and_se(values: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(var / n)
 
 
-def demo_config(source: str, bootstrap: str) -> tuple[str, dict[str, str]]:
+def demo_config(source: str, bootstrap: str, folder: Path) -> tuple[str, dict[str, str]]:
     """A copy of the config on fresh topics (so the demo can be rerun); returns its path."""
     run_id = secrets.token_hex(3)
     cfg = yaml.safe_load(Path(source).read_text())
@@ -105,9 +107,9 @@ def demo_config(source: str, bootstrap: str) -> tuple[str, dict[str, str]]:
         kafka[key] = f"{kafka[key]}.{run_id}"
     kafka["group_id"] = f"{kafka['group_id']}.{run_id}"
     cfg["http"] = {"host": "127.0.0.1", "port": 0}
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as tmp:
-        yaml.safe_dump(cfg, tmp)
-    return tmp.name, kafka
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path), kafka
 
 
 async def privstream(*args: str) -> asyncio.subprocess.Process:
@@ -122,7 +124,8 @@ async def main(bootstrap: str, records: int, config_path: str, kafka: dict[str, 
     print(f"== topics {topics[0]} -> {topics[1]} (+ {topics[2]})")
     await create_topics(bootstrap, topics)
     raw = [telemetry(seq) for seq in range(records)]
-    # a production key lives in a Secret; the demo makes a throwaway one
+    # a production key lives in a Secret; the demo makes a throwaway one, deleted at the end
+    # with its folder (whoever holds the key can recompute the noise and undo it)
     key_file = Path(config_path).with_suffix(".key")
     key_file.write_text(secrets.token_hex(32))
     key_file.chmod(0o600)
@@ -152,11 +155,21 @@ async def main(bootstrap: str, records: int, config_path: str, kafka: dict[str, 
         f" in {elapsed:.1f}s; worker exited with {code} after SIGTERM"
     )
 
-    by_seq = {rec["seq"]: rec for rec in map(json.loads, sanitized)}
+    by_seq = {rec["seq"]: rec for rec in (json.loads(value) for value, _ in sanitized)}
     print("\n== raw vs sanitized (first 5 by seq; device_id and os_build are not released)")
     for rec in raw[:5]:
         print("raw      ", json.dumps(rec))
         print("sanitized", json.dumps(by_seq.get(rec["seq"])))
+    print(
+        "   One sanitized record is meant to be useless: noise as large as the field's whole\n"
+        "   range hides each value (a temperature of 300 C is noise). Aggregates over many\n"
+        "   records are the point: see the mean at the end."
+    )
+    print("\n== dead letters (the raw message is kept in the dead-letter topic, with the reason)")
+    for value, headers in dead:
+        reason = headers.get("privstream-reason", b"?").decode()
+        detail = headers.get("privstream-detail", b"").decode()
+        print(f"{reason:16} {detail}  <- {value[:40]!r}")
     print("\n== privstream explain")
     await (await privstream("explain", "--config", config_path)).wait()
 
@@ -178,11 +191,9 @@ def cli() -> int:
     parser.add_argument("--records", type=int, default=5000)
     parser.add_argument("--config", default=str(ROOT / "examples" / "telemetry.yaml"))
     args = parser.parse_args()
-    config_path, kafka = demo_config(args.config, args.bootstrap)
-    try:
+    with tempfile.TemporaryDirectory(prefix="privstream-demo-") as folder:
+        config_path, kafka = demo_config(args.config, args.bootstrap, Path(folder))
         return asyncio.run(main(args.bootstrap, args.records, config_path, kafka))
-    finally:
-        os.unlink(config_path)
 
 
 if __name__ == "__main__":

@@ -144,6 +144,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_OK
 
 
+def _transient_coordinator(record: logging.LogRecord) -> bool:
+    """aiokafka logs ERROR while a fresh broker elects the group coordinator, then retries
+    by itself: say it at INFO (a coordinator that never comes shows as no progress)."""
+    if record.levelno >= logging.ERROR and "GroupCoordinatorNotAvailable" in record.getMessage():
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+    return True
+
+
 def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
     from service.cli.run import serve
     from service.config.runtime import load_runtime
@@ -154,6 +163,7 @@ def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
     # aiokafka's DEBUG lines print the first bytes of every fetched and produced
     # batch (raw keys and values) and the SCRAM exchange: never below INFO
     logging.getLogger("aiokafka").setLevel(max(logging.INFO, logging.getLevelName(args.log_level)))
+    logging.getLogger("aiokafka.consumer.group_coordinator").addFilter(_transient_coordinator)
     try:
         runtime = load_runtime(
             config.kafka,
