@@ -153,6 +153,30 @@ def _transient_coordinator(record: logging.LogRecord) -> bool:
     return True
 
 
+class _OnceFilter(logging.Filter):
+    """aiokafka's "Unable connect to" ERROR, said once per broker address and process,
+    as a WARNING: the worker's own WARNING names every reconnect attempt, so the low-level
+    cause (refused, unreachable, ...) is said once instead of on every retry."""
+
+    _LIMIT = 256
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith("Unable connect to"):
+            return True
+        address = message.partition('": ')[0]  # up to the end of "host:port"
+        if address in self._seen:
+            return False
+        if len(self._seen) < self._LIMIT:
+            self._seen.add(address)
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
     from service.cli.run import serve
     from service.config.runtime import load_runtime
@@ -164,6 +188,7 @@ def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
     # batch (raw keys and values) and the SCRAM exchange: never below INFO
     logging.getLogger("aiokafka").setLevel(max(logging.INFO, logging.getLevelName(args.log_level)))
     logging.getLogger("aiokafka.consumer.group_coordinator").addFilter(_transient_coordinator)
+    logging.getLogger("aiokafka").addFilter(_OnceFilter())
     try:
         runtime = load_runtime(
             config.kafka,

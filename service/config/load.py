@@ -35,8 +35,10 @@ def load_config(path: str | Path) -> AppConfig:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError([f"config {path}: not valid YAML{where}"]) from None
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None)
+        cause = f": {problem}" if problem else ""
+        raise ConfigError([f"config {path}: not valid YAML{where}{cause}"]) from None
     return parse_config(data)
 
 

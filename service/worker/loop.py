@@ -82,6 +82,14 @@ UNDECODABLE_DETAIL = (
 CLOSE_TIMEOUT_S = 10.0
 
 
+def describe(exc: BaseException) -> str:
+    """``Name: message`` once (aiokafka's messages often start with their class name)."""
+    name, text = type(exc).__name__, str(exc)
+    if not text:
+        return name
+    return text if text.startswith(name) else f"{name}: {text}"
+
+
 class Backoff:
     """Exponential delays with full jitter, reset after a committed batch."""
 
@@ -158,7 +166,7 @@ class Worker:
                 if fencing is not None and fencing.expired:
                     self._metrics.transactions_expired.inc()
                 why = (
-                    f"Kafka session ended ({type(exc).__name__}: {exc})"
+                    f"Kafka session ended ({describe(exc)})"
                     if fencing is None
                     else fencing.explain(self._kafka, self._runtime)
                 )

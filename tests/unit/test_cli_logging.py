@@ -42,3 +42,35 @@ def test_other_errors_keep_their_level(at_level: logging.Logger) -> None:
     other = record(logging.ERROR, "Error sending JoinGroupRequest: NotCoordinatorError")
     assert _transient_coordinator(other)
     assert other.levelno == logging.ERROR
+
+
+def test_unable_to_connect_is_said_once_per_address() -> None:
+    from service.cli.main import _OnceFilter
+
+    once = _OnceFilter()
+    first = logging.LogRecord(
+        "aiokafka", logging.ERROR, __file__, 1, 'Unable connect to "h:1": refused', None, None
+    )
+    again = logging.LogRecord(
+        "aiokafka", logging.ERROR, __file__, 1, 'Unable connect to "h:1": refused', None, None
+    )
+    other = logging.LogRecord(
+        "aiokafka", logging.ERROR, __file__, 1, 'Unable connect to "h:2": refused', None, None
+    )
+    unrelated = logging.LogRecord("aiokafka", logging.ERROR, __file__, 1, "boom", None, None)
+    assert once.filter(first) and first.levelname == "WARNING"
+    assert not once.filter(again)
+    assert once.filter(other)
+    assert once.filter(unrelated) and unrelated.levelno == logging.ERROR
+
+
+def test_session_end_names_the_error_once() -> None:
+    from aiokafka.errors import KafkaConnectionError
+
+    from service.worker.loop import describe
+
+    assert describe(KafkaConnectionError("Unable to bootstrap")) == (
+        "KafkaConnectionError: Unable to bootstrap"
+    )
+    assert describe(OSError("refused")) == "OSError: refused"
+    assert describe(TimeoutError()) == "TimeoutError"

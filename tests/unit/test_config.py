@@ -397,6 +397,16 @@ def test_invalid_yaml(tmp_path: Path) -> None:
     assert " at line " in line
 
 
+def test_invalid_yaml_names_line_column_and_cause(tmp_path: Path) -> None:
+    # line 2 "  a: b: c": a second ': ' inside a plain scalar, at column 7
+    path = write(tmp_path, "kafka:\n  a: b: c\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [
+        f"config {path}: not valid YAML at line 2, column 7: mapping values are not allowed here"
+    ]
+
+
 def test_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "nope.yaml"
     with pytest.raises(ConfigError) as info:
