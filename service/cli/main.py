@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -64,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--format", choices=["table", "json"], default="table")
 
     sub.add_parser("keygen", help="print a fresh noise key (hex) for --noise-key-file")
+    sub.add_parser("schema", help="print the config's JSON Schema (for editors and CI checks)")
 
     from service.cli import audit, estimate
 
@@ -95,6 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from service.config.runtime import keygen
 
         print(keygen())
+        return EXIT_OK
+    if args.command == "schema":
+        from service.config.schema import config_schema
+
+        print(json.dumps(config_schema(), indent=2))
         return EXIT_OK
     config, plan = _load(args.config)
     try:
