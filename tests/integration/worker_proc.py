@@ -83,6 +83,7 @@ class WorkerProcess:
         self.log_level = log_level
         self.key_file = log.with_suffix(".key")
         self.key_file.write_text(secret.hex() + "\n")
+        self.key_file.chmod(0o600)  # as a mounted Secret: the worker warns about readable keys
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self, *extra: str) -> None:
