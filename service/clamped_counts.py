@@ -18,7 +18,11 @@ Guarantee. Replacing, adding or removing one record changes each ``c_f`` by
 at most 1, so the vector ``(c_f)`` by at most ``F`` in L1. Discrete Laplace
 with ``t = F / epsilon`` makes the privacy loss of the vector at most
 ``sum_f |dc_f| / t <= F / t = epsilon`` (the geometric mechanism, Ghosh,
-Roughgarden, Sundararajan 2009): pure ``epsilon``-DP per window. A record
+Roughgarden, Sundararajan 2009): pure ``epsilon``-DP per window. As
+implemented, each coordinate's sampler is calibrated on its *realised*
+profile at ``epsilon / F`` for a change of 1
+(``service.mechanisms.discrete_laplace.calibrate``), so the bound holds for
+what is sampled, not only for the ideal distribution. A record
 lies in one window only, so the whole series is ``epsilon``-DP for it
 (parallel composition). This adds to the record's guarantee from its field
 releases (basic composition): ``privstream explain`` prints both and their
@@ -36,7 +40,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from service.mechanisms import NoiseSource, OsEntropy
-from service.mechanisms.discrete_laplace import DiscreteLaplace
+from service.mechanisms.discrete_laplace import calibrate
 from service.pipeline import RecordPlan
 from service.pipeline.fields import IntegerHandler, RealHandler
 from service.pipeline.results import Observation
@@ -69,7 +73,8 @@ class NoisyClampedCounts(Collector):
         self.window_s = window_s
         self._mechanisms = clamping_fields(plan)
         self._names = tuple(self._mechanisms)
-        self._noise = DiscreteLaplace(max(len(self._names), 1) / epsilon)
+        # each count at epsilon / F for a change of 1, on the sampler's realised profile
+        self._noise = calibrate(epsilon / max(len(self._names), 1), 0.0, 1)
         self._source: NoiseSource = OsEntropy() if source is None else source
         self._clock = clock
         self._end = clock() + window_s

@@ -73,6 +73,9 @@ class KafkaConfig(Strict):
     transactions: bool = True
     #: the transactional id is ``<prefix>-<replica id>``, stable across restarts
     transactional_id_prefix: str = Field(default="privstream", min_length=1)
+    #: enters every noise key: set a new one when the input topic is re-created, or when a
+    #: second cluster with a topic of the same name shares the noise key (docs: Operations)
+    noise_domain: str = ""
     transaction_timeout_ms: int = Field(default=60_000, ge=1_000, le=900_000)
     session_timeout_ms: int = Field(default=10_000, ge=1_000, le=300_000)
     #: how long SIGTERM waits for the batch in flight before abandoning it

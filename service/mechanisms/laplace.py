@@ -191,8 +191,8 @@ class LaplaceMechanism(Mechanism):
         """Sanitize a column of finite raw values; outputs are multiples of ``granularity``."""
         column = require_finite(values, self.name)
         clamped = self.clamp(column)
-        if self.noise is None:
-            return clamped
+        if self.noise is None:  # zero width: the one value, never the input's sign of zero
+            return np.full(len(clamped), self.lower)
         noise = self.noise.sample(source, len(clamped))
         return from_grid(to_grid(clamped, self.granularity) + noise, self.granularity)
 

@@ -38,9 +38,14 @@ Key derivation (version 2)
 --------------------------
 All keys come from the operator's noise secret by HKDF-SHA256 (RFC 5869)
 with salt ``privstream`` and info ``privstream/v2/<purpose>`` followed by
-length-prefixed context: ``row`` + topic (the row-seed MAC key), ``field``
-(the root under which each release id gets its AES key, by HMAC-SHA256),
-``memo`` (memoized fields). Distinct purposes and contexts give independent
+length-prefixed context: ``row`` + topic + noise domain (the row-seed MAC
+key), ``field`` (the root under which each release id gets its AES key, by
+HMAC-SHA256), ``memo`` + topic + noise domain (memoized fields). The noise
+domain (``kafka.noise_domain``, empty by default) is how an operator tells
+apart two deployments that share a key and a topic *name* but not the
+topic: a re-created topic, a second cluster. Without it, the same raw bytes
+at the same coordinates are the same release, and whoever can write a record
+at a victim's old coordinates can test a guess of the victim's exact bytes. Distinct purposes and contexts give independent
 keys; no key is ever used for two purposes. Version 1 (HMAC of the topic,
 noise keyed by field *position* and coordinates only) let two releases of
 one record share their noise; outputs under version 2 differ from v1's.
@@ -128,13 +133,16 @@ def derive_key(secret: bytes, purpose: str, *context: bytes) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=_KDF_SALT, info=info).derive(secret)
 
 
-def derive_memo_key(secret: bytes) -> bytes:
-    """The BLAKE2b key of memoized fields, the same for every topic.
+def derive_memo_key(secret: bytes, *context: bytes) -> bytes:
+    """The BLAKE2b key of memoized fields within one trust domain (``context``).
 
-    Topic-independent on purpose: a device's memoized answers survive a topic
-    migration (and the same answer twice is no second release).
+    The worker passes its input topic and noise domain: a device's memoized
+    answers on one topic cannot be queried through another topic that shares
+    the secret (a staging topic, another collector whose message keys are not
+    authenticated). The price: a topic migration starts a new memory, one more
+    release of each (device, value) pair.
     """
-    return derive_key(secret, "memo")
+    return derive_key(secret, "memo", *context)
 
 
 class NoiseKeys:
@@ -143,10 +151,12 @@ class NoiseKeys:
     Holds derived keys only (never the secret); ``repr`` shows none of them.
     """
 
-    def __init__(self, secret: bytes, topic: str) -> None:
+    def __init__(self, secret: bytes, topic: str, domain: str = "") -> None:
         self.topic = topic
-        self.row = derive_key(secret, "row", topic.encode())
-        self.memo = derive_memo_key(secret)
+        self.domain = domain
+        context = (topic.encode(), domain.encode())
+        self.row = derive_key(secret, "row", *context)
+        self.memo = derive_memo_key(secret, *context)
         self._field_root = derive_key(secret, "field")
         self._fields: dict[bytes, bytes] = {}
 
@@ -159,7 +169,7 @@ class NoiseKeys:
         return key
 
     def __repr__(self) -> str:
-        return f"NoiseKeys(topic={self.topic!r}, keys=<derived, hidden>)"
+        return f"NoiseKeys(topic={self.topic!r}, domain={self.domain!r}, keys=<derived, hidden>)"
 
 
 #: rows longer than this are MACed through their BLAKE2b-256 digest (one hash call)

@@ -124,7 +124,7 @@ class Worker:
         self._runtime = runtime
         self._metrics = metrics
         self._health = health
-        self._keys = NoiseKeys(runtime.noise_secret, kafka.input_topic)
+        self._keys = NoiseKeys(runtime.noise_secret, kafka.input_topic, kafka.noise_domain)
         self._batch_lock = asyncio.Lock()
         self._assigned: set[TopicPartition] = set()
         self._backoff = Backoff()

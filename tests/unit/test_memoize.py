@@ -125,7 +125,7 @@ def within(count: int, n: int, probability: float, sigmas: float = 5.0) -> bool:
 @pytest.mark.parametrize("topic", ["", "raw", "memo", "privstream/memo/v1", "\x00"])
 def test_memo_key_differs_from_every_stream_key(topic: str) -> None:
     keys = NoiseKeys(SECRET, topic)
-    assert keys.memo == derive_memo_key(SECRET)
+    assert keys.memo == derive_memo_key(SECRET, topic.encode(), b"")
     assert keys.memo not in (keys.row, keys.field(b"release"))
 
 
@@ -376,9 +376,21 @@ def test_same_device_and_value_give_the_same_answer_everywhere(plan: RecordPlan)
 def test_fresh_with_the_memo_key_gives_the_same_answers(plan: RecordPlan) -> None:
     messages = [record(f"dev-{i}", state="CA") for i in range(50)]
     keyed = release(plan, messages)
-    fresh = process_batch(plan, messages, Fresh(SeededSource(3), memo_key=derive_memo_key(SECRET)))
+    memo_key = derive_memo_key(SECRET, TOPIC.encode(), b"")
+    fresh = process_batch(plan, messages, Fresh(SeededSource(3), memo_key=memo_key))
     for name in MEMOIZED:
         assert column(fresh, name) == column(keyed, name)
+
+
+def test_memo_answers_are_bound_to_the_topic_and_domain() -> None:
+    # red team: with one memo key for every topic, a staging topic with forgeable message
+    # keys answered probes about the devices of the authenticated topic
+    keys = {
+        NoiseKeys(SECRET, TOPIC).memo,
+        NoiseKeys(SECRET, "staging.raw").memo,
+        NoiseKeys(SECRET, TOPIC, "cluster-b").memo,
+    }
+    assert len(keys) == 3
 
 
 def test_other_secret_gives_independent_answers(plan: RecordPlan) -> None:

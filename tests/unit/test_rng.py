@@ -206,6 +206,19 @@ def test_keyed_source_checks_its_binding_and_key() -> None:
         NoiseKeys(b"short", "raw")
 
 
+def test_noise_domain_separates_deployments_that_share_a_topic_name() -> None:
+    # red team: a re-created topic (or a second cluster) with the same name and key gave
+    # the same bytes at the same coordinates the same noise: a writer placing a guess at a
+    # victim's old offset learned whether the guess was the victim's exact record
+    offsets = np.arange(4, dtype=np.int64)
+    raw = [b'{"crashed": true}'] * 4
+    keys_a, keys_b = NoiseKeys(SECRET, "raw"), NoiseKeys(SECRET, "raw", "recreated-2026-11")
+    a = row_seeds(keys_a.row, offsets * 0, offsets, raw)
+    b = row_seeds(keys_b.row, offsets * 0, offsets, raw)
+    assert not np.any(np.all(a == b, axis=1))
+    assert keys_a.field(b"r") == keys_b.field(b"r")  # the release itself is the same
+
+
 def test_keys_are_separated_by_purpose_and_context() -> None:
     keys = NoiseKeys(SECRET, "raw")
     derived = {
@@ -215,9 +228,9 @@ def test_keys_are_separated_by_purpose_and_context() -> None:
         keys.field(b"b"),
         NoiseKeys(SECRET, "raw2").row,
         derive_key(SECRET, "field"),
-        derive_key(SECRET, "row", b"raw"),
+        derive_key(SECRET, "row", b"raw", b""),
     }
-    assert keys.row == derive_key(SECRET, "row", b"raw")
+    assert keys.row == derive_key(SECRET, "row", b"raw", b"")
     assert len(derived) == 6  # the last one is keys.row itself
     assert "hidden" in repr(keys) and SECRET.hex() not in repr(keys)
 
