@@ -45,7 +45,7 @@ format: $(STAMP) ## apply ruff's formatter and safe fixes
 
 # --strict: a broken link or anchor fails the build (the site builds offline)
 docs: $(STAMP) ## build the documentation site into site/ (mkdocs --strict)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 test: lint docs system-deps ## every test, integration with a real Kafka broker included
 	$(BIN)/pytest
