@@ -1,9 +1,11 @@
 """Render docs/reference/config.md from the config's JSON Schema (never written twice).
 
 ``python -m service.config.docs_reference > docs/reference/config.md`` after a
-change to ``service/config``; ``tests/unit/test_docs.py`` fails while the committed page differs
-from what this prints. The schema is ``service.config.schema.config_schema()``, the
-one ``privstream schema`` prints, itself generated from the pydantic models.
+change to ``service/config``; ``tests/unit/test_docs.py`` fails while the committed
+page differs from what this prints. The schema is
+``service.config.schema.config_schema()``, the one ``privstream schema`` prints,
+itself generated from the pydantic models. Sections are named by where they sit in
+the YAML file (``kafka.security``, a field of ``kind: real``), not by model class.
 """
 
 from __future__ import annotations
@@ -45,38 +47,40 @@ def _ref_name(ref: str) -> str:
     return ref.rsplit("/", 1)[-1]
 
 
-def _anchor(name: str) -> str:
-    return name.lower()
+def _section_ref(prop: Schema) -> str | None:
+    """The model a key holds, when it is a nested section (possibly nullable)."""
+    if "$ref" in prop:
+        return _ref_name(prop["$ref"])
+    refs = [_ref_name(o["$ref"]) for o in prop.get("anyOf", []) if "$ref" in o]
+    return refs[0] if len(refs) == 1 else None
 
 
-def type_of(prop: Schema) -> str:
+def type_of(prop: Schema, anchors: dict[str, str]) -> str:
     """A short human reading of one property's schema."""
     if "$ref" in prop:
         name = _ref_name(prop["$ref"])
-        return f"[{name}](#{_anchor(name)})"
+        return f"section, see [below](#{anchors[name]})"
     if "const" in prop:
         return f"`{json.dumps(prop['const'])}`"
     if "enum" in prop:
-        return " \\| ".join(f"`{json.dumps(v)}`" for v in prop["enum"])
-    if "anyOf" in prop:
-        return " or ".join(type_of(option) for option in prop["anyOf"])
-    if "oneOf" in prop:
-        return " or ".join(type_of(option) for option in prop["oneOf"])
+        return " or ".join(f"`{json.dumps(v)}`" for v in prop["enum"])
+    for key in ("anyOf", "oneOf"):
+        if key in prop:
+            return " or ".join(type_of(option, anchors) for option in prop[key])
     kind = prop.get("type")
     if kind == "array":
         if "prefixItems" in prop:
-            inner = ", ".join(type_of(p) for p in prop["prefixItems"])
+            inner = ", ".join(type_of(p, anchors) for p in prop["prefixItems"])
             return f"[{inner}]"
         items = prop.get("items")
-        return f"list of {type_of(items)}" if items else "list"
+        return f"list of {type_of(items, anchors)}" if items else "list"
     if kind is None:
         return "any (checked by the loader)"
     return str(kind)
 
 
 def constraints_of(prop: Schema) -> str:
-    parts = [fmt.format(prop[key]) for key, fmt in _CONSTRAINTS.items() if key in prop]
-    return ", ".join(parts)
+    return ", ".join(fmt.format(prop[key]) for key, fmt in _CONSTRAINTS.items() if key in prop)
 
 
 def default_of(prop: Schema, required: bool) -> str:
@@ -84,45 +88,73 @@ def default_of(prop: Schema, required: bool) -> str:
         return "**required**"
     if "default" not in prop:
         return ""
+    if isinstance(prop["default"], dict):  # a whole section: its keys say their defaults
+        return "its keys' defaults"
     return f"`{json.dumps(prop['default'])}`"
 
 
-def _cell(text: str) -> str:
-    return " ".join(text.split())
-
-
-def table(definition: Schema) -> list[str]:
+def table(definition: Schema, anchors: dict[str, str]) -> list[str]:
     required = set(definition.get("required", []))
     rows = ["| key | type | default | constraints |", "|---|---|---|---|"]
     for name, prop in definition.get("properties", {}).items():
         rows.append(
-            f"| `{name}` | {type_of(prop)} | {default_of(prop, name in required)} "
-            f"| {_cell(constraints_of(prop))} |"
+            f"| `{name}` | {type_of(prop, anchors)} | {default_of(prop, name in required)} "
+            f"| {constraints_of(prop)} |"
         )
     return rows
 
 
-def section(name: str, definition: Schema) -> list[str]:
-    description = " ".join(definition.get("description", "").split())
-    lines = [f"## {name}", ""]
+def section(title: str, anchor: str, definition: Schema, anchors: dict[str, str]) -> list[str]:
+    description = " ".join(definition.get("description", "").split()).replace("``", "`")
+    lines = [f"## {title} {{#{anchor}}}", ""]
     if description:
-        lines += [description.replace("``", "`"), ""]
-    return [*lines, *table(definition), ""]
+        lines += [description, ""]
+    return [*lines, *table(definition, anchors), ""]
+
+
+def _sections(schema: Schema) -> list[tuple[str, str, Schema]]:
+    """(YAML path, anchor, model) of every nested section, depth first, fields last."""
+    defs: dict[str, Schema] = schema["$defs"]
+    out: list[tuple[str, str, Schema]] = []
+
+    def walk(path: str, definition: Schema) -> None:
+        for key, prop in definition.get("properties", {}).items():
+            ref = _section_ref(prop)
+            if ref is not None:
+                child = f"{path}.{key}" if path else key
+                out.append((f"`{child}`", child.replace(".", "-"), defs[ref]))
+                walk(child, defs[ref])
+
+    walk("", schema)
+    for kind, name in _kinds(schema):
+        out.append((f"A field of `kind: {kind}`", f"kind-{kind}", defs[name]))
+    return out
+
+
+def _kinds(schema: Schema) -> list[tuple[str, str]]:
+    """(kind, model) of each field kind, in the models' order."""
+    items = schema["properties"]["fields"]["items"]
+    by_model = {_ref_name(ref): kind for kind, ref in items["discriminator"]["mapping"].items()}
+    return [(by_model[_ref_name(o["$ref"])], _ref_name(o["$ref"])) for o in items["oneOf"]]
 
 
 def render(schema: Schema) -> str:
-    defs: dict[str, Schema] = schema["$defs"]
-    lines = [HEADER, *section("AppConfig", schema)]
-    fields = schema["properties"]["fields"]["items"]
-    kinds = [_ref_name(option["$ref"]) for option in fields["oneOf"]]
-    lines += [
-        "The `fields` list is the allow-list, in output order; each entry's `kind` "
-        "picks its model: " + ", ".join(f"[{k}](#{_anchor(k)})" for k in kinds) + ".",
+    sections = _sections(schema)
+    anchors = {definition["title"]: anchor for _, anchor, definition in sections}
+    kinds = ", ".join(f"[`{kind}`](#kind-{kind})" for kind, _ in _kinds(schema))
+    top = dict(schema)
+    # one row for the list; each kind's keys get a section of their own below
+    fields = {"type": "array", "items": {"type": "field (a mapping with a `kind`)"}}
+    top["properties"] = {**schema["properties"], "fields": fields}
+    lines = [
+        HEADER,
+        *section("Top level", "top-level", top, anchors),
+        "`fields` is the allow-list, in output order; each field's `kind` decides its "
+        f"other keys: {kinds}.",
         "",
     ]
-    sections = [n for n in defs if n not in kinds]
-    for name in [*sections, *kinds]:
-        lines += section(name, defs[name])
+    for title, anchor, definition in sections:
+        lines += section(title, anchor, definition, anchors)
     return "\n".join(lines).rstrip() + "\n"
 
 

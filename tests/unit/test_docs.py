@@ -111,7 +111,8 @@ def subcommand_options() -> dict[str, set[str]]:
 
 
 def commands(body: str) -> list[str]:
-    """Shell commands of a block: comments stripped, indented lines continue the last one."""
+    """Shell commands of a block: comments stripped, indented lines continue the last one
+    (a trailing backslash before them is dropped)."""
     out: list[str] = []
     for raw in body.splitlines():
         line = raw.split("  #", 1)[0].rstrip()
@@ -119,6 +120,7 @@ def commands(body: str) -> list[str]:
             continue
         if raw[:1].isspace() and out:
             out[-1] += " " + line.strip()
+            out[-1] = out[-1].replace(" \\ ", " ")
         else:
             out.extend(part.strip() for part in line.split("&&"))
     return out
@@ -307,6 +309,22 @@ def test_sanitize_page_example(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert_telemetry_shape(json_documents(shown_output), raw, grid)
     # the dead letter has no noise in it: the documented one is exactly what a run writes
     assert letters == json_documents(shown_dead)
+
+
+def test_sanitize_page_table_matches_its_blocks() -> None:
+    """The in/out table repeats the documented input and output, value for value."""
+    text = (DOCS / "sanitize-a-file.md").read_text(encoding="utf-8")
+    shown_input, shown_output, _ = page_blocks("sanitize-a-file.md", "json")
+    rows = re.findall(r"^\| (\d) \| (.*) \|$", text, re.M)
+    assert [int(seq) for seq, _ in rows] == [1, 2, 3, 4]
+    names = ["battery_temp_c", "session_minutes", "country", "crashed"]
+    for (seq, cells), raw, out in zip(
+        rows, json_documents(shown_input), json_documents(shown_output), strict=False
+    ):
+        for name, cell in zip(names, cells.split(" | "), strict=True):
+            shown_in, shown_out = (re.sub(r" \(.*?\)", "", c) for c in cell.split(", "))
+            assert json.loads(json.dumps(raw[name])) == yaml.safe_load(shown_in), (seq, name)
+            assert out[name] == yaml.safe_load(shown_out), (seq, name)
 
 
 def test_readme_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
