@@ -148,6 +148,27 @@ def test_shell_block_names_real_commands(name: str, body: str) -> None:
             assert words[0] in EXTERNAL, command
 
 
+def test_inline_commands_name_real_options() -> None:
+    """`privstream X --opt ...` in prose (the Commands page's synopses) is real too."""
+    options = subcommand_options()
+    spans = [
+        span
+        for path in [README, *PAGES]
+        for span in re.findall(
+            r"`(privstream [^`]*)`",
+            re.sub(r"^```.*?^```", "", path.read_text(encoding="utf-8"), flags=re.S | re.M),
+        )
+    ]
+    assert len(spans) >= 20
+    for span in spans:
+        words = span.split()
+        assert words[1] in options, span
+        used = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", span))
+        assert used <= options[words[1]], (span, used - options[words[1]])
+    synopses = {s.split()[1] for s in spans if s.startswith("privstream ")}
+    assert synopses == set(options)  # every subcommand is documented
+
+
 # --- text: each block has its own checker ---------------------------------------------------
 
 
