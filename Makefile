@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps lint format test unit integration demo bench kafka-start kafka-stop clean
+.PHONY: help install system-deps lint format docs test unit integration demo bench kafka-start kafka-stop clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -43,7 +43,11 @@ format: $(STAMP) ## apply ruff's formatter and safe fixes
 	$(BIN)/ruff format service tests bench deploy
 	$(BIN)/ruff check --fix service tests bench deploy
 
-test: lint system-deps ## every test, integration with a real Kafka broker included
+# --strict: a broken link or anchor fails the build (the site builds offline)
+docs: $(STAMP) ## build the documentation site into site/ (mkdocs --strict)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+test: lint docs system-deps ## every test, integration with a real Kafka broker included
 	$(BIN)/pytest
 
 unit: $(STAMP) ## the fast tests only (no broker)
@@ -79,4 +83,4 @@ kafka-stop: ## stop the local Kafka broker
 
 clean: ## remove the venv, caches and local broker data
 	-deploy/local-kafka/kafka.sh stop
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache deploy/local-kafka/run
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache deploy/local-kafka/run site

@@ -37,7 +37,7 @@ from tests.unit._support import config_dict, rr_p
 SECRET = bytes(range(32))
 OTHER_SECRET = bytes(range(1, 33))
 TOPIC = "raw"
-README = Path(__file__).resolve().parents[2] / "README.md"
+PROTECTION_PAGE = Path(__file__).resolve().parents[2] / "docs" / "protection.md"
 
 DEVICE: dict[str, Any] = {"name": "device", "kind": "drop"}
 TS: dict[str, Any] = {"name": "ts", "kind": "public"}
@@ -561,11 +561,11 @@ def test_fresh_without_key_draws_fresh_noise(plan: RecordPlan) -> None:
     assert len({c["seed"] for c in column(result, "city")}) == 300
 
 
-# --- the README ---------------------------------------------------------------------------
+# --- the docs (protection page) -----------------------------------------------------------
 
 
 def test_readme_memoize_example_is_valid() -> None:
-    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    blocks = re.findall(r"```yaml\n(.*?)```", PROTECTION_PAGE.read_text(encoding="utf-8"), re.S)
     examples = [b for b in blocks if b.startswith("fields:") and "memo_identity" in b]
     assert len(examples) == 1
     fields = yaml.safe_load(examples[0])["fields"]
