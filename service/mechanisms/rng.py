@@ -45,10 +45,11 @@ domain (``kafka.noise_domain``, empty by default) is how an operator tells
 apart two deployments that share a key and a topic *name* but not the
 topic: a re-created topic, a second cluster. Without it, the same raw bytes
 at the same coordinates are the same release, and whoever can write a record
-at a victim's old coordinates can test a guess of the victim's exact bytes. Distinct purposes and contexts give independent
-keys; no key is ever used for two purposes. Version 1 (HMAC of the topic,
-noise keyed by field *position* and coordinates only) let two releases of
-one record share their noise; outputs under version 2 differ from v1's.
+at a victim's old coordinates can test a guess of the victim's exact bytes.
+Distinct purposes and contexts give independent keys; no key is ever used
+for two purposes. Version 1 (HMAC of the topic, noise keyed by field
+*position* and coordinates only) let two releases of one record share their
+noise; outputs under version 2 differ from v1's.
 """
 
 from __future__ import annotations
