@@ -33,3 +33,28 @@ class BrokerError(PrivstreamError):
     Unlike a broker that is merely unreachable, retrying cannot help: the
     worker stops and says which setting to fix.
     """
+
+
+class NoiseError(PrivstreamError, ValueError):
+    """A noise source was used outside its contract (more rows than it is bound to, a bad key).
+
+    A programming error, never a record problem: the caller asked a keyed or
+    memo source for words it cannot give without reusing or inventing noise.
+    """
+
+
+class Rejected(PrivstreamError):
+    """This record cannot be sanitized; it goes to the dead-letter output.
+
+    ``reason`` is a low-cardinality code (a metric label), ``detail`` names
+    the field but never quotes the raw value.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+class AuditError(PrivstreamError):
+    """The audit cannot run (a field it does not know how to audit, a rejected audit record)."""

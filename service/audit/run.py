@@ -28,8 +28,8 @@ from service.audit.engine import (
 from service.audit.sampling import memo_styles
 from service.audit.scenarios import PlanAuditor
 from service.audit.selfcheck import self_check_scenarios
-from service.audit.targets import AuditError
 from service.config import AppConfig
+from service.errors import AuditError
 from service.pipeline import RecordPlan
 
 

@@ -39,9 +39,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.audit.events import Sample
-from service.audit.targets import AuditError, Target
+from service.audit.targets import Target
 from service.config import AppConfig
 from service.config.fields import CategoricalField, IntegerField
+from service.errors import AuditError
 from service.mechanisms import OsEntropy
 from service.mechanisms.functional import FunctionalMechanism
 from service.mechanisms.rng import derive_memo_key

@@ -48,13 +48,13 @@ from service.audit.events import (
     half_lines,
     singletons_and_complements,
 )
-from service.errors import PrivstreamError
+from service.errors import AuditError
 from service.mechanisms import Mechanism, RandomizedResponse
 from service.mechanisms.functional import FunctionalMechanism
 from service.mechanisms.local_hashing import OptimalLocalHashing, value_digests
 from service.mechanisms.unary_encoding import UnaryEncoding, worst_case_differences
 from service.mechanisms.vector_gaussian import VectorGaussianMechanism
-from service.pipeline.fields import (
+from service.pipeline.handlers import (
     BooleanHandler,
     CategoricalHandler,
     FieldHandler,
@@ -67,10 +67,6 @@ from service.pipeline.structured import HashedHandler, SetHandler, VectorHandler
 MAX_CATEGORIES = 8
 #: the two strings local hashing is audited on
 OLH_VALUES = ("privstream-audit-a", "privstream-audit-b")
-
-
-class AuditError(PrivstreamError):
-    """The audit cannot run (a field it does not know how to audit, a rejected audit record)."""
 
 
 def _short(value: Any) -> str:

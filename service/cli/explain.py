@@ -15,7 +15,7 @@ from service.pipeline.plan import MemoPlan
 def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
     """The machine-readable explanation, read from the plan's mechanism objects."""
     by_name = {h.name: h for h in plan.handlers}
-    memo_of = {h.name: m for h, m in zip(plan.handlers, plan.memos, strict=True) if m}
+    memo_of = {f.name: f.memo for f in plan.fields if f.memo}
     fields: list[dict[str, Any]] = []
     for spec in config.fields:
         handler = by_name.get(spec.name)

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from service.estimate.fields import MISSING, Accumulator, Options, Truth
+from service.estimate.accumulators import MISSING, Accumulator, Options, Truth
 from service.estimate.frequency import CategoryCounts, HashedReports, SetReports
 from service.estimate.numeric import CurveReleases, ScalarReleases
 from service.mechanisms import RandomizedResponse
@@ -26,7 +26,7 @@ from service.mechanisms.local_hashing import OptimalLocalHashing
 from service.mechanisms.unary_encoding import UnaryEncoding
 from service.mechanisms.vector_gaussian import VectorGaussianMechanism
 from service.pipeline import RecordPlan
-from service.pipeline.fields import FieldHandler, Rejected
+from service.pipeline.handlers import FieldHandler, Rejected
 
 CHUNK_RECORDS = 8192
 
@@ -94,10 +94,13 @@ class StreamAggregate:
         self.options = options
         self.fields: list[Accumulator] = []
         wanted = set(only) if only is not None else None
-        for handler, kind, memo in zip(plan.handlers, plan.kinds, plan.memos, strict=True):
-            if wanted is not None and handler.name not in wanted:
+        for planned in plan.fields:
+            if wanted is not None and planned.name not in wanted:
                 continue
-            made = accumulator_for(handler, kind, memo.field if memo else None, options)
+            memo = planned.memo
+            made = accumulator_for(
+                planned.handler, planned.kind, memo.field if memo else None, options
+            )
             if made is not None:
                 self.fields.append(made)
         self.records = 0

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from service.estimate.fields import BaseAccumulator, Options, Truth, interval
+from service.estimate.accumulators import BaseAccumulator, Options, Truth, interval
 from service.mechanisms import gaussian, integer_laplace, laplace
 from service.mechanisms.estimation import (
     HistogramEstimate,

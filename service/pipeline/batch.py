@@ -42,7 +42,7 @@ from numpy.typing import NDArray
 
 from service.mechanisms import NoiseSource
 from service.pipeline.encode import encode_records
-from service.pipeline.fields import (
+from service.pipeline.handlers import (
     BooleanHandler,
     CategoricalHandler,
     FieldHandler,
@@ -262,7 +262,7 @@ def _parse_batch(
         columns.append(values)
         bad.update(rejected)
     memo_values: list[list[bytes] | None] = []
-    for memo in plan.memos:
+    for memo in (f.memo for f in plan.fields):
         if memo is None:
             memo_values.append(None)
         elif memo.field is None:  # the message key; none or empty -> the reference rejects
@@ -282,7 +282,8 @@ def _parse_batch(
         memo_values = [None if m is None else [m[p] for p in keep] for m in memo_values]
         where = [where[p] for p in keep]
     tokens: list[list[bytes]] = []
-    for memo, values, memo_col in zip(plan.memos, columns, memo_values, strict=True):
+    for planned, values, memo_col in zip(plan.fields, columns, memo_values, strict=True):
+        memo = planned.memo
         if memo is None or memo_col is None:
             tokens.append([])
         else:
@@ -306,10 +307,10 @@ def _parse_batch(
     )
     merged_columns: list[Values] = []
     merged_tokens: list[list[bytes]] = []
-    for j, (values, memo) in enumerate(zip(columns, plan.memos, strict=True)):
+    for j, (values, planned) in enumerate(zip(columns, plan.fields, strict=True)):
         fast = _as_list(values)
         merged_columns.append([fast[p] if k < 0 else recovered[k][1][j] for _, k, p in order])
-        if memo is None:
+        if planned.memo is None:
             merged_tokens.append([])
         else:
             merged_tokens.append(

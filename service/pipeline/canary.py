@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.mechanisms import Mechanism, NoiseSource
-from service.pipeline.fields import (
+from service.pipeline.handlers import (
     BooleanHandler,
     CategoricalHandler,
     FieldHandler,

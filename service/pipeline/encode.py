@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from service.pipeline.fields import (
+from service.pipeline.handlers import (
     BooleanHandler,
     CategoricalHandler,
     FieldHandler,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,7 +41,7 @@ from service.mechanisms import LaplaceMechanism, Mechanism, RandomizedResponse
 from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from service.mechanisms.local_hashing import OptimalLocalHashing
 from service.mechanisms.randomized_response import DomainValue
-from service.pipeline.fields import (
+from service.pipeline.handlers import (
     BooleanHandler,
     CategoricalHandler,
     FieldHandler,
@@ -111,30 +112,49 @@ def unkeyed(plan: RecordPlan) -> RecordPlan:
     like any other field (fresh, or per record when replay-stable): every
     report is a release of its own.
     """
-    if not any(memo is not None and memo.by_key for memo in plan.memos):
+    if not any(f.memo is not None and f.memo.by_key for f in plan.fields):
         return plan
-    memos = tuple(None if memo is not None and memo.by_key else memo for memo in plan.memos)
-    return replace(plan, memos=memos)
+    fields = tuple(
+        replace(f, memo=None) if f.memo is not None and f.memo.by_key else f for f in plan.fields
+    )
+    return replace(plan, fields=fields)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class PlannedField:
+    """One released field of a plan: its handler and everything that keys its release."""
+
+    handler: FieldHandler
+    #: the config kind (``real``, ``categorical``, ...)
+    kind: str
+    #: the digest of the field's release (``release_id``): what keys its noise
+    release_id: bytes
+    #: how its noise is memoized, or None when it is not
+    memo: MemoPlan | None = None
+
+    @property
+    def name(self) -> str:
+        return self.handler.name
+
+
+@dataclass(frozen=True, kw_only=True)
 class RecordPlan:
     """What one sanitized record is made of, and the guarantee it carries."""
 
-    handlers: tuple[FieldHandler, ...]
-    kinds: tuple[str, ...]
-    #: per handler, the digest of its release (``release_id``): what keys its noise
-    release_ids: tuple[bytes, ...]
+    #: the released fields, in config order (dropped fields have none)
+    fields: tuple[PlannedField, ...]
     budget: Budget
     config_sha256: str
-    #: per handler, its memo plan or None (empty: no field is memoized)
-    memos: tuple[MemoPlan | None, ...] = ()
 
-    def __post_init__(self) -> None:
-        if not self.memos:
-            object.__setattr__(self, "memos", (None,) * len(self.handlers))
-        if len(self.memos) != len(self.handlers):
-            raise ValueError("one memo entry (or None) per handler")
+    @property
+    def handlers(self) -> tuple[FieldHandler, ...]:
+        """The fields' handlers, in order (a view of ``fields``)."""
+        return tuple(f.handler for f in self.fields)
+
+    def with_handlers(self, handlers: Sequence[FieldHandler]) -> RecordPlan:
+        """The same plan with other handlers (the audit's deliberately broken mechanisms)."""
+        fields = tuple(replace(f, handler=h) for f, h in zip(self.fields, handlers, strict=True))
+        return replace(self, fields=fields)
 
     @property
     def epsilon(self) -> float:
@@ -149,31 +169,28 @@ class RecordPlan:
 def build_plan(config: AppConfig) -> RecordPlan:
     """Handlers for every released field, in config order; dropped fields have none."""
     budget = resolve_budget(config)
-    released = [(i, spec) for i, spec in enumerate(config.fields) if spec.kind != "drop"]
-    handlers: list[FieldHandler] = []
-    release_ids: list[bytes] = []
-    memos: list[MemoPlan | None] = []
+    fields: list[PlannedField] = []
     problems: list[str] = []
-    for i, spec in released:
+    for i, spec in enumerate(config.fields):
+        if spec.kind == "drop":
+            continue
         share = budget.fields.get(spec.name)
         try:
             handler = _handler(spec, share)
         except MechanismError as exc:  # parameters no mechanism can honour: a config problem
             problems.append(f"fields[{i}] ({spec.name}): {exc}")
-        else:
-            handlers.append(handler)
-            release_ids.append(release_id(spec, handler, share))
-            memos.append(_memo_plan(spec, handler))
+            continue
+        fields.append(
+            PlannedField(
+                handler=handler,
+                kind=spec.kind,
+                release_id=release_id(spec, handler, share),
+                memo=_memo_plan(spec, handler),
+            )
+        )
     if problems:
         raise ConfigError(problems)
-    return RecordPlan(
-        handlers=tuple(handlers),
-        kinds=tuple(spec.kind for _, spec in released),
-        release_ids=tuple(release_ids),
-        budget=budget,
-        config_sha256=config_sha256(config),
-        memos=tuple(memos),
-    )
+    return RecordPlan(fields=tuple(fields), budget=budget, config_sha256=config_sha256(config))
 
 
 #: version of the release descriptor; part of every release id

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import io
 import json
 import math
@@ -39,7 +38,7 @@ from service.cli import audit as audit_cli
 from service.cli.main import main
 from service.config import parse_config
 from service.pipeline import build_plan
-from service.pipeline.fields import CategoricalHandler, RealHandler
+from service.pipeline.handlers import CategoricalHandler, RealHandler
 from tests.unit._support import config_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -362,7 +361,7 @@ def test_cli_exits_1_when_a_field_breaks_its_claim(capsys: pytest.CaptureFixture
         CategoricalHandler("c", keeps),
         plan.handlers[2],
     )
-    broken = dataclasses.replace(plan, handlers=handlers)
+    broken = plan.with_handlers(handlers)
     assert target_for(broken.handlers[0]).epsilon == 0.5  # it still claims 0.5
     code = audit_cli.run(_args(), config, broken)
     out = capsys.readouterr().out

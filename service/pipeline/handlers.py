@@ -18,18 +18,10 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from service.errors import Rejected as Rejected  # re-exported: what parse raises
 from service.mechanisms import Mechanism, NoiseSource, RandomizedResponse
 from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from service.mechanisms.randomized_response import DomainValue
-
-
-class Rejected(Exception):
-    """This record cannot be sanitized; it goes to the dead-letter output."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
 
 
 def json_type(value: object) -> str:
