@@ -58,3 +58,12 @@ class Rejected(PrivstreamError):
 
 class AuditError(PrivstreamError):
     """The audit cannot run (a field it does not know how to audit, a rejected audit record)."""
+
+
+class RegistryError(PrivstreamError):
+    """A field kind or mechanism is not registered, or its registration lacks a part.
+
+    Raised when the registry is loaded or a plan is built (start-up), never
+    while records flow: a kind the code cannot release, estimate or audit
+    must not be half-supported.
+    """

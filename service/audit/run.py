@@ -89,7 +89,7 @@ def audit(
     kinds: list[str] = []
     skipped: tuple[str, ...] = ()
     if plan is not None and config is not None:
-        auditor = PlanAuditor(plan, memo_styles(config))
+        auditor = PlanAuditor(plan, memo_styles(config, plan))
         names = [t.name for t in auditor.targets]
         chosen = list(names) if fields is None else list(dict.fromkeys(fields))
         for name in chosen:

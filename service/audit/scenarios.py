@@ -59,7 +59,7 @@ class PlanAuditor:
     def __init__(self, plan: RecordPlan, styles: Mapping[str, MemoStyle | None]) -> None:
         self.plan = plan
         self.styles = dict(styles)
-        self.targets = [target_for(h) for h in plan.handlers if h.mechanism is not None]
+        self.targets = [target_for(f) for f in plan.fields if f.handler.mechanism is not None]
         self.by_name = {t.name: t for t in self.targets}
         # fields memoized by the message key draw fresh words here (no keys: ``unkeyed``)
         self.memo_of = {

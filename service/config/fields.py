@@ -9,7 +9,7 @@ mechanisms use (``service.mechanisms.validation``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
@@ -237,18 +237,6 @@ class FunctionalField(_NoisedField):
     calibration: Literal["thesis", "analytic"] = "thesis"
 
 
-FieldConfig = Annotated[
-    DropField
-    | PublicField
-    | RealField
-    | IntegerField
-    | CategoricalField
-    | BooleanField
-    | SetField
-    | VectorField
-    | FunctionalField,
-    Field(discriminator="kind"),
-]
 NoisedField = (
     RealField
     | IntegerField
@@ -258,17 +246,18 @@ NoisedField = (
     | VectorField
     | FunctionalField
 )
-FIELD_KINDS = (
-    "drop",
-    "public",
-    "real",
-    "integer",
-    "categorical",
-    "boolean",
-    "set",
-    "vector",
-    "functional",
+FieldConfig = Annotated[DropField | PublicField | NoisedField, Field(discriminator="kind")]
+#: every field model, in the order of the union (a new kind is added to the union only)
+FIELD_MODELS: tuple[type[_NamedField], ...] = get_args(get_args(FieldConfig)[0])
+FIELD_KINDS: tuple[str, ...] = tuple(
+    get_args(model.model_fields["kind"].annotation)[0] for model in FIELD_MODELS
 )
+
+
+def mechanisms_of(model: type[_NamedField]) -> tuple[str, ...]:
+    """The ``mechanism`` values a field model accepts (none for drop and public)."""
+    field = model.model_fields.get("mechanism")
+    return () if field is None else tuple(get_args(field.annotation))
 
 
 #: why a record field is no memo identity unless the operator vouches for its writers

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -112,18 +113,32 @@ NumericMechanism = LaplaceMechanism | GaussianMechanism | IntegerLaplaceMechanis
 MeanFunction = Callable[[int, float, float], MeanEstimate]
 
 
-def numeric_api(mechanism: NumericMechanism) -> tuple[LatticeNoise, MeanFunction]:
-    """The lattice description and the mean estimator of a scalar numeric mechanism."""
-    if isinstance(mechanism, LaplaceMechanism):
-        return laplace.lattice_noise(mechanism), lambda n, m, v: laplace.estimate_mean(
-            mechanism, n, m, v
-        )
-    if isinstance(mechanism, GaussianMechanism):
-        return gaussian.lattice_noise(mechanism), lambda n, m, v: gaussian.estimate_mean(
-            mechanism, n, m, v
-        )
-    return integer_laplace.lattice_noise(mechanism), lambda n, m, v: integer_laplace.estimate_mean(
-        mechanism, n, m, v
+@dataclass(frozen=True)
+class NumericApi:
+    """A scalar mechanism's lattice description and mean estimator (named by its registration)."""
+
+    lattice: LatticeNoise
+    mean: MeanFunction
+
+
+def laplace_api(mechanism: LaplaceMechanism) -> NumericApi:
+    return NumericApi(
+        laplace.lattice_noise(mechanism),
+        lambda n, m, v: laplace.estimate_mean(mechanism, n, m, v),
+    )
+
+
+def gaussian_api(mechanism: GaussianMechanism) -> NumericApi:
+    return NumericApi(
+        gaussian.lattice_noise(mechanism),
+        lambda n, m, v: gaussian.estimate_mean(mechanism, n, m, v),
+    )
+
+
+def integer_laplace_api(mechanism: IntegerLaplaceMechanism) -> NumericApi:
+    return NumericApi(
+        integer_laplace.lattice_noise(mechanism),
+        lambda n, m, v: integer_laplace.estimate_mean(mechanism, n, m, v),
     )
 
 
@@ -154,14 +169,22 @@ class ScalarReleases(BaseAccumulator):
     """Released numbers of a real or integer field: moments and an observation histogram."""
 
     def __init__(
-        self, name: str, kind: str, mechanism: NumericMechanism, bins: int, resamples: int
+        self,
+        name: str,
+        kind: str,
+        mechanism: NumericMechanism,
+        *,
+        api: NumericApi,
+        integer: bool,
+        options: Options,
     ) -> None:
         super().__init__(name, kind, mechanism)
         self.numeric = mechanism
-        self.integer = kind == "integer"
-        lattice, self.mean_function = numeric_api(mechanism)
-        self.histogram = LatticeHistogram(lattice, bins)
-        self.resamples = resamples
+        #: the releases are integers (the kind's registration says so)
+        self.integer = integer
+        self.mean_function = api.mean
+        self.histogram = LatticeHistogram(api.lattice, options.bins)
+        self.resamples = options.resamples
         self.moments = Moments(1)
         self.observed = np.zeros(self.histogram.observation_bins, dtype=np.int64)
         self.notes.append(
@@ -289,26 +312,56 @@ class CurveTruth:
         self.clipped_rows += int(np.count_nonzero(moved))
 
 
+CurveMeanFunction = Callable[[int, NDArray[np.float64], NDArray[np.float64]], MeanEstimate]
+
+
+def vector_releases(name: str, kind: str, mechanism: VectorGaussianMechanism) -> CurveReleases:
+    """The accumulator of a vector field: per-coordinate means."""
+    return CurveReleases(
+        name,
+        kind,
+        mechanism,
+        points=range(mechanism.dimension),
+        mean=lambda n, m, v: estimate_vector_mean(mechanism, n, m, v),
+        note=f"the mean estimates the mean of the vectors clipped to the L2 ball of radius "
+        f"{mechanism.l2_bound:g}; intervals are per coordinate",
+    )
+
+
+def functional_releases(name: str, kind: str, mechanism: FunctionalMechanism) -> CurveReleases:
+    """The accumulator of a functional field: the mean curve on the grid."""
+    return CurveReleases(
+        name,
+        kind,
+        mechanism,
+        points=mechanism.grid_points.tolist(),
+        mean=lambda n, m, v: estimate_mean_curve(mechanism, n, m, v),
+        note=f"the mean curve estimates the mean of the curves clipped to the RKHS ball of "
+        f"radius {mechanism.rkhs_radius:g}; the bands are pointwise, not simultaneous",
+    )
+
+
 class CurveReleases(BaseAccumulator):
     """Released vectors or sampled functions: per-point moments."""
 
     def __init__(
-        self, name: str, kind: str, mechanism: VectorGaussianMechanism | FunctionalMechanism
+        self,
+        name: str,
+        kind: str,
+        mechanism: VectorGaussianMechanism | FunctionalMechanism,
+        *,
+        points: Sequence[float],
+        mean: CurveMeanFunction,
+        note: str,
     ) -> None:
         super().__init__(name, kind, mechanism)
         self.curve = mechanism
         self.width = mechanism.dimension
         self.moments = Moments(self.width)
-        if isinstance(mechanism, FunctionalMechanism):
-            self.notes.append(
-                f"the mean curve estimates the mean of the curves clipped to the RKHS ball of "
-                f"radius {mechanism.rkhs_radius:g}; the bands are pointwise, not simultaneous"
-            )
-        else:
-            self.notes.append(
-                f"the mean estimates the mean of the vectors clipped to the L2 ball of radius "
-                f"{mechanism.l2_bound:g}; intervals are per coordinate"
-            )
+        #: where each coordinate sits (grid points of a function, indices of a vector)
+        self.points = [float(x) for x in points]
+        self.mean_function = mean
+        self.notes.append(note)
 
     def add(self, values: Sequence[Any]) -> None:
         matrix = _fast_matrix(values, self.width)
@@ -343,23 +396,12 @@ class CurveReleases(BaseAccumulator):
 
     def report(self, options: Options, truth: Truth | None) -> dict[str, Any]:
         entry = self._header()
-        if isinstance(self.curve, FunctionalMechanism):
-            points = [float(x) for x in self.curve.grid_points]
-        else:
-            points = [float(j) for j in range(self.width)]
         if self.records == 0:
             return entry
-        if isinstance(self.curve, FunctionalMechanism):
-            est = estimate_mean_curve(
-                self.curve, self.records, self.moments.mean, self.moments.variance
-            )
-        else:
-            est = estimate_vector_mean(
-                self.curve, self.records, self.moments.mean, self.moments.variance
-            )
+        est = self.mean_function(self.records, self.moments.mean, self.moments.variance)
         z = options.z
         block: dict[str, Any] = {
-            "points": points,
+            "points": self.points,
             "mean": est.mean.tolist(),
             "stderr": est.stderr.tolist(),
             "ci_low": (est.mean - z * est.stderr).tolist(),

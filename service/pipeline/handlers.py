@@ -165,17 +165,26 @@ class CategoricalHandler:
         index = {(type(v), v): i for i, v in enumerate(self.mechanism.domain)}
         object.__setattr__(self, "_index", index)
 
+    def positions(self, kind: type) -> dict[object, int]:
+        """Domain position of each domain value of JSON type ``kind`` (``str`` or ``int``)."""
+        return {value: i for (t, value), i in self._index.items() if t is kind}
+
+    def position_of(self, value: str | int) -> int | None:
+        """The position ``parse`` gives a string or integer: its own, ``unknown_as``'s, or None."""
+        position = self._index.get((type(value), value))
+        if position is None and self.unknown_as is not None:
+            return self._index[(type(self.unknown_as), self.unknown_as)]
+        return position
+
     def parse(self, value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, str | int):
             raise Rejected(
                 "wrong_type",
                 f"field {self.name!r}: expected a domain value, got {json_type(value)}",
             )
-        position = self._index.get((type(value), value))
+        position = self.position_of(value)
         if position is not None:
             return position
-        if self.unknown_as is not None:
-            return self._index[(type(self.unknown_as), self.unknown_as)]
         raise Rejected(
             "unknown_category",
             f"field {self.name!r}: value is not in the declared domain; "

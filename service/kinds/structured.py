@@ -1,0 +1,127 @@
+"""Registrations of the structured kinds: local hashing, sets, vectors and functions.
+
+Their fast path runs ``handler.parse`` value by value (``generic_column``)
+and writes values with the generic ``column_texts``.
+"""
+
+from __future__ import annotations
+
+from service.audit.targets import HashedTarget, SetTarget, functional_target, vector_target
+from service.config import Guarantee
+from service.config.fields import CategoricalField, FunctionalField, SetField, VectorField
+from service.estimate.frequency import HashedReports, SetReports
+from service.estimate.numeric import functional_releases, vector_releases
+from service.kinds.base import FieldKind, MemoSupport, calibrated, describe
+from service.mechanisms.functional import FunctionalMechanism
+from service.mechanisms.local_hashing import OptimalLocalHashing
+from service.mechanisms.unary_encoding import UnaryEncoding
+from service.mechanisms.vector_gaussian import VectorGaussianMechanism
+from service.pipeline import columns, encode
+from service.pipeline.structured import HashedHandler, SetHandler, VectorHandler
+
+
+def _hashed(spec: CategoricalField, share: Guarantee | None) -> HashedHandler:
+    eps, _ = calibrated("categorical (local_hashing)", share)
+    return HashedHandler(spec.name, OptimalLocalHashing(epsilon=eps))
+
+
+LOCAL_HASHING = FieldKind(
+    kind="categorical",
+    mechanism="local_hashing",
+    model=CategoricalField,
+    build=_hashed,
+    column=columns.generic_column,
+    texts=lambda handler, values: encode.column_texts(values),
+    memo_style=lambda handler: "str",
+    # parse gives the string itself; word 0 is the hash seed (service.mechanisms.local_hashing)
+    memo=MemoSupport(domain=lambda handler: None, identity_words=1),
+    estimator=lambda h, kind, options: HashedReports(h.name, kind, h.mechanism),
+    audit_target=lambda h: HashedTarget(h.name, h.mechanism),
+    explain=describe,
+)
+
+
+def _set(spec: SetField, share: Guarantee | None) -> SetHandler:
+    eps, _ = calibrated("set", share)
+    unary = UnaryEncoding(
+        universe=spec.universe, max_items=spec.max_items, epsilon=eps, variant=spec.variant
+    )
+    return SetHandler(
+        spec.name,
+        unary,
+        spec.universe,
+        spec.max_items,
+        drop_unknown=spec.on_unknown == "drop",
+        truncate=spec.on_too_many == "truncate",
+    )
+
+
+SET = FieldKind(
+    kind="set",
+    mechanism="unary_encoding",
+    model=SetField,
+    build=_set,
+    column=columns.generic_column,
+    texts=lambda handler, values: encode.column_texts(values),
+    memo_style=lambda handler: "str",
+    estimator=lambda h, kind, options: SetReports(h.name, kind, h.mechanism),
+    audit_target=lambda h: SetTarget(h.name, h.mechanism),
+    audit_width=lambda h: int(h.mechanism.universe_size),
+    explain=describe,
+)
+
+
+def _vector(spec: VectorField, share: Guarantee | None) -> VectorHandler:
+    eps, dlt = calibrated("vector", share)
+    vector = VectorGaussianMechanism(
+        dimension=spec.dimension,
+        l2_bound=spec.l2_bound,
+        epsilon=eps,
+        delta=dlt,
+        calibration=spec.calibration,
+    )
+    return VectorHandler(spec.name, vector, spec.dimension)
+
+
+def _functional(spec: FunctionalField, share: Guarantee | None) -> VectorHandler:
+    eps, dlt = calibrated("functional", share)
+    functional = FunctionalMechanism(
+        grid_points=spec.grid,
+        bandwidth=spec.bandwidth,
+        rkhs_radius=spec.rkhs_radius,
+        epsilon=eps,
+        delta=dlt,
+        calibration=spec.calibration,
+    )
+    return VectorHandler(spec.name, functional, len(spec.grid))
+
+
+VECTOR = FieldKind(
+    kind="vector",
+    mechanism="gaussian",
+    model=VectorField,
+    build=_vector,
+    column=columns.generic_column,
+    texts=lambda handler, values: encode.column_texts(values),
+    memo_style=lambda handler: "str",
+    estimator=lambda h, kind, options: vector_releases(h.name, kind, h.mechanism),
+    audit_target=lambda h: vector_target(h.name, h.mechanism),
+    audit_width=lambda h: 3 * int(h.mechanism.dimension),
+    explain=describe,
+)
+
+FUNCTIONAL = FieldKind(
+    kind="functional",
+    mechanism="gaussian_process",
+    model=FunctionalField,
+    build=_functional,
+    column=columns.generic_column,
+    texts=lambda handler, values: encode.column_texts(values),
+    memo_style=lambda handler: "str",
+    estimator=lambda h, kind, options: functional_releases(h.name, kind, h.mechanism),
+    audit_target=lambda h: functional_target(h.name, h.mechanism),
+    audit_width=lambda h: 3 * int(h.mechanism.dimension),
+    explain=describe,
+)
+
+REGISTRATIONS = (LOCAL_HASHING, SET, VECTOR, FUNCTIONAL)
