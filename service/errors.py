@@ -35,11 +35,18 @@ class BrokerError(PrivstreamError):
     """
 
 
-class NoiseError(PrivstreamError, ValueError):
+class MisuseError(PrivstreamError, ValueError):
+    """An internal API was called outside its contract (mismatched lengths, a bad count).
+
+    A programming error, never a record or config problem.
+    """
+
+
+class NoiseError(MisuseError):
     """A noise source was used outside its contract (more rows than it is bound to, a bad key).
 
-    A programming error, never a record problem: the caller asked a keyed or
-    memo source for words it cannot give without reusing or inventing noise.
+    The caller asked a keyed or memo source for words it cannot give without
+    reusing or inventing noise.
     """
 
 

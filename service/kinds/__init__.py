@@ -1,8 +1,8 @@
 """The field-kind registry: one ``FieldKind`` per (kind, mechanism) of the config.
 
 Adding a mechanism means writing its module (handler, mechanism, estimator,
-audit target) and one ``FieldKind`` listed in ``_MODULES``' ``REGISTRATIONS``;
-nothing else switches on kinds. Loading this package checks that the
+audit target), one ``FieldKind`` in a module's ``REGISTRATIONS`` and that
+module in ``_MODULES``; nothing else switches on kinds. Loading this package checks that the
 registry and the config models agree: every ``kind`` and ``mechanism`` a
 config can name has exactly one registration, every registration names a
 model of the config union, and every noised registration gives all its
@@ -71,7 +71,9 @@ def check_registry(registry: dict[tuple[str, str | None], FieldKind]) -> None:
         raise RegistryError("; ".join(problems))
 
 
-REGISTRY = _index((*scalar.REGISTRATIONS, *finite.REGISTRATIONS, *structured.REGISTRATIONS))
+#: the modules whose ``REGISTRATIONS`` make up the registry
+_MODULES = (scalar, finite, structured)
+REGISTRY = _index(entry for module in _MODULES for entry in module.REGISTRATIONS)
 check_registry(REGISTRY)
 
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from numpy.typing import NDArray
+
 from service.config import Guarantee
 from service.errors import RegistryError
 from service.pipeline.columns import ColumnParser
@@ -73,6 +75,12 @@ class FieldKind:
     audit_width: Callable[[Any], int] = lambda handler: 3
     #: handler -> the ``explain`` entry of its mechanism; None only without noise
     explain: Callable[[Any], dict[str, Any]] | None = None
+    #: (handler, count) -> canary inputs for the error metrics (``service.pipeline.canary``);
+    #: None: the kind's error is not measured
+    canary: Callable[[Any, int], NDArray[Any]] | None = None
+    #: (handler, candidate values) -> those the field can never report; None: the kind
+    #: takes no ``estimate --candidates`` (it estimates its whole domain)
+    candidates: Callable[[Any, tuple[str, ...]], list[str]] | None = None
 
     def __post_init__(self) -> None:
         if self.mechanism is None:

@@ -15,7 +15,7 @@ from service.config.fields import BooleanField, CategoricalField
 from service.estimate.frequency import CategoryCounts
 from service.kinds.base import FieldKind, MemoSupport, calibrated, describe
 from service.mechanisms import RandomizedResponse
-from service.pipeline import columns, encode
+from service.pipeline import canary, columns, encode
 from service.pipeline.handlers import BooleanHandler, CategoricalHandler
 from service.pipeline.plan import canonical_json
 
@@ -50,6 +50,7 @@ CATEGORICAL = FieldKind(
     estimator=lambda h, kind, options: CategoryCounts(h.name, kind, h.mechanism),
     audit_target=lambda h: FiniteTarget(h.name, h.mechanism, spread_codes(len(h.mechanism.domain))),
     explain=describe,
+    canary=canary.categorical_inputs,
 )
 
 
@@ -72,6 +73,7 @@ BOOLEAN = FieldKind(
     estimator=lambda h, kind, options: CategoryCounts(h.name, kind, h.mechanism),
     audit_target=lambda h: FiniteTarget(h.name, h.mechanism, (0, 1)),
     explain=describe,
+    canary=canary.boolean_inputs,
 )
 
 REGISTRATIONS = (CATEGORICAL, BOOLEAN)

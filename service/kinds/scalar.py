@@ -19,7 +19,7 @@ from service.kinds.base import FieldKind, calibrated, describe
 from service.mechanisms import LaplaceMechanism
 from service.mechanisms.gaussian import GaussianMechanism
 from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
-from service.pipeline import columns, encode
+from service.pipeline import canary, columns, encode
 from service.pipeline.handlers import IntegerHandler, PublicHandler, RealHandler
 
 
@@ -81,6 +81,7 @@ def _real(mechanism: str, build: Any, api: Any) -> FieldKind:
         estimator=_scalar_estimator(api, integer=False),
         audit_target=lambda h: RealTarget(h.name, h.mechanism, h.bounds),
         explain=describe,
+        canary=canary.real_inputs,
     )
 
 
@@ -109,6 +110,7 @@ INTEGER = FieldKind(
         h.name, h.mechanism, (h.mechanism.lower, h.mechanism.upper)
     ),
     explain=describe,
+    canary=canary.integer_inputs,
 )
 
 REGISTRATIONS = (PUBLIC, REAL_LAPLACE, REAL_GAUSSIAN, INTEGER)

@@ -16,7 +16,7 @@ from service.mechanisms.functional import FunctionalMechanism
 from service.mechanisms.local_hashing import OptimalLocalHashing
 from service.mechanisms.unary_encoding import UnaryEncoding
 from service.mechanisms.vector_gaussian import VectorGaussianMechanism
-from service.pipeline import columns, encode
+from service.pipeline import canary, columns, encode
 from service.pipeline.structured import HashedHandler, SetHandler, VectorHandler
 
 
@@ -38,6 +38,7 @@ LOCAL_HASHING = FieldKind(
     estimator=lambda h, kind, options: HashedReports(h.name, kind, h.mechanism),
     audit_target=lambda h: HashedTarget(h.name, h.mechanism),
     explain=describe,
+    candidates=lambda handler, values: [],
 )
 
 
@@ -68,6 +69,7 @@ SET = FieldKind(
     audit_target=lambda h: SetTarget(h.name, h.mechanism),
     audit_width=lambda h: int(h.mechanism.universe_size),
     explain=describe,
+    candidates=lambda handler, values: [v for v in values if v not in handler.universe],
 )
 
 
@@ -108,6 +110,7 @@ VECTOR = FieldKind(
     audit_target=lambda h: vector_target(h.name, h.mechanism),
     audit_width=lambda h: 3 * int(h.mechanism.dimension),
     explain=describe,
+    canary=canary.vector_inputs,
 )
 
 FUNCTIONAL = FieldKind(
@@ -122,6 +125,8 @@ FUNCTIONAL = FieldKind(
     audit_target=lambda h: functional_target(h.name, h.mechanism),
     audit_width=lambda h: 3 * int(h.mechanism.dimension),
     explain=describe,
+    # the same inputs as vectors; not measured while its error is not noise-only
+    canary=canary.vector_inputs,
 )
 
 REGISTRATIONS = (LOCAL_HASHING, SET, VECTOR, FUNCTIONAL)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from service.errors import MisuseError
 from service.mechanisms import NoiseSource
 from service.mechanisms.rng import SplicedSource
 from service.pipeline.handlers import Rejected, json_type
@@ -123,7 +124,7 @@ def with_keys(
     if keys is None:
         return unkeyed(plan), [None] * len(messages)
     if len(keys) != len(messages):
-        raise ValueError(f"{len(keys)} keys for {len(messages)} messages")
+        raise MisuseError(f"{len(keys)} keys for {len(messages)} messages")
     return plan, keys
 
 
