@@ -17,18 +17,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.estimate.accumulators import BaseAccumulator, Options, Truth, interval
-from service.mechanisms import gaussian, integer_laplace, laplace
 from service.mechanisms.estimation import (
     HistogramEstimate,
     LatticeHistogram,
     LatticeNoise,
     MeanEstimate,
 )
-from service.mechanisms.functional import FunctionalMechanism, estimate_mean_curve
+from service.mechanisms.functional import FunctionalMechanism
 from service.mechanisms.gaussian import GaussianMechanism
 from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from service.mechanisms.laplace import LaplaceMechanism
-from service.mechanisms.vector_gaussian import VectorGaussianMechanism, estimate_vector_mean
+from service.mechanisms.vector_gaussian import VectorGaussianMechanism
 
 
 def _number(value: object) -> float | None:
@@ -119,27 +118,6 @@ class NumericApi:
 
     lattice: LatticeNoise
     mean: MeanFunction
-
-
-def laplace_api(mechanism: LaplaceMechanism) -> NumericApi:
-    return NumericApi(
-        laplace.lattice_noise(mechanism),
-        lambda n, m, v: laplace.estimate_mean(mechanism, n, m, v),
-    )
-
-
-def gaussian_api(mechanism: GaussianMechanism) -> NumericApi:
-    return NumericApi(
-        gaussian.lattice_noise(mechanism),
-        lambda n, m, v: gaussian.estimate_mean(mechanism, n, m, v),
-    )
-
-
-def integer_laplace_api(mechanism: IntegerLaplaceMechanism) -> NumericApi:
-    return NumericApi(
-        integer_laplace.lattice_noise(mechanism),
-        lambda n, m, v: integer_laplace.estimate_mean(mechanism, n, m, v),
-    )
 
 
 class ScalarTruth:
@@ -313,32 +291,6 @@ class CurveTruth:
 
 
 CurveMeanFunction = Callable[[int, NDArray[np.float64], NDArray[np.float64]], MeanEstimate]
-
-
-def vector_releases(name: str, kind: str, mechanism: VectorGaussianMechanism) -> CurveReleases:
-    """The accumulator of a vector field: per-coordinate means."""
-    return CurveReleases(
-        name,
-        kind,
-        mechanism,
-        points=range(mechanism.dimension),
-        mean=lambda n, m, v: estimate_vector_mean(mechanism, n, m, v),
-        note=f"the mean estimates the mean of the vectors clipped to the L2 ball of radius "
-        f"{mechanism.l2_bound:g}; intervals are per coordinate",
-    )
-
-
-def functional_releases(name: str, kind: str, mechanism: FunctionalMechanism) -> CurveReleases:
-    """The accumulator of a functional field: the mean curve on the grid."""
-    return CurveReleases(
-        name,
-        kind,
-        mechanism,
-        points=mechanism.grid_points.tolist(),
-        mean=lambda n, m, v: estimate_mean_curve(mechanism, n, m, v),
-        note=f"the mean curve estimates the mean of the curves clipped to the RKHS ball of "
-        f"radius {mechanism.rkhs_radius:g}; the bands are pointwise, not simultaneous",
-    )
 
 
 class CurveReleases(BaseAccumulator):

@@ -8,15 +8,9 @@ from service.audit.targets import IntegerTarget, RealTarget
 from service.config import Guarantee
 from service.config.fields import IntegerField, PublicField, RealField
 from service.estimate.accumulators import Accumulator, Options
-from service.estimate.numeric import (
-    NumericApi,
-    ScalarReleases,
-    gaussian_api,
-    integer_laplace_api,
-    laplace_api,
-)
+from service.estimate.numeric import NumericApi, ScalarReleases
 from service.kinds.base import FieldKind, calibrated, describe
-from service.mechanisms import LaplaceMechanism
+from service.mechanisms import LaplaceMechanism, gaussian, integer_laplace, laplace
 from service.mechanisms.gaussian import GaussianMechanism
 from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from service.pipeline import canary, columns, encode
@@ -56,6 +50,27 @@ def _gaussian(spec: RealField, share: Guarantee | None) -> RealHandler:
     )
     mech = GaussianMechanism(bounds=spec.bounds, epsilon=eps, delta=dlt, calibration=calibration)
     return RealHandler(spec.name, mech, _bounds(spec))
+
+
+def laplace_api(mechanism: LaplaceMechanism) -> NumericApi:
+    return NumericApi(
+        laplace.lattice_noise(mechanism),
+        lambda n, m, v: laplace.estimate_mean(mechanism, n, m, v),
+    )
+
+
+def gaussian_api(mechanism: GaussianMechanism) -> NumericApi:
+    return NumericApi(
+        gaussian.lattice_noise(mechanism),
+        lambda n, m, v: gaussian.estimate_mean(mechanism, n, m, v),
+    )
+
+
+def integer_laplace_api(mechanism: IntegerLaplaceMechanism) -> NumericApi:
+    return NumericApi(
+        integer_laplace.lattice_noise(mechanism),
+        lambda n, m, v: integer_laplace.estimate_mean(mechanism, n, m, v),
+    )
 
 
 def _scalar_estimator(api: Any, integer: bool) -> Any:

@@ -10,12 +10,12 @@ from service.audit.targets import HashedTarget, SetTarget, functional_target, ve
 from service.config import Guarantee
 from service.config.fields import CategoricalField, FunctionalField, SetField, VectorField
 from service.estimate.frequency import HashedReports, SetReports
-from service.estimate.numeric import functional_releases, vector_releases
+from service.estimate.numeric import CurveReleases
 from service.kinds.base import FieldKind, MemoSupport, calibrated, describe
-from service.mechanisms.functional import FunctionalMechanism
+from service.mechanisms.functional import FunctionalMechanism, estimate_mean_curve
 from service.mechanisms.local_hashing import OptimalLocalHashing
 from service.mechanisms.unary_encoding import UnaryEncoding
-from service.mechanisms.vector_gaussian import VectorGaussianMechanism
+from service.mechanisms.vector_gaussian import VectorGaussianMechanism, estimate_vector_mean
 from service.pipeline import canary, columns, encode
 from service.pipeline.structured import HashedHandler, SetHandler, VectorHandler
 
@@ -96,6 +96,32 @@ def _functional(spec: FunctionalField, share: Guarantee | None) -> VectorHandler
         calibration=spec.calibration,
     )
     return VectorHandler(spec.name, functional, len(spec.grid))
+
+
+def vector_releases(name: str, kind: str, mechanism: VectorGaussianMechanism) -> CurveReleases:
+    """The accumulator of a vector field: per-coordinate means."""
+    return CurveReleases(
+        name,
+        kind,
+        mechanism,
+        points=range(mechanism.dimension),
+        mean=lambda n, m, v: estimate_vector_mean(mechanism, n, m, v),
+        note=f"the mean estimates the mean of the vectors clipped to the L2 ball of radius "
+        f"{mechanism.l2_bound:g}; intervals are per coordinate",
+    )
+
+
+def functional_releases(name: str, kind: str, mechanism: FunctionalMechanism) -> CurveReleases:
+    """The accumulator of a functional field: the mean curve on the grid."""
+    return CurveReleases(
+        name,
+        kind,
+        mechanism,
+        points=mechanism.grid_points.tolist(),
+        mean=lambda n, m, v: estimate_mean_curve(mechanism, n, m, v),
+        note=f"the mean curve estimates the mean of the curves clipped to the RKHS ball of "
+        f"radius {mechanism.rkhs_radius:g}; the bands are pointwise, not simultaneous",
+    )
 
 
 VECTOR = FieldKind(
