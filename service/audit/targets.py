@@ -49,7 +49,8 @@ from service.audit.events import (
     singletons_and_complements,
 )
 from service.errors import AuditError
-from service.mechanisms import Mechanism, RandomizedResponse
+from service.mechanisms import Mechanism
+from service.mechanisms.base import FiniteMechanism
 from service.mechanisms.functional import FunctionalMechanism
 from service.mechanisms.local_hashing import OptimalLocalHashing, value_digests
 from service.mechanisms.unary_encoding import UnaryEncoding, worst_case_differences
@@ -141,9 +142,9 @@ class IntegerTarget(RealTarget):
 
 
 class FiniteTarget(Target):
-    """``boolean`` / ``categorical`` with randomized response: singletons and complements."""
+    """A finite domain (randomized response, ordinal exponential): singletons and complements."""
 
-    def __init__(self, name: str, mechanism: RandomizedResponse, audited: tuple[int, ...]) -> None:
+    def __init__(self, name: str, mechanism: FiniteMechanism, audited: tuple[int, ...]) -> None:
         super().__init__(name, mechanism)
         self.domain = mechanism.domain
         self.codes = audited

@@ -19,7 +19,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.errors import Rejected as Rejected  # re-exported: what parse raises
-from service.mechanisms import Mechanism, NoiseSource, RandomizedResponse
+from service.mechanisms import Mechanism, NoiseSource
+from service.mechanisms.base import FiniteMechanism
 from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from service.mechanisms.randomized_response import DomainValue
 
@@ -157,7 +158,7 @@ class CategoricalHandler:
     """A domain value, matched by JSON type and value (``1`` never matches ``"1"``)."""
 
     name: str
-    mechanism: RandomizedResponse
+    mechanism: FiniteMechanism
     unknown_as: DomainValue | None = None
     _index: dict[tuple[type, object], int] = field(init=False, repr=False)
 
@@ -206,7 +207,7 @@ class BooleanHandler:
     """JSON true/false through binary randomized response (domain [false, true])."""
 
     name: str
-    mechanism: RandomizedResponse
+    mechanism: FiniteMechanism
 
     def parse(self, value: object) -> int:
         if not isinstance(value, bool):
