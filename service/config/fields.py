@@ -147,11 +147,16 @@ class IntegerField(_NoisedField):
 
 
 class CategoricalField(_NoisedField):
-    """A value from a finite domain (randomized response) or an open one (local hashing)."""
+    """A value from a finite domain (randomized response, exponential) or an open one (hashing).
+
+    ``exponential`` uses the domain's declared order (``service.mechanisms.exponential``).
+    """
 
     kind: Literal["categorical"]
     domain: Domain | None = None
-    mechanism: Literal["randomized_response", "local_hashing"] = "randomized_response"
+    mechanism: Literal["randomized_response", "local_hashing", "exponential"] = (
+        "randomized_response"
+    )
     #: map a value outside the domain to this domain value instead of dead-lettering
     unknown_as: DomainValue | None = None
     #: permanent randomized response keyed by the Kafka message key (trusted: set by the
@@ -164,8 +169,10 @@ class CategoricalField(_NoisedField):
 
     @model_validator(mode="after")
     def _domain_fits_mechanism(self) -> CategoricalField:
-        if self.mechanism == "randomized_response" and self.domain is None:
-            raise ValueError("randomized_response needs a domain; list it or use local_hashing")
+        if self.mechanism != "local_hashing" and self.domain is None:
+            raise ValueError(f"{self.mechanism} needs a domain; list it or use local_hashing")
+        if self.mechanism == "exponential" and self.delta != 0.0:
+            raise ValueError("exponential is pure epsilon-DP; set delta to 0")
         if self.mechanism == "local_hashing" and (self.domain is not None or self.unknown_as):
             raise ValueError("local_hashing takes any string; remove domain and unknown_as")
         if self.mechanism == "local_hashing" and self.delta != 0.0:

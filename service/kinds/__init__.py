@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from service.config.fields import FIELD_KINDS, FIELD_MODELS, mechanisms_of
 from service.errors import RegistryError
-from service.kinds import finite, scalar, structured
+from service.kinds import finite, ordinal, scalar, structured
 from service.kinds.base import FieldKind, MemoSupport
 
 __all__ = [
@@ -72,7 +72,7 @@ def check_registry(registry: dict[tuple[str, str | None], FieldKind]) -> None:
 
 
 #: the modules whose ``REGISTRATIONS`` make up the registry
-_MODULES = (scalar, finite, structured)
+_MODULES = (scalar, finite, ordinal, structured)
 REGISTRY = _index(entry for module in _MODULES for entry in module.REGISTRATIONS)
 check_registry(REGISTRY)
 
