@@ -42,7 +42,7 @@ from prometheus_client.registry import Collector
 from service.mechanisms import NoiseSource, OsEntropy
 from service.mechanisms.discrete_laplace import calibrate
 from service.pipeline import RecordPlan
-from service.pipeline.fields import IntegerHandler, RealHandler
+from service.pipeline.handlers import IntegerHandler, RealHandler
 from service.pipeline.results import Observation
 
 

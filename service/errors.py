@@ -33,3 +33,44 @@ class BrokerError(PrivstreamError):
     Unlike a broker that is merely unreachable, retrying cannot help: the
     worker stops and says which setting to fix.
     """
+
+
+class MisuseError(PrivstreamError, ValueError):
+    """An internal API was called outside its contract (mismatched lengths, a bad count).
+
+    A programming error, never a record or config problem.
+    """
+
+
+class NoiseError(MisuseError):
+    """A noise source was used outside its contract (more rows than it is bound to, a bad key).
+
+    The caller asked a keyed or memo source for words it cannot give without
+    reusing or inventing noise.
+    """
+
+
+class Rejected(PrivstreamError):
+    """This record cannot be sanitized; it goes to the dead-letter output.
+
+    ``reason`` is a low-cardinality code (a metric label), ``detail`` names
+    the field but never quotes the raw value.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+class AuditError(PrivstreamError):
+    """The audit cannot run (a field it does not know how to audit, a rejected audit record)."""
+
+
+class RegistryError(PrivstreamError):
+    """A field kind or mechanism is not registered, or its registration lacks a part.
+
+    Raised when the registry is loaded or a plan is built (start-up), never
+    while records flow: a kind the code cannot release, estimate or audit
+    must not be half-supported.
+    """

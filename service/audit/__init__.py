@@ -21,7 +21,7 @@ that broken mechanisms are caught. Modules:
 from service.audit.engine import DEFAULT_CONFIDENCE, DEFAULT_SAMPLES, AuditResult
 from service.audit.report import render_json, render_table, report_data
 from service.audit.run import AuditReport, audit
-from service.audit.targets import AuditError
+from service.errors import AuditError
 
 __all__ = [
     "DEFAULT_CONFIDENCE",

@@ -37,7 +37,7 @@ from service.audit.stats import (
     per_interval_level,
     plug_in_epsilon,
 )
-from service.audit.targets import AuditError
+from service.errors import AuditError
 
 #: default draws per audited input: the demo config audits in well under 2 minutes
 DEFAULT_SAMPLES = 100_000

@@ -28,8 +28,8 @@ from service.audit.engine import (
 from service.audit.sampling import memo_styles
 from service.audit.scenarios import PlanAuditor
 from service.audit.selfcheck import self_check_scenarios
-from service.audit.targets import AuditError
 from service.config import AppConfig
+from service.errors import AuditError
 from service.pipeline import RecordPlan
 
 
@@ -89,7 +89,7 @@ def audit(
     kinds: list[str] = []
     skipped: tuple[str, ...] = ()
     if plan is not None and config is not None:
-        auditor = PlanAuditor(plan, memo_styles(config))
+        auditor = PlanAuditor(plan, memo_styles(config, plan))
         names = [t.name for t in auditor.targets]
         chosen = list(names) if fields is None else list(dict.fromkeys(fields))
         for name in chosen:

@@ -39,16 +39,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.audit.events import Sample
-from service.audit.targets import AuditError, Target
+from service.audit.targets import Target
 from service.config import AppConfig
-from service.config.fields import CategoricalField, IntegerField
+from service.errors import AuditError
 from service.mechanisms import OsEntropy
-from service.mechanisms.functional import FunctionalMechanism
 from service.mechanisms.rng import derive_memo_key
-from service.mechanisms.unary_encoding import UnaryEncoding
-from service.mechanisms.vector_gaussian import VectorGaussianMechanism
 from service.pipeline import RecordPlan, process_batch
 from service.pipeline.noise import Fresh
+
+#: how distinct memo values are made: JSON strings or integers
+MemoStyle = Literal["str", "int"]
 
 #: records per ``process_batch`` call
 BATCH_RECORDS = 100_000
@@ -56,37 +56,22 @@ BATCH_RECORDS = 100_000
 #: bound on noise words / output numbers per batch (wide sets and vectors get smaller batches)
 BATCH_VALUES = 2**23
 
-MemoStyle = Literal["str", "int"]
-
 
 def record_width(plan: RecordPlan) -> int:
     """Roughly how many noise words and output numbers one record of ``plan`` costs."""
-    width = 0
-    for handler in plan.handlers:
-        mech = handler.mechanism
-        if isinstance(mech, UnaryEncoding):
-            width += mech.universe_size
-        elif isinstance(mech, VectorGaussianMechanism | FunctionalMechanism):
-            width += 3 * mech.dimension
-        else:
-            width += 3
-    return max(width, 1)
+    return max(sum(f.entry.audit_width(f.handler) for f in plan.fields), 1)
 
 
-def memo_styles(config: AppConfig) -> dict[str, MemoStyle | None]:
-    """For each field of the config: how distinct memo values are made, or None if they can't."""
+def memo_styles(config: AppConfig, plan: RecordPlan) -> dict[str, MemoStyle | None]:
+    """For each field of the config: how distinct memo values are made, or None if they can't.
+
+    A dropped field takes any value (a string); a released one asks its kind.
+    """
+    released = {f.name: f for f in plan.fields}
     styles: dict[str, MemoStyle | None] = {}
     for spec in config.fields:
-        if isinstance(spec, IntegerField):
-            styles[spec.name] = "int"
-        elif (
-            isinstance(spec, CategoricalField)
-            and spec.mechanism == "randomized_response"
-            and spec.unknown_as is None
-        ):
-            styles[spec.name] = None  # only domain values parse
-        else:
-            styles[spec.name] = "str"
+        planned = released.get(spec.name)
+        styles[spec.name] = "str" if planned is None else planned.entry.memo_style(planned.handler)
     return styles
 
 

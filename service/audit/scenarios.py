@@ -39,7 +39,8 @@ from service.audit.engine import Scenario, event_counts
 from service.audit.events import AllOf, Event, Sample
 from service.audit.sampling import MemoStyle, PipelineSampler, RecordSpec
 from service.audit.stats import cp_lower, cp_upper, epsilon_lower_bound
-from service.audit.targets import AuditError, Target, target_for
+from service.audit.targets import Target, target_for
+from service.errors import AuditError
 from service.pipeline import RecordPlan
 
 #: how the record's product events are picked on the pilot (``_projected_score``)
@@ -58,13 +59,13 @@ class PlanAuditor:
     def __init__(self, plan: RecordPlan, styles: Mapping[str, MemoStyle | None]) -> None:
         self.plan = plan
         self.styles = dict(styles)
-        self.targets = [target_for(h) for h in plan.handlers if h.mechanism is not None]
+        self.targets = [target_for(f) for f in plan.fields if f.handler.mechanism is not None]
         self.by_name = {t.name: t for t in self.targets}
         # fields memoized by the message key draw fresh words here (no keys: ``unkeyed``)
         self.memo_of = {
-            h.name: m.field
-            for h, m in zip(plan.handlers, plan.memos, strict=True)
-            if m is not None and m.field is not None
+            f.name: f.memo.field
+            for f in plan.fields
+            if f.memo is not None and f.memo.field is not None
         }
 
     def _base(self) -> dict[str, object]:
@@ -121,14 +122,8 @@ class PlanAuditor:
         every draw of a per-field audit. The whole-record audit runs the full
         plan.
         """
-        j = next(k for k, h in enumerate(self.plan.handlers) if h.name == name)
-        return dataclasses.replace(
-            self.plan,
-            handlers=(self.plan.handlers[j],),
-            kinds=(self.plan.kinds[j],),
-            release_ids=(self.plan.release_ids[j],),
-            memos=(self.plan.memos[j],),
-        )
+        fields = tuple(f for f in self.plan.fields if f.name == name)
+        return dataclasses.replace(self.plan, fields=fields)
 
     def field_scenario(self, name: str) -> Scenario:
         """Neighbours differing in field ``name`` only; its own claim."""

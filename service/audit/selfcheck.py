@@ -39,7 +39,6 @@ an upper bound on the chance that the audit wrongly passes them
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
@@ -57,7 +56,7 @@ from service.mechanisms.discrete_laplace import DiscreteLaplace
 from service.mechanisms.grid import to_grid
 from service.mechanisms.randomized_response import DomainValue
 from service.pipeline import RecordPlan, build_plan
-from service.pipeline.fields import BooleanHandler, CategoricalHandler, RealHandler
+from service.pipeline.handlers import BooleanHandler, CategoricalHandler, RealHandler
 
 _KAFKA = {"input_topic": "audit", "output_topic": "audit.out", "dead_letter_topic": "audit.dlq"}
 #: Example 4.5 of the thesis: flip probability, claimed epsilon and delta
@@ -103,7 +102,7 @@ def _plan(field: dict[str, Any], epsilon: float, delta: float) -> RecordPlan:
 
 
 def _with_handler(plan: RecordPlan, handler: Any) -> RecordPlan:
-    return dataclasses.replace(plan, handlers=(handler,))
+    return plan.with_handlers((handler,))
 
 
 def _laplace_plan(broken: bool) -> RecordPlan:

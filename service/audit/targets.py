@@ -48,29 +48,19 @@ from service.audit.events import (
     half_lines,
     singletons_and_complements,
 )
-from service.errors import PrivstreamError
-from service.mechanisms import Mechanism, RandomizedResponse
+from service.errors import AuditError
+from service.mechanisms import Mechanism
+from service.mechanisms.base import FiniteMechanism
 from service.mechanisms.functional import FunctionalMechanism
 from service.mechanisms.local_hashing import OptimalLocalHashing, value_digests
 from service.mechanisms.unary_encoding import UnaryEncoding, worst_case_differences
 from service.mechanisms.vector_gaussian import VectorGaussianMechanism
-from service.pipeline.fields import (
-    BooleanHandler,
-    CategoricalHandler,
-    FieldHandler,
-    IntegerHandler,
-    RealHandler,
-)
-from service.pipeline.structured import HashedHandler, SetHandler, VectorHandler
+from service.pipeline.plan import PlannedField
 
 #: randomized response: audit every pair of at most this many domain values
 MAX_CATEGORIES = 8
 #: the two strings local hashing is audited on
 OLH_VALUES = ("privstream-audit-a", "privstream-audit-b")
-
-
-class AuditError(PrivstreamError):
-    """The audit cannot run (a field it does not know how to audit, a rejected audit record)."""
 
 
 def _short(value: Any) -> str:
@@ -152,9 +142,9 @@ class IntegerTarget(RealTarget):
 
 
 class FiniteTarget(Target):
-    """``boolean`` / ``categorical`` with randomized response: singletons and complements."""
+    """A finite domain (randomized response, ordinal exponential): singletons and complements."""
 
-    def __init__(self, name: str, mechanism: RandomizedResponse, audited: tuple[int, ...]) -> None:
+    def __init__(self, name: str, mechanism: FiniteMechanism, audited: tuple[int, ...]) -> None:
         super().__init__(name, mechanism)
         self.domain = mechanism.domain
         self.codes = audited
@@ -355,26 +345,9 @@ def functional_target(name: str, mech: FunctionalMechanism) -> ProjectionTarget:
     )
 
 
-def target_for(handler: FieldHandler) -> Target:
-    """The audit's view of one released field with a mechanism."""
-    mech = handler.mechanism
-    name = handler.name
-    if isinstance(handler, RealHandler):
-        return RealTarget(name, handler.mechanism, handler.bounds)
-    if isinstance(handler, IntegerHandler):
-        mech_i = handler.mechanism
-        return IntegerTarget(name, mech_i, (mech_i.lower, mech_i.upper))
-    if isinstance(handler, BooleanHandler):
-        return FiniteTarget(name, handler.mechanism, (0, 1))
-    if isinstance(handler, CategoricalHandler):
-        rr = handler.mechanism
-        return FiniteTarget(name, rr, spread_codes(len(rr.domain)))
-    if isinstance(handler, HashedHandler) and isinstance(mech, OptimalLocalHashing):
-        return HashedTarget(name, mech)
-    if isinstance(handler, SetHandler) and isinstance(mech, UnaryEncoding):
-        return SetTarget(name, mech)
-    if isinstance(handler, VectorHandler) and isinstance(mech, FunctionalMechanism):
-        return functional_target(name, mech)
-    if isinstance(handler, VectorHandler) and isinstance(mech, VectorGaussianMechanism):
-        return vector_target(name, mech)
-    raise AuditError(f"field {name!r}: no audit is defined for mechanism {type(mech).__name__}")
+def target_for(planned: PlannedField) -> Target:
+    """The audit's view of one released field with a mechanism (its kind's audit target)."""
+    make = planned.entry.audit_target
+    if planned.handler.mechanism is None or make is None:
+        raise AuditError(f"field {planned.name!r}: released as is, nothing to audit")
+    return make(planned.handler)

@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from service.config import AppConfig
+from service.errors import PrivstreamError
 from service.estimate import Options, StreamAggregate, TruthAggregate, build_report, render_table
 from service.estimate.source import PROGRESS_THRESHOLD, Progress, file_lines
 from service.pipeline import RecordPlan
-from service.pipeline.structured import HashedHandler, SetHandler
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
-class UsageError(Exception):
+class UsageError(PrivstreamError):
     """A bad option: exit 2 with this message."""
 
 
@@ -130,25 +130,26 @@ def options_from(args: argparse.Namespace, plan: RecordPlan) -> Options:
         raise UsageError(f"--bins {args.bins} must lie in 1..1000")
     if not args.timeout > 0:
         raise UsageError(f"--timeout {args.timeout:g} must be positive")
-    handlers = {h.name: h for h in plan.handlers}
-    estimable = {h.name for h in plan.handlers if h.mechanism is not None}
+    by_name = {f.name: f for f in plan.fields}
+    estimable = {f.name for f in plan.fields if f.handler.mechanism is not None}
     for name in args.fields or ():
-        if name not in handlers:
+        if name not in by_name:
             raise UsageError(f"--field {name}: no released field of that name in the config")
         if name not in estimable:
             raise UsageError(f"--field {name}: a public field has nothing to estimate")
     candidates: dict[str, tuple[str, ...]] = {}
     for spec in args.candidates:
         name, values = _read_candidates(spec)
-        handler = handlers.get(name)
-        if isinstance(handler, SetHandler):
-            outside = [v for v in values if v not in handler.universe]
+        planned = by_name.get(name)
+        check = planned.entry.candidates if planned is not None else None
+        if planned is not None and check is not None:
+            outside = check(planned.handler, values)
             if outside:
                 raise UsageError(
                     f"--candidates {name}: {len(outside)} value(s) not in the set field's "
                     f"universe, e.g. {outside[0]!r}"
                 )
-        elif not isinstance(handler, HashedHandler):
+        else:
             raise UsageError(
                 f"--candidates {name}: candidates apply to local_hashing categorical and set "
                 "fields; randomized-response fields estimate their whole domain"

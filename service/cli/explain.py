@@ -14,28 +14,20 @@ from service.pipeline.plan import MemoPlan
 
 def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
     """The machine-readable explanation, read from the plan's mechanism objects."""
-    by_name = {h.name: h for h in plan.handlers}
-    memo_of = {h.name: m for h, m in zip(plan.handlers, plan.memos, strict=True) if m}
+    by_name = {f.name: f for f in plan.fields}
     fields: list[dict[str, Any]] = []
     for spec in config.fields:
-        handler = by_name.get(spec.name)
-        mech = handler.mechanism if handler is not None else None
+        planned = by_name.get(spec.name)
+        describe = planned.entry.explain if planned is not None else None
         entry: dict[str, Any] = {"name": spec.name, "kind": spec.kind, "mechanism": None}
-        if mech is not None:
+        if planned is not None and describe is not None and planned.handler.mechanism is not None:
             declared = plan.budget.declared[spec.name]
-            entry.update(
-                mechanism=mech.name,
-                epsilon=mech.epsilon,
-                delta=mech.delta,
-                declared_epsilon=declared.epsilon,
-                declared_delta=declared.delta,
-                estimator_variance_n1000=mech.estimator_variance(1000),
-                params=mech.params(),
-                expected_error=mech.expected_error,
-                gamma_lower_bound=mech.gamma_lower_bound,
-                metric=mech.metric,
-                **_memo_entry(memo_of.get(spec.name)),
-            )
+            described = describe(planned.handler)
+            # key order as before the registry: mechanism, epsilon, delta, declared_*, ...
+            entry.update({key: described.pop(key) for key in ("mechanism", "epsilon", "delta")})
+            entry.update(declared_epsilon=declared.epsilon, declared_delta=declared.delta)
+            entry.update(described)
+            entry.update(_memo_entry(planned.memo))
         else:
             entry.update(
                 epsilon=0.0, delta=0.0, params={}, expected_error=None, gamma_lower_bound=None

@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"privstream: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
 
-            if any(plan.memos):
+            if any(f.memo is not None for f in plan.fields):
                 print(
                     "privstream: warning: sanitize has no noise key (and files no message "
                     "keys), so memoized fields get fresh noise on every line (each report is "

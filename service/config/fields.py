@@ -9,7 +9,7 @@ mechanisms use (``service.mechanisms.validation``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
@@ -147,11 +147,16 @@ class IntegerField(_NoisedField):
 
 
 class CategoricalField(_NoisedField):
-    """A value from a finite domain (randomized response) or an open one (local hashing)."""
+    """A value from a finite domain (randomized response, exponential) or an open one (hashing).
+
+    ``exponential`` uses the domain's declared order (``service.mechanisms.exponential``).
+    """
 
     kind: Literal["categorical"]
     domain: Domain | None = None
-    mechanism: Literal["randomized_response", "local_hashing"] = "randomized_response"
+    mechanism: Literal["randomized_response", "local_hashing", "exponential"] = (
+        "randomized_response"
+    )
     #: map a value outside the domain to this domain value instead of dead-lettering
     unknown_as: DomainValue | None = None
     #: permanent randomized response keyed by the Kafka message key (trusted: set by the
@@ -164,8 +169,10 @@ class CategoricalField(_NoisedField):
 
     @model_validator(mode="after")
     def _domain_fits_mechanism(self) -> CategoricalField:
-        if self.mechanism == "randomized_response" and self.domain is None:
-            raise ValueError("randomized_response needs a domain; list it or use local_hashing")
+        if self.mechanism != "local_hashing" and self.domain is None:
+            raise ValueError(f"{self.mechanism} needs a domain; list it or use local_hashing")
+        if self.mechanism == "exponential" and self.delta != 0.0:
+            raise ValueError("exponential is pure epsilon-DP; set delta to 0")
         if self.mechanism == "local_hashing" and (self.domain is not None or self.unknown_as):
             raise ValueError("local_hashing takes any string; remove domain and unknown_as")
         if self.mechanism == "local_hashing" and self.delta != 0.0:
@@ -237,18 +244,6 @@ class FunctionalField(_NoisedField):
     calibration: Literal["thesis", "analytic"] = "thesis"
 
 
-FieldConfig = Annotated[
-    DropField
-    | PublicField
-    | RealField
-    | IntegerField
-    | CategoricalField
-    | BooleanField
-    | SetField
-    | VectorField
-    | FunctionalField,
-    Field(discriminator="kind"),
-]
 NoisedField = (
     RealField
     | IntegerField
@@ -258,17 +253,18 @@ NoisedField = (
     | VectorField
     | FunctionalField
 )
-FIELD_KINDS = (
-    "drop",
-    "public",
-    "real",
-    "integer",
-    "categorical",
-    "boolean",
-    "set",
-    "vector",
-    "functional",
+FieldConfig = Annotated[DropField | PublicField | NoisedField, Field(discriminator="kind")]
+#: every field model, in the order of the union (a new kind is added to the union only)
+FIELD_MODELS: tuple[type[_NamedField], ...] = get_args(get_args(FieldConfig)[0])
+FIELD_KINDS: tuple[str, ...] = tuple(
+    get_args(model.model_fields["kind"].annotation)[0] for model in FIELD_MODELS
 )
+
+
+def mechanisms_of(model: type[_NamedField]) -> tuple[str, ...]:
+    """The ``mechanism`` values a field model accepts (none for drop and public)."""
+    field = model.model_fields.get("mechanism")
+    return () if field is None else tuple(get_args(field.annotation))
 
 
 #: why a record field is no memo identity unless the operator vouches for its writers

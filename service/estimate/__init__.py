@@ -5,8 +5,8 @@ in ``service.mechanisms``; this package only reads sanitized records, keeps
 what those functions need, and formats what they return.
 """
 
+from service.estimate.accumulators import Options
 from service.estimate.aggregate import StreamAggregate, TruthAggregate
-from service.estimate.fields import Options
 from service.estimate.report import build_report, render_table
 
 __all__ = ["Options", "StreamAggregate", "TruthAggregate", "build_report", "render_table"]

@@ -4,7 +4,7 @@ Records are decoded one by one and handed to the accumulators in chunks
 (``CHUNK_RECORDS``), so the per-field work is vectorised. Nothing here
 raises on bad input: a line that is not a JSON object is counted under a
 reason and skipped, a field that is missing or malformed is counted by its
-accumulator (``accumulator_for`` picks it from the field's mechanism).
+accumulator (its kind's registered estimator, ``service.kinds``).
 """
 
 from __future__ import annotations
@@ -14,19 +14,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from service.estimate.fields import MISSING, Accumulator, Options, Truth
-from service.estimate.frequency import CategoryCounts, HashedReports, SetReports
-from service.estimate.numeric import CurveReleases, ScalarReleases
-from service.mechanisms import RandomizedResponse
-from service.mechanisms.functional import FunctionalMechanism
-from service.mechanisms.gaussian import GaussianMechanism
-from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
-from service.mechanisms.laplace import LaplaceMechanism
-from service.mechanisms.local_hashing import OptimalLocalHashing
-from service.mechanisms.unary_encoding import UnaryEncoding
-from service.mechanisms.vector_gaussian import VectorGaussianMechanism
+from service.estimate.accumulators import MISSING, Accumulator, Options, Truth
 from service.pipeline import RecordPlan
-from service.pipeline.fields import FieldHandler, Rejected
+from service.pipeline.handlers import Rejected
+from service.pipeline.plan import PlannedField
 
 CHUNK_RECORDS = 8192
 
@@ -54,32 +45,17 @@ def decode(raw: bytes) -> tuple[dict[str, Any] | None, str]:
     return obj, ""
 
 
-def accumulator_for(
-    handler: FieldHandler, kind: str, memo_field: str | None, options: Options
-) -> Accumulator | None:
-    """The accumulator of one released field, or None for public fields (nothing to estimate)."""
-    mechanism = handler.mechanism
-    name = handler.name
-    made: Accumulator
-    if mechanism is None:
-        return None
-    if isinstance(mechanism, RandomizedResponse):
-        made = CategoryCounts(name, kind, mechanism)
-    elif isinstance(mechanism, OptimalLocalHashing):
-        made = HashedReports(name, kind, mechanism)
-    elif isinstance(mechanism, UnaryEncoding):
-        made = SetReports(name, kind, mechanism)
-    elif isinstance(mechanism, LaplaceMechanism | GaussianMechanism | IntegerLaplaceMechanism):
-        made = ScalarReleases(name, kind, mechanism, options.bins, options.resamples)
-    elif isinstance(mechanism, VectorGaussianMechanism | FunctionalMechanism):
-        made = CurveReleases(name, kind, mechanism)
-    else:  # pragma: no cover -- every mechanism the plan builds is listed above
-        return None
-    if memo_field is not None:
+def accumulator_for(planned: PlannedField, options: Options) -> Accumulator | None:
+    """The accumulator of one released field (its kind's estimator), None for public fields."""
+    estimator = planned.entry.estimator
+    if planned.handler.mechanism is None or estimator is None:
+        return None  # released as is: nothing to estimate
+    made = estimator(planned.handler, planned.kind, options)
+    if planned.memo is not None and planned.memo.field is not None:
         made.notes.append(
-            f"memoize_by {memo_field}: a device's reports repeat one answer, so they are not "
-            "independent; the intervals assume one report per device and are too narrow "
-            "when devices report several times"
+            f"memoize_by {planned.memo.field}: a device's reports repeat one answer, so they "
+            "are not independent; the intervals assume one report per device and are too "
+            "narrow when devices report several times"
         )
     return made
 
@@ -94,10 +70,10 @@ class StreamAggregate:
         self.options = options
         self.fields: list[Accumulator] = []
         wanted = set(only) if only is not None else None
-        for handler, kind, memo in zip(plan.handlers, plan.kinds, plan.memos, strict=True):
-            if wanted is not None and handler.name not in wanted:
+        for planned in plan.fields:
+            if wanted is not None and planned.name not in wanted:
                 continue
-            made = accumulator_for(handler, kind, memo.field if memo else None, options)
+            made = accumulator_for(planned, options)
             if made is not None:
                 self.fields.append(made)
         self.records = 0

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from service.estimate.fields import BaseAccumulator, Options, Truth, interval
+from service.estimate.accumulators import BaseAccumulator, Options, Truth, interval
 from service.mechanisms import RandomizedResponse
 from service.mechanisms import randomized_response as rr
 from service.mechanisms.local_hashing import (

@@ -10,24 +10,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from service.estimate.fields import BaseAccumulator, Options, Truth, interval
-from service.mechanisms import gaussian, integer_laplace, laplace
+from service.estimate.accumulators import BaseAccumulator, Options, Truth, interval
 from service.mechanisms.estimation import (
     HistogramEstimate,
     LatticeHistogram,
     LatticeNoise,
     MeanEstimate,
 )
-from service.mechanisms.functional import FunctionalMechanism, estimate_mean_curve
+from service.mechanisms.functional import FunctionalMechanism
 from service.mechanisms.gaussian import GaussianMechanism
 from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from service.mechanisms.laplace import LaplaceMechanism
-from service.mechanisms.vector_gaussian import VectorGaussianMechanism, estimate_vector_mean
+from service.mechanisms.vector_gaussian import VectorGaussianMechanism
 
 
 def _number(value: object) -> float | None:
@@ -112,19 +112,12 @@ NumericMechanism = LaplaceMechanism | GaussianMechanism | IntegerLaplaceMechanis
 MeanFunction = Callable[[int, float, float], MeanEstimate]
 
 
-def numeric_api(mechanism: NumericMechanism) -> tuple[LatticeNoise, MeanFunction]:
-    """The lattice description and the mean estimator of a scalar numeric mechanism."""
-    if isinstance(mechanism, LaplaceMechanism):
-        return laplace.lattice_noise(mechanism), lambda n, m, v: laplace.estimate_mean(
-            mechanism, n, m, v
-        )
-    if isinstance(mechanism, GaussianMechanism):
-        return gaussian.lattice_noise(mechanism), lambda n, m, v: gaussian.estimate_mean(
-            mechanism, n, m, v
-        )
-    return integer_laplace.lattice_noise(mechanism), lambda n, m, v: integer_laplace.estimate_mean(
-        mechanism, n, m, v
-    )
+@dataclass(frozen=True)
+class NumericApi:
+    """A scalar mechanism's lattice description and mean estimator (named by its registration)."""
+
+    lattice: LatticeNoise
+    mean: MeanFunction
 
 
 class ScalarTruth:
@@ -154,14 +147,22 @@ class ScalarReleases(BaseAccumulator):
     """Released numbers of a real or integer field: moments and an observation histogram."""
 
     def __init__(
-        self, name: str, kind: str, mechanism: NumericMechanism, bins: int, resamples: int
+        self,
+        name: str,
+        kind: str,
+        mechanism: NumericMechanism,
+        *,
+        api: NumericApi,
+        integer: bool,
+        options: Options,
     ) -> None:
         super().__init__(name, kind, mechanism)
         self.numeric = mechanism
-        self.integer = kind == "integer"
-        lattice, self.mean_function = numeric_api(mechanism)
-        self.histogram = LatticeHistogram(lattice, bins)
-        self.resamples = resamples
+        #: the releases are integers (the kind's registration says so)
+        self.integer = integer
+        self.mean_function = api.mean
+        self.histogram = LatticeHistogram(api.lattice, options.bins)
+        self.resamples = options.resamples
         self.moments = Moments(1)
         self.observed = np.zeros(self.histogram.observation_bins, dtype=np.int64)
         self.notes.append(
@@ -289,26 +290,30 @@ class CurveTruth:
         self.clipped_rows += int(np.count_nonzero(moved))
 
 
+CurveMeanFunction = Callable[[int, NDArray[np.float64], NDArray[np.float64]], MeanEstimate]
+
+
 class CurveReleases(BaseAccumulator):
     """Released vectors or sampled functions: per-point moments."""
 
     def __init__(
-        self, name: str, kind: str, mechanism: VectorGaussianMechanism | FunctionalMechanism
+        self,
+        name: str,
+        kind: str,
+        mechanism: VectorGaussianMechanism | FunctionalMechanism,
+        *,
+        points: Sequence[float],
+        mean: CurveMeanFunction,
+        note: str,
     ) -> None:
         super().__init__(name, kind, mechanism)
         self.curve = mechanism
         self.width = mechanism.dimension
         self.moments = Moments(self.width)
-        if isinstance(mechanism, FunctionalMechanism):
-            self.notes.append(
-                f"the mean curve estimates the mean of the curves clipped to the RKHS ball of "
-                f"radius {mechanism.rkhs_radius:g}; the bands are pointwise, not simultaneous"
-            )
-        else:
-            self.notes.append(
-                f"the mean estimates the mean of the vectors clipped to the L2 ball of radius "
-                f"{mechanism.l2_bound:g}; intervals are per coordinate"
-            )
+        #: where each coordinate sits (grid points of a function, indices of a vector)
+        self.points = [float(x) for x in points]
+        self.mean_function = mean
+        self.notes.append(note)
 
     def add(self, values: Sequence[Any]) -> None:
         matrix = _fast_matrix(values, self.width)
@@ -343,23 +348,12 @@ class CurveReleases(BaseAccumulator):
 
     def report(self, options: Options, truth: Truth | None) -> dict[str, Any]:
         entry = self._header()
-        if isinstance(self.curve, FunctionalMechanism):
-            points = [float(x) for x in self.curve.grid_points]
-        else:
-            points = [float(j) for j in range(self.width)]
         if self.records == 0:
             return entry
-        if isinstance(self.curve, FunctionalMechanism):
-            est = estimate_mean_curve(
-                self.curve, self.records, self.moments.mean, self.moments.variance
-            )
-        else:
-            est = estimate_vector_mean(
-                self.curve, self.records, self.moments.mean, self.moments.variance
-            )
+        est = self.mean_function(self.records, self.moments.mean, self.moments.variance)
         z = options.z
         block: dict[str, Any] = {
-            "points": points,
+            "points": self.points,
             "mean": est.mean.tolist(),
             "stderr": est.stderr.tolist(),
             "ci_low": (est.mean - z * est.stderr).tolist(),

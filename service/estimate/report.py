@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from service.estimate.accumulators import Options
 from service.estimate.aggregate import StreamAggregate, TruthAggregate
-from service.estimate.fields import Options
 
 
 def build_report(

@@ -79,6 +79,13 @@ class Mechanism(ABC):
         return f"{type(self).__name__}(epsilon={self.epsilon}, delta={self.delta}, {shown})"
 
 
+class FiniteMechanism(Mechanism):
+    """A mechanism on a finite domain: domain positions ``0..len(domain)-1`` in and out."""
+
+    #: the domain values, in the order their positions index
+    domain: tuple[Any, ...]
+
+
 def require_finite(values: Any, name: str) -> NDArray[np.float64]:
     """The column as float64, or MechanismError if it holds NaN or an infinity.
 

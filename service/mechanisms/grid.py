@@ -32,6 +32,8 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
+from service.errors import MechanismError
+
 #: the grid is about this many times finer than the noise scale
 GRID_STEPS_PER_SCALE = 2**10
 #: keep |value / g| below this, so integers stay exact in doubles with room for noise
@@ -44,7 +46,7 @@ def granularity(scale: float, magnitude: float, diameter: float = 0.0) -> float:
     With ``diameter > 0`` it is at most ``diameter / 2`` unless the magnitude forbids it.
     """
     if scale <= 0.0 or not math.isfinite(scale):
-        raise ValueError(f"noise scale {scale!r} must be a finite number > 0")
+        raise MechanismError(f"noise scale {scale!r} must be a finite number > 0")
     exponent = math.floor(math.log2(scale / GRID_STEPS_PER_SCALE))
     if diameter > 0.0:
         exponent = min(exponent, math.floor(math.log2(diameter / 2.0)))

@@ -77,7 +77,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.errors import MechanismError
-from service.mechanisms.base import TWO_64, Mechanism, exp_lower_bound, finite_gamma
+from service.mechanisms.base import TWO_64, FiniteMechanism, exp_lower_bound, finite_gamma
 from service.mechanisms.rng import NoiseSource
 from service.mechanisms.validation import check_delta, check_domain, check_epsilon
 
@@ -127,7 +127,7 @@ def reported_p(threshold: int, m: int) -> float:
     return p if Fraction(p) >= exact else math.nextafter(p, math.inf)
 
 
-class RandomizedResponse(Mechanism):
+class RandomizedResponse(FiniteMechanism):
     """k-ary randomized response over an explicit domain (indices in, indices out)."""
 
     name: ClassVar[str] = "randomized_response"

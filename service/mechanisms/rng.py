@@ -66,7 +66,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from numpy.typing import NDArray
 
-from service.errors import MechanismError
+from service.errors import MechanismError, NoiseError
 
 _TWO_POW_MINUS_52 = 2.0**-52
 Words = NDArray[np.uint64]
@@ -280,7 +280,7 @@ class KeyedSource:
 
     def words(self, n: int, k: int) -> Words:
         if n != len(self._seeds):
-            raise ValueError(f"keyed source bound to {len(self._seeds)} rows, asked for {n}")
+            raise NoiseError(f"keyed source bound to {len(self._seeds)} rows, asked for {n}")
         return self._stream(self._seeds, 0, k)
 
     def more_words(self, rows: NDArray[np.int64], start: int, k: int) -> Words:
@@ -329,7 +329,7 @@ class MemoSource:
 
     def __init__(self, memo_key: bytes, scope: bytes, tokens: Sequence[bytes]) -> None:
         if not _MIN_SECRET_BYTES <= len(memo_key) <= hashlib.blake2b.MAX_KEY_SIZE:
-            raise ValueError("the memo key must hold 32 to 64 bytes (use derive_memo_key)")
+            raise NoiseError("the memo key must hold 32 to 64 bytes (use derive_memo_key)")
         self._prefix = hashlib.blake2b(
             _length_prefixed(scope), key=memo_key, digest_size=64, person=self._PERSON
         )
@@ -337,7 +337,7 @@ class MemoSource:
 
     def words(self, n: int, k: int) -> Words:
         if n != len(self._tokens):
-            raise ValueError(f"memo source bound to {len(self._tokens)} rows, asked for {n}")
+            raise NoiseError(f"memo source bound to {len(self._tokens)} rows, asked for {n}")
         return self._stream(self._tokens, 0, k)
 
     def more_words(self, rows: NDArray[np.int64], start: int, k: int) -> Words:

@@ -30,27 +30,18 @@ accepts, the stdlib accepts with the same value, except:
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, cast
 
 import numpy as np
 import orjson
-from numpy.typing import NDArray
 
 from service.mechanisms import NoiseSource
+from service.pipeline.columns import MISSING, Values
 from service.pipeline.encode import encode_records
-from service.pipeline.fields import (
-    BooleanHandler,
-    CategoricalHandler,
-    FieldHandler,
-    IntegerHandler,
-    PublicHandler,
-    RealHandler,
-    Rejected,
-)
+from service.pipeline.handlers import Rejected
 from service.pipeline.noise import Fresh, NoiseProvider
 from service.pipeline.plan import RecordPlan, field_identity
 from service.pipeline.reference import parse_row, release_columns, with_keys
@@ -60,17 +51,6 @@ from service.pipeline.results import BatchResult, DeadLetter
 _SHALLOW_BYTES = 400
 #: nesting bound below which the stdlib decoder never reaches the recursion limit
 _MAX_FAST_BRACKETS = 200
-#: orjson reads integers beyond 64 bits as floats; a float this large may be one of them
-_BIG = 2.0**63
-#: below this a float holds every integer exactly
-_EXACT = 2.0**53
-_INT64 = (-(2**63), 2**63 - 1)
-_MISSING = object()
-_NUMBERS = frozenset({float, int})
-_SCALARS = frozenset({str, int, bool, type(None)})
-
-Values = NDArray[Any] | Sequence[Any]
-ColumnParser = Callable[[Any, Sequence[Any]], tuple[Values, list[int]]]
 
 
 def _decode_batch(messages: Sequence[bytes]) -> tuple[list[dict[str, Any]], list[int], list[int]]:
@@ -108,130 +88,14 @@ def _decode_batch(messages: Sequence[bytes]) -> tuple[list[dict[str, Any]], list
 
 
 def _extract(records: list[dict[str, Any]], names: Sequence[str]) -> list[Sequence[Any]]:
-    """One column per name (``_MISSING`` where a record lacks the field)."""
+    """One column per name (``MISSING`` where a record lacks the field)."""
     columns: list[Sequence[Any]] = []
     for name in names:
         try:  # one C loop per field
             columns.append(list(map(itemgetter(name), records)))
         except KeyError:
-            columns.append([record.get(name, _MISSING) for record in records])
+            columns.append([record.get(name, MISSING) for record in records])
     return columns
-
-
-def _plain(value: Any) -> bool:
-    """A JSON value the stdlib would have decoded identically (no int read as a float)."""
-    kind = type(value)
-    if kind is float:
-        return bool(-_BIG < value < _BIG)
-    if kind is list:
-        return all(map(_plain, value))
-    if kind is dict:
-        return all(map(_plain, value.values()))
-    return kind in _SCALARS
-
-
-def _public_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
-    if set(map(type, col)) <= _SCALARS:
-        return col, []
-    # objects and arrays without allow_nested: the reference rejects them (nested_public)
-    nested = () if handler.allow_nested else (dict, list)
-    return col, [
-        p
-        for p, value in enumerate(col)
-        if value is _MISSING or type(value) in nested or not _plain(value)
-    ]
-
-
-def _real_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
-    # orjson numbers are finite (it refuses 1e999) and read like the stdlib's (correctly
-    # rounded, big integers included); float(int) is what ``finite_number`` does
-    if set(map(type, col)) <= _NUMBERS:
-        return np.array(col, dtype=np.float64), []
-    bad = [p for p, value in enumerate(col) if type(value) not in _NUMBERS]
-    clean = [0.0 if type(value) not in _NUMBERS else value for value in col]
-    return np.array(clean, dtype=np.float64), bad
-
-
-def _integer_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
-    lower, upper = handler.mechanism.lower - 1, handler.mechanism.upper + 1
-    if set(map(type, col)) == {int} and _INT64[0] <= lower and upper <= _INT64[1]:
-        try:
-            column = np.array(col, dtype=np.int64)
-        except OverflowError:  # beyond int64: clamped value by value below
-            pass
-        else:
-            return np.clip(column, lower, upper), []
-    out: list[int] = []
-    bad: list[int] = []
-    for p, value in enumerate(col):
-        kind = type(value)
-        if kind is int:
-            out.append(min(max(value, lower), upper))
-        elif kind is float and value.is_integer() and -_EXACT < value < _EXACT:
-            out.append(min(max(int(value), lower), upper))
-        else:
-            bad.append(p)
-            out.append(lower + 1)
-    return np.array(out, dtype=np.int64), bad
-
-
-def _categorical_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
-    index: dict[tuple[type, object], int] = handler._index
-    unknown_as = handler.unknown_as
-    unknown = None if unknown_as is None else index[(type(unknown_as), unknown_as)]
-    kinds = set(map(type, col))
-    if len(kinds) == 1 and kinds <= {str, int}:
-        (kind,) = kinds
-        table = {value: i for (t, value), i in index.items() if t is kind}
-        positions = list(map(table.get, col, itertools.repeat(unknown, len(col))))
-        try:
-            return np.array(positions, dtype=np.int64), []
-        except TypeError:  # a None: a value outside the domain and no unknown_as
-            pass
-    out: list[int] = []
-    bad: list[int] = []
-    for p, value in enumerate(col):
-        kind = type(value)
-        # floats never: one may be an integer beyond 64 bits (the reference decides)
-        position = index.get((kind, value), unknown) if kind is str or kind is int else None
-        if position is None:
-            bad.append(p)
-            position = 0
-        out.append(position)
-    return np.array(out, dtype=np.int64), bad
-
-
-def _boolean_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
-    if set(map(type, col)) == {bool}:
-        return np.array(col, dtype=np.int64), []
-    bad = [p for p, value in enumerate(col) if type(value) is not bool]
-    return np.array([value is True for value in col], dtype=np.int64), bad
-
-
-def _generic_column(handler: FieldHandler, col: Sequence[Any]) -> tuple[Values, list[int]]:
-    """Value by value through ``handler.parse`` (structured kinds); a rejection -> reference."""
-    out: list[Any] = []
-    bad: list[int] = []
-    for p, value in enumerate(col):
-        if value is _MISSING:
-            bad.append(p)
-            out.append(None)
-            continue
-        try:
-            out.append(handler.parse(value))
-        except Rejected:
-            bad.append(p)
-            out.append(None)
-    return out, bad
-
-
-_COLUMN_PARSERS: dict[type, ColumnParser] = {
-    PublicHandler: _public_column,
-    RealHandler: _real_column,
-    IntegerHandler: _integer_column,
-    CategoricalHandler: _categorical_column,
-    BooleanHandler: _boolean_column,
-}
 
 
 def _as_list(values: Values) -> list[Any]:
@@ -256,13 +120,13 @@ def _parse_batch(
     columns: list[Values] = []
     bad: set[int] = set()
     raw_columns = _extract(records, [handler.name for handler in plan.handlers])
-    for handler, col in zip(plan.handlers, raw_columns, strict=True):
-        parser: ColumnParser = _COLUMN_PARSERS.get(type(handler), _generic_column)
-        values, rejected = parser(handler, col)
+    for planned, col in zip(plan.fields, raw_columns, strict=True):
+        handler = planned.handler
+        values, rejected = planned.entry.column(handler, col)
         columns.append(values)
         bad.update(rejected)
     memo_values: list[list[bytes] | None] = []
-    for memo in plan.memos:
+    for memo in (f.memo for f in plan.fields):
         if memo is None:
             memo_values.append(None)
         elif memo.field is None:  # the message key; none or empty -> the reference rejects
@@ -270,7 +134,7 @@ def _parse_batch(
             bad.update(p for p, key in enumerate(identities) if not key)
             memo_values.append(identities)
         else:
-            col = [record.get(memo.field, _MISSING) for record in records]
+            col = [record.get(memo.field, MISSING) for record in records]
             bad.update(p for p, value in enumerate(col) if type(value) not in (str, int))
             memo_values.append([b"" if p in bad else field_identity(v) for p, v in enumerate(col)])
     if bad:  # leave those records to the reference
@@ -282,7 +146,8 @@ def _parse_batch(
         memo_values = [None if m is None else [m[p] for p in keep] for m in memo_values]
         where = [where[p] for p in keep]
     tokens: list[list[bytes]] = []
-    for memo, values, memo_col in zip(plan.memos, columns, memo_values, strict=True):
+    for planned, values, memo_col in zip(plan.fields, columns, memo_values, strict=True):
+        memo = planned.memo
         if memo is None or memo_col is None:
             tokens.append([])
         else:
@@ -306,10 +171,10 @@ def _parse_batch(
     )
     merged_columns: list[Values] = []
     merged_tokens: list[list[bytes]] = []
-    for j, (values, memo) in enumerate(zip(columns, plan.memos, strict=True)):
+    for j, (values, planned) in enumerate(zip(columns, plan.fields, strict=True)):
         fast = _as_list(values)
         merged_columns.append([fast[p] if k < 0 else recovered[k][1][j] for _, k, p in order])
-        if memo is None:
+        if planned.memo is None:
             merged_tokens.append([])
         else:
             merged_tokens.append(
@@ -342,5 +207,5 @@ def process_batch(
     good = np.asarray(parsed.output_index, dtype=np.int64)
     columns = cast(list[Sequence[Any]], parsed.columns)
     released = release_columns(plan, provider, good, columns, parsed.tokens, result.observations)
-    result.outputs.extend(encode_records(plan.handlers, released, len(parsed.output_index)))
+    result.outputs.extend(encode_records(plan.fields, released, len(parsed.output_index)))
     return result

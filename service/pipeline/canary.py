@@ -38,16 +38,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from service.errors import MisuseError
 from service.mechanisms import Mechanism, NoiseSource
-from service.pipeline.fields import (
-    BooleanHandler,
-    CategoricalHandler,
-    FieldHandler,
-    IntegerHandler,
-    RealHandler,
-)
+from service.pipeline.handlers import FieldHandler
 from service.pipeline.plan import RecordPlan
-from service.pipeline.structured import VectorHandler
 
 #: default canaries per measured field per round (README "Error versus the gamma bound")
 DEFAULT_COUNT = 32
@@ -57,25 +51,25 @@ def _spread(lower: float, upper: float, count: int) -> NDArray[np.float64]:
     return np.linspace(lower, upper, count)
 
 
-def _real(handler: Any, count: int) -> NDArray[Any]:
+def real_inputs(handler: Any, count: int) -> NDArray[Any]:
     lower, upper = handler.bounds
     return _spread(lower, upper, count)
 
 
-def _integer(handler: Any, count: int) -> NDArray[Any]:
+def integer_inputs(handler: Any, count: int) -> NDArray[Any]:
     mech = handler.mechanism
     return np.rint(_spread(mech.lower, mech.upper, count)).astype(np.int64)
 
 
-def _categorical(handler: Any, count: int) -> NDArray[Any]:
+def categorical_inputs(handler: Any, count: int) -> NDArray[Any]:
     return np.arange(count, dtype=np.int64) % len(handler.mechanism.domain)
 
 
-def _boolean(handler: Any, count: int) -> NDArray[Any]:
+def boolean_inputs(handler: Any, count: int) -> NDArray[Any]:
     return np.arange(count, dtype=np.int64) % 2
 
 
-def _vector(handler: Any, count: int) -> NDArray[Any]:
+def vector_inputs(handler: Any, count: int) -> NDArray[Any]:
     """Row ``i``: ``t_i e_(i mod k)`` with ``t`` spread over ``[-r, r]``, inside the ball."""
     k = handler.dimension
     radius = float(getattr(handler.mechanism, "l2_bound", 1.0))
@@ -84,13 +78,8 @@ def _vector(handler: Any, count: int) -> NDArray[Any]:
     return rows
 
 
-_INPUTS: dict[type, Callable[[Any, int], NDArray[Any]]] = {
-    RealHandler: _real,
-    IntegerHandler: _integer,
-    CategoricalHandler: _categorical,
-    BooleanHandler: _boolean,
-    VectorHandler: _vector,
-}
+#: (handler, count) -> ``count`` parsed canary inputs spread over the field's domain
+CanaryInputs = Callable[[Any, int], NDArray[Any]]
 
 
 def measurable(mechanism: Mechanism | None) -> bool:
@@ -110,11 +99,11 @@ class Canaries:
 
     def __init__(self, plan: RecordPlan, *, count: int = DEFAULT_COUNT) -> None:
         if count < 1:
-            raise ValueError(f"canary count {count} must be >= 1")
+            raise MisuseError(f"canary count {count} must be >= 1")
         self.count = count
         self._canaries: list[_Canary] = []
-        for handler in plan.handlers:
-            build = _INPUTS.get(type(handler))
+        for planned in plan.fields:
+            build, handler = planned.entry.canary, planned.handler
             if build is not None and measurable(handler.mechanism):
                 self._canaries.append(_Canary(handler, build(handler, count).tolist()))
 

@@ -13,18 +13,13 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from json.encoder import encode_basestring_ascii  # what json.dumps uses (ensure_ascii)
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
-from service.pipeline.fields import (
-    BooleanHandler,
-    CategoricalHandler,
-    FieldHandler,
-    IntegerHandler,
-    RealHandler,
-)
+if TYPE_CHECKING:
+    from service.pipeline.plan import PlannedField
 
 #: from here on up, orjson writes a finite float exactly as ``float.__repr__`` does
 _ORJSON_FLOAT_MIN = 1e-4
@@ -52,7 +47,7 @@ def _value_text(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-def _float_texts(values: list[float]) -> list[bytes]:
+def float_texts(values: list[float]) -> list[bytes]:
     array = np.asarray(values, dtype=np.float64)
     magnitude = np.abs(array)
     # finite and (0 or >= 1e-4): orjson writes repr's digits and notation (below 1e-4 it
@@ -62,7 +57,7 @@ def _float_texts(values: list[float]) -> list[bytes]:
     return list(map(_value_text, values))
 
 
-def _int_texts(values: list[int]) -> list[bytes]:
+def int_texts(values: list[int]) -> list[bytes]:
     try:  # orjson writes 64-bit integers as repr does
         return _orjson_texts(values)
     except TypeError:  # beyond 64 bits
@@ -77,11 +72,11 @@ def column_texts(values: list[Any]) -> list[bytes]:
     if len(kinds) == 1:
         (kind,) = kinds
         if kind is float:
-            return _float_texts(values)
+            return float_texts(values)
         if kind is int:
-            return _int_texts(values)
+            return int_texts(values)
         if kind is bool:
-            return list(map(_LITERALS.__getitem__, values))
+            return bool_texts(values)
         if kind is str:
             distinct = set(values)
             if len(distinct) * 4 <= len(values):  # few distinct: encode each once
@@ -90,32 +85,31 @@ def column_texts(values: list[Any]) -> list[bytes]:
     return list(map(_value_text, values))
 
 
-def _handler_texts(handler: FieldHandler, values: list[Any]) -> list[bytes]:
-    """``column_texts`` where the handler's release fixes the values' types."""
-    kind = type(handler)
-    if kind is RealHandler:  # a float64 column's tolist()
-        return _float_texts(values)
-    if kind is IntegerHandler:  # an int64 column's tolist()
-        return _int_texts(values)
-    if kind is BooleanHandler:  # a bool column's tolist()
-        return list(map(_LITERALS.__getitem__, values))
-    if kind is CategoricalHandler and values:  # domain values (strings and integers, no bools)
-        assert isinstance(handler, CategoricalHandler)  # noqa: S101 -- for mypy
-        table = {value: _value_text(value) for value in handler.mechanism.domain}
-        return list(map(table.__getitem__, values))
-    return column_texts(values)
+def bool_texts(values: list[bool]) -> list[bytes]:
+    """A bool column's ``tolist()``."""
+    return list(map(_LITERALS.__getitem__, values))
+
+
+def domain_texts(domain: Sequence[Any], values: list[Any]) -> list[bytes]:
+    """Values of a finite domain (strings and integers, no bools): each encoded once."""
+    table = {value: _value_text(value) for value in domain}
+    return list(map(table.__getitem__, values))
 
 
 def encode_records(
-    handlers: Sequence[FieldHandler], columns: Sequence[list[Any]], count: int
+    fields: Sequence[PlannedField], columns: Sequence[list[Any]], count: int
 ) -> list[bytes]:
-    """``json.dumps({name: column[i] ...}, separators=(",", ":")).encode()`` for every row."""
-    if not handlers:
+    """``json.dumps({name: column[i] ...}, separators=(",", ":")).encode()`` for every row.
+
+    Each column is written by its kind's ``texts`` (``service.kinds``), which
+    knows the types its release gives.
+    """
+    if not fields:
         return [b"{}"] * count
     # per record: key, value, key, value, ..., "}", joined in one C loop over the batch
     pieces: list[Iterable[bytes]] = []
-    for j, (handler, column) in enumerate(zip(handlers, columns, strict=True)):
-        key = ("{" if j == 0 else ",") + encode_basestring_ascii(handler.name) + ":"
-        pieces += [itertools.repeat(key.encode()), _handler_texts(handler, column)]
+    for j, (planned, column) in enumerate(zip(fields, columns, strict=True)):
+        key = ("{" if j == 0 else ",") + encode_basestring_ascii(planned.name) + ":"
+        pieces += [itertools.repeat(key.encode()), planned.entry.texts(planned.handler, column)]
     pieces.append(itertools.repeat(b"}"))
     return list(map(b"".join, zip(*pieces, strict=False)))  # the keys repeat forever

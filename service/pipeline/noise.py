@@ -35,6 +35,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
+from service.errors import NoiseError
 from service.mechanisms.rng import KeyedSource, MemoSource, NoiseKeys, NoiseSource, row_seeds
 
 
@@ -85,7 +86,7 @@ class Replayable:
         messages: Sequence[bytes],
     ) -> None:
         if not len(partitions) == len(offsets) == len(messages):
-            raise ValueError("one partition and one offset per message")
+            raise NoiseError("one partition and one offset per message")
         self._keys = keys
         self._partitions = np.asarray(partitions, dtype=np.int64)
         self._offsets = np.asarray(offsets, dtype=np.int64)

@@ -22,33 +22,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.config import AppConfig, Budget, FieldConfig, Guarantee, config_sha256, resolve_budget
-from service.config.fields import (
-    BooleanField,
-    CategoricalField,
-    FunctionalField,
-    IntegerField,
-    RealField,
-    SetField,
-    VectorField,
-)
-from service.errors import ConfigError, MechanismError
-from service.mechanisms import LaplaceMechanism, Mechanism, RandomizedResponse
-from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
-from service.mechanisms.local_hashing import OptimalLocalHashing
+from service.errors import ConfigError, MechanismError, RegistryError
 from service.mechanisms.randomized_response import DomainValue
-from service.pipeline.fields import (
-    BooleanHandler,
-    CategoricalHandler,
-    FieldHandler,
-    IntegerHandler,
-    PublicHandler,
-    RealHandler,
-)
-from service.pipeline.structured import HashedHandler, SetHandler, VectorHandler
+from service.pipeline.handlers import FieldHandler
+
+if TYPE_CHECKING:
+    from service.kinds.base import FieldKind
 
 
 def canonical_json(value: object) -> bytes:
@@ -111,30 +95,51 @@ def unkeyed(plan: RecordPlan) -> RecordPlan:
     like any other field (fresh, or per record when replay-stable): every
     report is a release of its own.
     """
-    if not any(memo is not None and memo.by_key for memo in plan.memos):
+    if not any(f.memo is not None and f.memo.by_key for f in plan.fields):
         return plan
-    memos = tuple(None if memo is not None and memo.by_key else memo for memo in plan.memos)
-    return replace(plan, memos=memos)
+    fields = tuple(
+        replace(f, memo=None) if f.memo is not None and f.memo.by_key else f for f in plan.fields
+    )
+    return replace(plan, fields=fields)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class PlannedField:
+    """One released field of a plan: its handler and everything that keys its release."""
+
+    handler: FieldHandler
+    #: the config kind (``real``, ``categorical``, ...)
+    kind: str
+    #: the digest of the field's release (``release_id``): what keys its noise
+    release_id: bytes
+    #: how its noise is memoized, or None when it is not
+    memo: MemoPlan | None = None
+    #: its kind's registration (``service.kinds``): parser, encoder, estimator, audit target
+    entry: FieldKind
+
+    @property
+    def name(self) -> str:
+        return self.handler.name
+
+
+@dataclass(frozen=True, kw_only=True)
 class RecordPlan:
     """What one sanitized record is made of, and the guarantee it carries."""
 
-    handlers: tuple[FieldHandler, ...]
-    kinds: tuple[str, ...]
-    #: per handler, the digest of its release (``release_id``): what keys its noise
-    release_ids: tuple[bytes, ...]
+    #: the released fields, in config order (dropped fields have none)
+    fields: tuple[PlannedField, ...]
     budget: Budget
     config_sha256: str
-    #: per handler, its memo plan or None (empty: no field is memoized)
-    memos: tuple[MemoPlan | None, ...] = ()
 
-    def __post_init__(self) -> None:
-        if not self.memos:
-            object.__setattr__(self, "memos", (None,) * len(self.handlers))
-        if len(self.memos) != len(self.handlers):
-            raise ValueError("one memo entry (or None) per handler")
+    @property
+    def handlers(self) -> tuple[FieldHandler, ...]:
+        """The fields' handlers, in order (a view of ``fields``)."""
+        return tuple(f.handler for f in self.fields)
+
+    def with_handlers(self, handlers: Sequence[FieldHandler]) -> RecordPlan:
+        """The same plan with other handlers (the audit's deliberately broken mechanisms)."""
+        fields = tuple(replace(f, handler=h) for f, h in zip(self.fields, handlers, strict=True))
+        return replace(self, fields=fields)
 
     @property
     def epsilon(self) -> float:
@@ -147,33 +152,38 @@ class RecordPlan:
 
 
 def build_plan(config: AppConfig) -> RecordPlan:
-    """Handlers for every released field, in config order; dropped fields have none."""
+    """Handlers for every released field, in config order; dropped fields have none.
+
+    Each field's handler comes from its kind's registration; loading the
+    registry checks it covers every kind and mechanism the config accepts.
+    """
+    from service.kinds import UNRELEASED, registration_of  # the registry sits above the pipeline
+
     budget = resolve_budget(config)
-    released = [(i, spec) for i, spec in enumerate(config.fields) if spec.kind != "drop"]
-    handlers: list[FieldHandler] = []
-    release_ids: list[bytes] = []
-    memos: list[MemoPlan | None] = []
+    fields: list[PlannedField] = []
     problems: list[str] = []
-    for i, spec in released:
+    for i, spec in enumerate(config.fields):
+        if spec.kind in UNRELEASED:
+            continue
         share = budget.fields.get(spec.name)
+        entry = registration_of(spec)
         try:
-            handler = _handler(spec, share)
+            handler = entry.build(spec, share)
         except MechanismError as exc:  # parameters no mechanism can honour: a config problem
             problems.append(f"fields[{i}] ({spec.name}): {exc}")
-        else:
-            handlers.append(handler)
-            release_ids.append(release_id(spec, handler, share))
-            memos.append(_memo_plan(spec, handler))
+            continue
+        fields.append(
+            PlannedField(
+                handler=handler,
+                kind=spec.kind,
+                release_id=release_id(spec, handler, share),
+                memo=_memo_plan(spec, handler, entry),
+                entry=entry,
+            )
+        )
     if problems:
         raise ConfigError(problems)
-    return RecordPlan(
-        handlers=tuple(handlers),
-        kinds=tuple(spec.kind for _, spec in released),
-        release_ids=tuple(release_ids),
-        budget=budget,
-        config_sha256=config_sha256(config),
-        memos=tuple(memos),
-    )
+    return RecordPlan(fields=tuple(fields), budget=budget, config_sha256=config_sha256(config))
 
 
 #: version of the release descriptor; part of every release id
@@ -204,15 +214,18 @@ def release_id(spec: FieldConfig, handler: FieldHandler, share: Guarantee | None
     return hashlib.sha256(canonical_json(description)).digest()
 
 
-def _memo_plan(spec: FieldConfig, handler: FieldHandler) -> MemoPlan | None:
+def _memo_plan(spec: FieldConfig, handler: FieldHandler, entry: FieldKind) -> MemoPlan | None:
     memo = getattr(spec, "memoize_by", None)
     by_key = getattr(spec, "memo_identity", None) == "message_key"
     mech = handler.mechanism
     if (memo is None and not by_key) or mech is None:
         return None
-    domain: tuple[DomainValue, ...] | None = None
-    if isinstance(mech, RandomizedResponse):
-        domain = mech.domain
+    if entry.memo is None:
+        raise RegistryError(
+            f"field {spec.name!r}: kind {entry.label} takes memo options but registers "
+            "no memo token (MemoSupport)"
+        )
+    domain = entry.memo.domain(handler)
     parameters = {
         "v": 2,
         "field": spec.name,
@@ -222,94 +235,10 @@ def _memo_plan(spec: FieldConfig, handler: FieldHandler) -> MemoPlan | None:
         "delta": mech.delta,
         "domain": list(domain) if domain is not None else None,
     }
-    # local hashing: word 0 is the hash seed (service.mechanisms.local_hashing)
-    identity_words = 1 if isinstance(mech, OptimalLocalHashing) else 0
     return MemoPlan(
         field=None if by_key else memo,
         scope=canonical_json({**parameters, "words": "value"}),
         domain=domain,
-        identity_words=identity_words,
+        identity_words=entry.memo.identity_words,
         seed_scope=canonical_json({**parameters, "words": "identity"}),
     )
-
-
-def _canonical_order(domain: tuple[DomainValue, ...]) -> tuple[DomainValue, ...]:
-    return tuple(sorted(domain, key=canonical_json))
-
-
-def _handler(spec: FieldConfig, share: Guarantee | None) -> FieldHandler:
-    if share is None:
-        return PublicHandler(spec.name, allow_nested=getattr(spec, "allow_nested", False))
-    eps, dlt = share.epsilon, share.delta
-    if isinstance(spec, RealField):
-        bounds = (float(spec.bounds[0]), float(spec.bounds[1]))
-        return RealHandler(spec.name, _real_mechanism(spec, eps, dlt), bounds)
-    if isinstance(spec, IntegerField):
-        lo, hi = int(spec.bounds[0]), int(spec.bounds[1])
-        return IntegerHandler(
-            spec.name, IntegerLaplaceMechanism(bounds=(lo, hi), epsilon=eps, delta=dlt)
-        )
-    if isinstance(spec, CategoricalField):
-        if spec.mechanism == "local_hashing":
-            return HashedHandler(spec.name, OptimalLocalHashing(epsilon=eps))
-        assert spec.domain is not None  # noqa: S101 -- guaranteed by the config model
-        # memoized: canonical order, so that reordering the domain keeps every answer
-        memoized = spec.memoize_by is not None or spec.memo_identity is not None
-        domain = _canonical_order(spec.domain) if memoized else spec.domain
-        rr = RandomizedResponse(domain=domain, epsilon=eps, delta=dlt)
-        return CategoricalHandler(spec.name, rr, spec.unknown_as)
-    if isinstance(spec, BooleanField):
-        rr = RandomizedResponse(domain=(False, True), epsilon=eps, delta=dlt)
-        return BooleanHandler(spec.name, rr)
-    if isinstance(spec, SetField):
-        from service.mechanisms.unary_encoding import UnaryEncoding
-
-        unary = UnaryEncoding(
-            universe=spec.universe, max_items=spec.max_items, epsilon=eps, variant=spec.variant
-        )
-        return SetHandler(
-            spec.name,
-            unary,
-            spec.universe,
-            spec.max_items,
-            drop_unknown=spec.on_unknown == "drop",
-            truncate=spec.on_too_many == "truncate",
-        )
-    if isinstance(spec, VectorField):
-        from service.mechanisms.vector_gaussian import VectorGaussianMechanism
-
-        vector = VectorGaussianMechanism(
-            dimension=spec.dimension,
-            l2_bound=spec.l2_bound,
-            epsilon=eps,
-            delta=dlt,
-            calibration=spec.calibration,
-        )
-        return VectorHandler(spec.name, vector, spec.dimension)
-    if isinstance(spec, FunctionalField):
-        from service.mechanisms.functional import FunctionalMechanism
-
-        functional = FunctionalMechanism(
-            grid_points=spec.grid,
-            bandwidth=spec.bandwidth,
-            rkhs_radius=spec.rkhs_radius,
-            epsilon=eps,
-            delta=dlt,
-            calibration=spec.calibration,
-        )
-        return VectorHandler(spec.name, functional, len(spec.grid))
-    raise AssertionError(f"no handler for field kind {spec.kind}")  # pragma: no cover
-
-
-def _real_mechanism(spec: RealField, eps: float, dlt: float) -> Mechanism:
-    if spec.mechanism == "gaussian":
-        from service.mechanisms.gaussian import GaussianMechanism
-
-        if spec.calibration == "classical":
-            return GaussianMechanism(
-                bounds=spec.bounds, epsilon=eps, delta=dlt, calibration="classical"
-            )
-        return GaussianMechanism(bounds=spec.bounds, epsilon=eps, delta=dlt, calibration="analytic")
-    if spec.calibration == "thesis":
-        return LaplaceMechanism(bounds=spec.bounds, epsilon=eps, delta=dlt, calibration="thesis")
-    return LaplaceMechanism(bounds=spec.bounds, epsilon=eps, delta=dlt, calibration="tight")

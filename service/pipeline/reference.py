@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from service.errors import MisuseError
 from service.mechanisms import NoiseSource
 from service.mechanisms.rng import SplicedSource
-from service.pipeline.fields import Rejected, json_type
+from service.pipeline.handlers import Rejected, json_type
 from service.pipeline.noise import Fresh, NoiseProvider
 from service.pipeline.plan import MemoPlan, RecordPlan, field_identity, unkeyed
 from service.pipeline.results import BatchResult, DeadLetter, Observation
@@ -94,7 +95,8 @@ def parse_row(
     record = decode_record(raw)
     row: list[Any] = []
     tokens: list[bytes] = []
-    for handler, memo in zip(plan.handlers, plan.memos, strict=True):
+    for planned in plan.fields:
+        handler, memo = planned.handler, planned.memo
         if handler.name not in record:
             raise Rejected("missing_field", f"field {handler.name!r}: missing")
         parsed = handler.parse(record[handler.name])
@@ -122,7 +124,7 @@ def with_keys(
     if keys is None:
         return unkeyed(plan), [None] * len(messages)
     if len(keys) != len(messages):
-        raise ValueError(f"{len(keys)} keys for {len(messages)} messages")
+        raise MisuseError(f"{len(keys)} keys for {len(messages)} messages")
     return plan, keys
 
 
@@ -140,11 +142,10 @@ def release_columns(
     every row of column ``j`` (read only where the field is memoized).
     """
     released: list[list[Any]] = []
-    for j, (release, handler, memo) in enumerate(
-        zip(plan.release_ids, plan.handlers, plan.memos, strict=True)
-    ):
+    for j, planned in enumerate(plan.fields):
+        handler, memo = planned.handler, planned.memo
         if memo is None:
-            source = provider.for_column(release, good)
+            source = provider.for_column(planned.release_id, good)
         else:  # memoized: each row's words are a function of its (identity, true value)
             source = memo_source(provider, memo, tokens[j])
         column = handler.release(columns[j], source)

@@ -1,6 +1,6 @@
 """Handlers for structured field kinds: vectors, functions, sets, hashed strings.
 
-Same contract as ``service.pipeline.fields``: ``parse`` validates one JSON
+Same contract as ``service.pipeline.handlers``: ``parse`` validates one JSON
 value without quoting it in errors, ``release`` runs the mechanism over the
 whole column of a batch at once.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from service.mechanisms import Mechanism, NoiseSource
-from service.pipeline.fields import Column, Rejected, finite_number, json_type
+from service.pipeline.handlers import Column, Rejected, finite_number, json_type
 
 
 @dataclass(frozen=True)

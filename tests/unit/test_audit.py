@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import io
 import json
 import math
@@ -39,7 +38,7 @@ from service.cli import audit as audit_cli
 from service.cli.main import main
 from service.config import parse_config
 from service.pipeline import build_plan
-from service.pipeline.fields import CategoricalHandler, RealHandler
+from service.pipeline.handlers import CategoricalHandler, RealHandler
 from tests.unit._support import config_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,7 +194,7 @@ def test_a_memoized_field_with_one_memo_value_gives_one_answer() -> None:
     """Why the audit varies the memo value: with one device, every draw is the same answer."""
     config = parse_config(config_dict(EVERY_KIND, epsilon=20.0, delta=0.02))
     plan = build_plan(config)
-    auditor = PlanAuditor(plan, memo_styles(config))
+    auditor = PlanAuditor(plan, memo_styles(config, plan))
     target = auditor.by_name["flag_memo"]
     sampler = PipelineSampler(auditor.field_plan("flag_memo"))
     record = {"flag_memo": True, "device_id": "one-device"}
@@ -362,8 +361,8 @@ def test_cli_exits_1_when_a_field_breaks_its_claim(capsys: pytest.CaptureFixture
         CategoricalHandler("c", keeps),
         plan.handlers[2],
     )
-    broken = dataclasses.replace(plan, handlers=handlers)
-    assert target_for(broken.handlers[0]).epsilon == 0.5  # it still claims 0.5
+    broken = plan.with_handlers(handlers)
+    assert target_for(broken.fields[0]).epsilon == 0.5  # it still claims 0.5
     code = audit_cli.run(_args(), config, broken)
     out = capsys.readouterr().out
     assert code == 1

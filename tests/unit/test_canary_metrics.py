@@ -26,7 +26,7 @@ from service.mechanisms.vector_gaussian import VectorGaussianMechanism
 from service.metrics import Metrics
 from service.pipeline import build_plan, process_batch
 from service.pipeline.canary import Canaries
-from service.pipeline.fields import CategoricalHandler, IntegerHandler, RealHandler
+from service.pipeline.handlers import CategoricalHandler, IntegerHandler, RealHandler
 from service.pipeline.results import Observation
 from service.testing import SeededSource
 from tests.unit._support import config_dict

@@ -105,7 +105,7 @@ def test_memoize_by_a_record_field_is_refused_without_the_trusted_opt_in() -> No
 def test_trusted_field_identity_is_accepted_and_planned_as_forgeable() -> None:
     fields = [DEVICE, {**OS, "memo_identity": None, "memoize_by": "device"}]
     fields[1]["memo_identity_trusted"] = True
-    (memo,) = make_plan(fields).memos
+    (memo,) = [f.memo for f in make_plan(fields).fields]
     assert memo is not None and memo.field == "device" and not memo.by_key
 
 
@@ -142,9 +142,10 @@ def test_field_identity_tells_string_and_integer_ids_apart() -> None:
 
 def test_every_memo_scope_is_distinct() -> None:
     plan = make_plan()
-    scopes = [m.scope for m in plan.memos if m] + [m.seed_scope for m in plan.memos if m]
+    memos = [f.memo for f in plan.fields if f.memo]
+    scopes = [m.scope for m in memos] + [m.seed_scope for m in memos]
     assert len(set(scopes)) == len(scopes) == 6
-    words = {h.name: m.identity_words for h, m in zip(plan.handlers, plan.memos, strict=True) if m}
+    words = {f.name: f.memo.identity_words for f in plan.fields if f.memo}
     assert words == {"os": 0, "flag": 0, "url": 1}  # word 0 of OLH is its hash seed
 
 

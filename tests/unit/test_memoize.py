@@ -266,13 +266,13 @@ def test_memoize_by_only_exists_on_categorical_and_boolean(kind: str) -> None:
 )
 def test_other_identifier_kinds_may_be_memo_fields(memo_spec: dict[str, Any]) -> None:
     config = parse_config(config_dict([memo_spec, {**STATE, "memoize_by": "id"}]))
-    assert build_plan(config).memos[-1] is not None
+    assert build_plan(config).fields[-1].memo is not None
 
 
 def test_local_hashing_can_be_memoized(plan: RecordPlan) -> None:
     # supported: the per-record seed and the bucket noise are both memo words, so the
     # report (seed, bucket) is a function of (device, value) and distributed exactly as OLH
-    memo = plan.memos[RELEASED.index("city")]
+    memo = plan.fields[RELEASED.index("city")].memo
     assert memo is not None
     assert memo.field == "device"
     assert memo.domain is None
@@ -286,18 +286,18 @@ def test_memoize_by_changes_the_config_hash() -> None:
 
 
 def test_plan_records_memo_per_handler(plan: RecordPlan) -> None:
-    fields = {h.name: m for h, m in zip(plan.handlers, plan.memos, strict=True)}
+    fields = {f.name: f.memo for f in plan.fields}
     assert fields["ts"] is None
     assert fields["salary"] is None
     assert all(isinstance(fields[name], MemoPlan) for name in MEMOIZED)
-    assert make_plan([DEVICE, SALARY], epsilon=1.0).memos == (None,)
+    assert [f.memo for f in make_plan([DEVICE, SALARY], epsilon=1.0).fields] == [None]
 
 
 # --- what keys a memo: names and parameters, not positions -------------------------------
 
 
 def scopes(plan: RecordPlan) -> dict[str, bytes]:
-    return {h.name: m.scope for h, m in zip(plan.handlers, plan.memos, strict=True) if m}
+    return {f.name: f.memo.scope for f in plan.fields if f.memo}
 
 
 def test_field_order_and_domain_order_keep_the_memo(plan: RecordPlan) -> None:
@@ -570,7 +570,7 @@ def test_readme_memoize_example_is_valid() -> None:
     assert len(examples) == 1
     fields = yaml.safe_load(examples[0])["fields"]
     plan = build_plan(parse_config(config_dict(fields)))
-    assert any(memo is not None for memo in plan.memos)
+    assert any(f.memo is not None for f in plan.fields)
 
 
 def test_local_hashing_seed_is_a_function_of_the_device_only(plan: RecordPlan) -> None:

@@ -81,7 +81,13 @@ def only_dead(plan: RecordPlan, raw: bytes) -> tuple[str, str]:
 
 def test_plan_lists_released_fields_in_config_order(plan: RecordPlan) -> None:
     assert [h.name for h in plan.handlers] == RELEASED
-    assert plan.kinds == ("public", "real", "categorical", "categorical", "boolean")
+    assert tuple(f.kind for f in plan.fields) == (
+        "public",
+        "real",
+        "categorical",
+        "categorical",
+        "boolean",
+    )
     assert plan.epsilon == pytest.approx(3.0)
     assert plan.delta == 0.0
 

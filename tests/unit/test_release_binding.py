@@ -180,7 +180,7 @@ def test_every_release_parameter_enters_the_release_id() -> None:
         {**base, "mechanism": "gaussian", "delta": 1e-6, "calibration": "analytic"},
         {**base, "name": "y"},
     ]
-    ids = {plan_with([base]).release_ids[0]}
+    ids = {plan_with([base]).fields[0].release_id}
     for variant in variants:
-        ids.add(plan_with([variant]).release_ids[0])
+        ids.add(plan_with([variant]).fields[0].release_id)
     assert len(ids) == len(variants) + 1

@@ -192,7 +192,7 @@ def test_fields_with_identical_config_get_independent_noise() -> None:
         {"name": "b", **spec},
     ]
     plan = build_plan(parse_config(config_dict(fields, epsilon=2.0)))
-    assert len(set(plan.release_ids)) == 2
+    assert len({f.release_id for f in plan.fields}) == 2
     n = 300
     raw = [b'{"a": 500, "b": 500}'] * n
     noise = Replayable(

@@ -7,7 +7,6 @@ tested against a real broker in tests/integration.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import re
@@ -33,7 +32,7 @@ from service.config.runtime import Runtime
 from service.errors import BrokerError
 from service.metrics import Metrics
 from service.pipeline import build_plan
-from service.pipeline.fields import RealHandler
+from service.pipeline.handlers import RealHandler
 from service.worker import loop
 from service.worker.clients import (
     RIVAL_WINDOW_S,
@@ -85,9 +84,7 @@ def worker(broken: bool = False, secret: bytes = bytes(range(32))) -> Worker:
     if broken:
         real = plan.handlers[1]
         assert isinstance(real, RealHandler)
-        plan = dataclasses.replace(
-            plan, handlers=(plan.handlers[0], BrokenHandler(real.name, real.mechanism))
-        )
+        plan = plan.with_handlers((plan.handlers[0], BrokenHandler(real.name, real.mechanism)))
     return Worker(
         config.kafka,
         plan,

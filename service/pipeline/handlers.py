@@ -18,18 +18,11 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from service.mechanisms import Mechanism, NoiseSource, RandomizedResponse
+from service.errors import Rejected as Rejected  # re-exported: what parse raises
+from service.mechanisms import Mechanism, NoiseSource
+from service.mechanisms.base import FiniteMechanism
 from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from service.mechanisms.randomized_response import DomainValue
-
-
-class Rejected(Exception):
-    """This record cannot be sanitized; it goes to the dead-letter output."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
 
 
 def json_type(value: object) -> str:
@@ -165,7 +158,7 @@ class CategoricalHandler:
     """A domain value, matched by JSON type and value (``1`` never matches ``"1"``)."""
 
     name: str
-    mechanism: RandomizedResponse
+    mechanism: FiniteMechanism
     unknown_as: DomainValue | None = None
     _index: dict[tuple[type, object], int] = field(init=False, repr=False)
 
@@ -173,17 +166,26 @@ class CategoricalHandler:
         index = {(type(v), v): i for i, v in enumerate(self.mechanism.domain)}
         object.__setattr__(self, "_index", index)
 
+    def positions(self, kind: type) -> dict[object, int]:
+        """Domain position of each domain value of JSON type ``kind`` (``str`` or ``int``)."""
+        return {value: i for (t, value), i in self._index.items() if t is kind}
+
+    def position_of(self, value: str | int) -> int | None:
+        """The position ``parse`` gives a string or integer: its own, ``unknown_as``'s, or None."""
+        position = self._index.get((type(value), value))
+        if position is None and self.unknown_as is not None:
+            return self._index[(type(self.unknown_as), self.unknown_as)]
+        return position
+
     def parse(self, value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, str | int):
             raise Rejected(
                 "wrong_type",
                 f"field {self.name!r}: expected a domain value, got {json_type(value)}",
             )
-        position = self._index.get((type(value), value))
+        position = self.position_of(value)
         if position is not None:
             return position
-        if self.unknown_as is not None:
-            return self._index[(type(self.unknown_as), self.unknown_as)]
         raise Rejected(
             "unknown_category",
             f"field {self.name!r}: value is not in the declared domain; "
@@ -205,7 +207,7 @@ class BooleanHandler:
     """JSON true/false through binary randomized response (domain [false, true])."""
 
     name: str
-    mechanism: RandomizedResponse
+    mechanism: FiniteMechanism
 
     def parse(self, value: object) -> int:
         if not isinstance(value, bool):
