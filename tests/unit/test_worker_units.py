@@ -27,7 +27,7 @@ from aiokafka.errors import (
     ProducerFenced,
 )
 from aiokafka.producer.message_accumulator import BatchBuilder
-from aiokafka.record.default_records import DefaultRecordBatch
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from prometheus_client import CollectorRegistry
 
 from service.config import parse_config
@@ -46,7 +46,7 @@ from service.worker.clients import (
 )
 from service.worker.http import Health
 from service.worker.loop import Backoff, Worker
-from service.worker.produce import BatchSender
+from service.worker.produce import BatchSender, output_headers
 from tests.unit._support import config_dict
 
 FIELDS = [
@@ -217,6 +217,17 @@ async def test_oversize_messages_never_block_the_batch(limit: int) -> None:
             b"raw/0/101": records[1].value,
             b"raw/0/7": b"",
         }
+
+
+def test_the_quick_size_check_agrees_with_the_producers_estimate() -> None:
+    """Values the sender passes without estimating them are never too large."""
+    w, limit = worker(), 4_096
+    sender = sender_for(w, SizeLimitedProducer(limit))
+    headers = output_headers(w._plan)
+    for length in range(limit - 400, limit + 2):
+        value = b"x" * length
+        too_large = DefaultRecordBatchBuilder.estimate_size_in_bytes(None, value, headers) > limit
+        assert (length > sender._surely_fits and sender._too_large(value)) == too_large
 
 
 async def test_batches_keep_each_input_partition_in_order_on_one_output_partition() -> None:
