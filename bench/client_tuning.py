@@ -7,7 +7,8 @@ overridden), and reports the records/s the group committed (first commit to
 last), the worker's CPU seconds per 100,000 records, and the bytes the
 sanitized topic holds on the broker's disk (what compression saves). Settings
 run in turn, round after round, the order rotated each round; each keeps its
-best drain.
+best drain. The lz4 and zstd settings need ``cramjam`` (aiokafka's codecs; not
+in the bench extra): ``pip install cramjam`` or leave them out with ``--only``.
 """
 
 from __future__ import annotations
