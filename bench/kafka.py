@@ -112,20 +112,29 @@ def write_config(path: Path, bootstrap: str, topics: Topics, **kafka: Any) -> Pa
 class Worker:
     """``privstream run`` (or the pass-through worker) as a subprocess."""
 
-    def __init__(self, config: Path, workdir: Path, replica: str, *, passthrough: bool) -> None:
+    def __init__(
+        self,
+        config: Path,
+        workdir: Path,
+        replica: str,
+        *,
+        passthrough: bool,
+        script: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``script``: a file in bench/ to run instead (``env``: added to its environment)."""
         key = workdir / f"noise-{replica}.key"
         key.write_text(secrets.token_hex(32) + "\n")
-        entry = (
-            [str(ROOT / "bench" / "passthrough_worker.py")]
-            if passthrough
-            else ["-m", "service.cli.main"]
-        )
+        if passthrough:
+            script = "passthrough_worker.py"
+        entry = [str(ROOT / "bench" / script)] if script else ["-m", "service.cli.main"]
         self.log = workdir / f"worker-{replica}.log"
         self._log = self.log.open("ab")
         command = [*entry, "run", "--config", str(config), "--noise-key-file", str(key)]
         self.proc = subprocess.Popen(
             [sys.executable, *command, "--replica-id", replica, "--log-level", "INFO"],
             cwd=ROOT,
+            env={**os.environ, **(env or {})},
             stdout=self._log,
             stderr=self._log,
         )

@@ -20,7 +20,10 @@ from service.cli.main import main
 from service.pipeline.results import BatchResult
 
 
-def passthrough(plan: object, messages: Sequence[bytes], noise: object) -> BatchResult:
+def passthrough(
+    plan: object, messages: Sequence[bytes], noise: object, keys: object = None
+) -> BatchResult:
+    """``process_batch``'s signature (a mismatch would dead-letter every record)."""
     loads, dumps = orjson.loads, orjson.dumps
     outputs = [dumps(loads(raw)) for raw in messages]
     return BatchResult(outputs=outputs, output_index=list(range(len(messages))))

@@ -6,9 +6,6 @@ Exit codes: 0 success, 1 runtime failure, 2 invalid config or usage.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -21,7 +18,7 @@ from service.pipeline import RecordPlan, build_plan
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG = 0, 1, 2
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="privstream", description="Differential-privacy sanitizer for Kafka streams."
     )
@@ -67,17 +64,27 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("keygen", help="print a fresh noise key (hex) for --noise-key-file")
     sub.add_parser("schema", help="print the config's JSON Schema (for editors and CI checks)")
 
-    from service.cli import audit, estimate
-
     est = sub.add_parser(
         "estimate", help="population statistics from sanitized records (debiased, with CIs)"
     )
     est.add_argument("--config", required=True, help="YAML config the records were made with")
-    estimate.configure(est)
     aud = sub.add_parser("audit", help="empirical lower bound on each field's realised epsilon")
     aud.add_argument("--config", required=True, help="YAML config file")
-    audit.configure(aud)
+    # their modules take a tenth of a second to import: only for their own command (or help)
+    if command in (None, "estimate"):
+        from service.cli import estimate
+
+        estimate.configure(est)
+    if command in (None, "audit"):
+        from service.cli import audit
+
+        audit.configure(aud)
     return parser
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (the top level has no option taking a value)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
 def _load(path: str) -> tuple[AppConfig, RecordPlan]:
@@ -92,13 +99,16 @@ def _load(path: str) -> tuple[AppConfig, RecordPlan]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser(_command(argv)).parse_args(argv)
     if args.command == "keygen":
         from service.config.runtime import keygen
 
         print(keygen())
         return EXIT_OK
     if args.command == "schema":
+        import json
+
         from service.config.schema import config_schema
 
         print(json.dumps(config_schema(), indent=2))
@@ -151,40 +161,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_OK
 
 
-def _transient_coordinator(record: logging.LogRecord) -> bool:
-    """aiokafka logs ERROR while a fresh broker elects the group coordinator, then retries
-    by itself: say it at INFO (a coordinator that never comes shows as no progress)."""
-    if record.levelno >= logging.ERROR and "GroupCoordinatorNotAvailable" in record.getMessage():
-        record.levelno, record.levelname = logging.INFO, "INFO"
-        return logging.getLogger(record.name).isEnabledFor(logging.INFO)
-    return True
-
-
-class _OnceFilter(logging.Filter):
-    """aiokafka's "Unable connect to" ERROR, said once per broker address and process,
-    as a WARNING: the worker's own WARNING names every reconnect attempt, so the low-level
-    cause (refused, unreachable, ...) is said once instead of on every retry."""
-
-    _LIMIT = 256
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._seen: set[str] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if not message.startswith("Unable connect to"):
-            return True
-        address = message.partition('": ')[0]  # up to the end of "host:port"
-        if address in self._seen:
-            return False
-        if len(self._seen) < self._LIMIT:
-            self._seen.add(address)
-        record.levelno, record.levelname = logging.WARNING, "WARNING"
-        return True
-
-
 def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
+    import asyncio  # imported here: a tenth of a second that the other commands never need
+    import logging
+
+    from service.cli.logs import OnceFilter, transient_coordinator
     from service.cli.run import serve
     from service.config.runtime import load_runtime
 
@@ -194,8 +175,8 @@ def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
     # aiokafka's DEBUG lines print the first bytes of every fetched and produced
     # batch (raw keys and values) and the SCRAM exchange: never below INFO
     logging.getLogger("aiokafka").setLevel(max(logging.INFO, logging.getLevelName(args.log_level)))
-    logging.getLogger("aiokafka.consumer.group_coordinator").addFilter(_transient_coordinator)
-    logging.getLogger("aiokafka").addFilter(_OnceFilter())
+    logging.getLogger("aiokafka.consumer.group_coordinator").addFilter(transient_coordinator)
+    logging.getLogger("aiokafka").addFilter(OnceFilter())
     try:
         runtime = load_runtime(
             config.kafka,

@@ -29,6 +29,9 @@ from service.config.models import KafkaConfig
 from service.config.runtime import Runtime
 from service.errors import BrokerError
 
+#: record batch size for the sanitized topic (bench/e2e.py: larger batches pay up to here)
+MAX_BATCH_BYTES = 2**20
+
 
 def common_options(kafka: KafkaConfig, runtime: Runtime) -> dict[str, Any]:
     """Connection settings shared by the consumer and the producer."""
@@ -79,6 +82,9 @@ def producer_options(kafka: KafkaConfig, runtime: Runtime) -> dict[str, Any]:
         "enable_idempotence": True,
         "linger_ms": 5,
         "max_request_size": kafka.max_message_bytes,
+        # the sanitized topic's record batches (produce.BatchSender): one Kafka batch
+        # may not exceed the topic's max.message.bytes, which max_message_bytes states
+        "max_batch_size": min(kafka.max_message_bytes, MAX_BATCH_BYTES),
     }
     if kafka.transactions:
         options["transactional_id"] = transactional_id(kafka, runtime)

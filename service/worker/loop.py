@@ -202,7 +202,11 @@ class Worker:
             stack.callback(probe.cancel)
             self._set_connected(True)
             sender = BatchSender(
-                producer, self._plan, self._kafka.output_topic, self._kafka.dead_letter_topic
+                producer,
+                self._plan,
+                self._kafka.output_topic,
+                self._kafka.dead_letter_topic,
+                max_message_bytes=self._kafka.max_message_bytes,
             )
             while not stop.is_set():
                 batches = await consumer.getmany(

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from service.cli.main import _transient_coordinator
+from service.cli.logs import transient_coordinator as _transient_coordinator
 
 NAME = "aiokafka.consumer.group_coordinator"
 
@@ -45,9 +45,9 @@ def test_other_errors_keep_their_level(at_level: logging.Logger) -> None:
 
 
 def test_unable_to_connect_is_said_once_per_address() -> None:
-    from service.cli.main import _OnceFilter
+    from service.cli.logs import OnceFilter
 
-    once = _OnceFilter()
+    once = OnceFilter()
     first = logging.LogRecord(
         "aiokafka", logging.ERROR, __file__, 1, 'Unable connect to "h:1": refused', None, None
     )

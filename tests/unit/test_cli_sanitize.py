@@ -9,12 +9,14 @@ import json
 import os
 import re
 import stat
+import subprocess
 import sys
 import warnings
 from pathlib import Path
 
 import pytest
 
+from service.cli import sanitize
 from service.cli.main import main
 
 CONFIG = """\
@@ -127,6 +129,30 @@ def test_sanitize_file_mode(files: dict[str, Path], capsys: pytest.CaptureFixtur
     assert "wrong_type 2" in line
     assert "2 blank lines skipped" in line
     assert str(files["dead"]) in line
+
+
+@pytest.mark.parametrize("block", [16, 97, 1 << 20])  # smaller than a line, odd, all at once
+@pytest.mark.parametrize("end", ["\n", "\r\n"])
+@pytest.mark.parametrize("final_newline", [True, False])
+def test_block_reads_split_lines_like_line_iteration(
+    files: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    block: int,
+    end: str,
+    final_newline: bool,
+) -> None:
+    """Lines cut by block boundaries, Windows line ends and a missing last newline change
+    nothing: the same records, in order, the same dead letters with their line numbers."""
+    monkeypatch.setattr(sanitize, "BLOCK_BYTES", block)
+    files["input"].write_bytes((end.join(LINES) + (end if final_newline else "")).encode())
+    assert run(files) == 0
+    released = [json.loads(raw)["ts"] for raw in files["output"].read_bytes().splitlines()]
+    assert released == EXPECTED_TS
+    dead = [json.loads(line) for line in files["dead"].read_text().splitlines()]
+    assert {d["line"]: d["reason"] for d in dead} == EXPECTED_DEAD
+    assert all(d["raw"] == LINES[d["line"] - 1] for d in dead)  # no "\r" left, none cut
+    assert "2 blank lines skipped" in capsys.readouterr().err
 
 
 def test_clean_input_creates_no_dead_letter_file(
@@ -293,3 +319,19 @@ def test_dead_letter_equal_to_output_is_refused(
     files["dead"] = spelled
     _refused(files, capsys, "is the --output file")
     assert not files["output"].exists()
+
+
+def test_sanitize_start_up_leaves_out_what_only_other_commands_need(
+    files: dict[str, Path],
+) -> None:
+    """Start-up is part of file mode's cost: no event loop, no estimate or audit modules."""
+    code = (
+        "import sys; from service.cli.main import main; code = main(sys.argv[1:]); "
+        "loaded = [m for m in ('asyncio', 'service.cli.estimate', 'service.cli.audit') "
+        "if m in sys.modules]; assert not loaded, loaded; sys.exit(code)"
+    )
+    args = ["sanitize", "--config", str(files["config"]), "--input", str(files["input"])]
+    args += ["--output", str(files["output"]), "--dead-letter", str(files["dead"])]
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    assert len(files["output"].read_bytes().splitlines()) == len(EXPECTED_TS)

@@ -25,6 +25,8 @@ from aiokafka.errors import (
     NodeNotReadyError,
     ProducerFenced,
 )
+from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from prometheus_client import CollectorRegistry
 
 from service.config import parse_config
@@ -43,7 +45,7 @@ from service.worker.clients import (
 )
 from service.worker.http import Health
 from service.worker.loop import Backoff, Worker
-from service.worker.produce import BatchSender
+from service.worker.produce import BatchSender, output_headers
 from tests.unit._support import config_dict
 
 FIELDS = [
@@ -137,11 +139,29 @@ def test_backoff_doubles_with_jitter_up_to_the_cap_and_resets() -> None:
 
 
 class SizeLimitedProducer:
-    """Stands in for the producer's size check only (send is awaited, returns a future)."""
+    """Stands in for the producer's size check and its batch API (4 output partitions).
 
-    def __init__(self, limit: int) -> None:
+    ``send`` refuses a value over ``limit``; batches are
+    real aiokafka ``BatchBuilder``s of ``batch_bytes``, unpacked into ``sent``.
+    """
+
+    def __init__(self, limit: int, batch_bytes: int = 16_384) -> None:
         self.limit = limit
+        self.batch_bytes = batch_bytes
         self.sent: list[tuple[str, bytes | None, list[tuple[str, bytes]]]] = []
+        self.batches: list[tuple[int, list[bytes | None]]] = []  # (partition, values)
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {0, 1, 2, 3}
+
+    def create_batch(self) -> BatchBuilder:
+        return BatchBuilder(self.batch_bytes, 0)
+
+    async def send_batch(self, batch: BatchBuilder, topic: str, *, partition: int) -> Any:
+        records = list(DefaultRecordBatch(bytes(batch._build())))
+        self.sent.extend((topic, r.value, r.headers) for r in records)
+        self.batches.append((partition, [r.value for r in records]))
+        return self._done()
 
     async def send(
         self, topic: str, value: bytes | None = None, key: bytes | None = None, headers: Any = None
@@ -149,34 +169,87 @@ class SizeLimitedProducer:
         if value is not None and len(value) > self.limit:
             raise MessageSizeTooLargeError()
         self.sent.append((topic, value, headers))
+        return self._done()
+
+    @staticmethod
+    def _done() -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         future.set_result(None)
         return future
 
 
-@pytest.mark.parametrize("limit", [10, 10_000])
+def sender_for(w: Worker, producer: SizeLimitedProducer) -> BatchSender:
+    return BatchSender(
+        producer,  # type: ignore[arg-type]
+        w._plan,
+        "out",
+        "dlq",
+        max_message_bytes=producer.limit,
+    )
+
+
+@pytest.mark.parametrize("limit", [150, 10_000])
 async def test_oversize_messages_never_block_the_batch(limit: int) -> None:
     w = worker()
-    records = [*batch([1.0, 2.0]), record(7, b"x" * 100)]
+    records = [*batch([1.0, 2.0]), record(7, b"x" * 200)]
     result = w._sanitize(records)
     producer = SizeLimitedProducer(limit)
-    sender = BatchSender(producer, w._plan, "out", "dlq")  # type: ignore[arg-type]
-    dead = await sender.send(records, result)
+    dead = await sender_for(w, producer).send(records, result)
     topics = [topic for topic, _, _ in producer.sent]
     assert len(producer.sent) == 3  # every record accounted for, once
     if limit == 10_000:
         assert topics.count("out") == 2 and [d.reason for d in dead] == ["invalid_json"]
     else:
-        # outputs over the limit became dead letters; raw copies over it went without value
+        # outputs over the limit with their headers (the producer's estimate) became dead
+        # letters; the raw copy over the limit went without its value, the others with theirs
         assert topics == ["dlq", "dlq", "dlq"]
         assert sorted(d.reason for d in dead) == [
             "invalid_json",
             "output_too_large",
             "output_too_large",
         ]
-        assert [value for _, value, _ in producer.sent] == [b"", b"", b""]
-        sources = sorted(dict(h)["privstream-source"] for _, _, h in producer.sent)
-        assert sources == [b"raw/0/100", b"raw/0/101", b"raw/0/7"]
+        values = {dict(h)["privstream-source"]: v for _, v, h in producer.sent}
+        assert values == {
+            b"raw/0/100": records[0].value,
+            b"raw/0/101": records[1].value,
+            b"raw/0/7": b"",
+        }
+
+
+def test_the_quick_size_check_agrees_with_the_producers_estimate() -> None:
+    """Values the sender passes without estimating them are never too large."""
+    w, limit = worker(), 4_096
+    sender = sender_for(w, SizeLimitedProducer(limit))
+    headers = output_headers(w._plan)
+    for length in range(limit - 400, limit + 2):
+        value = b"x" * length
+        too_large = DefaultRecordBatchBuilder.estimate_size_in_bytes(None, value, headers) > limit
+        assert (length > sender._surely_fits and sender._too_large(value)) == too_large
+
+
+async def test_batches_keep_each_input_partition_in_order_on_one_output_partition() -> None:
+    w = worker()
+    # 6 input partitions onto 4 output partitions, small batches: several builders each
+    records = [
+        record(100 + i, json.dumps({"seq": i, "x": 1.0}).encode(), partition=i % 6)
+        for i in range(600)
+    ]
+    result = w._sanitize(records)
+    producer = SizeLimitedProducer(10_000, batch_bytes=4_096)
+    dead = await sender_for(w, producer).send(records, result)
+    assert dead == []
+    assert len(producer.batches) > 4  # the builders filled up and were chained
+    seqs: dict[int, list[int]] = {}
+    for partition, values in producer.batches:
+        seqs.setdefault(partition, []).extend(json.loads(v or b"")["seq"] for v in values)
+    assert sorted(s for part in seqs.values() for s in part) == list(range(600))
+    for partition, part in seqs.items():
+        for source in {s % 6 for s in part}:
+            assert source % 4 == partition  # input partition modulo the output count
+            mine = [s for s in part if s % 6 == source]
+            assert mine == sorted(mine)  # in offset order
+    headers = {tuple(h) for topic, _, h in producer.sent if topic == "out"}
+    assert len(headers) == 1 and dict(next(iter(headers)))["privstream-epsilon"] == b"1.0"
 
 
 # --- fencing: an expired transaction or a rival --------------------------------------------
