@@ -175,14 +175,18 @@ def spread_codes(size: int, most: int = MAX_CATEGORIES) -> tuple[int, ...]:
 class HashedTarget(Target):
     """``categorical`` with local hashing: two strings, "supports v" events."""
 
-    def __init__(self, name: str, mechanism: OptimalLocalHashing) -> None:
+    def __init__(
+        self, name: str, mechanism: OptimalLocalHashing, domain: tuple[str, ...] | None = None
+    ) -> None:
         super().__init__(name, mechanism)
         self.buckets = mechanism.buckets
-        self.digests = [int(d) for d in value_digests(OLH_VALUES)]
+        # a field with a domain (``mechanism: auto``) takes only its values: audit two of them
+        self.values = OLH_VALUES if domain is None else domain[:2]
+        self.digests = [int(d) for d in value_digests(self.values)]
 
     @property
     def inputs(self) -> tuple[Any, ...]:
-        return OLH_VALUES
+        return self.values
 
     def convert(self, values: list[Any]) -> NDArray[Any]:
         rows = [(v["seed"], v["bucket"]) for v in values]
@@ -193,7 +197,7 @@ class HashedTarget(Target):
         for i in audited:
             j = next(k for k in audited if k != i)
             mine, other = self.digests[i], self.digests[j]
-            value = _short(OLH_VALUES[i])
+            value = _short(self.values[i])
             for negate in (False, True):
                 no = "not " if negate else ""
                 events.append(

@@ -6,8 +6,9 @@ import json
 from typing import Any
 
 from service.clamped_counts import clamping_fields
-from service.config import AppConfig
-from service.config.fields import FORGEABLE
+from service.config import AppConfig, FieldConfig, Guarantee
+from service.config.fields import FORGEABLE, CategoricalField
+from service.kinds.auto import WARN_RATIO, auto_choice
 from service.pipeline import RecordPlan
 from service.pipeline.plan import MemoPlan
 
@@ -28,6 +29,7 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
             entry.update(declared_epsilon=declared.epsilon, declared_delta=declared.delta)
             entry.update(described)
             entry.update(_memo_entry(planned.memo))
+            entry.update(_auto_entry(spec, plan.budget.fields.get(spec.name), described))
         else:
             entry.update(
                 epsilon=0.0, delta=0.0, params={}, expected_error=None, gamma_lower_bound=None
@@ -73,6 +75,54 @@ def _metrics_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
         )
     entry["record_epsilon_with_metrics"] = plan.epsilon + entry["epsilon"]
     return entry
+
+
+def _auto_entry(
+    spec: FieldConfig, share: Guarantee | None, described: dict[str, Any]
+) -> dict[str, Any]:
+    """A categorical field's ``auto`` choice, each candidate's variance, and any warning."""
+    if not isinstance(spec, CategoricalField) or share is None:
+        return {}
+    choice = auto_choice(spec, share)
+    declared = described["estimator_variance_n1000"]
+    best = choice.variances.get(choice.mechanism)
+    warning = None
+    compared = spec.mechanism in choice.variances  # exponential estimates no frequencies
+    if compared and best is not None and declared > WARN_RATIO * best:
+        warning = (
+            f"{spec.name}: {spec.mechanism} has {declared / best:.3g}x the estimator variance "
+            f"of {choice.mechanism} (what mechanism: auto picks); drop mechanism: to use it"
+        )
+    return {
+        "auto": {
+            "declared": spec.mechanism,
+            "chosen": choice.mechanism,
+            "variances_n": choice.n,
+            "candidate_variances": choice.variances,
+            "restricted": choice.restricted,
+        },
+        "auto_warning": warning,
+    }
+
+
+def _auto_lines(fields: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for f in fields:
+        auto = f.get("auto")
+        if auto is None:
+            continue
+        if auto["declared"] == "auto":
+            variances = ", ".join(
+                f"{name} {_num(v)}" for name, v in auto["candidate_variances"].items()
+            )
+            why = f"; {auto['restricted']}" if auto["restricted"] else ""
+            lines.append(
+                f"auto: {f['name']} uses {auto['chosen']} (worst-case frequency variance at "
+                f"n={auto['variances_n']}: {variances or '-'}{why})"
+            )
+        if f.get("auto_warning"):
+            lines.append(f"WARNING: {f['auto_warning']}")
+    return lines
 
 
 def _memo_entry(memo: MemoPlan | None) -> dict[str, Any]:
@@ -149,6 +199,7 @@ def render_table(data: dict[str, Any]) -> str:
     lines.append(f"config sha256: {data['config_sha256']}")
     lines.append(_metrics_line(data["metrics"]))
     lines.extend(_memo_lines(data["fields"]))
+    lines.extend(_auto_lines(data["fields"]))
     return "\n".join(lines)
 
 

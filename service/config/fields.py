@@ -150,13 +150,14 @@ class CategoricalField(_NoisedField):
     """A value from a finite domain (randomized response, exponential) or an open one (hashing).
 
     ``exponential`` uses the domain's declared order (``service.mechanisms.exponential``).
+    ``auto`` (the default) picks randomized response or local hashing by their estimator
+    variance at the field's resolved epsilon (``service.kinds.auto``); without a domain
+    it is local hashing.
     """
 
     kind: Literal["categorical"]
     domain: Domain | None = None
-    mechanism: Literal["randomized_response", "local_hashing", "exponential"] = (
-        "randomized_response"
-    )
+    mechanism: Literal["auto", "randomized_response", "local_hashing", "exponential"] = "auto"
     #: map a value outside the domain to this domain value instead of dead-lettering
     unknown_as: DomainValue | None = None
     #: permanent randomized response keyed by the Kafka message key (trusted: set by the
@@ -169,8 +170,13 @@ class CategoricalField(_NoisedField):
 
     @model_validator(mode="after")
     def _domain_fits_mechanism(self) -> CategoricalField:
-        if self.mechanism != "local_hashing" and self.domain is None:
+        if self.mechanism not in ("local_hashing", "auto") and self.domain is None:
             raise ValueError(f"{self.mechanism} needs a domain; list it or use local_hashing")
+        if self.mechanism == "auto" and self.domain is None and self.delta != 0.0:
+            raise ValueError(
+                "auto without a domain is local_hashing, which is pure epsilon-DP; "
+                "set delta to 0 or list the domain"
+            )
         if self.mechanism == "exponential" and self.delta != 0.0:
             raise ValueError("exponential is pure epsilon-DP; set delta to 0")
         if self.mechanism == "local_hashing" and (self.domain is not None or self.unknown_as):

@@ -113,9 +113,17 @@ class HashedTruth:
 class HashedReports(BaseAccumulator):
     """OLH reports ``{"seed": s, "bucket": y}``, kept for the candidates' support counts."""
 
-    def __init__(self, name: str, kind: str, mechanism: OptimalLocalHashing) -> None:
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        mechanism: OptimalLocalHashing,
+        domain: tuple[str, ...] | None = None,
+    ) -> None:
         super().__init__(name, kind, mechanism)
         self.olh = mechanism
+        #: a declared domain (``mechanism: auto``): the default candidates
+        self.domain = domain
         self.buckets = olh_buckets(mechanism.epsilon)
         self.seeds: list[NDArray[np.uint64]] = []
         self.reports: list[NDArray[np.uint64]] = []
@@ -151,7 +159,7 @@ class HashedReports(BaseAccumulator):
     def report(self, options: Options, truth: Truth | None) -> dict[str, Any]:
         entry = self._header()
         entry["estimator"] = "OLH support counts (c/n - 1/g) / (p - 1/g)"
-        candidates = options.candidates.get(self.name)
+        candidates = options.candidates.get(self.name, self.domain)
         if candidates is None and isinstance(truth, HashedTruth) and truth.counts:
             top = truth.counts.most_common(options.truth_candidates)
             candidates = tuple(value for value, _ in top)

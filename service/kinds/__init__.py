@@ -30,6 +30,8 @@ __all__ = [
 
 #: kinds that are never released: no handler, nothing to register
 UNRELEASED = frozenset({"drop"})
+#: the mechanism value resolved before registration lookup; it has no registration of its own
+AUTO = "auto"
 
 
 def _index(registrations: Iterable[FieldKind]) -> dict[tuple[str, str | None], FieldKind]:
@@ -48,7 +50,8 @@ def check_registry(registry: dict[tuple[str, str | None], FieldKind]) -> None:
         if kind in UNRELEASED:
             continue
         for mechanism in mechanisms_of(model) or (None,):
-            expected[(kind, mechanism)] = model
+            if mechanism != AUTO:  # resolved to a registered mechanism first (service.kinds.auto)
+                expected[(kind, mechanism)] = model
     problems = [
         f"field kind {kind}"
         + (f" with mechanism {mech}" if mech else "")

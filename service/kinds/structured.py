@@ -22,7 +22,10 @@ from service.pipeline.structured import HashedHandler, SetHandler, VectorHandler
 
 def _hashed(spec: CategoricalField, share: Guarantee | None) -> HashedHandler:
     eps, _ = calibrated("categorical (local_hashing)", share)
-    return HashedHandler(spec.name, OptimalLocalHashing(epsilon=eps))
+    # a domain only comes from ``auto`` (service.kinds.auto), which allows string domains only
+    domain = None if spec.domain is None else tuple(str(value) for value in spec.domain)
+    unknown = None if spec.unknown_as is None else str(spec.unknown_as)
+    return HashedHandler(spec.name, OptimalLocalHashing(epsilon=eps), domain, unknown)
 
 
 LOCAL_HASHING = FieldKind(
@@ -35,10 +38,11 @@ LOCAL_HASHING = FieldKind(
     memo_style=lambda handler: "str",
     # parse gives the string itself; word 0 is the hash seed (service.mechanisms.local_hashing)
     memo=MemoSupport(domain=lambda handler: None, identity_words=1),
-    estimator=lambda h, kind, options: HashedReports(h.name, kind, h.mechanism),
-    audit_target=lambda h: HashedTarget(h.name, h.mechanism),
+    estimator=lambda h, kind, options: HashedReports(h.name, kind, h.mechanism, h.domain),
+    audit_target=lambda h: HashedTarget(h.name, h.mechanism, h.domain),
     explain=describe,
-    candidates=lambda handler, values: [],
+    # with a domain (``auto``), values outside it are never reported
+    candidates=lambda h, values: [] if h.domain is None else [v for v in values if v not in h.domain],
 )
 
 

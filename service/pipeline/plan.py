@@ -157,7 +157,9 @@ def build_plan(config: AppConfig) -> RecordPlan:
     Each field's handler comes from its kind's registration; loading the
     registry checks it covers every kind and mechanism the config accepts.
     """
-    from service.kinds import UNRELEASED, registration_of  # the registry sits above the pipeline
+    # the registry sits above the pipeline
+    from service.kinds import UNRELEASED, registration_of
+    from service.kinds.auto import resolve_auto
 
     budget = resolve_budget(config)
     fields: list[PlannedField] = []
@@ -166,6 +168,7 @@ def build_plan(config: AppConfig) -> RecordPlan:
         if spec.kind in UNRELEASED:
             continue
         share = budget.fields.get(spec.name)
+        spec = resolve_auto(spec, share)  # noqa: PLW2901 -- ``mechanism: auto`` made concrete
         entry = registration_of(spec)
         try:
             handler = entry.build(spec, share)
@@ -194,7 +197,8 @@ def release_id(spec: FieldConfig, handler: FieldHandler, share: Guarantee | None
     """SHA-256 of the canonical description of one field's release.
 
     Everything that shapes the field's output distribution is in it: the
-    field's whole config entry (name, kind, mechanism, calibration, bounds,
+    field's whole config entry (name, kind, mechanism -- ``auto`` already
+    resolved to the chosen one --, calibration, bounds,
     domain, universe, grid, memo field, ...), the (epsilon, delta) its
     mechanism was calibrated to after ``auto`` shares and group scaling, and
     the mechanism's calibrated parameters. Its key for noise is derived from

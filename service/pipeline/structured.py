@@ -132,10 +132,22 @@ class SetHandler:
 
 @dataclass(frozen=True)
 class HashedHandler:
-    """Any string, reported as ``{"seed": s, "bucket": y}`` by optimal local hashing."""
+    """A string, reported as ``{"seed": s, "bucket": y}`` by optimal local hashing.
+
+    Any string, unless a ``domain`` is given (``mechanism: auto`` chose local
+    hashing for a field with a domain): then a value outside it is rejected
+    as ``unknown_category``, or replaced by ``unknown_as``, as randomized
+    response does.
+    """
 
     name: str
     mechanism: Mechanism
+    domain: tuple[str, ...] | None = None
+    unknown_as: str | None = None
+    _members: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_members", frozenset(self.domain or ()))
 
     def parse(self, value: object) -> str:
         if not isinstance(value, str):
@@ -148,7 +160,15 @@ class HashedHandler:
             raise Rejected(
                 "invalid_utf8", f"field {self.name!r}: string is not valid Unicode"
             ) from None
-        return value
+        if self.domain is None or value in self._members:
+            return value
+        if self.unknown_as is not None:
+            return self.unknown_as
+        raise Rejected(
+            "unknown_category",
+            f"field {self.name!r}: value is not in the declared domain; "
+            "add it to the domain or set unknown_as",
+        )
 
     def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
         reports = self.mechanism.release(np.asarray(values, dtype=object), source).tolist()

@@ -20,7 +20,8 @@ from service.config.fields import FIELD_KINDS, FIELD_MODELS, mechanisms_of
 from service.errors import PrivstreamError, RegistryError
 from service.estimate.accumulators import Options
 from service.estimate.aggregate import accumulator_for
-from service.kinds import REGISTRY, check_registry, registration_of
+from service.kinds import AUTO, REGISTRY, check_registry, registration_of
+from service.kinds.auto import resolve_auto
 from service.kinds.base import FieldKind
 from service.pipeline import build_plan
 
@@ -53,6 +54,7 @@ def test_every_kind_and_mechanism_of_the_config_has_one_registration() -> None:
         for kind, model in zip(FIELD_KINDS, FIELD_MODELS, strict=True)
         if kind != "drop"
         for mech in mechanisms_of(model) or (None,)
+        if mech != AUTO  # resolved to a registered mechanism before lookup
     }
     assert set(REGISTRY) == accepted
     # and the example config above exercises every one of them
@@ -102,13 +104,13 @@ def test_every_noised_field_is_estimated_and_audited() -> None:
     for planned in noised:
         assert accumulator_for(planned, Options()) is not None, planned.name
         assert target_for(planned).name == planned.name
-        assert planned.entry is registration_of(
-            next(
-                s
-                for s in parse_config(config_dict(EVERY_KIND, 50.0, 1e-3)).fields
-                if s.name == planned.name
-            )
+        spec = next(
+            s
+            for s in parse_config(config_dict(EVERY_KIND, 50.0, 1e-3)).fields
+            if s.name == planned.name
         )
+        share = plan.budget.fields[planned.name]
+        assert planned.entry is registration_of(resolve_auto(spec, share))
 
 
 def test_memo_tokens_hold_domain_values_not_positions() -> None:

@@ -307,8 +307,13 @@ def test_local_hashing_lone_surrogate_is_dead_lettered_not_fatal() -> None:
             "calibration 'tight' does not apply to gaussian; use one of analytic, classical",
         ),
         (
-            {"kind": "categorical", "epsilon": 1},
+            {"kind": "categorical", "mechanism": "randomized_response", "epsilon": 1},
             "randomized_response needs a domain; list it or use local_hashing",
+        ),
+        (
+            {"kind": "categorical", "epsilon": 1, "delta": 1e-6},
+            "auto without a domain is local_hashing, which is pure epsilon-DP; "
+            "set delta to 0 or list the domain",
         ),
         (
             {"kind": "set", "universe": ["a", "b"], "max_items": 1, "epsilon": 1, "delta": 1e-6},
