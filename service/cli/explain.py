@@ -29,7 +29,7 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
             entry.update(declared_epsilon=declared.epsilon, declared_delta=declared.delta)
             entry.update(described)
             entry.update(_memo_entry(planned.memo))
-            entry.update(_auto_entry(spec, plan.budget.fields.get(spec.name), described))
+            entry.update(_auto_entry(spec, plan.budget.fields.get(spec.name)))
         else:
             entry.update(
                 epsilon=0.0, delta=0.0, params={}, expected_error=None, gamma_lower_bound=None
@@ -77,21 +77,20 @@ def _metrics_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
     return entry
 
 
-def _auto_entry(
-    spec: FieldConfig, share: Guarantee | None, described: dict[str, Any]
-) -> dict[str, Any]:
+def _auto_entry(spec: FieldConfig, share: Guarantee | None) -> dict[str, Any]:
     """A categorical field's ``auto`` choice, each candidate's variance, and any warning."""
     if not isinstance(spec, CategoricalField) or share is None:
         return {}
     choice = auto_choice(spec, share)
-    declared = described["estimator_variance_n1000"]
+    # exponential estimates no frequencies: it is not compared
+    declared = choice.variances.get(spec.mechanism)
     best = choice.variances.get(choice.mechanism)
     warning = None
-    compared = spec.mechanism in choice.variances  # exponential estimates no frequencies
-    if compared and best is not None and declared > WARN_RATIO * best:
+    if declared is not None and best is not None and declared > WARN_RATIO * best:
         warning = (
-            f"{spec.name}: {spec.mechanism} has {declared / best:.3g}x the estimator variance "
-            f"of {choice.mechanism} (what mechanism: auto picks); drop mechanism: to use it"
+            f"{spec.name}: {spec.mechanism} has {declared / best:.3g}x the frequency-vector "
+            f"variance of {choice.mechanism} (what mechanism: auto picks); drop mechanism: "
+            "to use it"
         )
     return {
         "auto": {
@@ -117,7 +116,7 @@ def _auto_lines(fields: list[dict[str, Any]]) -> list[str]:
             )
             why = f"; {auto['restricted']}" if auto["restricted"] else ""
             lines.append(
-                f"auto: {f['name']} uses {auto['chosen']} (worst-case frequency variance at "
+                f"auto: {f['name']} uses {auto['chosen']} (frequency-vector variance at "
                 f"n={auto['variances_n']}: {variances or '-'}{why})"
             )
         if f.get("auto_warning"):

@@ -31,7 +31,7 @@ class AutoChoice:
     """What ``auto`` picks for one categorical field, and why."""
 
     mechanism: str
-    #: worst-case frequency variance of each candidate at ``n`` records
+    #: summed frequency-vector variance of each candidate at ``n`` records (selection)
     variances: dict[str, float]
     n: int = VARIANCE_N
     #: why the candidates were narrowed, or None

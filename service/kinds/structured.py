@@ -42,7 +42,9 @@ LOCAL_HASHING = FieldKind(
     audit_target=lambda h: HashedTarget(h.name, h.mechanism, h.domain),
     explain=describe,
     # with a domain (``auto``), values outside it are never reported
-    candidates=lambda h, values: [] if h.domain is None else [v for v in values if v not in h.domain],
+    candidates=lambda h, values: (
+        [] if h.domain is None else [v for v in values if v not in h.domain]
+    ),
 )
 
 

@@ -168,7 +168,7 @@ def build_plan(config: AppConfig) -> RecordPlan:
         if spec.kind in UNRELEASED:
             continue
         share = budget.fields.get(spec.name)
-        spec = resolve_auto(spec, share)  # noqa: PLW2901 -- ``mechanism: auto`` made concrete
+        spec = resolve_auto(spec, share)  # ``mechanism: auto`` made concrete
         entry = registration_of(spec)
         try:
             handler = entry.build(spec, share)
