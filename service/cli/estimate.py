@@ -146,7 +146,7 @@ def options_from(args: argparse.Namespace, plan: RecordPlan) -> Options:
             outside = check(planned.handler, values)
             if outside:
                 raise UsageError(
-                    f"--candidates {name}: {len(outside)} value(s) not in the set field's "
+                    f"--candidates {name}: {len(outside)} value(s) not in the field's domain or "
                     f"universe, e.g. {outside[0]!r}"
                 )
         else:

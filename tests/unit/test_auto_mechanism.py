@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
+from service.audit.targets import target_for
 from service.cli.main import main
 from service.cli.sanitize import sanitize_stream
 from service.config import parse_config
@@ -291,3 +292,11 @@ def test_estimate_end_to_end_on_an_auto_field(
     # 5 standard errors per value: false failure below 48 * 6e-7 ~ 3e-5 for a random seed
     for row in page["frequencies"]:
         assert abs(row["estimate"] - row["true"]) < 5 * row["stderr"], row
+
+
+def test_audit_target_of_auto_local_hashing_uses_domain_values() -> None:
+    (planned,) = _plan({"name": "c", "kind": "categorical", "domain": DOMAIN, "epsilon": 1}).fields
+    target = target_for(planned)
+    assert target.inputs == ("v00", "v01")  # values the field accepts, not outside ones
+    for value in target.inputs:
+        assert planned.handler.parse(value) == value

@@ -219,7 +219,7 @@ def test_candidates_from_a_file_and_set_subsets(
     ("args", "message"),
     [
         (["--candidates", "state=TX"], "randomized-response fields estimate their whole domain"),
-        (["--candidates", "hobbies=chess,tennis"], "not in the set field's universe"),
+        (["--candidates", "hobbies=chess,tennis"], "not in the field's domain or universe"),
         (["--candidates", "url"], "write FIELD=a,b,c"),
         (["--candidates", "url=@/nonexistent/x"], "cannot read"),
         (["--field", "nope"], "no released field of that name"),
