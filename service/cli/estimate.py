@@ -50,6 +50,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "read_committed, every partition from the beginning up to the end offsets at start",
     )
     parser.add_argument(
+        "--consistent",
+        action="store_true",
+        help="also give consistent frequencies of categorical and boolean fields (Norm-Sub: "
+        "non-negative, summing to 1; biased for rare values, no intervals), JSON only",
+    )
+    parser.add_argument(
         "--candidates",
         action="append",
         default=[],
@@ -157,7 +163,12 @@ def options_from(args: argparse.Namespace, plan: RecordPlan) -> Options:
         candidates[name] = candidates.get(name, ()) + tuple(
             v for v in values if v not in candidates.get(name, ())
         )
-    return Options(bins=args.bins, confidence=args.confidence, candidates=candidates)
+    return Options(
+        bins=args.bins,
+        confidence=args.confidence,
+        candidates=candidates,
+        consistent=args.consistent,
+    )
 
 
 def _counted(lines: Iterable[bytes], progress: Progress) -> Iterator[bytes]:

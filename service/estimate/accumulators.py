@@ -45,6 +45,8 @@ class Options:
     resamples: int = 200
     #: without candidates, a hashed field takes the truth's most frequent values
     truth_candidates: int = 20
+    #: add Norm-Sub consistent frequencies beside the unbiased ones (categorical fields)
+    consistent: bool = False
 
     @property
     def z(self) -> float:

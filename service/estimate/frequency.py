@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 from service.estimate.accumulators import BaseAccumulator, Options, Truth, interval
 from service.mechanisms import RandomizedResponse
 from service.mechanisms import randomized_response as rr
+from service.mechanisms.consistency import project_to_simplex
 from service.mechanisms.local_hashing import (
     OptimalLocalHashing,
     estimate_frequencies,
@@ -94,7 +95,24 @@ class CategoryCounts(BaseAccumulator):
                 row["true"] = float(true_share[i])
             rows.append(row)
         entry["frequencies"] = rows
+        if options.consistent:
+            _add_consistent(entry, estimates)
         return entry
+
+
+#: the caveat that goes with every consistent vector
+CONSISTENT_CAVEAT = (
+    "consistent: Norm-Sub projection of the estimates onto the simplex (non-negative, sum 1); "
+    "biased, most for rare values (pushed to 0): no standard errors or intervals, use the "
+    "unbiased estimate for any one value"
+)
+
+
+def _add_consistent(entry: dict[str, Any], estimates: NDArray[np.float64]) -> None:
+    """Each row's ``consistent`` share (rows in the order of ``estimates``), and the caveat."""
+    for row, share in zip(entry["frequencies"], project_to_simplex(estimates), strict=True):
+        row["consistent"] = float(share)
+    entry["notes"].append(CONSISTENT_CAVEAT)
 
 
 # --- categorical with local hashing ---------------------------------------------------------
@@ -192,6 +210,13 @@ class HashedReports(BaseAccumulator):
                 row["true"] = truth.counts[value] / truth.total
             rows.append(row)
         entry["frequencies"] = rows
+        if options.consistent:
+            if candidates == self.domain:
+                _add_consistent(entry, estimates)
+            else:
+                entry["notes"].append(
+                    "no consistent frequencies: the candidates are not the field's whole domain"
+                )
         return entry
 
 
