@@ -35,7 +35,14 @@ BODY: dict[str, Any] = {
         {"name": "load_pct", "kind": "real", "bounds": list(LOAD_BOUNDS), "epsilon": EPSILON},
         {"name": "events", "kind": "integer", "bounds": list(EVENT_BOUNDS), "epsilon": EPSILON},
         {"name": "network", "kind": "categorical", "domain": list(NETWORKS), "epsilon": EPSILON},
-        {"name": "country", "kind": "categorical", "domain": list(COUNTRIES), "epsilon": EPSILON},
+        # randomized response, as the baselines (auto would pick local hashing at k = 48)
+        {
+            "name": "country",
+            "kind": "categorical",
+            "domain": list(COUNTRIES),
+            "epsilon": EPSILON,
+            "mechanism": "randomized_response",
+        },
         {"name": "charging", "kind": "boolean", "epsilon": EPSILON},
     ],
 }
