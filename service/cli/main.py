@@ -56,6 +56,13 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         help="where unsanitizable lines go, with line number and reason; holds raw data "
         "(default: %(default)s, created only if needed)",
     )
+    san.add_argument(
+        "--metadata",
+        metavar="PATH",
+        help="where the release metadata goes (config hash, epsilon, delta, each field's "
+        "parameters; read by `privstream estimate`) (default: OUTPUT.privstream.json; "
+        "none when writing to stdout)",
+    )
 
     exp = sub.add_parser("explain", help="show each field's mechanism and guarantee")
     exp.add_argument("--config", required=True, help="YAML config file")
@@ -142,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             summary = run_sanitize(plan, args.input, args.output, args.dead_letter, OsEntropy())
             print(summary.render(args.dead_letter), file=sys.stderr)
+            _write_metadata(plan, args, summary.records_out)
         elif args.command == "estimate":
             from service.cli import estimate
 
@@ -159,6 +167,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"privstream: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _write_metadata(plan: RecordPlan, args: argparse.Namespace, records: int) -> None:
+    """The sidecar beside the output (``service.cli.metadata``)."""
+    from service.cli.metadata import release_metadata, sidecar_path, write_sidecar
+
+    path = args.metadata or (sidecar_path(args.output) if args.output else None)
+    if path is None:
+        print(
+            "privstream: note: output on stdout has no release metadata; "
+            "`privstream estimate` then needs --metadata (write one with --metadata PATH)",
+            file=sys.stderr,
+        )
+        return
+    write_sidecar(path, release_metadata(plan, records))
 
 
 def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:

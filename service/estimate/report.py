@@ -43,6 +43,34 @@ def build_report(
     return report
 
 
+def impossible_values(report: dict[str, Any]) -> list[str]:
+    """One line per field whose values its mechanism cannot have released.
+
+    A sanitized value is impossible when it is malformed for the field (not
+    a bool for a boolean, a category outside the domain, a non-number for a
+    number: counted as ``invalid``) or, for real and integer fields, off the
+    mechanism's output grid. Either means the input is not (only) this
+    config's output: raw records, another release, or edited data.
+    """
+    lines = []
+    for entry in report["fields"]:
+        invalid = entry["skipped"].get("invalid", 0)
+        off_grid = entry.get("off_grid", 0)
+        if invalid:
+            lines.append(
+                f"field {entry['name']}: {invalid:,} values impossible under this config "
+                f"(not a {entry['kind']} value {entry['mechanism']} can release; skipped): "
+                "is the input raw or from another config?"
+            )
+        if off_grid:
+            lines.append(
+                f"field {entry['name']}: {off_grid:,} of {entry['records']:,} values are off "
+                f"the {entry['mechanism']} output grid (impossible under this config; "
+                "counted anyway): is the input raw or from another config?"
+            )
+    return lines
+
+
 def _f(value: Any, digits: int = 4) -> str:
     if value is None:
         return "-"
