@@ -20,10 +20,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from service.cli.metadata import MetadataError, check_metadata, read_sidecar, sidecar_path
 from service.config import AppConfig
 from service.errors import PrivstreamError
 from service.estimate import Options, StreamAggregate, TruthAggregate, build_report, render_table
-from service.cli.metadata import MetadataError, check_metadata, read_sidecar, sidecar_path
 from service.estimate.report import impossible_values
 from service.estimate.source import PROGRESS_THRESHOLD, Progress, file_lines
 from service.pipeline import RecordPlan
