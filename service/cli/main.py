@@ -67,6 +67,12 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     exp = sub.add_parser("explain", help="show each field's mechanism and guarantee")
     exp.add_argument("--config", required=True, help="YAML config file")
     exp.add_argument("--format", choices=["table", "json"], default="table")
+    exp.add_argument(
+        "--wide",
+        action="store_true",
+        help="one line per field, however wide (default: the table fits in 100 columns, "
+        "each field's params on indented lines under its row when needed)",
+    )
 
     sub.add_parser("keygen", help="print a fresh noise key (hex) for --noise-key-file")
     sub.add_parser("schema", help="print the config's JSON Schema (for editors and CI checks)")
@@ -123,9 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     config, plan = _load(args.config)
     try:
         if args.command == "explain":
-            from service.cli.explain import explain
+            from service.cli.explain import TABLE_WIDTH, explain
 
-            print(explain(config, plan, args.format))
+            print(explain(config, plan, args.format, None if args.wide else TABLE_WIDTH))
         elif args.command == "sanitize":
             from service.cli.sanitize import (
                 DeadLetterPathError,
