@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.estimate.accumulators import BaseAccumulator, Options, Truth, interval
+from service.estimate.resolution import check_bins
 from service.mechanisms.estimation import (
     HistogramEstimate,
     LatticeHistogram,
@@ -234,6 +235,12 @@ class ScalarReleases(BaseAccumulator):
         entry["mean"] = block
         hist = self.histogram.estimate(self.observed, resamples=options.resamples)
         entry["histogram"] = self._histogram_entry(hist, truth)
+        if options.resamples > 1:  # the check needs the bootstrap standard errors
+            checked = check_bins(self.histogram, hist)
+            for row, bias, problem in zip(
+                entry["histogram"]["bins"], checked.bias.tolist(), checked.problems, strict=True
+            ):
+                row.update(bias=bias, unreliable=problem or None)
         return entry
 
     def _histogram_entry(self, hist: HistogramEstimate, truth: Truth | None) -> dict[str, Any]:

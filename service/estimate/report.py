@@ -176,9 +176,21 @@ def _histogram_lines(entry: dict[str, Any]) -> list[str]:
             )
         else:
             span = f"[{b['lower']:.6g}, {b['upper']:.6g})"
-        cells = (span, _f(b["estimate"]), _f(b["stderr"]), _f(b["noisy_share"]))
+        if b.get("unreliable"):
+            cells = (span, "withheld", "-", _f(b["noisy_share"]))
+        else:
+            cells = (span, _f(b["estimate"]), _f(b["stderr"]), _f(b["noisy_share"]))
         table.append(cells + ((_f(b.get("true")),) if has_true else ()))
     lines = [f"  histogram: {hist['method']}", *_columns(table, "    ")]
+    withheld = [b for b in hist["bins"] if b.get("unreliable")]
+    if withheld:
+        lines.append(
+            f"    {len(withheld)} of {len(hist['bins'])} bins withheld: too fine for these "
+            f"records and this epsilon ({withheld[0]['unreliable']}); a bin is shown when "
+            "the noise resolves bins this wide, its stderr is at most 1/(2 bins) and its "
+            "estimated bias at most its stderr: try fewer --bins, or more records; the mean "
+            "above is unbiased"
+        )
     low, high = hist["at_bounds"]
     if low or high:
         err_low, err_high = hist["at_bounds_stderr"]
