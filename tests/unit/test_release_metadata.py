@@ -226,3 +226,43 @@ def test_topic_checks() -> None:
     with pytest.raises(MetadataError, match="4 records have no privstream-config-sha256"):
         check_topic_read(no_headers, {}, plan, unchecked=False)
     check_topic_read(no_headers, {}, plan, unchecked=True)
+
+
+def test_estimate_on_a_topic_refuses_another_config_and_headerless_records(
+    made: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The topic path through ``main``: the reader (Kafka) replaced by a stub."""
+    from service.estimate import source
+    from service.estimate.source import TopicRead
+
+    lines = made["out"].read_bytes().splitlines()
+
+    def stub(kind: str) -> Any:
+        def read(kafka: Any, topic: str, sink: Any, *, skip: Any, **_: Any) -> TopicRead:
+            read = TopicRead(topic, partitions=1, expected=len(lines))
+            for line in lines:
+                if kind == "other":
+                    read.config_mismatch += 1
+                    read.other_config = "cd" * 32
+                    skip("config_mismatch")
+                else:
+                    read.records += 1
+                    read.without_config_header += kind == "bare"
+                    sink(line)
+            return read
+
+        return read
+
+    args = ["--topic", "clean", "--field", "ok"]
+    monkeypatch.setattr(source, "run_topic_read", stub("ours"))
+    code, out, err = _estimate(capsys, made["config"], *args)
+    assert code == 0 and f"{N:,} records from topic clean" in out, err
+    monkeypatch.setattr(source, "run_topic_read", stub("other"))
+    code, out, err = _estimate(capsys, made["config"], *args)
+    assert code == 2 and out == "" and f"all {N} records carry another config" in err
+    assert "cd" * 32 in err
+    monkeypatch.setattr(source, "run_topic_read", stub("bare"))
+    code, out, err = _estimate(capsys, made["config"], *args)
+    assert code == 2 and f"{N} records have no privstream-config-sha256 header" in err
+    code, out, err = _estimate(capsys, made["config"], *args, "--unchecked")
+    assert code == 0 and "read unchecked (--unchecked)" in err
