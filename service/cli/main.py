@@ -133,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(explain(config, plan, args.format, None if args.wide else TABLE_WIDTH))
         elif args.command == "sanitize":
+            from service.cli.metadata import MetadataError, metadata_target, write_sidecar
             from service.cli.sanitize import (
                 DeadLetterPathError,
                 check_dead_letter_path,
@@ -142,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             try:  # a usage error: refused before any output is written
                 check_dead_letter_path(args.dead_letter, args.output)
-            except DeadLetterPathError as exc:
+                metadata = metadata_target(args.metadata, args.input, args.output, args.dead_letter)
+            except (DeadLetterPathError, MetadataError) as exc:
                 print(f"privstream: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
 
@@ -155,7 +157,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             summary = run_sanitize(plan, args.input, args.output, args.dead_letter, OsEntropy())
             print(summary.render(args.dead_letter), file=sys.stderr)
-            _write_metadata(plan, args, summary.records_out)
+            if metadata is None:
+                print(
+                    "privstream: note: output on stdout has no release metadata; "
+                    "`privstream estimate` then needs one: write it with --metadata PATH",
+                    file=sys.stderr,
+                )
+            else:
+                write_sidecar(metadata, plan, summary.records_out)
         elif args.command == "estimate":
             from service.cli import estimate
 
@@ -173,21 +182,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"privstream: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
-
-
-def _write_metadata(plan: RecordPlan, args: argparse.Namespace, records: int) -> None:
-    """The sidecar beside the output (``service.cli.metadata``)."""
-    from service.cli.metadata import release_metadata, sidecar_path, write_sidecar
-
-    path = args.metadata or (sidecar_path(args.output) if args.output else None)
-    if path is None:
-        print(
-            "privstream: note: output on stdout has no release metadata; "
-            "`privstream estimate` then needs --metadata (write one with --metadata PATH)",
-            file=sys.stderr,
-        )
-        return
-    write_sidecar(path, release_metadata(plan, records))
 
 
 def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ input made under another config.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -77,10 +78,36 @@ def _field(name: str, kind: str, mechanism: Any) -> dict[str, Any]:
     }
 
 
-def write_sidecar(path: str, metadata: dict[str, Any]) -> None:
+def metadata_target(
+    metadata: str | None, input_path: str | None, output: str | None, dead_letter: str
+) -> str | None:
+    """Where ``sanitize`` writes the metadata (None: output on stdout, no ``--metadata``).
+
+    Refuses a path that is the input, the output or the dead-letter file. An
+    earlier run's metadata at that path is removed now, before the output is
+    truncated: if this run fails, the new (partial) output must not sit
+    beside metadata that vouches for it.
+    """
+    path = metadata or (sidecar_path(output) if output else None)
+    if path is None:
+        return None
+    for role, other in (
+        ("--input", input_path),
+        ("--output", output),
+        ("--dead-letter", dead_letter),
+    ):
+        if other is not None and os.path.realpath(path) == os.path.realpath(other):
+            raise MetadataError(f"--metadata {path} is the {role} file: name another file")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return path
+
+
+def write_sidecar(path: str, plan: RecordPlan, records: int) -> None:
     """Write the metadata whole or not at all (a temporary file renamed over ``path``)."""
     temporary = f"{path}.{os.getpid()}.tmp"
-    Path(temporary).write_text(json.dumps(metadata, indent=2, allow_nan=False) + "\n")
+    text = json.dumps(release_metadata(plan, records), indent=2, allow_nan=False)
+    Path(temporary).write_text(text + "\n")
     os.replace(temporary, path)
 
 

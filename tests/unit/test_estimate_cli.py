@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from service.cli.main import main
-from service.cli.metadata import release_metadata, sidecar_path, write_sidecar
+from service.cli.metadata import sidecar_path, write_sidecar
 from service.cli.sanitize import sanitize_stream
 from service.config import parse_config
 from service.errors import PrivstreamError
@@ -101,7 +101,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
     ]
     sanitized = base / "sanitized.jsonl"
     sanitized.write_bytes(out.getvalue() + b"\n".join(bad) + b"\n")
-    write_sidecar(sidecar_path(str(sanitized)), release_metadata(plan, N))
+    write_sidecar(sidecar_path(str(sanitized)), plan, N)
     return Files(config, raw, sanitized, records)
 
 

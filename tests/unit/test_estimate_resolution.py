@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from service.cli.main import main
-from service.cli.metadata import release_metadata, sidecar_path, write_sidecar
+from service.cli.metadata import sidecar_path, write_sidecar
 from service.cli.sanitize import sanitize_stream
 from service.config import parse_config
 from service.pipeline import build_plan
@@ -67,7 +67,7 @@ def _sanitized(tmp_path: Path, n: int) -> tuple[Path, Path, Path]:
     config.write_text(CONFIG)
     sanitized.write_bytes(out.getvalue())
     truth.write_bytes(b"\n".join(raw) + b"\n")
-    write_sidecar(sidecar_path(str(sanitized)), release_metadata(plan, n))
+    write_sidecar(sidecar_path(str(sanitized)), plan, n)
     return config, sanitized, truth
 
 

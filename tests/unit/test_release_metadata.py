@@ -266,3 +266,25 @@ def test_estimate_on_a_topic_refuses_another_config_and_headerless_records(
     assert code == 2 and f"{N} records have no privstream-config-sha256 header" in err
     code, out, err = _estimate(capsys, made["config"], *args, "--unchecked")
     assert code == 0 and "read unchecked (--unchecked)" in err
+
+
+def test_sanitize_refuses_a_metadata_path_that_is_a_data_file_and_drops_stale_metadata(
+    made: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw, out, tmp = made["raw"], made["out"], made["tmp"]
+    before = raw.read_bytes()
+    code, _, err = _run(
+        capsys, "sanitize", "--config", str(made["config"]), "--input", str(raw),
+        "--output", str(tmp / "o2.jsonl"), "--metadata", str(raw),
+        "--dead-letter", str(tmp / "d3.jsonl"),
+    )  # fmt: skip
+    assert code == 2 and "--metadata" in err and "is the --input file" in err
+    assert raw.read_bytes() == before
+    # a failing run (the input does not exist) leaves no metadata vouching for its output
+    sidecar = Path(f"{out}.privstream.json")
+    assert sidecar.exists()
+    code, _, err = _run(
+        capsys, "sanitize", "--config", str(made["config"]), "--input", str(tmp / "missing"),
+        "--output", str(out), "--dead-letter", str(tmp / "d4.jsonl"),
+    )  # fmt: skip
+    assert code == 1 and not sidecar.exists()
