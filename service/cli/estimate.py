@@ -20,9 +20,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from service.cli.metadata import MetadataError, check_metadata, read_sidecar, sidecar_path
 from service.config import AppConfig
 from service.errors import PrivstreamError
 from service.estimate import Options, StreamAggregate, TruthAggregate, build_report, render_table
+from service.estimate.report import impossible_values
 from service.estimate.source import PROGRESS_THRESHOLD, Progress, file_lines
 from service.pipeline import RecordPlan
 
@@ -54,6 +56,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also give consistent frequencies of categorical and boolean fields (Norm-Sub: "
         "non-negative, summing to 1; biased for rare values, no intervals), JSON only",
+    )
+    parser.add_argument(
+        "--metadata",
+        metavar="PATH",
+        help="the release metadata of --input (default: INPUT.privstream.json, written by "
+        "`privstream sanitize`); checked against --config",
+    )
+    parser.add_argument(
+        "--unchecked",
+        action="store_true",
+        help="read input without release metadata (or a topic's records without a "
+        "privstream-config-sha256 header) anyway, with a warning: nothing then shows the "
+        "records are sanitized output of this config",
     )
     parser.add_argument(
         "--candidates",
@@ -215,7 +230,74 @@ def _read_topic(
         "partitions": read.partitions,
         "offsets_at_start": read.expected,
         "records_without_config_header": read.without_config_header,
+        "records_read": read.records,
+        "other_config": read.other_config,
     }
+
+
+def check_file_input(
+    path: str, metadata: str | None, plan: RecordPlan, unchecked: bool
+) -> str | None:
+    """The checked metadata path of a file input, or None when ``unchecked`` lets it be.
+
+    MetadataError (exit 2) when the metadata names another config, or is
+    missing without ``unchecked``: the input may be raw records or another
+    release, and its estimates would look plausible and be wrong.
+    """
+    where = metadata or (sidecar_path(path) if path != "-" else None)
+    if where is None or not os.path.exists(where):
+        found = (
+            "stdin has no release metadata (pass --metadata PATH)"
+            if where is None
+            else f"no release metadata at {where}"
+        )
+        if not unchecked:
+            raise MetadataError(
+                f"{found}: nothing shows {path if path != '-' else 'stdin'} is sanitized output "
+                "of this config (raw records would give confident nonsense); pass the sidecar "
+                "`privstream sanitize` wrote (--metadata PATH), or --unchecked to read it anyway"
+            )
+        print(
+            f"privstream: estimate: warning: {found}; reading it unchecked (--unchecked): "
+            "the estimates are meaningful only if it is sanitized output of this config",
+            file=sys.stderr,
+        )
+        return None
+    check_metadata(read_sidecar(where), plan, where)
+    return where
+
+
+def check_topic_read(
+    source: dict[str, Any], skipped: dict[str, int], plan: RecordPlan, unchecked: bool
+) -> None:
+    """Refuse a topic read with no record of this config, or records without the header.
+
+    Records of another config are skipped (a topic may hold several releases
+    after a config change); when nothing but those was read, or records
+    carry no ``privstream-config-sha256`` header (not privstream's output)
+    and ``unchecked`` is off, MetadataError (exit 2).
+    """
+    mismatched = skipped.get("config_mismatch", 0)
+    without = source.get("records_without_config_header", 0)
+    matched = source.get("records_read", 0) - without
+    if mismatched and not matched and not without:
+        raise MetadataError(
+            f"topic {source['topic']}: all {mismatched:,} records carry another config's "
+            f"privstream-config-sha256 (e.g. {source.get('other_config')}); --config has "
+            f"{plan.config_sha256}: pass the config the topic was sanitized with"
+        )
+    if without and not unchecked:
+        raise MetadataError(
+            f"topic {source['topic']}: {without:,} records have no privstream-config-sha256 "
+            "header: they are not privstream's sanitized output (raw records would give "
+            "confident nonsense); pass --unchecked to read them anyway"
+        )
+    if without:
+        print(
+            f"privstream: estimate: warning: {without:,} records without a "
+            "privstream-config-sha256 header read unchecked (--unchecked)",
+            file=sys.stderr,
+        )
 
 
 def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
@@ -235,18 +317,31 @@ def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
     if args.topic is not None:
         topic = args.topic or config.kafka.output_topic
         source = _read_topic(config, plan, topic, stream, args)
+        try:
+            check_topic_read(source, stream.skipped, plan, args.unchecked)
+        except MetadataError as exc:
+            print(f"privstream: estimate: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     else:
+        try:
+            checked = check_file_input(args.input, args.metadata, plan, args.unchecked)
+        except MetadataError as exc:
+            print(f"privstream: estimate: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         progress = Progress(enabled=args.progress)
         try:
             source = _read_file(args.input, stream, progress)
         finally:
             progress.finish()
+        source["metadata"] = checked
     truth = None
     if args.truth:
         truth = TruthAggregate(plan, stream)
         with open(args.truth, "rb") as handle:
             truth.consume(file_lines(handle))
     report = build_report(stream, source, options, truth, args.truth)
+    for warning in impossible_values(report):
+        print(f"privstream: estimate: warning: {warning}", file=sys.stderr)
     if args.format == "json":
         print(json.dumps(report, indent=2, allow_nan=False))
     else:

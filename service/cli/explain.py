@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import Any
 
 from service.clamped_counts import clamping_fields
@@ -161,9 +162,19 @@ def _num(value: object) -> str:
     return "-" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def render_table(data: dict[str, Any]) -> str:
+#: the width ``privstream explain`` fits its table into, unless ``--wide``
+TABLE_WIDTH = 100
+
+
+def render_table(data: dict[str, Any], width: int | None = None) -> str:
+    """The table and the record's guarantee; within ``width`` columns when given.
+
+    A table wider than ``width`` moves each field's params to indented lines
+    of their own under its row, wrapped between parameters; the notes below
+    are wrapped too. ``width`` None: one line per field, however wide.
+    """
     header = ("field", "kind", "mechanism", "epsilon", "delta", "params", "E[error]", "gamma LB")
-    rows = [header]
+    rows: list[tuple[str, ...]] = [header]
     for f in data["fields"]:
         params = " ".join(f"{k}={_num(v)}" for k, v in f["params"].items())
         rows.append(
@@ -178,28 +189,69 @@ def render_table(data: dict[str, Any]) -> str:
                 _num(f["gamma_lower_bound"]),
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = _grid(rows)
+    if width is not None and max(map(len, lines)) > width:
+        lines = _grid_params_below(rows, width)
     rec = data["record"]
-    lines.append("")
-    lines.append(
+    notes = [
         f"per record (event level, basic composition): epsilon={_num(rec['epsilon'])} "
         f"delta={_num(rec['delta'])}"
-    )
+    ]
     if rec["group_size"] > 1:
-        lines.append(
+        notes.append(
             f"per individual behind up to {rec['group_size']} records (group privacy): "
             f"epsilon={_num(rec['group_epsilon'])} delta={_num(rec['group_delta'])}"
         )
-    lines.append(
+    notes.append(
         f"declared budget: epsilon={_num(rec['budget_epsilon'])} delta={_num(rec['budget_delta'])}"
     )
-    lines.append(f"config sha256: {data['config_sha256']}")
-    lines.append(_metrics_line(data["metrics"]))
-    lines.extend(_memo_lines(data["fields"]))
-    lines.extend(_auto_lines(data["fields"]))
-    return "\n".join(lines)
+    notes.append(f"config sha256: {data['config_sha256']}")
+    notes.append(_metrics_line(data["metrics"]))
+    notes.extend(_memo_lines(data["fields"]))
+    notes.extend(_auto_lines(data["fields"]))
+    if width is not None:
+        notes = [part for note in notes for part in _wrap(note, width, "  ")]
+    return "\n".join([*lines, "", *notes])
+
+
+def _grid(rows: list[tuple[str, ...]]) -> list[str]:
+    """Left-aligned columns two spaces apart, a rule under the header."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def _grid_params_below(rows: list[tuple[str, ...]], width: int) -> list[str]:
+    """The table without its params column; each field's params wrapped under its row."""
+    params_at = rows[0].index("params")
+    narrow = [r[:params_at] + r[params_at + 1 :] for r in rows]
+    # a long field name is cut (with an ellipsis) to what the other columns leave
+    rest = max(len(line) for line in _grid([r[1:] for r in narrow])) + 2
+    room = max(width - rest, len(rows[0][0]))
+    narrow = [(_cut(r[0], room), *r[1:]) for r in narrow]
+    table = _grid(narrow)
+    lines = table[:2]
+    for row, line in zip(rows[1:], table[2:], strict=True):
+        lines.append(line)
+        if row[params_at] != "-":
+            lines.extend(_wrap(row[params_at], width, "    ", first="    "))
+    return lines
+
+
+def _cut(text: str, room: int) -> str:
+    return text if len(text) <= room else text[: room - 1] + "\u2026"
+
+
+def _wrap(text: str, width: int, indent: str, first: str = "") -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken between words."""
+    return textwrap.wrap(
+        text,
+        width,
+        initial_indent=first,
+        subsequent_indent=indent,
+        break_on_hyphens=False,
+    )
 
 
 def _metrics_line(metrics: dict[str, Any]) -> str:
@@ -216,6 +268,7 @@ def _metrics_line(metrics: dict[str, Any]) -> str:
     return line
 
 
-def explain(config: AppConfig, plan: RecordPlan, fmt: str) -> str:
+def explain(config: AppConfig, plan: RecordPlan, fmt: str, width: int | None = None) -> str:
+    """JSON, or the table within ``width`` columns (None: one line per field)."""
     data = explain_data(config, plan)
-    return json.dumps(data, indent=2) if fmt == "json" else render_table(data)
+    return json.dumps(data, indent=2) if fmt == "json" else render_table(data, width)

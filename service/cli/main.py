@@ -56,10 +56,23 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         help="where unsanitizable lines go, with line number and reason; holds raw data "
         "(default: %(default)s, created only if needed)",
     )
+    san.add_argument(
+        "--metadata",
+        metavar="PATH",
+        help="where the release metadata goes (config hash, epsilon, delta, each field's "
+        "parameters; read by `privstream estimate`) (default: OUTPUT.privstream.json; "
+        "none when writing to stdout)",
+    )
 
     exp = sub.add_parser("explain", help="show each field's mechanism and guarantee")
     exp.add_argument("--config", required=True, help="YAML config file")
     exp.add_argument("--format", choices=["table", "json"], default="table")
+    exp.add_argument(
+        "--wide",
+        action="store_true",
+        help="one line per field, however wide (default: the table fits in 100 columns, "
+        "each field's params on indented lines under its row when needed)",
+    )
 
     sub.add_parser("keygen", help="print a fresh noise key (hex) for --noise-key-file")
     sub.add_parser("schema", help="print the config's JSON Schema (for editors and CI checks)")
@@ -116,10 +129,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     config, plan = _load(args.config)
     try:
         if args.command == "explain":
-            from service.cli.explain import explain
+            from service.cli.explain import TABLE_WIDTH, explain
 
-            print(explain(config, plan, args.format))
+            print(explain(config, plan, args.format, None if args.wide else TABLE_WIDTH))
         elif args.command == "sanitize":
+            from service.cli.metadata import MetadataError, metadata_target, write_sidecar
             from service.cli.sanitize import (
                 DeadLetterPathError,
                 check_dead_letter_path,
@@ -129,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             try:  # a usage error: refused before any output is written
                 check_dead_letter_path(args.dead_letter, args.output)
-            except DeadLetterPathError as exc:
+                metadata = metadata_target(args.metadata, args.input, args.output, args.dead_letter)
+            except (DeadLetterPathError, MetadataError) as exc:
                 print(f"privstream: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
 
@@ -142,6 +157,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             summary = run_sanitize(plan, args.input, args.output, args.dead_letter, OsEntropy())
             print(summary.render(args.dead_letter), file=sys.stderr)
+            if metadata is None:
+                print(
+                    "privstream: note: output on stdout has no release metadata; "
+                    "`privstream estimate` then needs one: write it with --metadata PATH",
+                    file=sys.stderr,
+                )
+            else:
+                write_sidecar(metadata, plan, summary.records_out)
         elif args.command == "estimate":
             from service.cli import estimate
 

@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.estimate.accumulators import BaseAccumulator, Options, Truth, interval
+from service.estimate.resolution import check_bins
 from service.mechanisms.estimation import (
     HistogramEstimate,
     LatticeHistogram,
@@ -165,6 +166,8 @@ class ScalarReleases(BaseAccumulator):
         self.resamples = options.resamples
         self.moments = Moments(1)
         self.observed = np.zeros(self.histogram.observation_bins, dtype=np.int64)
+        #: values off the mechanism's output lattice: impossible in its releases
+        self.off_grid = 0
         self.notes.append(
             f"the mean estimates the mean of the values clamped into [{mechanism.lower:g}, "
             f"{mechanism.upper:g}]: values outside the bounds pull it inwards; the worker's "
@@ -174,9 +177,7 @@ class ScalarReleases(BaseAccumulator):
     def add(self, values: Sequence[Any]) -> None:
         column = _fast_column(values, self.integer)
         if column is not None:
-            self.records += len(column)
-            self.moments.add(column)
-            self.observed += self.histogram.observe(column)
+            self._take(column)
             return
         good: list[float] = []
         for value in values:
@@ -186,10 +187,15 @@ class ScalarReleases(BaseAccumulator):
             else:
                 good.append(number)
         if good:
-            column = np.array(good, dtype=np.float64)
-            self.records += len(good)
-            self.moments.add(column)
-            self.observed += self.histogram.observe(column)
+            self._take(np.array(good, dtype=np.float64))
+
+    def _take(self, column: NDArray[np.float64]) -> None:
+        lattice = self.histogram.noise
+        nearest = lattice.origin + lattice.step * lattice.indices(column)
+        self.off_grid += int(np.count_nonzero(np.abs(column - nearest) > 1e-6 * lattice.step))
+        self.records += len(column)
+        self.moments.add(column)
+        self.observed += self.histogram.observe(column)
 
     def new_truth(self) -> ScalarTruth:
         return ScalarTruth(float(self.numeric.lower), float(self.numeric.upper), self.histogram)
@@ -197,6 +203,7 @@ class ScalarReleases(BaseAccumulator):
     def report(self, options: Options, truth: Truth | None) -> dict[str, Any]:
         entry = self._header()
         entry["bounds"] = [self.numeric.lower, self.numeric.upper]
+        entry["off_grid"] = self.off_grid
         if self.records == 0:
             return entry
         z = options.z
@@ -228,6 +235,12 @@ class ScalarReleases(BaseAccumulator):
         entry["mean"] = block
         hist = self.histogram.estimate(self.observed, resamples=options.resamples)
         entry["histogram"] = self._histogram_entry(hist, truth)
+        if options.resamples > 1:  # the check needs the bootstrap standard errors
+            checked = check_bins(self.histogram, hist)
+            for row, bias, problem in zip(
+                entry["histogram"]["bins"], checked.bias.tolist(), checked.problems, strict=True
+            ):
+                row.update(bias=bias, unreliable=problem or None)
         return entry
 
     def _histogram_entry(self, hist: HistogramEstimate, truth: Truth | None) -> dict[str, Any]:

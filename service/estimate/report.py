@@ -43,6 +43,34 @@ def build_report(
     return report
 
 
+def impossible_values(report: dict[str, Any]) -> list[str]:
+    """One line per field whose values its mechanism cannot have released.
+
+    A sanitized value is impossible when it is malformed for the field (not
+    a bool for a boolean, a category outside the domain, a non-number for a
+    number: counted as ``invalid``) or, for real and integer fields, off the
+    mechanism's output grid. Either means the input is not (only) this
+    config's output: raw records, another release, or edited data.
+    """
+    lines = []
+    for entry in report["fields"]:
+        invalid = entry["skipped"].get("invalid", 0)
+        off_grid = entry.get("off_grid", 0)
+        if invalid:
+            lines.append(
+                f"field {entry['name']}: {invalid:,} values impossible under this config "
+                f"(not a {entry['kind']} value {entry['mechanism']} can release; skipped): "
+                "is the input raw or from another config?"
+            )
+        if off_grid:
+            lines.append(
+                f"field {entry['name']}: {off_grid:,} of {entry['records']:,} values are off "
+                f"the {entry['mechanism']} output grid (impossible under this config; "
+                "counted anyway): is the input raw or from another config?"
+            )
+    return lines
+
+
 def _f(value: Any, digits: int = 4) -> str:
     if value is None:
         return "-"
@@ -148,9 +176,21 @@ def _histogram_lines(entry: dict[str, Any]) -> list[str]:
             )
         else:
             span = f"[{b['lower']:.6g}, {b['upper']:.6g})"
-        cells = (span, _f(b["estimate"]), _f(b["stderr"]), _f(b["noisy_share"]))
+        if b.get("unreliable"):
+            cells = (span, "withheld", "-", _f(b["noisy_share"]))
+        else:
+            cells = (span, _f(b["estimate"]), _f(b["stderr"]), _f(b["noisy_share"]))
         table.append(cells + ((_f(b.get("true")),) if has_true else ()))
     lines = [f"  histogram: {hist['method']}", *_columns(table, "    ")]
+    withheld = [b for b in hist["bins"] if b.get("unreliable")]
+    if withheld:
+        lines.append(
+            f"    {len(withheld)} of {len(hist['bins'])} bins withheld: too fine for these "
+            f"records and this epsilon ({withheld[0]['unreliable']}); a bin is shown when "
+            "the noise resolves bins this wide, its stderr is at most 1/(2 bins) and its "
+            "estimated bias at most its stderr: try fewer --bins, or more records; the mean "
+            "above is unbiased"
+        )
     low, high = hist["at_bounds"]
     if low or high:
         err_low, err_high = hist["at_bounds_stderr"]

@@ -157,6 +157,8 @@ class TopicRead:
     records: int = 0
     without_config_header: int = 0
     config_mismatch: int = 0
+    #: the first other config hash seen (for the message refusing a topic of another config)
+    other_config: str | None = None
     empty_values: int = 0
     #: records the Kafka client could not decode (a header key that is not UTF-8)
     undecodable: int = 0
@@ -316,6 +318,7 @@ def _deliver(
         read.without_config_header += 1
     elif config != expected_config:
         read.config_mismatch += 1
+        read.other_config = read.other_config or config
         skip("config_mismatch")
         return
     if message.value is None:

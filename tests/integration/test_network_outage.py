@@ -249,7 +249,7 @@ async def test_two_workers_with_one_replica_id_one_stops_and_says_why(
             await out.wait_distinct(100, within_s=60)  # the first one is committing
             async with started(second):
                 stopped, survivor = await poll_until(
-                    lambda: _exited(first, second), 120, "one of two same-id workers stopped"
+                    lambda: _exited(first, second), 240, "one of two same-id workers stopped"
                 )
                 assert await stopped.wait(5) == 1
                 log = stopped.log_text()

@@ -20,6 +20,7 @@ import yaml
 
 from service.audit.targets import target_for
 from service.cli.main import main
+from service.cli.metadata import sidecar_path, write_sidecar
 from service.cli.sanitize import sanitize_stream
 from service.config import parse_config
 from service.mechanisms.selection import frequency_variances, least_variance
@@ -270,6 +271,7 @@ def test_estimate_end_to_end_on_an_auto_field(
     released = [json.loads(line) for line in out.getvalue().splitlines()]
     assert len(released) == 6000 and set(released[0]["page"]) == {"seed", "bucket"}
     (tmp_path / "clean.jsonl").write_bytes(out.getvalue())
+    write_sidecar(sidecar_path(str(tmp_path / "clean.jsonl")), plan, len(released))
     raw = tmp_path / "raw.jsonl"
     raw.write_bytes(b"\n".join(lines[:-1]) + b"\n")
     code = main(

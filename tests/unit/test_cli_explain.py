@@ -189,7 +189,50 @@ def test_explain_names_memoized_fields_and_what_they_leave_open(
     fields = {f["name"]: f for f in json.loads(capsys.readouterr().out)["fields"]}
     assert fields["country"]["memo_identity"] == "message_key"
     assert fields["crashed"]["memo_identity"] is None
-    assert main(["explain", "--config", str(path)]) == 0
+    assert main(["explain", "--config", str(path), "--wide"]) == 0
     assert "ever): country; whether a device's value changed is not protected" in (
         capsys.readouterr().out
     )
+
+
+LONG_CONFIG = """\
+kafka: {input_topic: raw, output_topic: clean, dead_letter_topic: dlq}
+privacy: {epsilon: 3, delta: 1.0e-5, group_size: 2}
+fields:
+  - {name: device_id, kind: drop}
+  - {name: battery_temperature_celsius, kind: real, bounds: [-20, 60], epsilon: 0.5,
+     delta: 1.0e-6}
+  - {name: state, kind: categorical, domain: [TX, CA, NY], epsilon: 1, memoize_by: device_id,
+     memo_identity_trusted: true}
+"""
+
+
+@pytest.mark.parametrize("text", [CONFIG, LONG_CONFIG], ids=["plain", "memo"])
+def test_table_fits_100_columns_and_wide_keeps_one_line_per_field(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert main(["explain", "--config", str(path)]) == 0
+    narrow = capsys.readouterr().out.splitlines()
+    assert main(["explain", "--config", str(path), "--wide"]) == 0
+    wide = capsys.readouterr().out.splitlines()
+    assert max(map(len, wide)) > 100  # the case the wrapping is for
+    assert max(map(len, narrow)) <= 100
+    assert main(["explain", "--config", str(path), "--format", "json"]) == 0
+    fields = json.loads(capsys.readouterr().out)["fields"]
+    table = narrow[2 : narrow.index("")]
+    starts = [i for i, line in enumerate(table) if not line.startswith(" ")]
+    assert len(starts) == len(fields)
+    for f, at, end in zip(fields, starts, [*starts[1:], len(table)], strict=True):
+        # --wide: the row holds every parameter; narrow: the indented lines under the row
+        row = next(line for line in wide if line.startswith(f["name"] + " "))
+        assert all(f"{k}=" in row for k in f["params"])
+        name = table[at].split()[0]
+        assert name == f["name"] or (name.endswith("\u2026") and f["name"].startswith(name[:-1]))
+        below = " ".join(table[at + 1 : end]).split()
+        assert below == (row.split()[5:-2] if f["params"] else [])
+    # the notes below the table keep every word, only the line breaks differ
+    notes_wide = " ".join(wide[wide.index("") + 1 :]).split()
+    notes_narrow = " ".join(narrow[narrow.index("") + 1 :]).split()
+    assert notes_narrow == notes_wide

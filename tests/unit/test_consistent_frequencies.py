@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from service.cli.main import main
+from service.cli.metadata import sidecar_path, write_sidecar
 from service.cli.sanitize import sanitize_stream
 from service.config import parse_config
 from service.errors import MechanismError
@@ -105,6 +106,7 @@ def test_estimate_gives_consistent_frequencies_beside_the_unbiased_ones(
     config, clean = tmp_path / "c.yaml", tmp_path / "clean.jsonl"
     config.write_text(CONFIG, encoding="utf-8")
     clean.write_bytes(out.getvalue())
+    write_sidecar(sidecar_path(str(clean)), plan, 3000)
     args = ["estimate", "--config", str(config), "--input", str(clean), "--format", "json"]
     assert main([*args, "--consistent", "--candidates", "url=a.com,b.com"]) == 0
     report = json.loads(capsys.readouterr().out)

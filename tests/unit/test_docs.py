@@ -319,7 +319,7 @@ def assert_telemetry_shape(
 
 def test_sanitize_page_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = DOCS / "examples" / "telemetry.jsonl"
-    shown_input, shown_output, shown_dead = page_blocks("sanitize-a-file.md", "json")
+    shown_input, shown_output, shown_dead, _ = page_blocks("sanitize-a-file.md", "json")
     assert shown_input == source.read_text()
     raw = json_documents(shown_input)
     grid = grid_of(ROOT / "examples" / "telemetry.yaml", capsys)
@@ -332,10 +332,20 @@ def test_sanitize_page_example(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert letters == json_documents(shown_dead)
 
 
+def test_sanitize_page_metadata_is_what_a_run_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sidecar has no noise in it: the documented one is exactly a run's."""
+    *_, shown_metadata = page_blocks("sanitize-a-file.md", "json")
+    sanitize_example(tmp_path, capsys)
+    written = (tmp_path / "sanitized.jsonl.privstream.json").read_text()
+    assert json.loads(shown_metadata) == json.loads(written)
+
+
 def test_sanitize_page_table_matches_its_blocks() -> None:
     """The in/out table repeats the documented input and output, value for value."""
     text = (DOCS / "sanitize-a-file.md").read_text(encoding="utf-8")
-    shown_input, shown_output, _ = page_blocks("sanitize-a-file.md", "json")
+    shown_input, shown_output, _, _ = page_blocks("sanitize-a-file.md", "json")
     rows = re.findall(r"^\| (\d) \| (.*) \|$", text, re.M)
     assert [int(seq) for seq, _ in rows] == [1, 2, 3, 4]
     names = ["battery_temp_c", "session_minutes", "country", "crashed"]

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from service.cli.main import main
+from service.cli.metadata import sidecar_path, write_sidecar
 from service.cli.sanitize import sanitize_stream
 from service.config import parse_config
 from service.errors import PrivstreamError
@@ -100,6 +101,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
     ]
     sanitized = base / "sanitized.jsonl"
     sanitized.write_bytes(out.getvalue() + b"\n".join(bad) + b"\n")
+    write_sidecar(sidecar_path(str(sanitized)), plan, N)
     return Files(config, raw, sanitized, records)
 
 
@@ -243,10 +245,16 @@ def test_stdin_and_empty_input(
 ) -> None:
     lines = files.sanitized.read_bytes().splitlines()[:50]
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n".join(lines))))
-    code, out, _ = _estimate(capsys, "--config", str(files.config), "--input", "-", "--field", "ok")
+    metadata = sidecar_path(str(files.sanitized))
+    code, out, _ = _estimate(
+        capsys, "--config", str(files.config), "--input", "-", "--metadata", metadata,
+        "--field", "ok",
+    )  # fmt: skip
     assert code == 0 and "50 records from stdin" in out
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"garbage\n")))
-    code, out, err = _estimate(capsys, "--config", str(files.config), "--input", "-")
+    code, out, err = _estimate(
+        capsys, "--config", str(files.config), "--input", "-", "--metadata", metadata
+    )
     assert code == 1
     assert "no usable values" in out and "no sanitized records read from stdin" in err
 
