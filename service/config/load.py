@@ -150,7 +150,7 @@ def _format_error(err: Any, data: dict[str, Any]) -> str:
     path = _format_path(loc, data)
     kind = err["type"]
     if kind == "extra_forbidden":
-        return f"{path}: unknown key; remove it or check its spelling (README: configuration)"
+        return f"{path}: unknown key; remove it or check its spelling (docs/configuration.md)"
     if kind == "missing":
         return f"{path}: required key is missing"
     if kind == "union_tag_invalid":

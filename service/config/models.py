@@ -118,7 +118,7 @@ class ClampedCountsConfig(Strict):
 
 
 class MetricsConfig(Strict):
-    """What /metrics exports beyond the service counters (README "Metrics")."""
+    """What /metrics exports beyond the service counters (docs/metrics.md)."""
 
     #: shadow draws per measured field and round, for the error-versus-gamma metrics
     canaries: int = Field(default=32, ge=1, le=4096)

@@ -3,7 +3,7 @@
 A revoke waits for the batch in flight (partitions move only between
 batches); an assignment checks whether the group is about to release
 retained records it never committed (a second release if they were
-released before: README, "Operations").
+released before: docs/operations.md).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ async def warn_first_release(
     (``auto_offset_reset: earliest``), so a new ``group_id``, an offset reset or
     a second deployment releases every retained record again. With noise bound
     to the release that is safe against cancellation, but it is a second
-    release of those records whose epsilon adds to the first one's (README,
+    release of those records whose epsilon adds to the first one's (docs,
     "Operations"). Returns how many retained records are about to be released.
     """
     fresh = [tp for tp in sorted(assigned) if await consumer.committed(tp) is None]
@@ -75,7 +75,7 @@ async def warn_first_release(
             "group %s has no committed offset on %s: it is about to release %d retained "
             "record(s) from the earliest offset. If another group, deployment or earlier "
             "config released them already, this is a second release and the epsilons add "
-            "(see Operations in the README)",
+            "(see docs/operations.md)",
             group,
             names(set(fresh)),
             retained,

@@ -252,7 +252,7 @@ def test_memoize_by_only_exists_on_categorical_and_boolean(kind: str) -> None:
     problems = problems_of([DEVICE, {**spec, "memoize_by": "device"}])
     assert len(problems) == 1
     assert problems[0].endswith(
-        "memoize_by: unknown key; remove it or check its spelling (README: configuration)"
+        "memoize_by: unknown key; remove it or check its spelling (docs/configuration.md)"
     )
 
 
