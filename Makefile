@@ -10,10 +10,10 @@ STAMP  := $(VENV)/.installed
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
+# PYTHONWARNINGS: setuptools' notice on editable installs is noise for a newcomer
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# PYTHONWARNINGS: setuptools' notice on editable installs is noise for a newcomer
 	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
