@@ -43,12 +43,15 @@ class CategoryTruth:
         self.counts += np.bincount(np.asarray(parsed, dtype=np.int64), minlength=len(self.counts))
 
 
-class CategoryCounts(BaseAccumulator):
-    """Released domain values of a randomized-response field, counted."""
+class DomainCounts(BaseAccumulator):
+    """Released values of a finite-domain field, counted by domain position.
 
-    def __init__(self, name: str, kind: str, mechanism: RandomizedResponse) -> None:
+    ``mechanism`` has a ``domain``; a released value outside it (or of another
+    JSON type) is skipped and reported. Subclasses estimate the shares.
+    """
+
+    def __init__(self, name: str, kind: str, mechanism: Any) -> None:
         super().__init__(name, kind, mechanism)
-        self.rr = mechanism
         self.index = {(type(v), v): i for i, v in enumerate(mechanism.domain)}
         self.counts = np.zeros(len(mechanism.domain), dtype=np.int64)
 
@@ -69,6 +72,14 @@ class CategoryCounts(BaseAccumulator):
 
     def new_truth(self) -> CategoryTruth:
         return CategoryTruth(len(self.counts))
+
+
+class CategoryCounts(DomainCounts):
+    """Released domain values of a randomized-response field, counted."""
+
+    def __init__(self, name: str, kind: str, mechanism: RandomizedResponse) -> None:
+        super().__init__(name, kind, mechanism)
+        self.rr = mechanism
 
     def report(self, options: Options, truth: Truth | None) -> dict[str, Any]:
         entry = self._header()

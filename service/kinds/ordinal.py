@@ -9,16 +9,13 @@ it is never sorted, memoized or not), releases through
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
-
-import numpy as np
 
 from service.audit.targets import FiniteTarget, spread_codes
 from service.config import Guarantee
 from service.config.fields import CategoricalField
-from service.estimate.accumulators import BaseAccumulator, Options, Truth, interval
-from service.estimate.frequency import CategoryTruth
+from service.estimate.accumulators import Options, Truth, interval
+from service.estimate.frequency import CategoryTruth, DomainCounts
 from service.kinds.base import FieldKind, MemoSupport, calibrated, describe
 from service.mechanisms.exponential import OrdinalExponential, estimate_frequencies
 from service.pipeline import canary, columns, encode
@@ -34,32 +31,12 @@ def _ordinal(spec: CategoricalField, share: Guarantee | None) -> CategoricalHand
     )
 
 
-class OrdinalCounts(BaseAccumulator):
+class OrdinalCounts(DomainCounts):
     """Released values of an ordinal field, counted; shares by transition-matrix inversion."""
 
     def __init__(self, name: str, kind: str, mechanism: OrdinalExponential) -> None:
         super().__init__(name, kind, mechanism)
         self.ordinal = mechanism
-        self.index = {(type(v), v): i for i, v in enumerate(mechanism.domain)}
-        self.counts = np.zeros(len(mechanism.domain), dtype=np.int64)
-
-    def add(self, values: Sequence[Any]) -> None:
-        found: list[int] = []
-        for value in values:
-            try:
-                position = self.index.get((type(value), value))
-            except TypeError:  # an array or object: unhashable
-                position = None
-            if position is None:
-                self._skip(value)
-            else:
-                found.append(position)
-        self.records += len(found)
-        if found:
-            self.counts += np.bincount(found, minlength=len(self.counts))
-
-    def new_truth(self) -> CategoryTruth:
-        return CategoryTruth(len(self.counts))
 
     def report(self, options: Options, truth: Truth | None) -> dict[str, Any]:
         entry = self._header()
