@@ -46,6 +46,7 @@ from service.worker.clients import (
 from service.worker.http import Health
 from service.worker.loop import Backoff, Worker
 from service.worker.produce import BatchSender, output_headers
+from tests.integration.faults import poll_until
 from tests.unit._support import config_dict
 
 FIELDS = [
@@ -428,11 +429,12 @@ async def test_broker_answers_needs_one_round_trip_within_the_timeout(
 
 
 async def eventually(done: Callable[[], bool], what: str, within_s: float = 5) -> None:
-    """Poll ``done`` every 5 ms (a polling interval, not a synchronisation guess)."""
-    deadline = time.monotonic() + within_s
-    while not done():
-        assert time.monotonic() < deadline, f"not {what} after {within_s}s"
-        await asyncio.sleep(0.005)
+    """``faults.poll_until`` on a plain condition, every 5 ms."""
+
+    async def probe() -> bool:
+        return done()
+
+    await poll_until(probe, within_s, what, every_s=0.005)
 
 
 async def test_readiness_follows_the_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
