@@ -115,6 +115,24 @@ def is_bad(i: int) -> bool:
     return i % 100 == 99
 
 
+def telemetry_message(i: int, canary: str) -> Message:
+    """Input i of a fault test: key, value and a header, each carrying ``canary`` (so a
+    test can check no raw byte reaches a log); malformed JSON when ``is_bad(i)``."""
+    if is_bad(i):
+        value = f'{{"seq": {i}, "device_id": "{canary}-BAD-{i}", oops'.encode()
+    else:
+        value = json.dumps(
+            {
+                "device_id": f"{canary}-DEVICE-{i}",
+                "seq": i,
+                "salary": 1504 + (i % 2996) + 0.2109375,
+                "state": ("TX", "CA", "NY")[i % 3],
+                "opted_in": i % 2 == 0,
+            }
+        ).encode()
+    return (f"{canary}-KEY-{i}".encode(), value, [("trace", f"{canary}-HEADER-{i}".encode())])
+
+
 def good_before(total: int) -> list[int]:
     """``good_before(total)[i]``: how many of the first i inputs are good."""
     counts = [0]

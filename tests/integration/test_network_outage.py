@@ -31,7 +31,6 @@ on; exactly-once holds throughout.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -52,6 +51,7 @@ from tests.integration.faults import (
     read_to_end,
     seq_of,
     stream,
+    telemetry_message,
 )
 from tests.integration.tcp_proxy import END_TXN, PRODUCE, TcpProxy
 from tests.integration.worker_proc import (
@@ -77,19 +77,7 @@ CANARY = "CANARY-NET"
 
 
 def message(i: int) -> Message:
-    if is_bad(i):
-        value = f'{{"device_id": "{CANARY}-{i}", "seq": {i}, oops'.encode()
-    else:
-        value = json.dumps(
-            {
-                "device_id": f"{CANARY}-{i}",
-                "seq": i,
-                "salary": 1504 + (i % 2996) + 0.125,
-                "state": ("TX", "CA", "NY")[i % 3],
-                "opted_in": i % 2 == 0,
-            }
-        ).encode()
-    return f"{CANARY}-KEY-{i}".encode(), value, [("trace", CANARY.encode())]
+    return telemetry_message(i, CANARY)
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ kill -9 test does); it prints how many there were.
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import time
 from collections import Counter
@@ -45,6 +44,7 @@ from tests.integration.faults import (
     seq_of,
     source_of,
     stream,
+    telemetry_message,
 )
 from tests.integration.worker_proc import (
     PRIVACY,
@@ -66,19 +66,7 @@ OUT_TOTAL = "privstream_records_out_total"
 
 
 def message(i: int) -> Message:
-    if is_bad(i):
-        value = f'{{"seq": {i}, "device_id": "{CANARY}-BAD-{i}", oops'.encode()
-    else:
-        value = json.dumps(
-            {
-                "device_id": f"{CANARY}-DEVICE-{i}",
-                "seq": i,
-                "salary": 1504 + (i % 2996) + 0.2109375,
-                "state": ("TX", "CA", "NY")[i % 3],
-                "opted_in": i % 2 == 0,
-            }
-        ).encode()
-    return (f"{CANARY}-KEY-{i}".encode(), value, [("trace", f"{CANARY}-HEADER-{i}".encode())])
+    return telemetry_message(i, CANARY)
 
 
 async def test_two_workers_one_killed_rebalance_exactly_once(
