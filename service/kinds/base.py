@@ -44,6 +44,12 @@ class MemoSupport:
     identity_words: int = 0
 
 
+def mechanism_domain(handler: Any) -> tuple[Any, ...]:
+    """``MemoSupport.domain`` of kinds that parse to positions in their mechanism's domain."""
+    domain: tuple[Any, ...] = handler.mechanism.domain
+    return domain
+
+
 #: what every noised kind must register
 _NOISED_PARTS = ("estimator", "audit_target", "explain")
 

@@ -7,13 +7,11 @@ so reordering a memoized domain cannot change a device's answers.
 
 from __future__ import annotations
 
-from typing import Any
-
 from service.audit.targets import FiniteTarget, spread_codes
 from service.config import Guarantee
 from service.config.fields import BooleanField, CategoricalField
 from service.estimate.frequency import CategoryCounts
-from service.kinds.base import FieldKind, MemoSupport, calibrated, describe
+from service.kinds.base import FieldKind, MemoSupport, calibrated, describe, mechanism_domain
 from service.mechanisms import RandomizedResponse
 from service.pipeline import canary, columns, encode
 from service.pipeline.handlers import BooleanHandler, CategoricalHandler
@@ -31,11 +29,6 @@ def _categorical(spec: CategoricalField, share: Guarantee | None) -> Categorical
     return CategoricalHandler(spec.name, rr, spec.unknown_as)
 
 
-def _domain(handler: Any) -> tuple[Any, ...]:
-    domain: tuple[Any, ...] = handler.mechanism.domain
-    return domain
-
-
 CATEGORICAL = FieldKind(
     kind="categorical",
     mechanism="randomized_response",
@@ -46,7 +39,7 @@ CATEGORICAL = FieldKind(
     texts=lambda handler, values: encode.domain_texts(handler.mechanism.domain, values),
     # without unknown_as only domain values parse: no distinct memo values
     memo_style=lambda handler: None if handler.unknown_as is None else "str",
-    memo=MemoSupport(domain=_domain),
+    memo=MemoSupport(domain=mechanism_domain),
     estimator=lambda h, kind, options: CategoryCounts(h.name, kind, h.mechanism),
     audit_target=lambda h: FiniteTarget(h.name, h.mechanism, spread_codes(len(h.mechanism.domain))),
     explain=describe,
@@ -69,7 +62,7 @@ BOOLEAN = FieldKind(
     column=columns.boolean_column,
     texts=lambda handler, values: encode.bool_texts(values),  # a bool column's tolist()
     memo_style=lambda handler: "str",
-    memo=MemoSupport(domain=_domain),
+    memo=MemoSupport(domain=mechanism_domain),
     estimator=lambda h, kind, options: CategoryCounts(h.name, kind, h.mechanism),
     audit_target=lambda h: FiniteTarget(h.name, h.mechanism, (0, 1)),
     explain=describe,

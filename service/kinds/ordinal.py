@@ -16,7 +16,7 @@ from service.config import Guarantee
 from service.config.fields import CategoricalField
 from service.estimate.accumulators import Options, Truth, interval
 from service.estimate.frequency import CategoryTruth, DomainCounts
-from service.kinds.base import FieldKind, MemoSupport, calibrated, describe
+from service.kinds.base import FieldKind, MemoSupport, calibrated, describe, mechanism_domain
 from service.mechanisms.exponential import OrdinalExponential, estimate_frequencies
 from service.pipeline import canary, columns, encode
 from service.pipeline.handlers import CategoricalHandler
@@ -66,11 +66,6 @@ class OrdinalCounts(DomainCounts):
         return entry
 
 
-def _domain(handler: Any) -> tuple[Any, ...]:
-    domain: tuple[Any, ...] = handler.mechanism.domain
-    return domain
-
-
 ORDINAL = FieldKind(
     kind="categorical",
     mechanism="exponential",
@@ -80,7 +75,7 @@ ORDINAL = FieldKind(
     texts=lambda handler, values: encode.domain_texts(handler.mechanism.domain, values),
     memo_style=lambda handler: None if handler.unknown_as is None else "str",
     # the token holds the value; the scope holds the domain in its declared order
-    memo=MemoSupport(domain=_domain),
+    memo=MemoSupport(domain=mechanism_domain),
     estimator=lambda h, kind, options: OrdinalCounts(h.name, kind, h.mechanism),
     # the ends are the worst pair (P(0|0) / P(0|m) is the largest ratio); spread keeps both
     audit_target=lambda h: FiniteTarget(h.name, h.mechanism, spread_codes(len(h.mechanism.domain))),
