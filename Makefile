@@ -34,10 +34,10 @@ system-deps: ## Debian packages the tests use (prometheus, promtool, docker-comp
 			--no-install-recommends $(SYSTEM_PACKAGES) >/dev/null; \
 	fi
 
-lint: $(STAMP) ## ruff (lint + format check) and mypy --strict on service/
+lint: $(STAMP) ## ruff (lint + format check) and mypy --strict on service/privstream
 	$(BIN)/ruff check service tests bench deploy
 	$(BIN)/ruff format --check service tests bench deploy
-	$(BIN)/mypy service
+	$(BIN)/mypy service/privstream
 
 format: $(STAMP) ## apply ruff's formatter and safe fixes
 	$(BIN)/ruff format service tests bench deploy
@@ -51,7 +51,7 @@ test: lint docs system-deps ## every test, integration with a real Kafka broker 
 	$(BIN)/pytest
 
 unit: $(STAMP) ## the fast tests only (no broker)
-	$(BIN)/pytest tests/unit
+	$(BIN)/pytest tests/unit tests/project
 
 integration: $(STAMP) system-deps ## the tests against a real Kafka broker and Prometheus
 	$(BIN)/pytest tests/integration

@@ -77,7 +77,7 @@ def contenders(
     config = work / "config.yaml"
     config.write_text(yaml.safe_dump(config_dict()))
     py = sys.executable
-    sanitize = [py, "-m", "service.cli.main", "sanitize", "--config", str(config)]
+    sanitize = [py, "-m", "privstream.cli.main", "sanitize", "--config", str(config)]
     return {
         "privstream sanitize": (
             [

@@ -127,7 +127,7 @@ class Worker:
         key.write_text(secrets.token_hex(32) + "\n")
         if passthrough:
             script = "passthrough_worker.py"
-        entry = [str(ROOT / "bench" / script)] if script else ["-m", "service.cli.main"]
+        entry = [str(ROOT / "bench" / script)] if script else ["-m", "privstream.cli.main"]
         self.log = workdir / f"worker-{replica}.log"
         self._log = self.log.open("ab")
         command = [*entry, "run", "--config", str(config), "--noise-key-file", str(key)]

@@ -15,9 +15,9 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import service.worker.loop as loop
-from service.cli.main import main
-from service.pipeline.results import BatchResult
+import privstream.worker.loop as loop
+from privstream.cli.main import main
+from privstream.pipeline.results import BatchResult
 
 
 def passthrough(

@@ -39,6 +39,12 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from privstream.mechanisms import OsEntropy
+from privstream.mechanisms.rng import NoiseKeys
+from privstream.pipeline.batch import process_batch
+from privstream.pipeline.noise import Replayable
+from privstream.pipeline.reference import process_batch_reference
+
 from bench.reference import (
     BATCH,
     COUNTRIES,
@@ -52,11 +58,6 @@ from bench.reference import (
     plan,
     print_environment,
 )
-from service.mechanisms import OsEntropy
-from service.mechanisms.rng import NoiseKeys
-from service.pipeline.batch import process_batch
-from service.pipeline.noise import Replayable
-from service.pipeline.reference import process_batch_reference
 
 Batch = list[bytes]
 Contender = Callable[[Batch], object]

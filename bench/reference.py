@@ -77,8 +77,8 @@ def messages(n: int = BATCH, seed: int = 7, start: int = 0) -> list[bytes]:
 
 
 def plan() -> Any:
-    from service.config import parse_config
-    from service.pipeline import build_plan
+    from privstream.config import parse_config
+    from privstream.pipeline import build_plan
 
     return build_plan(parse_config(config_dict()))
 

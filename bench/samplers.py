@@ -16,12 +16,11 @@ from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
-
-from service.mechanisms import LaplaceMechanism, OsEntropy, RandomizedResponse
-from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
-from service.mechanisms.local_hashing import OptimalLocalHashing
-from service.mechanisms.rng import KeyedSource, NoiseKeys, NoiseSource, Words, row_seeds
-from service.mechanisms.unary_encoding import UnaryEncoding
+from privstream.mechanisms import LaplaceMechanism, OsEntropy, RandomizedResponse
+from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
+from privstream.mechanisms.local_hashing import OptimalLocalHashing
+from privstream.mechanisms.rng import KeyedSource, NoiseKeys, NoiseSource, Words, row_seeds
+from privstream.mechanisms.unary_encoding import UnaryEncoding
 
 N = 200_000
 REPEATS = 5
@@ -76,9 +75,9 @@ def cases() -> dict[str, tuple[int, Callable[[NoiseSource], object]]]:
 
 def extra_cases(rng: np.random.Generator) -> dict[str, tuple[int, Callable[[NoiseSource], object]]]:
     """Gaussian-family samplers (vector and functional work per row, not per value)."""
-    from service.mechanisms.functional import FunctionalMechanism
-    from service.mechanisms.gaussian import GaussianMechanism
-    from service.mechanisms.vector_gaussian import VectorGaussianMechanism
+    from privstream.mechanisms.functional import FunctionalMechanism
+    from privstream.mechanisms.gaussian import GaussianMechanism
+    from privstream.mechanisms.vector_gaussian import VectorGaussianMechanism
 
     reals = rng.uniform(0, 100, N)
     vectors = rng.normal(size=(N // 10, 16))

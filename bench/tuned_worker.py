@@ -19,11 +19,11 @@ from aiokafka import ConsumerRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import service.worker.loop as loop
-from service.cli.main import main
-from service.pipeline import BatchResult
-from service.pipeline.results import DeadLetter
-from service.worker.produce import BatchSender
+import privstream.worker.loop as loop
+from privstream.cli.main import main
+from privstream.pipeline import BatchResult
+from privstream.pipeline.results import DeadLetter
+from privstream.worker.produce import BatchSender
 
 Options = Callable[..., dict[str, Any]]
 

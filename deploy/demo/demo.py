@@ -115,7 +115,7 @@ def demo_config(source: str, bootstrap: str, folder: Path) -> tuple[str, dict[st
 async def privstream(*args: str) -> asyncio.subprocess.Process:
     """Our own CLI, in a child process."""
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "service.cli.main", *args, cwd=ROOT
+        sys.executable, "-m", "privstream.cli.main", *args, cwd=ROOT
     )
 
 

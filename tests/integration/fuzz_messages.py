@@ -64,7 +64,7 @@ REQUIRED = RELEASED
 #: the worker's kafka.max_message_bytes in the fuzz test: what the producer may send
 MAX_MESSAGE_BYTES = 700_000
 
-#: every reason the worker may give (``service.pipeline``, ``service.worker.produce``)
+#: every reason the worker may give (``privstream.pipeline``, ``privstream.worker.produce``)
 KNOWN_REASONS = frozenset(
     {
         "output_too_large",

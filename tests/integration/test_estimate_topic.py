@@ -106,7 +106,7 @@ async def test_estimate_reads_the_committed_topic_and_covers_the_truth(
     estimate = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "service.cli.main",
+        "privstream.cli.main",
         "estimate",
         "--config",
         str(config),

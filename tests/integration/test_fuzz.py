@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from aiokafka import ConsumerRecord
+from privstream.config import load_config
+from privstream.mechanisms.rng import OsEntropy
+from privstream.pipeline import build_plan, process_batch
 
-from service.config import load_config
-from service.mechanisms.rng import OsEntropy
-from service.pipeline import build_plan, process_batch
 from tests.broker import create_topics
 from tests.integration.faults import free_port, scrape_until
 from tests.integration.fuzz_messages import (

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from privstream.config import load_config
+from privstream.estimate.source import run_topic_read
 
-from service.config import load_config
-from service.estimate.source import run_topic_read
 from tests.broker import create_topics
 from tests.integration.worker_proc import (
     PRIVACY,

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from privstream.config import load_config
+from privstream.mechanisms import LaplaceMechanism
+from privstream.pipeline import build_plan
 
-from service.config import load_config
-from service.mechanisms import LaplaceMechanism
-from service.pipeline import build_plan
 from tests.broker import create_topics
 from tests.integration.faults import Samples, free_port, metric, poll_until, scrape_until
 from tests.integration.worker_proc import Collector, WorkerProcess, unique_topics, write_config

@@ -25,12 +25,12 @@ from typing import Any
 
 import pytest
 import yaml
+from privstream.config import load_config
+from privstream.mechanisms import LaplaceMechanism, RandomizedResponse
+from privstream.mechanisms.base import Mechanism
+from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
+from privstream.pipeline import build_plan
 
-from service.config import load_config
-from service.mechanisms import LaplaceMechanism, RandomizedResponse
-from service.mechanisms.base import Mechanism
-from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
-from service.pipeline import build_plan
 from tests.broker import create_topics
 from tests.integration.faults import poll_until
 from tests.integration.worker_proc import (

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from service.mechanisms import LaplaceMechanism, RandomizedResponse
+from privstream.mechanisms import LaplaceMechanism, RandomizedResponse
+
 from tests.broker import create_topics
 from tests.http_get import http_get
 from tests.integration.faults import free_port, scrape_until

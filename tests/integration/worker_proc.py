@@ -15,11 +15,10 @@ from typing import Any, Self
 import numpy as np
 import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-
-from service.config import load_config
-from service.mechanisms.rng import NoiseKeys
-from service.pipeline import build_plan, process_batch
-from service.pipeline.noise import Replayable
+from privstream.config import load_config
+from privstream.mechanisms.rng import NoiseKeys
+from privstream.pipeline import build_plan, process_batch
+from privstream.pipeline.noise import Replayable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,7 +90,7 @@ class WorkerProcess:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "service.cli.main",
+            "privstream.cli.main",
             "run",
             "--config",
             str(self.config),

@@ -62,7 +62,7 @@ class CountingSource:
     """Wraps a seeded source and records every ``words`` call (the once-per-release contract)."""
 
     def __init__(self, seed: int) -> None:
-        from service.testing import SeededSource
+        from privstream.testing import SeededSource
 
         self.inner = SeededSource(seed)
         self.calls: list[tuple[int, int]] = []

@@ -2,7 +2,7 @@
 
 The mechanisms' ``noise_error`` is a function of the noise alone (first
 tests); the worker exports it only for canary inputs with noise of their
-own (``service.pipeline.canary``), never for released values.
+own (``privstream.pipeline.canary``), never for released values.
 """
 
 from __future__ import annotations
@@ -14,21 +14,21 @@ from typing import Any
 
 import numpy as np
 import pytest
+from privstream.canary_metrics import BUCKET_MULTIPLES, CanaryErrors, error_buckets
+from privstream.config import parse_config
+from privstream.mechanisms import LaplaceMechanism, RandomizedResponse
+from privstream.mechanisms.gaussian import GaussianMechanism
+from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
+from privstream.mechanisms.vector_gaussian import VectorGaussianMechanism
+from privstream.metrics import Metrics
+from privstream.pipeline import build_plan, process_batch
+from privstream.pipeline.canary import Canaries
+from privstream.pipeline.handlers import CategoricalHandler, IntegerHandler, RealHandler
+from privstream.pipeline.results import Observation
+from privstream.testing import SeededSource
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.canary_metrics import BUCKET_MULTIPLES, CanaryErrors, error_buckets
-from service.config import parse_config
-from service.mechanisms import LaplaceMechanism, RandomizedResponse
-from service.mechanisms.gaussian import GaussianMechanism
-from service.mechanisms.integer_laplace import IntegerLaplaceMechanism
-from service.mechanisms.vector_gaussian import VectorGaussianMechanism
-from service.metrics import Metrics
-from service.pipeline import build_plan, process_batch
-from service.pipeline.canary import Canaries
-from service.pipeline.handlers import CategoricalHandler, IntegerHandler, RealHandler
-from service.pipeline.results import Observation
-from service.testing import SeededSource
 from tests.unit._support import config_dict
 
 N = 20_000

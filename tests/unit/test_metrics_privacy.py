@@ -16,17 +16,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from privstream.clamped_counts import NoisyClampedCounts
+from privstream.cli.explain import explain, explain_data
+from privstream.config import parse_config
+from privstream.errors import ConfigError
+from privstream.metrics import Metrics
+from privstream.pipeline import build_plan, process_batch
+from privstream.pipeline.results import Observation
+from privstream.testing import SeededSource
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.clamped_counts import NoisyClampedCounts
-from service.cli.explain import explain, explain_data
-from service.config import parse_config
-from service.errors import ConfigError
-from service.metrics import Metrics
-from service.pipeline import build_plan, process_batch
-from service.pipeline.results import Observation
-from service.testing import SeededSource
 from tests.unit._support import config_dict
 
 FIELDS: list[dict[str, Any]] = [

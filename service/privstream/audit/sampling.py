@@ -1,0 +1,135 @@
+r"""Draw outputs through the real pipeline: JSON bytes in, ``process_batch``, JSON out.
+
+Every draw is a raw record serialised as JSON and sanitized by
+``privstream.pipeline.process_batch`` with the production sampler
+(``privstream.mechanisms.OsEntropy``, the kernel CSPRNG), in batches of up to
+100,000 records (fewer for wide sets and vectors, to bound memory), exactly
+as ``privstream sanitize`` runs it. The outputs are
+parsed back and each examined field becomes a numpy column. A record the
+pipeline dead-letters is an error of the audit (its inputs are valid by
+construction), never skipped.
+
+Memoized fields (``memoize_by``). Their noise words are a keyed function of
+(memo value, true value): with one memo value every draw would be the same
+answer, and the draws would not be independent. Each draw therefore carries
+a distinct memo value (``audit-<nonce>-<i>``, or an integer for an
+``integer`` memo field), and the words come from the production
+``MemoSource`` under a memo key drawn for the audit run
+(``derive_memo_key(os.urandom(32))``). That audits what the guarantee is
+about: one device's single answer, with the randomness of the secret key.
+Neighbouring inputs are the same device holding ``x`` or ``x'``, i.e. two
+records that differ in the field's value only. (Not audited, because no
+epsilon covers it: that a device's answers change exactly when its value
+does; README, "What it does not protect".) A memo field that can only hold
+the values of a finite domain (a ``categorical`` one without
+``unknown_as``) cannot give distinct memo values; then the run uses fresh
+CSPRNG words for memoized fields, which is the same law for one answer
+(a PRF under a random key versus random words), and the report says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from privstream.audit.events import Sample
+from privstream.audit.targets import Target
+from privstream.config import AppConfig
+from privstream.errors import AuditError
+from privstream.mechanisms import OsEntropy
+from privstream.mechanisms.rng import derive_memo_key
+from privstream.pipeline import RecordPlan, process_batch
+from privstream.pipeline.noise import Fresh
+
+#: how distinct memo values are made: JSON strings or integers
+MemoStyle = Literal["str", "int"]
+
+#: records per ``process_batch`` call
+BATCH_RECORDS = 100_000
+
+#: bound on noise words / output numbers per batch (wide sets and vectors get smaller batches)
+BATCH_VALUES = 2**23
+
+
+def record_width(plan: RecordPlan) -> int:
+    """Roughly how many noise words and output numbers one record of ``plan`` costs."""
+    return max(sum(f.entry.audit_width(f.handler) for f in plan.fields), 1)
+
+
+def memo_styles(config: AppConfig, plan: RecordPlan) -> dict[str, MemoStyle | None]:
+    """For each field of the config: how distinct memo values are made, or None if they can't.
+
+    A dropped field takes any value (a string); a released one asks its kind.
+    """
+    released = {f.name: f for f in plan.fields}
+    styles: dict[str, MemoStyle | None] = {}
+    for spec in config.fields:
+        planned = released.get(spec.name)
+        styles[spec.name] = "str" if planned is None else planned.entry.memo_style(planned.handler)
+    return styles
+
+
+@dataclass(frozen=True)
+class RecordSpec:
+    """The raw records of one audit input: fixed field values, plus per-draw memo values."""
+
+    fixed: Mapping[str, Any]
+    #: (field, style): this field gets a distinct value in every draw
+    unique: tuple[tuple[str, MemoStyle], ...] = ()
+    #: memoized fields draw fresh CSPRNG words instead of keyed memo words
+    fresh_memo: bool = False
+
+    def messages(self, start: int, count: int, nonce: int) -> list[bytes]:
+        """JSON bytes of draws ``start .. start + count - 1``."""
+        body = json.dumps(dict(self.fixed), separators=(",", ":"))
+        if not self.unique:
+            return [body.encode()] * count
+        head = body[:-1] + ("," if self.fixed else "")
+        keys = [(json.dumps(name), style) for name, style in self.unique]
+        out: list[bytes] = []
+        for i in range(start, start + count):
+            parts = [
+                f'{key}:"audit-{nonce:x}-{i}"' if style == "str" else f"{key}:{nonce + i}"
+                for key, style in keys
+            ]
+            out.append((head + ",".join(parts) + "}").encode())
+        return out
+
+
+class PipelineSampler:
+    """Runs audit records through ``process_batch`` with the production noise source."""
+
+    def __init__(self, plan: RecordPlan, *, batch_records: int = BATCH_RECORDS) -> None:
+        self.plan = plan
+        self.batch_records = max(1, min(batch_records, BATCH_VALUES // record_width(plan)))
+        self._source = OsEntropy()
+        self._memo_key = derive_memo_key(os.urandom(32))
+        self.records = 0
+
+    def sample(self, spec: RecordSpec, count: int, targets: Sequence[Target]) -> Sample:
+        """``count`` independent releases of the record ``spec``; columns of ``targets``."""
+        provider = (
+            Fresh(self._source) if spec.fresh_memo else Fresh(self._source, memo_key=self._memo_key)
+        )
+        parts: dict[str, list[NDArray[Any]]] = {t.name: [] for t in targets}
+        nonce = int.from_bytes(os.urandom(6), "big") << 32  # distinct memo values per call
+        for start in range(0, count, self.batch_records):
+            size = min(self.batch_records, count - start)
+            result = process_batch(self.plan, spec.messages(start, size, nonce), provider)
+            if result.dead_letters:
+                first = result.dead_letters[0]
+                raise AuditError(
+                    f"the pipeline rejected an audit record ({first.reason}: {first.detail})"
+                )
+            decoded = [json.loads(raw) for raw in result.outputs]
+            for target in targets:
+                name = target.name
+                parts[name].append(target.convert([record[name] for record in decoded]))
+            self.records += size
+        return Sample({t.name: np.concatenate(parts[t.name]) for t in targets})

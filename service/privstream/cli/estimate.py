@@ -1,0 +1,360 @@
+"""``privstream estimate``: population statistics from the sanitized records.
+
+Reads sanitized JSON Lines (``--input``, ``-`` for stdin) or the sanitized
+topic (``--topic``, read_committed, up to the end offsets at start) made
+with the same config, and prints per field the debiased estimates with
+standard errors and confidence intervals (table or ``--format json``),
+optionally PNG plots (``--plot DIR``) and a comparison with the raw records
+(``--truth FILE``). The estimators are functions of ``privstream.mechanisms``;
+``privstream.estimate`` reads and reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from privstream.cli.metadata import MetadataError, check_metadata, read_sidecar, sidecar_path
+from privstream.config import AppConfig
+from privstream.errors import PrivstreamError
+from privstream.estimate import Options, StreamAggregate, TruthAggregate, build_report, render_table
+from privstream.estimate.report import impossible_values
+from privstream.estimate.source import PROGRESS_THRESHOLD, Progress, file_lines
+from privstream.pipeline import RecordPlan
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(PrivstreamError):
+    """A bad option: exit 2 with this message."""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add this command's options (besides --config) to its subparser."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--input",
+        metavar="FILE",
+        help="sanitized JSON Lines (e.g. from `privstream sanitize`); - reads stdin",
+    )
+    source.add_argument(
+        "--topic",
+        nargs="?",
+        const="",
+        metavar="TOPIC",
+        help="read the sanitized topic instead (default: the config's kafka.output_topic), "
+        "read_committed, every partition from the beginning up to the end offsets at start",
+    )
+    parser.add_argument(
+        "--consistent",
+        action="store_true",
+        help="also give consistent frequencies of categorical and boolean fields (Norm-Sub: "
+        "non-negative, summing to 1; biased for rare values, no intervals), JSON only",
+    )
+    parser.add_argument(
+        "--metadata",
+        metavar="PATH",
+        help="the release metadata of --input (default: INPUT.privstream.json, written by "
+        "`privstream sanitize`); checked against --config",
+    )
+    parser.add_argument(
+        "--unchecked",
+        action="store_true",
+        help="read input without release metadata (or a topic's records without a "
+        "privstream-config-sha256 header) anyway, with a warning: nothing then shows the "
+        "records are sanitized output of this config",
+    )
+    parser.add_argument(
+        "--candidates",
+        action="append",
+        default=[],
+        metavar="FIELD=a,b,c",
+        help="candidate values of a local_hashing field (required to estimate it) or a subset "
+        "of a set field's universe; FIELD=@PATH reads one value per line; repeatable",
+    )
+    parser.add_argument(
+        "--field",
+        action="append",
+        dest="fields",
+        metavar="NAME",
+        help="estimate only this field (repeatable; default: every released field)",
+    )
+    parser.add_argument(
+        "--bins",
+        type=int,
+        default=10,
+        help="histogram bins over the bounds of real and integer fields (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--confidence",
+        type=float,
+        default=0.95,
+        help="confidence level of the intervals (default: %(default)s)",
+    )
+    parser.add_argument("--format", choices=["table", "json"], default="table")
+    parser.add_argument(
+        "--plot", metavar="DIR", help="write one PNG per field into DIR (needs matplotlib)"
+    )
+    parser.add_argument(
+        "--truth",
+        metavar="FILE",
+        help="the raw JSON Lines the records were made from: show the true values beside "
+        "the estimates (evaluation only: the file is raw data)",
+    )
+    progress = parser.add_mutually_exclusive_group()
+    progress.add_argument(
+        "--progress",
+        action="store_true",
+        default=None,
+        help="always show the progress line on stderr (default: only on a terminal, for a "
+        f"topic or beyond {PROGRESS_THRESHOLD:,} records)",
+    )
+    progress.add_argument("--no-progress", dest="progress", action="store_false")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="topic: give up when no partition advances for this many seconds "
+        "(default: %(default)s)",
+    )
+
+
+def _read_candidates(spec: str) -> tuple[str, tuple[str, ...]]:
+    name, sep, values = spec.partition("=")
+    if not sep or not name:
+        raise UsageError(f"--candidates {spec!r}: write FIELD=a,b,c or FIELD=@PATH")
+    if values.startswith("@"):
+        try:
+            text = Path(values[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise UsageError(f"--candidates {name}: cannot read {values[1:]} ({reason})") from None
+        items = [line.rstrip("\r") for line in text.split("\n") if line.strip()]
+    else:
+        items = [item for item in values.split(",") if item != ""]
+    if not items:
+        raise UsageError(f"--candidates {name}: no values given")
+    return name, tuple(dict.fromkeys(items))  # keep order, drop repeats
+
+
+def options_from(args: argparse.Namespace, plan: RecordPlan) -> Options:
+    """Check the options against the plan; UsageError names what is wrong."""
+    if not 0.0 < args.confidence < 1.0:
+        raise UsageError(f"--confidence {args.confidence:g} must lie strictly between 0 and 1")
+    if not 1 <= args.bins <= 1000:
+        raise UsageError(f"--bins {args.bins} must lie in 1..1000")
+    if not args.timeout > 0:
+        raise UsageError(f"--timeout {args.timeout:g} must be positive")
+    by_name = {f.name: f for f in plan.fields}
+    estimable = {f.name for f in plan.fields if f.handler.mechanism is not None}
+    for name in args.fields or ():
+        if name not in by_name:
+            raise UsageError(f"--field {name}: no released field of that name in the config")
+        if name not in estimable:
+            raise UsageError(f"--field {name}: a public field has nothing to estimate")
+    candidates: dict[str, tuple[str, ...]] = {}
+    for spec in args.candidates:
+        name, values = _read_candidates(spec)
+        planned = by_name.get(name)
+        check = planned.entry.candidates if planned is not None else None
+        if planned is not None and check is not None:
+            outside = check(planned.handler, values)
+            if outside:
+                raise UsageError(
+                    f"--candidates {name}: {len(outside)} value(s) not in the field's domain or "
+                    f"universe, e.g. {outside[0]!r}"
+                )
+        else:
+            raise UsageError(
+                f"--candidates {name}: candidates apply to local_hashing categorical and set "
+                "fields; randomized-response fields estimate their whole domain"
+            )
+        candidates[name] = candidates.get(name, ()) + tuple(
+            v for v in values if v not in candidates.get(name, ())
+        )
+    return Options(
+        bins=args.bins,
+        confidence=args.confidence,
+        candidates=candidates,
+        consistent=args.consistent,
+    )
+
+
+def _counted(lines: Iterable[bytes], progress: Progress) -> Iterator[bytes]:
+    count = 0
+    for line in lines:
+        count += 1
+        if count % 1024 == 0:
+            progress.update(count)
+        yield line
+    progress.update(count)
+
+
+def _read_file(path: str, stream: StreamAggregate, progress: Progress) -> dict[str, Any]:
+    with contextlib.ExitStack() as stack:
+        handle = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))
+        stream.consume(_counted(file_lines(handle), progress))
+    return {"type": "file", "path": "stdin" if path == "-" else path}
+
+
+def _read_topic(
+    config: AppConfig, plan: RecordPlan, topic: str, stream: StreamAggregate, args: Any
+) -> dict[str, Any]:
+    from privstream.estimate.source import run_topic_read
+
+    progress = Progress(enabled=args.progress, threshold=0)
+    try:
+        read = run_topic_read(
+            config.kafka,
+            topic,
+            stream.add,
+            expected_config=plan.config_sha256,
+            skip=stream.skip,
+            environ=os.environ,
+            progress=progress,
+            idle_timeout=args.timeout,
+        )
+    finally:
+        progress.finish()
+    stream.flush()
+    return {
+        "type": "topic",
+        "topic": topic,
+        "bootstrap_servers": config.kafka.bootstrap_servers,
+        "partitions": read.partitions,
+        "offsets_at_start": read.expected,
+        "records_without_config_header": read.without_config_header,
+        "records_read": read.records,
+        "other_config": read.other_config,
+    }
+
+
+def check_file_input(
+    path: str, metadata: str | None, plan: RecordPlan, unchecked: bool
+) -> str | None:
+    """The checked metadata path of a file input, or None when ``unchecked`` lets it be.
+
+    MetadataError (exit 2) when the metadata names another config, or is
+    missing without ``unchecked``: the input may be raw records or another
+    release, and its estimates would look plausible and be wrong.
+    """
+    where = metadata or (sidecar_path(path) if path != "-" else None)
+    if where is None or not os.path.exists(where):
+        found = (
+            "stdin has no release metadata (pass --metadata PATH)"
+            if where is None
+            else f"no release metadata at {where}"
+        )
+        if not unchecked:
+            raise MetadataError(
+                f"{found}: nothing shows {path if path != '-' else 'stdin'} is sanitized output "
+                "of this config (raw records would give confident nonsense); pass the sidecar "
+                "`privstream sanitize` wrote (--metadata PATH), or --unchecked to read it anyway"
+            )
+        print(
+            f"privstream: estimate: warning: {found}; reading it unchecked (--unchecked): "
+            "the estimates are meaningful only if it is sanitized output of this config",
+            file=sys.stderr,
+        )
+        return None
+    check_metadata(read_sidecar(where), plan, where)
+    return where
+
+
+def check_topic_read(
+    source: dict[str, Any], skipped: dict[str, int], plan: RecordPlan, unchecked: bool
+) -> None:
+    """Refuse a topic read with no record of this config, or records without the header.
+
+    Records of another config are skipped (a topic may hold several releases
+    after a config change); when nothing but those was read, or records
+    carry no ``privstream-config-sha256`` header (not privstream's output)
+    and ``unchecked`` is off, MetadataError (exit 2).
+    """
+    mismatched = skipped.get("config_mismatch", 0)
+    without = source.get("records_without_config_header", 0)
+    matched = source.get("records_read", 0) - without
+    if mismatched and not matched and not without:
+        raise MetadataError(
+            f"topic {source['topic']}: all {mismatched:,} records carry another config's "
+            f"privstream-config-sha256 (e.g. {source.get('other_config')}); --config has "
+            f"{plan.config_sha256}: pass the config the topic was sanitized with"
+        )
+    if without and not unchecked:
+        raise MetadataError(
+            f"topic {source['topic']}: {without:,} records have no privstream-config-sha256 "
+            "header: they are not privstream's sanitized output (raw records would give "
+            "confident nonsense); pass --unchecked to read them anyway"
+        )
+    if without:
+        print(
+            f"privstream: estimate: warning: {without:,} records without a "
+            "privstream-config-sha256 header read unchecked (--unchecked)",
+            file=sys.stderr,
+        )
+
+
+def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
+    """Run the command; returns the exit code."""
+    try:
+        options = options_from(args, plan)
+    except UsageError as exc:
+        print(f"privstream: estimate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.plot:
+        from privstream.estimate.plots import MISSING_MATPLOTLIB, matplotlib_available
+
+        if not matplotlib_available():
+            print(f"privstream: estimate: {MISSING_MATPLOTLIB}", file=sys.stderr)
+            return EXIT_USAGE
+    stream = StreamAggregate(plan, options, args.fields)
+    if args.topic is not None:
+        topic = args.topic or config.kafka.output_topic
+        source = _read_topic(config, plan, topic, stream, args)
+        try:
+            check_topic_read(source, stream.skipped, plan, args.unchecked)
+        except MetadataError as exc:
+            print(f"privstream: estimate: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    else:
+        try:
+            checked = check_file_input(args.input, args.metadata, plan, args.unchecked)
+        except MetadataError as exc:
+            print(f"privstream: estimate: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        progress = Progress(enabled=args.progress)
+        try:
+            source = _read_file(args.input, stream, progress)
+        finally:
+            progress.finish()
+        source["metadata"] = checked
+    truth = None
+    if args.truth:
+        truth = TruthAggregate(plan, stream)
+        with open(args.truth, "rb") as handle:
+            truth.consume(file_lines(handle))
+    report = build_report(stream, source, options, truth, args.truth)
+    for warning in impossible_values(report):
+        print(f"privstream: estimate: warning: {warning}", file=sys.stderr)
+    if args.format == "json":
+        print(json.dumps(report, indent=2, allow_nan=False))
+    else:
+        print(render_table(report))
+    if args.plot:
+        from privstream.estimate.plots import write_plots
+
+        written = write_plots(report, args.plot)
+        print(
+            f"privstream estimate: {len(written)} plot(s) written to {args.plot}", file=sys.stderr
+        )
+    if stream.records == 0:
+        where = source.get("topic") or source.get("path")
+        print(f"privstream: estimate: no sanitized records read from {where}", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK

@@ -1,0 +1,274 @@
+"""``privstream explain``: what each field releases and what it guarantees."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any
+
+from privstream.clamped_counts import clamping_fields
+from privstream.config import AppConfig, FieldConfig, Guarantee
+from privstream.config.fields import FORGEABLE, CategoricalField
+from privstream.kinds.auto import WARN_RATIO, auto_choice
+from privstream.pipeline import RecordPlan
+from privstream.pipeline.plan import MemoPlan
+
+
+def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
+    """The machine-readable explanation, read from the plan's mechanism objects."""
+    by_name = {f.name: f for f in plan.fields}
+    fields: list[dict[str, Any]] = []
+    for spec in config.fields:
+        planned = by_name.get(spec.name)
+        describe = planned.entry.explain if planned is not None else None
+        entry: dict[str, Any] = {"name": spec.name, "kind": spec.kind, "mechanism": None}
+        if planned is not None and describe is not None and planned.handler.mechanism is not None:
+            declared = plan.budget.declared[spec.name]
+            described = describe(planned.handler)
+            # key order as before the registry: mechanism, epsilon, delta, declared_*, ...
+            entry.update({key: described.pop(key) for key in ("mechanism", "epsilon", "delta")})
+            entry.update(declared_epsilon=declared.epsilon, declared_delta=declared.delta)
+            entry.update(described)
+            entry.update(_memo_entry(planned.memo))
+            entry.update(_auto_entry(spec, plan.budget.fields.get(spec.name)))
+        else:
+            entry.update(
+                epsilon=0.0, delta=0.0, params={}, expected_error=None, gamma_lower_bound=None
+            )
+        fields.append(entry)
+    budget = plan.budget
+    k = budget.group_size
+    return {
+        "record": {
+            "epsilon": plan.epsilon,
+            "delta": plan.delta,
+            "budget_epsilon": config.privacy.epsilon,
+            "budget_delta": config.privacy.delta,
+            "group_size": k,
+            "group_epsilon": budget.group.epsilon,
+            "group_delta": budget.group.delta,
+            "level": "event (one record)" if k == 1 else f"individual (up to {k} records)",
+        },
+        "config_sha256": plan.config_sha256,
+        "fields": fields,
+        "metrics": _metrics_data(config, plan),
+    }
+
+
+def _metrics_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
+    """What /metrics costs: nothing, unless noisy clamped counts are on (their epsilon adds)."""
+    clamped = config.metrics.clamped_counts
+    entry: dict[str, Any] = {
+        "canaries_per_field_and_batch": config.metrics.canaries,
+        "dead_letter_reasons": config.metrics.dead_letter_reasons,
+        "clamped_counts": None,
+        "epsilon": 0.0,
+    }
+    if clamped is not None:
+        entry.update(
+            clamped_counts={
+                "epsilon": clamped.epsilon,
+                "window_seconds": clamped.window_seconds,
+                "fields": sorted(clamping_fields(plan)),
+                "group_epsilon": plan.budget.group_size * clamped.epsilon,
+            },
+            epsilon=clamped.epsilon,
+        )
+    entry["record_epsilon_with_metrics"] = plan.epsilon + entry["epsilon"]
+    return entry
+
+
+def _auto_entry(spec: FieldConfig, share: Guarantee | None) -> dict[str, Any]:
+    """A categorical field's ``auto`` choice, each candidate's variance, and any warning."""
+    if not isinstance(spec, CategoricalField) or share is None:
+        return {}
+    choice = auto_choice(spec, share)
+    # exponential estimates no frequencies: it is not compared
+    declared = choice.variances.get(spec.mechanism)
+    best = choice.variances.get(choice.mechanism)
+    warning = None
+    if declared is not None and best is not None and declared > WARN_RATIO * best:
+        warning = (
+            f"{spec.name}: {spec.mechanism} has {declared / best:.3g}x the frequency-vector "
+            f"variance of {choice.mechanism} (what mechanism: auto picks); drop mechanism: "
+            "to use it"
+        )
+    return {
+        "auto": {
+            "declared": spec.mechanism,
+            "chosen": choice.mechanism,
+            "variances_n": choice.n,
+            "candidate_variances": choice.variances,
+            "restricted": choice.restricted,
+        },
+        "auto_warning": warning,
+    }
+
+
+def _auto_lines(fields: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for f in fields:
+        auto = f.get("auto")
+        if auto is None:
+            continue
+        if auto["declared"] == "auto":
+            variances = ", ".join(
+                f"{name} {_num(v)}" for name, v in auto["candidate_variances"].items()
+            )
+            why = f"; {auto['restricted']}" if auto["restricted"] else ""
+            lines.append(
+                f"auto: {f['name']} uses {auto['chosen']} (frequency-vector variance at "
+                f"n={auto['variances_n']}: {variances or '-'}{why})"
+            )
+        if f.get("auto_warning"):
+            lines.append(f"WARNING: {f['auto_warning']}")
+    return lines
+
+
+def _memo_entry(memo: MemoPlan | None) -> dict[str, Any]:
+    """Where a memoized field's identity comes from, and whether writers can forge it."""
+    if memo is None:
+        return {"memoize_by": None, "memo_identity": None, "memo_forgeable": False}
+    if memo.field is None:
+        return {"memoize_by": None, "memo_identity": "message_key", "memo_forgeable": False}
+    return {"memoize_by": memo.field, "memo_identity": "field", "memo_forgeable": True}
+
+
+def _memo_lines(fields: list[dict[str, Any]]) -> list[str]:
+    by_key = [f["name"] for f in fields if f.get("memo_identity") == "message_key"]
+    by_field = [f"{f['name']} (by {f['memoize_by']})" for f in fields if f.get("memoize_by")]
+    lines: list[str] = []
+    if by_key or by_field:
+        lines.append(
+            f"memoized (one answer per device and value, ever): {', '.join(by_key + by_field)}; "
+            "whether a device's value changed is not protected"
+        )
+    if by_key:
+        lines.append(
+            f"memoized by the Kafka message key: {', '.join(by_key)}; this trusts the key: "
+            "the collector must set it from the device's authenticated session (whoever can "
+            "write a record with a device's key can query that device's answers)"
+        )
+    if by_field:
+        lines.append(
+            f"FORGEABLE memo identity: {', '.join(by_field)}; {FORGEABLE}: the epsilon of "
+            "these fields holds only if no untrusted party writes the raw topic "
+            "(memo_identity_trusted: true)"
+        )
+    return lines
+
+
+def _num(value: object) -> str:
+    return "-" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+#: the width ``privstream explain`` fits its table into, unless ``--wide``
+TABLE_WIDTH = 100
+
+
+def render_table(data: dict[str, Any], width: int | None = None) -> str:
+    """The table and the record's guarantee; within ``width`` columns when given.
+
+    A table wider than ``width`` moves each field's params to indented lines
+    of their own under its row, wrapped between parameters; the notes below
+    are wrapped too. ``width`` None: one line per field, however wide.
+    """
+    header = ("field", "kind", "mechanism", "epsilon", "delta", "params", "E[error]", "gamma LB")
+    rows: list[tuple[str, ...]] = [header]
+    for f in data["fields"]:
+        params = " ".join(f"{k}={_num(v)}" for k, v in f["params"].items())
+        rows.append(
+            (
+                f["name"],
+                f["kind"],
+                f["mechanism"] or ("removed" if f["kind"] == "drop" else "copied as is"),
+                _num(f["epsilon"]),
+                _num(f["delta"]),
+                params or "-",
+                _num(f["expected_error"]),
+                _num(f["gamma_lower_bound"]),
+            )
+        )
+    lines = _grid(rows)
+    if width is not None and max(map(len, lines)) > width:
+        lines = _grid_params_below(rows, width)
+    rec = data["record"]
+    notes = [
+        f"per record (event level, basic composition): epsilon={_num(rec['epsilon'])} "
+        f"delta={_num(rec['delta'])}"
+    ]
+    if rec["group_size"] > 1:
+        notes.append(
+            f"per individual behind up to {rec['group_size']} records (group privacy): "
+            f"epsilon={_num(rec['group_epsilon'])} delta={_num(rec['group_delta'])}"
+        )
+    notes.append(
+        f"declared budget: epsilon={_num(rec['budget_epsilon'])} delta={_num(rec['budget_delta'])}"
+    )
+    notes.append(f"config sha256: {data['config_sha256']}")
+    notes.append(_metrics_line(data["metrics"]))
+    notes.extend(_memo_lines(data["fields"]))
+    notes.extend(_auto_lines(data["fields"]))
+    if width is not None:
+        notes = [part for note in notes for part in _wrap(note, width, "  ")]
+    return "\n".join([*lines, "", *notes])
+
+
+def _grid(rows: list[tuple[str, ...]]) -> list[str]:
+    """Left-aligned columns two spaces apart, a rule under the header."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def _grid_params_below(rows: list[tuple[str, ...]], width: int) -> list[str]:
+    """The table without its params column; each field's params wrapped under its row."""
+    params_at = rows[0].index("params")
+    narrow = [r[:params_at] + r[params_at + 1 :] for r in rows]
+    # a long field name is cut (with an ellipsis) to what the other columns leave
+    rest = max(len(line) for line in _grid([r[1:] for r in narrow])) + 2
+    room = max(width - rest, len(rows[0][0]))
+    narrow = [(_cut(r[0], room), *r[1:]) for r in narrow]
+    table = _grid(narrow)
+    lines = table[:2]
+    for row, line in zip(rows[1:], table[2:], strict=True):
+        lines.append(line)
+        if row[params_at] != "-":
+            lines.extend(_wrap(row[params_at], width, "    ", first="    "))
+    return lines
+
+
+def _cut(text: str, room: int) -> str:
+    return text if len(text) <= room else text[: room - 1] + "\u2026"
+
+
+def _wrap(text: str, width: int, indent: str, first: str = "") -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken between words."""
+    return textwrap.wrap(
+        text,
+        width,
+        initial_indent=first,
+        subsequent_indent=indent,
+        break_on_hyphens=False,
+    )
+
+
+def _metrics_line(metrics: dict[str, Any]) -> str:
+    clamped = metrics["clamped_counts"]
+    if clamped is None:
+        return "metrics: epsilon=0 (error metrics from canary draws; clamped counts off)"
+    line = (
+        f"metrics: clamped counts with discrete Laplace noise per {_num(clamped['window_seconds'])}"
+        f" s window, epsilon={_num(clamped['epsilon'])} per record on top of the releases: "
+        f"epsilon={_num(metrics['record_epsilon_with_metrics'])} per record in all"
+    )
+    if clamped["group_epsilon"] != clamped["epsilon"]:
+        line += f" (clamped counts per individual: epsilon={_num(clamped['group_epsilon'])})"
+    return line
+
+
+def explain(config: AppConfig, plan: RecordPlan, fmt: str, width: int | None = None) -> str:
+    """JSON, or the table within ``width`` columns (None: one line per field)."""
+    data = explain_data(config, plan)
+    return json.dumps(data, indent=2) if fmt == "json" else render_table(data, width)

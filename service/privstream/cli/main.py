@@ -1,0 +1,219 @@
+"""The ``privstream`` command: run | sanitize | explain | keygen | estimate | audit.
+
+Exit codes: 0 success, 1 runtime failure, 2 invalid config or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from privstream import __version__
+from privstream.config import AppConfig, load_config
+from privstream.errors import ConfigError, PrivstreamError, SecretError
+from privstream.pipeline import RecordPlan, build_plan
+
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG = 0, 1, 2
+
+
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="privstream", description="Differential-privacy sanitizer for Kafka streams."
+    )
+    parser.add_argument("--version", action="version", version=f"privstream {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="consume, sanitize and produce records on Kafka")
+    run.add_argument("--config", required=True, help="YAML config file")
+    run.add_argument("--http-port", type=int, help="override http.port (0 = any free port)")
+    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.add_argument(
+        "--noise-key-file",
+        help="file holding the noise key as hex (default: $PRIVSTREAM_NOISE_KEY_FILE, "
+        "else $PRIVSTREAM_NOISE_KEY); make one with `privstream keygen`",
+    )
+    run.add_argument(
+        "--insecure-ephemeral-key",
+        action="store_true",
+        help="without a key, draw a random one for this process: replays after a restart "
+        "get fresh noise (experiments only)",
+    )
+    run.add_argument(
+        "--replica-id",
+        help="stable, unique name of this replica; the transactional id is derived from it "
+        "(default: $PRIVSTREAM_REPLICA_ID, else the host name)",
+    )
+
+    san = sub.add_parser("sanitize", help="sanitize a JSON Lines file (no Kafka)")
+    san.add_argument("--config", required=True, help="YAML config file")
+    san.add_argument("--input", help="JSON Lines input (default: stdin)")
+    san.add_argument("--output", help="sanitized JSON Lines output (default: stdout)")
+    san.add_argument(
+        "--dead-letter",
+        default="privstream-dead-letters.jsonl",
+        help="where unsanitizable lines go, with line number and reason; holds raw data "
+        "(default: %(default)s, created only if needed)",
+    )
+    san.add_argument(
+        "--metadata",
+        metavar="PATH",
+        help="where the release metadata goes (config hash, epsilon, delta, each field's "
+        "parameters; read by `privstream estimate`) (default: OUTPUT.privstream.json; "
+        "none when writing to stdout)",
+    )
+
+    exp = sub.add_parser("explain", help="show each field's mechanism and guarantee")
+    exp.add_argument("--config", required=True, help="YAML config file")
+    exp.add_argument("--format", choices=["table", "json"], default="table")
+    exp.add_argument(
+        "--wide",
+        action="store_true",
+        help="one line per field, however wide (default: the table fits in 100 columns, "
+        "each field's params on indented lines under its row when needed)",
+    )
+
+    sub.add_parser("keygen", help="print a fresh noise key (hex) for --noise-key-file")
+    sub.add_parser("schema", help="print the config's JSON Schema (for editors and CI checks)")
+
+    est = sub.add_parser(
+        "estimate", help="population statistics from sanitized records (debiased, with CIs)"
+    )
+    est.add_argument("--config", required=True, help="YAML config the records were made with")
+    aud = sub.add_parser("audit", help="empirical lower bound on each field's realised epsilon")
+    aud.add_argument("--config", required=True, help="YAML config file")
+    # their modules take a tenth of a second to import: only for their own command (or help)
+    if command in (None, "estimate"):
+        from privstream.cli import estimate
+
+        estimate.configure(est)
+    if command in (None, "audit"):
+        from privstream.cli import audit
+
+        audit.configure(aud)
+    return parser
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (the top level has no option taking a value)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+def _load(path: str) -> tuple[AppConfig, RecordPlan]:
+    """The config and its plan; building the plan checks every mechanism's parameters."""
+    try:
+        config = load_config(path)
+        return config, build_plan(config)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"privstream: config error: {problem}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser(_command(argv)).parse_args(argv)
+    if args.command == "keygen":
+        from privstream.config.runtime import keygen
+
+        print(keygen())
+        return EXIT_OK
+    if args.command == "schema":
+        import json
+
+        from privstream.config.schema import config_schema
+
+        print(json.dumps(config_schema(), indent=2))
+        return EXIT_OK
+    config, plan = _load(args.config)
+    try:
+        if args.command == "explain":
+            from privstream.cli.explain import TABLE_WIDTH, explain
+
+            print(explain(config, plan, args.format, None if args.wide else TABLE_WIDTH))
+        elif args.command == "sanitize":
+            from privstream.cli.metadata import MetadataError, metadata_target, write_sidecar
+            from privstream.cli.sanitize import (
+                DeadLetterPathError,
+                check_dead_letter_path,
+                run_sanitize,
+            )
+            from privstream.mechanisms import OsEntropy
+
+            try:  # a usage error: refused before any output is written
+                check_dead_letter_path(args.dead_letter, args.output)
+                metadata = metadata_target(args.metadata, args.input, args.output, args.dead_letter)
+            except (DeadLetterPathError, MetadataError) as exc:
+                print(f"privstream: {exc}", file=sys.stderr)
+                return EXIT_CONFIG
+
+            if any(f.memo is not None for f in plan.fields):
+                print(
+                    "privstream: warning: sanitize has no noise key (and files no message "
+                    "keys), so memoized fields get fresh noise on every line (each report is "
+                    "a new release)",
+                    file=sys.stderr,
+                )
+            summary = run_sanitize(plan, args.input, args.output, args.dead_letter, OsEntropy())
+            print(summary.render(args.dead_letter), file=sys.stderr)
+            if metadata is None:
+                print(
+                    "privstream: note: output on stdout has no release metadata; "
+                    "`privstream estimate` then needs one: write it with --metadata PATH",
+                    file=sys.stderr,
+                )
+            else:
+                write_sidecar(metadata, plan, summary.records_out)
+        elif args.command == "estimate":
+            from privstream.cli import estimate
+
+            return estimate.run(args, config, plan)
+        elif args.command == "audit":
+            from privstream.cli import audit
+
+            return audit.run(args, config, plan)
+        else:
+            return _run(config, plan, args)
+    except PrivstreamError as exc:
+        print(f"privstream: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except OSError as exc:
+        print(f"privstream: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
+    import asyncio  # imported here: a tenth of a second that the other commands never need
+    import logging
+
+    from privstream.cli.logs import OnceFilter, transient_coordinator
+    from privstream.cli.run import serve
+    from privstream.config.runtime import load_runtime
+
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    # aiokafka's DEBUG lines print the first bytes of every fetched and produced
+    # batch (raw keys and values) and the SCRAM exchange: never below INFO
+    logging.getLogger("aiokafka").setLevel(max(logging.INFO, logging.getLevelName(args.log_level)))
+    logging.getLogger("aiokafka.consumer.group_coordinator").addFilter(transient_coordinator)
+    logging.getLogger("aiokafka").addFilter(OnceFilter())
+    try:
+        runtime = load_runtime(
+            config.kafka,
+            os.environ,
+            key_file=args.noise_key_file,
+            insecure_ephemeral_key=args.insecure_ephemeral_key,
+            replica_id=args.replica_id,
+        )
+    except SecretError as exc:
+        print(f"privstream: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    asyncio.run(serve(config, plan, runtime, args.http_port))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,70 @@
+"""``privstream run``: the long-running Kafka worker with its HTTP endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from prometheus_client import CollectorRegistry
+
+from privstream.config import AppConfig
+from privstream.config.runtime import Runtime
+from privstream.metrics import Metrics
+from privstream.pipeline import RecordPlan
+from privstream.worker import Health, HttpEndpoint, Worker
+
+log = logging.getLogger("privstream.run")
+
+
+async def serve(
+    config: AppConfig, plan: RecordPlan, runtime: Runtime, http_port: int | None = None
+) -> None:
+    """Run until SIGTERM/SIGINT; the batch in flight is committed first.
+
+    A batch that cannot commit within ``kafka.drain_timeout_ms`` (broker gone)
+    is abandoned: its transaction is aborted by the broker or by this
+    replica's next start, and the batch is replayed with the same noise.
+    """
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, dead_letter_reasons=config.metrics.dead_letter_reasons)
+    metrics.describe_plan(
+        plan,
+        canaries=config.metrics.canaries,
+        canary_interval_s=config.metrics.canary_interval_seconds,
+        clamped_counts=config.metrics.clamped_counts,
+    )
+    health = Health()
+    port = config.http.port if http_port is None else http_port
+    endpoint = HttpEndpoint(registry, health, config.http.host, port)
+    await endpoint.start()
+    log.info("metrics and health on %s:%d", config.http.host, endpoint.port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    worker = Worker(config.kafka, plan, runtime, metrics=metrics, health=health)
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        await _until_stopped(task, stop, config.kafka.drain_timeout_ms / 1000)
+    finally:
+        await endpoint.stop()
+    log.info("stopped cleanly")
+
+
+async def _until_stopped(task: asyncio.Task[None], stop: asyncio.Event, drain_s: float) -> None:
+    """Wait for the worker; after ``stop``, give its batch in flight ``drain_s`` seconds."""
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not task.done():
+        log.info("stopping: finishing the batch in flight (up to %.0f s)", drain_s)
+        done, _ = await asyncio.wait({task}, timeout=drain_s)
+        if not done:
+            log.warning("batch in flight not committed after %.0f s; abandoning it", drain_s)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return
+    task.result()  # a BrokerError surfaces here

@@ -1,0 +1,209 @@
+"""``privstream sanitize``: JSON Lines in, sanitized JSON Lines out.
+
+A bad line never stops the run: it goes to the dead-letter file with its
+line number and reason. The dead-letter file holds raw data: it is as
+sensitive as the input, so it is created new (never an existing path, never
+through a symlink, never the output) and readable by its owner only.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from privstream.errors import PrivstreamError
+from privstream.mechanisms import NoiseSource
+from privstream.pipeline import RecordPlan, process_batch
+
+#: lines per ``process_batch`` call when the input is an iterable of lines
+CHUNK_LINES = 10_000
+#: bytes per read of a file (about 7,000 reference records per ``process_batch`` call):
+#: bulk reads and C-level splitting, memory bounded by bytes rather than lines
+BLOCK_BYTES = 2**20
+
+#: (number of the first line, the lines without their line ends)
+Chunk = tuple[int, list[bytes]]
+
+
+@dataclass
+class Summary:
+    records_in: int = 0
+    records_out: int = 0
+    blank_lines: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    def render(self, dead_letter_path: str) -> str:
+        dead = sum(self.reasons.values())
+        text = (
+            f"privstream sanitize: {self.records_in} records in, {self.records_out} sanitized, "
+            f"{dead} dead-lettered"
+        )
+        if dead:
+            reasons = ", ".join(f"{r} {n}" for r, n in sorted(self.reasons.items()))
+            text += f" ({reasons}) -> {dead_letter_path}"
+        if self.blank_lines:
+            text += f"; {self.blank_lines} blank lines skipped"
+        return text
+
+
+def _line_chunks(lines: Iterable[bytes]) -> Iterator[Chunk]:
+    chunk: list[bytes] = []
+    first = 1
+    for number, line in enumerate(lines, start=1):
+        chunk.append(line.rstrip(b"\r\n"))
+        if len(chunk) == CHUNK_LINES:
+            yield first, chunk
+            chunk, first = [], number + 1
+    if chunk:
+        yield first, chunk
+
+
+def _block_chunks(stream: io.BufferedIOBase) -> Iterator[Chunk]:
+    """The stream's lines, ``BLOCK_BYTES`` at a time, split by ``bytes.split`` (no loop).
+
+    A line longer than a block is carried over until its newline arrives.
+    """
+    first, carry = 1, b""
+    while data := stream.read(BLOCK_BYTES):
+        end = data.rfind(b"\n")
+        if end < 0:
+            carry += data
+            continue
+        block, carry = carry + data[:end], data[end + 1 :]
+        lines = block.split(b"\n")
+        yield first, _strip_cr(block, lines)
+        first += len(lines)
+    if carry:
+        yield first, _strip_cr(carry, [carry])
+
+
+def _strip_cr(block: bytes, lines: list[bytes]) -> list[bytes]:
+    """What ``rstrip(b"\\r\\n")`` leaves of each line; only Windows line ends need a loop."""
+    if b"\r" not in block:
+        return lines
+    return [line.rstrip(b"\r") for line in lines]
+
+
+def _dead_letter_line(number: int, raw: bytes, reason: str, detail: str) -> bytes:
+    entry: dict[str, object] = {"line": number, "reason": reason, "detail": detail}
+    try:
+        entry["raw"] = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        entry["raw_base64"] = base64.b64encode(raw).decode()
+    return json.dumps(entry).encode() + b"\n"
+
+
+class DeadLetterPathError(PrivstreamError):
+    """``--dead-letter`` names a file that exists or the output itself."""
+
+
+#: a new file, never through a symlink, readable by its owner only: it holds raw records
+_NEW_PRIVATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def check_dead_letter_path(dead_letter: str, output: str | None) -> None:
+    """Refuse a dead-letter path that exists (a file, a link, the input) or is the output.
+
+    Dead letters are raw records: appending them to, or truncating, an
+    existing file could put raw lines into a sanitized file or a shared one.
+    An existing path covers a symlink or hard link to the output; comparing
+    resolved paths covers an output that does not exist yet.
+    """
+    if os.path.lexists(dead_letter):
+        raise DeadLetterPathError(
+            f"--dead-letter {dead_letter}: the path exists; dead letters hold raw records "
+            "and never overwrite or follow an existing file: move it away or name a new file"
+        )
+    if output is not None and os.path.realpath(dead_letter) == os.path.realpath(output):
+        raise DeadLetterPathError(
+            f"--dead-letter {dead_letter} is the --output file: raw records would land among "
+            "the sanitized ones; name another file"
+        )
+
+
+class _LazyFile:
+    """Creates the dead-letter file (0600, new, no symlink) when the first dead letter arrives."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fh: BinaryIO | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._fh is None:
+            self._fh = os.fdopen(os.open(self.path, _NEW_PRIVATE, 0o600), "wb")
+        self._fh.write(data)
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+
+
+def sanitize_stream(
+    plan: RecordPlan,
+    lines: BinaryIO | Iterable[bytes],
+    out: BinaryIO,
+    dead_letter_path: str,
+    source: NoiseSource,
+) -> Summary:
+    """Sanitize a binary stream (read in blocks) or an iterable of lines into ``out``."""
+    chunks = _block_chunks(lines) if isinstance(lines, io.BufferedIOBase) else _line_chunks(lines)
+    summary = Summary()
+    dead_file = _LazyFile(dead_letter_path)
+    try:
+        for first, chunk in chunks:
+            _sanitize_chunk(plan, first, chunk, out, dead_file, source, summary)
+    finally:
+        dead_file.close()
+    out.flush()
+    return summary
+
+
+def _sanitize_chunk(
+    plan: RecordPlan,
+    first: int,
+    lines: list[bytes],
+    out: BinaryIO,
+    dead_file: _LazyFile,
+    source: NoiseSource,
+    summary: Summary,
+) -> None:
+    """One ``process_batch`` call; per-line Python only for blank lines and dead letters."""
+    if all(map(bytes.strip, lines)):  # the usual case: no blank line
+        kept: list[int] | None = None
+        records = lines
+    else:
+        kept = [i for i, line in enumerate(lines) if line.strip()]
+        records = [lines[i] for i in kept]
+    summary.blank_lines += len(lines) - len(records)
+    result = process_batch(plan, records, source)
+    if result.outputs:
+        out.write(b"\n".join(result.outputs) + b"\n")
+    for dead in result.dead_letters:
+        index = dead.index if kept is None else kept[dead.index]
+        raw = lines[index]
+        dead_file.write(_dead_letter_line(first + index, raw, dead.reason, dead.detail))
+        summary.reasons[dead.reason] += 1
+    summary.records_in += len(records)
+    summary.records_out += len(result.outputs)
+
+
+def run_sanitize(
+    plan: RecordPlan,
+    input_path: str | None,
+    output_path: str | None,
+    dead_letter_path: str,
+    source: NoiseSource,
+) -> Summary:
+    check_dead_letter_path(dead_letter_path, output_path)
+    with contextlib.ExitStack() as stack:
+        src = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
+        dst = stack.enter_context(open(output_path, "wb")) if output_path else sys.stdout.buffer
+        return sanitize_stream(plan, src, dst, dead_letter_path, source)

@@ -1,0 +1,342 @@
+"""Field specifications: one model per field kind, discriminated by ``kind``.
+
+A field names its mechanism and its share of the record budget
+(``epsilon: auto`` splits what the explicit fields leave, evenly).
+Mechanism-specific parameters are validated by the same checks the
+mechanisms use (``privstream.mechanisms.validation``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Annotated, Literal, TypeVar, get_args
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
+
+from privstream.errors import MechanismError
+from privstream.mechanisms import validation
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def _pydantic(check: Callable[[T], R]) -> AfterValidator:
+    """Reuse a mechanisms.validation check; its message becomes the config error."""
+
+    def run(value: T) -> R:
+        try:
+            return check(value)
+        except MechanismError as exc:
+            raise ValueError(str(exc)) from None
+
+    return AfterValidator(run)
+
+
+Epsilon = Annotated[float, _pydantic(validation.check_epsilon)]
+Delta = Annotated[float, _pydantic(validation.check_delta)]
+Bounds = Annotated[tuple[float, float], _pydantic(validation.check_bounds)]
+IntegerBounds = Annotated[tuple[float, float], _pydantic(validation.check_integer_bounds)]
+DomainValue = StrictStr | StrictInt
+Domain = Annotated[tuple[DomainValue, ...], _pydantic(validation.check_domain)]
+Universe = Annotated[tuple[StrictStr, ...], _pydantic(validation.check_domain)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+#: an L2 radius (``l2_bound``, ``rkhs_radius``): > 0 and within ``2**1002`` (validation docstring)
+Radius = Annotated[PositiveFloat, _pydantic(lambda r: validation.check_magnitude(r, "radius"))]
+#: the name of another field of the record (``memoize_by``)
+MemoField = Annotated[StrictStr, Field(min_length=1)]
+#: kinds whose values can be a memo (a JSON string or integer identifying the individual)
+MEMO_KINDS = ("drop", "public", "integer", "categorical")
+#: truncation draws one word per item after the mechanism's one per universe item, and a
+#: record's stream holds 2**17 words per field
+MAX_TRUNCATED_UNIVERSE = 2**16
+#: ``memo_identity: message_key``: the Kafka message key names the device
+MemoIdentity = Literal["message_key"]
+
+
+def _epsilon_share(value: object) -> float | Literal["auto"]:
+    if value == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError("epsilon must be a number > 0 or auto")
+    try:
+        return validation.check_epsilon(float(value))
+    except (ValueError, MechanismError) as exc:
+        raise ValueError(
+            str(exc) if isinstance(exc, MechanismError) else "epsilon must be a number > 0 or auto"
+        ) from None
+
+
+EpsilonShare = Annotated[float | Literal["auto"], PlainValidator(_epsilon_share)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _NamedField(Strict):
+    name: str = Field(min_length=1)
+
+
+class DropField(_NamedField):
+    """Never released: removed from the output."""
+
+    kind: Literal["drop"]
+
+
+class PublicField(_NamedField):
+    """Released as is. Only for values that are not personal (a timestamp, a sequence)."""
+
+    kind: Literal["public"]
+    #: copy objects and arrays too; by default only strings, numbers, booleans and null pass,
+    #: so personal data nested under a public field by an upstream change never leaks
+    allow_nested: bool = False
+
+
+class _NoisedField(_NamedField):
+    epsilon: EpsilonShare
+    delta: Delta = 0.0
+
+
+class RealField(_NoisedField):
+    """A bounded real: clamped into ``bounds`` then noised on a power-of-two grid."""
+
+    kind: Literal["real"]
+    bounds: Bounds
+    mechanism: Literal["laplace", "gaussian"] = "laplace"
+    #: laplace: tight (default) | thesis; gaussian: analytic (default) | classical
+    calibration: Literal["tight", "thesis", "analytic", "classical"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_calibration(cls, data: object) -> object:
+        if isinstance(data, dict) and "calibration" not in data:
+            default = "analytic" if data.get("mechanism") == "gaussian" else "tight"
+            return {**data, "calibration": default}
+        return data
+
+    @model_validator(mode="after")
+    def _calibration_fits_mechanism(self) -> RealField:
+        allowed = {"laplace": ("tight", "thesis"), "gaussian": ("analytic", "classical")}
+        options = allowed[self.mechanism]
+        if self.calibration not in options:
+            raise ValueError(
+                f"calibration {self.calibration!r} does not apply to {self.mechanism}; "
+                f"use one of {', '.join(options)}"
+            )
+        if self.mechanism == "gaussian" and self.delta == 0.0:
+            raise ValueError("the gaussian mechanism needs delta > 0; set delta or use laplace")
+        return self
+
+
+class IntegerField(_NoisedField):
+    """A bounded integer counter: clamped, then discrete Laplace noise."""
+
+    kind: Literal["integer"]
+    bounds: IntegerBounds
+    mechanism: Literal["discrete_laplace"] = "discrete_laplace"
+
+
+class CategoricalField(_NoisedField):
+    """A value from a finite domain (randomized response, exponential) or an open one (hashing).
+
+    ``exponential`` uses the domain's declared order (``privstream.mechanisms.exponential``).
+    ``auto`` (the default) picks randomized response or local hashing by their estimator
+    variance at the field's resolved epsilon (``privstream.kinds.auto``); without a domain
+    it is local hashing.
+    """
+
+    kind: Literal["categorical"]
+    domain: Domain | None = None
+    mechanism: Literal["auto", "randomized_response", "local_hashing", "exponential"] = "auto"
+    #: map a value outside the domain to this domain value instead of dead-lettering
+    unknown_as: DomainValue | None = None
+    #: permanent randomized response keyed by the Kafka message key (trusted: set by the
+    #: collector from an authenticated session), see ``_Memoizable``
+    memo_identity: MemoIdentity | None = None
+    #: permanent randomized response keyed by a record field: forgeable by any writer, so
+    #: only with ``memo_identity_trusted: true``; checked against the other fields by AppConfig
+    memoize_by: MemoField | None = None
+    memo_identity_trusted: bool = False
+
+    @model_validator(mode="after")
+    def _domain_fits_mechanism(self) -> CategoricalField:
+        if self.mechanism not in ("local_hashing", "auto") and self.domain is None:
+            raise ValueError(f"{self.mechanism} needs a domain; list it or use local_hashing")
+        if self.mechanism == "auto" and self.domain is None and self.delta != 0.0:
+            raise ValueError(
+                "auto without a domain is local_hashing, which is pure epsilon-DP; "
+                "set delta to 0 or list the domain"
+            )
+        if self.mechanism == "exponential" and self.delta != 0.0:
+            raise ValueError("exponential is pure epsilon-DP; set delta to 0")
+        if self.mechanism == "local_hashing" and (self.domain is not None or self.unknown_as):
+            raise ValueError("local_hashing takes any string; remove domain and unknown_as")
+        if self.mechanism == "local_hashing" and self.delta != 0.0:
+            raise ValueError("local_hashing is pure epsilon-DP; set delta to 0")
+        if self.unknown_as is not None and self.unknown_as not in (self.domain or ()):
+            raise ValueError(
+                f"unknown_as {self.unknown_as!r} is not in the domain; add it to the domain"
+            )
+        return self
+
+
+class BooleanField(_NoisedField):
+    """A JSON true/false: randomized response with m = 1."""
+
+    kind: Literal["boolean"]
+    mechanism: Literal["randomized_response"] = "randomized_response"
+    #: permanent randomized response, as for categorical fields
+    memo_identity: MemoIdentity | None = None
+    memoize_by: MemoField | None = None
+    memo_identity_trusted: bool = False
+
+
+class SetField(_NoisedField):
+    """A set of items from a finite universe (a list of strings), unary encoding."""
+
+    kind: Literal["set"]
+    universe: Universe
+    max_items: int = Field(ge=1)
+    mechanism: Literal["unary_encoding"] = "unary_encoding"
+    variant: Literal["optimized", "symmetric"] = "optimized"
+    #: items outside the universe: dead-letter the record, or drop those items and release
+    on_unknown: Literal["dead_letter", "drop"] = "dead_letter"
+    #: more than max_items distinct items: dead-letter, or release a uniformly random
+    #: subset of max_items of them (drawn from the record's noise stream)
+    on_too_many: Literal["dead_letter", "truncate"] = "dead_letter"
+
+    @model_validator(mode="after")
+    def _pure(self) -> SetField:
+        if self.delta != 0.0:
+            raise ValueError("unary_encoding is pure epsilon-DP; set delta to 0")
+        if self.on_too_many == "truncate" and len(self.universe) > MAX_TRUNCATED_UNIVERSE:
+            raise ValueError(
+                f"on_too_many: truncate supports a universe of at most "
+                f"{MAX_TRUNCATED_UNIVERSE} items (it has {len(self.universe)}); "
+                "use on_too_many: dead_letter or a smaller universe"
+            )
+        return self
+
+
+class VectorField(_NoisedField):
+    """A fixed-length numeric vector, clipped to an L2 ball, Gaussian noise."""
+
+    kind: Literal["vector"]
+    dimension: int = Field(ge=1, le=65_536)
+    l2_bound: Radius
+    mechanism: Literal["gaussian"] = "gaussian"
+    calibration: Literal["analytic", "classical"] = "analytic"
+
+
+class FunctionalField(_NoisedField):
+    """A function sampled on a fixed grid: RKHS clipping and Gaussian-process noise."""
+
+    kind: Literal["functional"]
+    grid: tuple[float, ...] = Field(min_length=1, max_length=4096)
+    bandwidth: PositiveFloat
+    rkhs_radius: Radius
+    mechanism: Literal["gaussian_process"] = "gaussian_process"
+    #: thesis: sqrt(2 ln(2/delta)) 2R/eps, eps <= 1; analytic: any eps
+    calibration: Literal["thesis", "analytic"] = "thesis"
+
+
+NoisedField = (
+    RealField
+    | IntegerField
+    | CategoricalField
+    | BooleanField
+    | SetField
+    | VectorField
+    | FunctionalField
+)
+FieldConfig = Annotated[DropField | PublicField | NoisedField, Field(discriminator="kind")]
+#: every field model, in the order of the union (a new kind is added to the union only)
+FIELD_MODELS: tuple[type[_NamedField], ...] = get_args(get_args(FieldConfig)[0])
+FIELD_KINDS: tuple[str, ...] = tuple(
+    get_args(model.model_fields["kind"].annotation)[0] for model in FIELD_MODELS
+)
+
+
+def mechanisms_of(model: type[_NamedField]) -> tuple[str, ...]:
+    """The ``mechanism`` values a field model accepts (none for drop and public)."""
+    field = model.model_fields.get("mechanism")
+    return () if field is None else tuple(get_args(field.annotation))
+
+
+#: why a record field is no memo identity unless the operator vouches for its writers
+FORGEABLE = (
+    "any writer of the raw topic can put a victim's id in that field and send candidate "
+    "values: each probe's answer is the victim's memoized answer for that value, which "
+    "gives the value away whatever the epsilon"
+)
+
+
+def _memo_problem(spec: _NamedField, kinds: dict[str, str]) -> tuple[str, str] | None:
+    """(option, message) of the first memo problem of one field, or None."""
+    memo = getattr(spec, "memoize_by", None)
+    by_key = getattr(spec, "memo_identity", None) is not None
+    trusted = getattr(spec, "memo_identity_trusted", False)
+    if memo is None:
+        if trusted:
+            return "memo_identity_trusted", "applies to memoize_by only; remove it"
+        return None
+    if by_key:
+        return "memoize_by", "give memo_identity: message_key or memoize_by, not both"
+    if not trusted:
+        return "memoize_by", (
+            f"memoize_by reads the device id from field {memo!r}, and {FORGEABLE}; use "
+            "memo_identity: message_key (the Kafka message key, set by an authenticated "
+            "collector), or set memo_identity_trusted: true if no untrusted party writes "
+            "the topic"
+        )
+    if memo == spec.name:
+        return "memoize_by", (
+            "a field cannot be memoized by itself; name the field that identifies "
+            "the device, e.g. a device id of kind drop"
+        )
+    if memo not in kinds:
+        return "memoize_by", (
+            f"no field named {memo!r}; list the device id field "
+            "(kind drop keeps it out of the output) or fix the name"
+        )
+    if kinds[memo] not in MEMO_KINDS:
+        return "memoize_by", (
+            f"field {memo!r} is of kind {kinds[memo]}, which cannot hold a device id; "
+            f"memoize by a field of kind {', '.join(MEMO_KINDS[:-1])} or {MEMO_KINDS[-1]}"
+        )
+    return None
+
+
+def check_memo_references(fields: Sequence[_NamedField]) -> None:
+    """Every ``memoize_by`` is vouched for and names another field that can hold a device id.
+
+    Raises a ValidationError located at ``fields[i].<option>`` (one entry per
+    problem), so the loader reports ``fields[3] (state).memoize_by: ...``.
+    """
+    kinds = {spec.name: getattr(spec, "kind", "") for spec in fields}
+    problems: list[InitErrorDetails] = []
+    for position, spec in enumerate(fields):
+        problem = _memo_problem(spec, kinds)
+        if problem is None:
+            continue
+        option, message = problem
+        problems.append(
+            InitErrorDetails(
+                type=PydanticCustomError("memoize_by", message),
+                loc=("fields", position, option),
+                input=getattr(spec, option),
+            )
+        )
+    if problems:
+        # a model validator cannot locate a ValueError; a ValidationError passes through
+        raise ValidationError.from_exception_data("AppConfig", problems)

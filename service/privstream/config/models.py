@@ -1,0 +1,160 @@
+"""The configuration tree: frozen pydantic models, unknown keys rejected.
+
+The config describes *what* to release. It knows nothing of Kafka clients or
+of mechanism objects; ``privstream.pipeline.plan`` turns it into mechanisms.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from privstream.config.fields import Delta, Epsilon, FieldConfig, Strict
+
+
+class SecurityConfig(Strict):
+    """How the clients authenticate the broker and themselves.
+
+    Credentials never live in this file: the password comes from
+    ``password_file`` (e.g. a mounted Kubernetes Secret) or the environment
+    (``privstream.config.runtime``).
+    """
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    #: PEM CA bundle that signs the broker's certificate (default: the system store)
+    ca_file: Path | None = None
+    #: client certificate and key (PEM) for mutual TLS
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    check_hostname: bool = True
+    sasl_mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"] = "SCRAM-SHA-512"
+    username: str | None = None
+    password_file: Path | None = None
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SecurityConfig:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together (mutual TLS needs both)")
+        tls_only = [name for name in ("ca_file", "cert_file") if getattr(self, name) is not None]
+        if tls_only and not self.uses_tls:
+            raise ValueError(
+                f"{' and '.join(tls_only)} given but protocol is {self.protocol}: "
+                "use SSL or SASL_SSL"
+            )
+        return self
+
+
+class KafkaConfig(Strict):
+    """Where records come from and go to, and how they are delivered."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    input_topic: str = Field(min_length=1)
+    output_topic: str = Field(min_length=1)
+    dead_letter_topic: str = Field(min_length=1)
+    group_id: str = Field(default="privstream", min_length=1)
+    client_id: str = "privstream"
+    max_batch_records: int = Field(default=2000, ge=1, le=100_000)
+    poll_timeout_ms: int = Field(default=500, ge=1, le=60_000)
+    #: bound on the raw bytes fetched ahead of processing (the consumer's fetch_max_bytes)
+    max_batch_bytes: int = Field(default=16 * 2**20, ge=2**16, le=2**30)
+    #: the largest message the producer sends (the broker's message.max.bytes)
+    max_message_bytes: int = Field(default=2**20, ge=2**10, le=2**30)
+    #: exactly-once: one transaction per batch holding its outputs and consumed offsets
+    transactions: bool = True
+    #: the transactional id is ``<prefix>-<replica id>``, stable across restarts
+    transactional_id_prefix: str = Field(default="privstream", min_length=1)
+    #: enters every noise key: set a new one when the input topic is re-created, or when a
+    #: second cluster with a topic of the same name shares the noise key (docs: Operations)
+    noise_domain: str = ""
+    transaction_timeout_ms: int = Field(default=60_000, ge=1_000, le=900_000)
+    session_timeout_ms: int = Field(default=10_000, ge=1_000, le=300_000)
+    #: how long SIGTERM waits for the batch in flight before abandoning it
+    drain_timeout_ms: int = Field(default=30_000, ge=0, le=600_000)
+    security: SecurityConfig = SecurityConfig()
+
+    @model_validator(mode="after")
+    def _distinct_topics(self) -> KafkaConfig:
+        topics = [self.input_topic, self.output_topic, self.dead_letter_topic]
+        if len(set(topics)) != 3:
+            raise ValueError(
+                "input_topic, output_topic and dead_letter_topic must be three different topics"
+            )
+        return self
+
+
+class PrivacyConfig(Strict):
+    """The per-record budget that the fields' shares must fit into."""
+
+    epsilon: Epsilon
+    delta: Delta = 0.0
+    #: one individual may stand behind up to this many records (correlated records)
+    group_size: int = Field(default=1, ge=1, le=10_000)
+
+
+class HttpConfig(Strict):
+    """The /metrics, /healthz and /readyz endpoint."""
+
+    #: loopback by default (no authentication); a pod or container sets 0.0.0.0 explicitly
+    host: str = "127.0.0.1"
+    port: int = Field(default=9400, ge=0, le=65535)
+
+
+class ClampedCountsConfig(Strict):
+    """Per-field counts of clamped raw values, released with noise per fixed window."""
+
+    #: per record, all fields together (discrete Laplace, one window per record)
+    epsilon: Epsilon
+    window_seconds: float = Field(default=60.0, ge=1.0, le=86_400.0)
+
+
+class MetricsConfig(Strict):
+    """What /metrics exports beyond the service counters (docs/metrics.md)."""
+
+    #: shadow draws per measured field and round, for the error-versus-gamma metrics
+    canaries: int = Field(default=32, ge=1, le=4096)
+    #: at most one round per this many seconds, after a committed batch (0: every batch)
+    canary_interval_seconds: float = Field(default=1.0, ge=0.0, le=3600.0)
+    #: label dead letters by reason code: a function of the raw record, so off by default
+    dead_letter_reasons: bool = False
+    #: clamped counts are a function of raw values: off (None) unless given an epsilon
+    clamped_counts: ClampedCountsConfig | None = None
+
+    @field_validator("clamped_counts", mode="before")
+    @classmethod
+    def _no_plain_switch(cls, value: object) -> object:
+        if value is False:
+            return None
+        if value is True:
+            raise ValueError(
+                "clamped counts are released with noise: give {epsilon: 0.1, "
+                "window_seconds: 60} (their epsilon adds to the record's) or leave them off"
+            )
+        return value
+
+
+class AppConfig(Strict):
+    """The whole privstream configuration."""
+
+    kafka: KafkaConfig
+    privacy: PrivacyConfig
+    fields: tuple[FieldConfig, ...]
+    http: HttpConfig = HttpConfig()
+    metrics: MetricsConfig = MetricsConfig()
+
+    @model_validator(mode="after")
+    def _memoize_by_names_a_device_field(self) -> AppConfig:
+        # cross-field: memoize_by must name another field that can hold a device id
+        from privstream.config.fields import check_memo_references
+
+        check_memo_references(self.fields)
+        return self

@@ -1,0 +1,256 @@
+"""The estimate report: one JSON-ready dict, and its table rendering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from privstream.estimate.accumulators import Options
+from privstream.estimate.aggregate import StreamAggregate, TruthAggregate
+
+
+def build_report(
+    stream: StreamAggregate,
+    source: dict[str, Any],
+    options: Options,
+    truth: TruthAggregate | None = None,
+    truth_path: str | None = None,
+) -> dict[str, Any]:
+    """Every field's estimates (the estimator functions of ``privstream.mechanisms``)."""
+    fields = []
+    for acc in stream.fields:
+        known = truth.truths.get(acc.name) if truth is not None else None
+        fields.append(acc.report(options, known))
+    report: dict[str, Any] = {
+        "source": source,
+        "config_sha256": stream.plan.config_sha256,
+        "records_read": stream.records,
+        "records_skipped": dict(sorted(stream.skipped.items())),
+        "confidence": options.confidence,
+        "intervals": (
+            "normal intervals estimate +- z stderr; stderr is the noise's, given the records "
+            "(what the records hold); *_population intervals also carry the spread between "
+            "records (records as iid draws from a population)"
+        ),
+        "truth": None,
+        "fields": fields,
+    }
+    if truth is not None:
+        report["truth"] = {
+            "path": truth_path,
+            "records": truth.records,
+            "skipped": dict(sorted(truth.skipped.items())),
+        }
+    return report
+
+
+def impossible_values(report: dict[str, Any]) -> list[str]:
+    """One line per field whose values its mechanism cannot have released.
+
+    A sanitized value is impossible when it is malformed for the field (not
+    a bool for a boolean, a category outside the domain, a non-number for a
+    number: counted as ``invalid``) or, for real and integer fields, off the
+    mechanism's output grid. Either means the input is not (only) this
+    config's output: raw records, another release, or edited data.
+    """
+    lines = []
+    for entry in report["fields"]:
+        invalid = entry["skipped"].get("invalid", 0)
+        off_grid = entry.get("off_grid", 0)
+        if invalid:
+            lines.append(
+                f"field {entry['name']}: {invalid:,} values impossible under this config "
+                f"(not a {entry['kind']} value {entry['mechanism']} can release; skipped): "
+                "is the input raw or from another config?"
+            )
+        if off_grid:
+            lines.append(
+                f"field {entry['name']}: {off_grid:,} of {entry['records']:,} values are off "
+                f"the {entry['mechanism']} output grid (impossible under this config; "
+                "counted anyway): is the input raw or from another config?"
+            )
+    return lines
+
+
+def _f(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _g(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _ci(pair: list[Any], fmt: Any = _f) -> str:
+    low, high = pair
+    if low is None or high is None:
+        return "-"
+    return f"[{fmt(low)}, {fmt(high)}]"
+
+
+def _columns(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+        lines.append(indent + "  ".join(cells).rstrip())
+    return lines
+
+
+def _skips(skipped: dict[str, int]) -> str:
+    return ", ".join(f"{reason} {count}" for reason, count in skipped.items())
+
+
+def _source_line(report: dict[str, Any]) -> str:
+    source = report["source"]
+    where = (
+        f"topic {source['topic']} ({source.get('partitions', '?')} partitions, read_committed)"
+        if source.get("type") == "topic"
+        else str(source.get("path", "stdin"))
+    )
+    text = f"privstream estimate: {report['records_read']:,} records from {where}"
+    if source.get("records_without_config_header"):
+        text += (
+            f" ({source['records_without_config_header']:,} without a "
+            "privstream-config-sha256 header, read anyway)"
+        )
+    if report["records_skipped"]:
+        text += f"; skipped: {_skips(report['records_skipped'])}"
+    return text
+
+
+def _frequency_lines(entry: dict[str, Any], level: str) -> list[str]:
+    rows = sorted(entry.get("frequencies", []), key=lambda r: -r["estimate"])
+    if not rows:
+        return []
+    has_raw = any("raw_share" in r for r in rows)
+    has_true = any("true" in r for r in rows)
+    header = ["value", "estimate", "stderr", f"{level} CI"]
+    header += ["raw share"] if has_raw else []
+    header += ["true"] if has_true else []
+    table = [tuple(header)]
+    for r in rows:
+        cells = [str(r["value"]), _f(r["estimate"]), _f(r["stderr"]), _ci(r["ci"])]
+        cells += [_f(r.get("raw_share"))] if has_raw else []
+        cells += [_f(r.get("true"))] if has_true else []
+        table.append(tuple(cells))
+    return [f"  {entry['estimator']}; sorted by estimate", *_columns(table)]
+
+
+def _mean_lines(entry: dict[str, Any], level: str) -> list[str]:
+    mean = entry.get("mean")
+    if mean is None:
+        return []
+    lines = [
+        f"  mean {_g(mean['estimate'])}  stderr {_g(mean['stderr'])}  {level} CI "
+        f"{_ci(mean['ci'], _g)} (noise only: the mean of these records' clamped values)",
+        f"       {level} CI {_ci(mean['ci_population'], _g)} with the spread between records "
+        f"(a population's mean; stderr {_g(mean['stderr_population'])})",
+    ]
+    if "true" in mean:
+        lines.append(
+            f"       true: {_g(mean['true'])} clamped, {_g(mean['true_unclamped'])} unclamped "
+            f"({mean['true_outside_bounds']} values outside the bounds)"
+        )
+    return lines
+
+
+def _histogram_lines(entry: dict[str, Any]) -> list[str]:
+    hist = entry.get("histogram")
+    if hist is None:
+        return []
+    has_true = any("true" in b for b in hist["bins"])
+    table: list[tuple[str, ...]] = [
+        ("bin", "estimate", "stderr", "noisy share", *(("true",) if has_true else ()))
+    ]
+    for b in hist["bins"]:
+        if hist["integer_bins"]:
+            span = (
+                f"{b['lower']:g}" if b["lower"] == b["upper"] else f"{b['lower']:g}..{b['upper']:g}"
+            )
+        else:
+            span = f"[{b['lower']:.6g}, {b['upper']:.6g})"
+        if b.get("unreliable"):
+            cells = (span, "withheld", "-", _f(b["noisy_share"]))
+        else:
+            cells = (span, _f(b["estimate"]), _f(b["stderr"]), _f(b["noisy_share"]))
+        table.append(cells + ((_f(b.get("true")),) if has_true else ()))
+    lines = [f"  histogram: {hist['method']}", *_columns(table, "    ")]
+    withheld = [b for b in hist["bins"] if b.get("unreliable")]
+    if withheld:
+        lines.append(
+            f"    {len(withheld)} of {len(hist['bins'])} bins withheld: too fine for these "
+            f"records and this epsilon ({withheld[0]['unreliable']}); a bin is shown when "
+            "the noise resolves bins this wide, its stderr is at most 1/(2 bins) and its "
+            "estimated bias at most its stderr: try fewer --bins, or more records; the mean "
+            "above is unbiased"
+        )
+    low, high = hist["at_bounds"]
+    if low or high:
+        err_low, err_high = hist["at_bounds_stderr"]
+        lines.append(
+            f"    of which point masses at the bounds: lower {_f(low)} (stderr {_f(err_low)}), "
+            f"upper {_f(high)} (stderr {_f(err_high)})"
+        )
+    return lines
+
+
+def _curve_lines(entry: dict[str, Any], level: str) -> list[str]:
+    curve = entry.get("curve")
+    if curve is None:
+        return []
+    has_true = "true" in curve
+    table: list[tuple[str, ...]] = [
+        (
+            "point",
+            "mean",
+            "stderr",
+            f"{level} CI",
+            "population CI",
+            *(("true",) if has_true else ()),
+        )
+    ]
+    for i, point in enumerate(curve["points"]):
+        cells = (
+            f"{point:g}",
+            _g(curve["mean"][i]),
+            _g(curve["stderr"][i]),
+            _ci([curve["ci_low"][i], curve["ci_high"][i]], _g),
+            _ci([curve["ci_population_low"][i], curve["ci_population_high"][i]], _g),
+        )
+        table.append(cells + ((_g(curve["true"][i]),) if has_true else ()))
+    return _columns(table)
+
+
+def render_table(report: dict[str, Any]) -> str:
+    level = f"{report['confidence']:.0%}"
+    lines = [_source_line(report)]
+    truth = report.get("truth")
+    if truth:
+        text = f"truth: {truth['records']:,} raw records from {truth['path']}"
+        if truth["skipped"]:
+            text += f" (skipped as the sanitizer would: {_skips(truth['skipped'])})"
+        lines.append(text)
+    for entry in report["fields"]:
+        lines.append("")
+        head = (
+            f"{entry['name']}  {entry['kind']}  {entry['mechanism']}  "
+            f"eps={entry['epsilon']:g} delta={entry['delta']:g}  n={entry['records']:,}"
+        )
+        if entry["skipped"]:
+            head += f"  (skipped: {_skips(entry['skipped'])})"
+        lines.append(head)
+        if entry["records"] == 0:
+            lines.append("  no usable values")
+        lines += _frequency_lines(entry, level)
+        lines += _mean_lines(entry, level)
+        lines += _histogram_lines(entry)
+        lines += _curve_lines(entry, level)
+        lines += [f"  note: {note}" for note in entry["notes"]]
+    return "\n".join(lines)

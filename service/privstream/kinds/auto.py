@@ -1,0 +1,63 @@
+"""Resolve ``mechanism: auto`` of a categorical field before its registration is looked up.
+
+The choice (``privstream.mechanisms.selection``) uses the domain size and the
+field's resolved (epsilon, delta) only. What only randomized response can
+do narrows the candidates to it:
+
+* ``delta > 0`` (local hashing is pure epsilon-DP);
+* a domain with integer values (local hashing hashes strings).
+
+Without a domain, ``auto`` is local hashing, the only mechanism for an open
+domain. With a domain, local hashing enforces it exactly as randomized
+response does: values outside it are dead-lettered, or mapped to
+``unknown_as`` (``HashedHandler``). The resolved spec carries the chosen
+mechanism, so the release id (its ``spec`` dump) names it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from privstream.config import FieldConfig, Guarantee
+from privstream.config.fields import CategoricalField
+from privstream.mechanisms.selection import VARIANCE_N, frequency_variances, least_variance
+
+#: declared mechanisms compared with auto's choice (``explain`` warns past this ratio)
+WARN_RATIO = 1.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class AutoChoice:
+    """What ``auto`` picks for one categorical field, and why."""
+
+    mechanism: str
+    #: summed frequency-vector variance of each candidate at ``n`` records (selection)
+    variances: dict[str, float]
+    n: int = VARIANCE_N
+    #: why the candidates were narrowed, or None
+    restricted: str | None = None
+
+
+def auto_choice(spec: CategoricalField, share: Guarantee) -> AutoChoice:
+    """The mechanism ``auto`` gives this field at its resolved share."""
+    if spec.domain is None:
+        return AutoChoice(mechanism="local_hashing", variances={}, restricted="no domain")
+    variances = frequency_variances(len(spec.domain), share.epsilon, share.delta)
+    restricted = None
+    if share.delta > 0.0:
+        restricted = "delta > 0: randomized_response only"
+    elif any(not isinstance(value, str) for value in spec.domain):
+        restricted = "integer domain values: randomized_response only"
+        variances = {"randomized_response": variances["randomized_response"]}
+    return AutoChoice(
+        mechanism=least_variance(variances), variances=variances, restricted=restricted
+    )
+
+
+def resolve_auto(spec: FieldConfig, share: Guarantee | None) -> FieldConfig:
+    """The spec with ``mechanism: auto`` replaced by the chosen mechanism (others unchanged)."""
+    if not isinstance(spec, CategoricalField) or spec.mechanism != "auto" or share is None:
+        return spec
+    chosen = auto_choice(spec, share).mechanism
+    # no re-validation: a chosen local_hashing keeps the domain and unknown_as it enforces
+    return spec.model_copy(update={"mechanism": chosen})

@@ -1,0 +1,132 @@
+"""What one field kind registers: a ``FieldKind`` bundling every per-kind part.
+
+The plan (``privstream.pipeline.plan``), the fast path (``batch``, ``encode``),
+``estimate``, ``audit`` and ``explain`` ask a field's ``FieldKind`` and
+switch on nothing. A registration is keyed by the config's ``kind`` and
+``mechanism`` (``None`` for a kind without one, ``public``); a noised kind
+must give every part, a missing one is a ``RegistryError`` when the
+registry loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from numpy.typing import NDArray
+
+from privstream.config import Guarantee
+from privstream.errors import RegistryError
+from privstream.pipeline.columns import ColumnParser
+from privstream.pipeline.handlers import FieldHandler
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from privstream.audit.sampling import MemoStyle
+    from privstream.audit.targets import Target
+    from privstream.estimate.accumulators import Accumulator, Options
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoSupport:
+    """How a kind's memo token is built (``privstream.pipeline.plan.MemoPlan``).
+
+    The token holds the *true value*, never a position: for a kind whose
+    ``parse`` returns a domain position, ``domain`` gives the domain the
+    position indexes (its values enter the token); for a kind whose
+    ``parse`` returns the value itself it returns None.
+    """
+
+    domain: Callable[[Any], tuple[Any, ...] | None]
+    #: leading words of each row that depend on the identity only (a hash seed)
+    identity_words: int = 0
+
+
+def mechanism_domain(handler: Any) -> tuple[Any, ...]:
+    """``MemoSupport.domain`` of kinds that parse to positions in their mechanism's domain."""
+    domain: tuple[Any, ...] = handler.mechanism.domain
+    return domain
+
+
+#: what every noised kind must register
+_NOISED_PARTS = ("estimator", "audit_target", "explain")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FieldKind:
+    """One registration: a field kind with one mechanism, and everything the code needs of it."""
+
+    kind: str
+    #: the config's ``mechanism`` value, None for a kind without noise (public)
+    mechanism: str | None
+    #: the pydantic config model (``privstream.config.fields``)
+    model: type[BaseModel]
+    #: (spec, resolved share or None) -> handler: calibrates the mechanism (the factory)
+    build: Callable[[Any, Guarantee | None], FieldHandler]
+    #: the fast path's column parser (``privstream.pipeline.columns``)
+    column: ColumnParser
+    #: the JSON text of each released value of a column (``privstream.pipeline.encode``)
+    texts: Callable[[Any, list[Any]], list[bytes]]
+    #: how the audit makes distinct memo values for a field of this kind (None: cannot)
+    memo_style: Callable[[Any], MemoStyle | None]
+    #: memo tokens; None: the kind cannot be memoized
+    memo: MemoSupport | None = None
+    #: (handler, kind, options) -> the ``estimate`` accumulator; None only without noise
+    estimator: Callable[[Any, str, Options], Accumulator] | None = None
+    #: handler -> the audit's worst-case inputs and test sets; None only without noise
+    audit_target: Callable[[Any], Target] | None = None
+    #: handler -> roughly how many noise words and output numbers one record costs
+    audit_width: Callable[[Any], int] = lambda handler: 3
+    #: handler -> the ``explain`` entry of its mechanism; None only without noise
+    explain: Callable[[Any], dict[str, Any]] | None = None
+    #: (handler, count) -> canary inputs for the error metrics (``privstream.pipeline.canary``);
+    #: None: the kind's error is not measured
+    canary: Callable[[Any, int], NDArray[Any]] | None = None
+    #: (handler, candidate values) -> those the field can never report; None: the kind
+    #: takes no ``estimate --candidates`` (it estimates its whole domain)
+    candidates: Callable[[Any, tuple[str, ...]], list[str]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.mechanism is None:
+            return
+        missing = [part for part in _NOISED_PARTS if getattr(self, part) is None]
+        if missing:
+            raise RegistryError(
+                f"field kind {self.label}: the registration lacks {', '.join(missing)}; "
+                "a noised kind must give its estimator and audit target (privstream.kinds)"
+            )
+
+    @property
+    def label(self) -> str:
+        return self.kind if self.mechanism is None else f"{self.kind} ({self.mechanism})"
+
+    @property
+    def key(self) -> tuple[str, str | None]:
+        return (self.kind, self.mechanism)
+
+
+def calibrated(kind: FieldKind | str, share: Guarantee | None) -> tuple[float, float]:
+    """(epsilon, delta) of a noised field's share; a noised field always has one."""
+    if share is None:
+        label = kind if isinstance(kind, str) else kind.label
+        raise RegistryError(f"field kind {label}: built without a budget share")
+    return share.epsilon, share.delta
+
+
+def describe(handler: FieldHandler) -> dict[str, Any]:
+    """The ``explain`` entry of a handler's mechanism, read from the mechanism object."""
+    mech = handler.mechanism
+    if mech is None:
+        raise RegistryError(f"field {handler.name!r}: describe needs a mechanism")
+    return {
+        "mechanism": mech.name,
+        "epsilon": mech.epsilon,
+        "delta": mech.delta,
+        "estimator_variance_n1000": mech.estimator_variance(1000),
+        "params": mech.params(),
+        "expected_error": mech.expected_error,
+        "gamma_lower_bound": mech.gamma_lower_bound,
+        "metric": mech.metric,
+    }

@@ -1,0 +1,407 @@
+r"""Discrete Laplace (two-sided geometric) noise on the integers, sampled exactly.
+
+``P(Z = z) = (1 - a)/(1 + a) * a^|z|`` with ``a = e^(-1/t)``, ``t > 0``.
+
+Exact privacy profile for integer sensitivity ``Delta >= 1``. With
+``q(z) = p(z - Delta)`` the privacy loss is ``ln p/q = (|z - Delta| - |z|)/t``:
+``eps0 = Delta/t`` for ``z <= 0``, ``(Delta - 2z)/t`` in between, ``-eps0`` for
+``z >= Delta``. It exceeds ``eps`` exactly for ``z <= z*``, the largest
+integer below ``(Delta - eps t)/2``, so the hockey-stick divergence is::
+
+    delta(eps) = F(z*) - e^eps F(z* - Delta)
+
+with the CDF ``F(z) = a^-z/(1+a)`` for ``z <= 0`` and
+``1 - a^(z+1)/(1+a)`` for ``z >= 0``. ``delta(eps) = 0`` iff ``eps >= eps0``.
+
+Moments: ``E|Z| = 2a/(1 - a^2)``, ``Var Z = 2a/(1 - a)^2``, ``P(Z = 0) = (1-a)/(1+a)``.
+
+The sampler as implemented (``GeometricSampler``)
+-------------------------------------------------
+``Z = G1 - G2`` with independent geometrics ``P(G = k) = (1 - a) a^k``. No
+floating-point ``log`` decides an outcome: every outcome is a range of whole
+64-bit words between integer thresholds, so the implemented pmf is an exact
+rational that the construction bounds.
+
+*Decomposition.* ``a^k`` factorises over any mixed-radix expansion of ``k``,
+so with ``k = sum_j 4096^j D_j + 2^S (K R + h)`` (``D_j`` in ``[0, 4096)``
+for ``j < S/12``, ``h`` in ``[0, K)``, ``R >= 0``) the components of a
+geometric are *independent*: ``P(D_j = l) ~ b_j^l`` (``b_j = a^(4096^j)``),
+``P(h = l) ~ b^l`` (``b = a^(2^S)``) and ``P(R >= r) = b^(K r)``. ``S`` is the
+least multiple of 12 with ``t / 2^S <= 2^12`` and ``K = ceil(4 t / 2^S)``, so
+``b^K <= e^-4``. Each ``D_j`` and each round of the head ``(h, R)`` reads one
+word ``w``: its value is ``#{l : C_l <= w}`` for increasing integer
+thresholds ``C_l``; in the head, ``w >= 2^64 - T`` (``T`` words) means
+"extend": ``R`` grows by one and the next word of the row's stream
+(``more_words``) starts a new round. ``R`` is unbounded, so the support is
+all of ``N`` and the same for every input (a row still extending after 4096
+rounds, probability ``e^-16384``, fails the release: an event that does not
+depend on the data, never a truncated output); a round extends with probability
+``T/2^64 <= e^-4``, so a geometric reads ``S/12 + 1.02`` words on average.
+Row ``i`` reads words ``0 .. 2w - 1`` of its stream (``w = S/12 + 1`` per
+geometric), then two more per round while either head extends: what a row
+reads depends on its own words only, so replays read the same words. The
+count ``#{l : C_l <= w}`` is found without a search: a table indexed by the
+word's top 16 bits gives the count below the bucket, and the few thresholds
+inside any bucket (at most ``steps``, known at construction) are compared
+one by one, in integers.
+
+*The realised reference.* ``T = ceil(2^64 a^N)`` (``N = 2^S K``, at least 1)
+defines ``a_ref = (T / 2^64)^(1/N) >= a``: the head extends with probability
+``a_ref^N`` *exactly*. Every threshold is ``C_l = round(2^64 X_l)`` with
+``X_l`` the cumulative mass of the component under ``a_ref`` (computed with
+60-digit ``decimal``, error below ``10^-50``): ``X_l = (1 - b^l)/(1 - b^4096)``
+for a digit, ``1 - b^l`` in the head, whose top threshold ``2^64 - T`` is
+exact. So each cell's word count is within ``1 + 10^-30`` of ``2^64`` times
+its reference mass ``m``, a relative error at most ``xi_c = (1 + 10^-30) /
+(2^64 m_min)`` for the component's smallest cell ``m_min`` (the code rounds
+this up by ``10^-6``), and the
+geometric's pmf satisfies::
+
+    (1 - xi) p_ref(k) <= q(k) <= (1 + xi) p_ref(k),  1 + xi = prod_c (1 + xi_c)
+
+with ``p_ref`` the geometric of parameter ``a_ref``. The cells are never
+small: ``m_min >= ~e^-4 / 2^12`` in the head and ``~e^-1 / 4096`` in a
+digit, so ``xi <= 5e-14``; construction computes ``xi`` and refuses a table
+with ``xi > XI_BOUND = 2^-40``.
+
+*Realised privacy.* ``Z``'s pmf is within ``(1 +- xi)^2`` of the discrete
+Laplace of parameter ``a_ref`` (sum the pointwise bounds over the
+convolution). For neighbours at integer distance ``<= Delta`` and any output
+set ``A``, with ``s = 2 ln((1 + xi)/(1 - xi))``::
+
+    Q_x(A) <= (1+xi)^2 P_x(A) <= (1+xi)^2 (e^(eps-s) P_x'(A) + delta_ref(eps-s))
+           <= e^eps Q_x'(A) + (1+xi)^2 delta_ref(eps - s)
+
+and ``delta_ref(eps - s) = 0`` iff ``Delta / t_ref <= eps - s``. As
+``a_ref >= a`` (``t_ref >= t``) and ``delta`` falls as ``t`` grows, the ideal
+profile at the nominal ``t`` bounds it. ``calibrate`` therefore solves the
+ideal profile at ``eps_c = eps (1 - 2^-40) - 4.0001 XI_BOUND`` and
+``delta_c = delta (1 - 10^-9) / (1 + XI_BOUND)^2 - 10^-15`` (the relative and
+absolute margins cover the float evaluation of the closed form; a
+``delta_c <= 0`` falls back to pure calibration). A declared delta of 0 is a
+realised delta of 0 at every epsilon: for large ``eps/Delta`` the head is one
+cell and ``T`` may be 1 (``a_ref = 2^-64``: realised ``eps <= 44.4 Delta``,
+below the declared one).
+
+*Reported moments* use ``t``; the sampled distribution is within ``(1 +-
+xi)^2`` of the one with ``t_ref``, ``|t_ref / t - 1| < 10^-15``.
+
+References
+----------
+* S. Inusah, T. Kozubowski, *A discrete analogue of the Laplace
+  distribution*, J. Stat. Planning and Inference 136, 2006.
+* A. Ghosh, T. Roughgarden, M. Sundararajan, *Universally utility-maximizing
+  privacy mechanisms*, STOC 2009 (the geometric mechanism).
+* C. Canonne, G. Kamath, T. Steinke, *The discrete Gaussian for differential
+  privacy*, NeurIPS 2020 (exact sampling; why noise must live on a lattice).
+* I. Mironov, *On significance of the least significant bits for
+  differential privacy*, CCS 2012.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Context, Decimal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from privstream.errors import MechanismError
+from privstream.mechanisms.rng import NoiseSource, Words
+
+_BISECTION_STEPS = 200
+#: largest noise parameter served (noise sums stay far inside int64)
+MAX_SCALE = 2.0**40
+#: a-priori bound on the sampler's pointwise relative error, checked at construction
+XI_BOUND = 2.0**-40
+#: calibration margins (module docstring): privacy slack of XI_BOUND, float rounding
+EPSILON_SLACK = 4.0001 * XI_BOUND
+_EPSILON_MARGIN = 2.0**-40
+_DELTA_RELATIVE, _DELTA_ABSOLUTE = 1e-9, 1e-15
+
+PEEL_BITS = 12
+MAX_HEAD_SCALE = 2.0**12
+HEAD_SPAN = 4.0
+_TWO_64 = 1 << 64
+#: rounds of a head before the source is declared broken (each extends w.p. <= e^-4)
+_MAX_ROUNDS = 4096
+_CTX = Context(prec=60)
+
+
+_GUIDE_BITS = 16
+_CHUNK = 32768
+_TOP_WORD = np.uint64(_TWO_64 - 1)
+
+
+class _Level:
+    """One component: a word's value is ``#{l : bounds[l] <= w}``, scaled by ``2^shift``.
+
+    Lookup without search: ``guide[j]`` counts the thresholds below ``j 2^48``
+    (the word's top 16 bits), and at most ``steps`` more thresholds lie in any
+    such bucket, so ``steps`` integer comparisons finish the count exactly.
+    """
+
+    def __init__(self, shift: int, bounds: list[int], xi: float) -> None:
+        self.shift, self.xi = shift, xi
+        self.bounds: NDArray[np.uint64] = np.array(bounds, dtype=np.uint64)
+        probes = np.arange(1 << _GUIDE_BITS, dtype=np.uint64) << np.uint64(64 - _GUIDE_BITS)
+        # int32: the 256 KiB table stays in cache (int64 measured several times slower)
+        self.guide: NDArray[np.int32] = np.searchsorted(self.bounds, probes, side="right").astype(
+            np.int32
+        )
+        last = np.append(probes[1:] - np.uint64(1), _TOP_WORD)
+        self.steps = int((np.searchsorted(self.bounds, last, side="right") - self.guide).max())
+        self.padded: NDArray[np.uint64] = np.append(self.bounds, np.full(self.steps, _TOP_WORD))
+
+    def values(self, words: Words) -> NDArray[np.int64]:
+        flat = np.ravel(words)
+        out = np.empty(flat.shape, dtype=np.int64)
+        # chunks of 32768: temporaries stay in cache and off mmap (page faults measured
+        # costing more than the lookups themselves on whole 200k-value columns)
+        for start in range(0, len(flat), _CHUNK):
+            chunk = flat[start : start + _CHUNK]
+            top = (chunk >> np.uint64(64 - _GUIDE_BITS)).view(np.int64)  # < 2^16
+            index: NDArray[np.int32] = self.guide[top]
+            for _ in range(self.steps):
+                index += self.padded[index] <= chunk
+            np.minimum(index, len(self.bounds), out=index)  # sentinels pass only 2^64 - 1
+            out[start : start + _CHUNK] = index
+        return out.reshape(np.shape(words))
+
+
+def _level(log_a: Decimal, exponent: int, cells: int, extension: int | None) -> _Level:
+    """Thresholds of a component with base ``b = a_ref^exponent`` and ``cells`` cells.
+
+    ``extension`` is ``T`` for the head (top ``T`` words extend), None for a digit.
+    """
+    b = _CTX.exp(_CTX.multiply(log_a, Decimal(exponent)))
+    top = Decimal(1) - _CTX.power(b, cells) if extension is None else Decimal(1)
+    scale = Decimal(_TWO_64)
+    bounds, power = [], Decimal(1)
+    for _ in range(1, cells):
+        power = _CTX.multiply(power, b)
+        cumulative = _CTX.divide(Decimal(1) - power, top)
+        bounds.append(int(_CTX.multiply(cumulative, scale).to_integral_value(ROUND_HALF_EVEN)))
+    if extension is not None:
+        bounds.append(_TWO_64 - extension)
+    smallest = _CTX.divide(_CTX.multiply(_CTX.power(b, cells - 1), Decimal(1) - b), top)
+    xi = float(_CTX.divide(Decimal("1.000001"), _CTX.multiply(smallest, scale)))
+    return _Level(exponent.bit_length() - 1, bounds, xi)
+
+
+class GeometricSampler:
+    """Exact-threshold sampler of ``P(G = k) ~ a_ref^k`` (module docstring)."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+        peel = 0
+        while t / 2.0**peel > MAX_HEAD_SCALE:
+            peel += PEEL_BITS
+        cells = max(1, math.ceil(HEAD_SPAN * t / 2.0**peel))
+        n = cells << peel
+        tail = _CTX.exp(_CTX.divide(Decimal(-n), Decimal(t)))  # a^N, 60 digits
+        raised = _CTX.multiply(
+            _CTX.multiply(tail, Decimal(_TWO_64)), Decimal("1." + "0" * 44 + "1")
+        )
+        self.extension = max(1, int(raised.to_integral_value(ROUND_CEILING)))
+        self.log_a_ref = _CTX.divide(_CTX.ln(Decimal(self.extension) / _TWO_64), Decimal(n))
+        digits = [
+            _level(self.log_a_ref, 1 << (PEEL_BITS * j), 1 << PEEL_BITS, None)
+            for j in range(peel // PEEL_BITS)
+        ]
+        self.levels = (*digits, _level(self.log_a_ref, 1 << peel, cells, self.extension))
+        self.head_jump = n
+        self.xi = math.prod(1.0 + level.xi for level in self.levels) * (1.0 + 1e-15) - 1.0
+        if self.xi > XI_BOUND:
+            raise MechanismError(
+                f"discrete Laplace scale {t:.6g}: the sampler's relative error {self.xi:.3g} "
+                f"exceeds {XI_BOUND:.3g}; narrow the bounds or raise epsilon"
+            )
+
+    @property
+    def t_ref(self) -> float:
+        """The parameter of the reference geometric, ``-1/ln a_ref >= t``."""
+        return float(_CTX.divide(Decimal(-1), self.log_a_ref))
+
+    @property
+    def words_per_geometric(self) -> int:
+        return len(self.levels)
+
+    def geometric(self, words: Words) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+        """First-round values of geometrics, one per row of ``words[..., :width]``.
+
+        Also returns whether each head extends (needs another round).
+        """
+        total, extends = self.head_round(words[..., -1])
+        for column, level in enumerate(self.levels[:-1]):
+            total += level.values(words[..., column]) << level.shift
+        return total, extends
+
+    def head_round(self, words: Words) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+        """One round of the head from one word per row: its value, and whether it extends."""
+        head = self.levels[-1]
+        index = head.values(words)
+        extends = index == len(head.bounds)
+        if head.shift:
+            index <<= head.shift
+        index[extends] = self.head_jump
+        return index, extends
+
+    def difference(self, source: NoiseSource, n: int) -> NDArray[np.int64]:
+        """``G1 - G2`` for ``n`` rows: one ``words`` call, ``more_words`` for extending heads.
+
+        Row ``i`` reads words ``0 .. 2w - 1`` (``w`` per geometric), then words
+        ``2w + 2r`` and ``2w + 2r + 1`` in round ``r`` while either head extends:
+        what a row reads depends on its own words only.
+        """
+        width = self.words_per_geometric
+        words = source.words(n, 2 * width).reshape(n, 2, width)
+        values, extends = self.geometric(words)
+        z = values[:, 0] - values[:, 1]
+        active = np.flatnonzero(extends[:, 0] | extends[:, 1])
+        pending = extends[active]
+        start = 2 * width
+        while len(active):
+            if start >= 2 * (width + _MAX_ROUNDS):  # probability e^-16384 per row: a broken source
+                raise MechanismError(
+                    f"the noise source extended a geometric {_MAX_ROUNDS} times in a row; "
+                    "its words are not uniform"
+                )
+            extra = source.more_words(active, start, 2)
+            value, again = self.head_round(extra)
+            value[~pending] = 0  # a head that has stopped reads nothing more
+            z[active] += value[:, 0] - value[:, 1]
+            pending &= again
+            keep = pending[:, 0] | pending[:, 1]
+            active, pending = active[keep], pending[keep]
+            start += 2
+        return z
+
+
+def _cdf(t: float, z: int) -> float:
+    a = math.exp(-1.0 / t)
+    if z <= 0:
+        return math.exp(z / t) / (1.0 + a)  # a^-z with z <= 0
+    return 1.0 - math.exp(-(z + 1) / t) / (1.0 + a)
+
+
+def ideal_delta(t: float, epsilon: float, sensitivity: int) -> float:
+    """Exact hockey-stick divergence of the ideal discrete Laplace ``t`` (module docstring)."""
+    if epsilon >= sensitivity / t:
+        return 0.0
+    z_star = math.ceil((sensitivity - epsilon * t) / 2.0) - 1
+    # z* - Delta < 0, so e^eps F(z* - Delta) = exp(eps + (z* - Delta)/t) / (1 + a),
+    # an exponent near (eps - eps0)/2 < 0: no overflow even for eps in the hundreds
+    scaled_tail = math.exp(epsilon + (z_star - sensitivity) / t) / (1.0 + math.exp(-1.0 / t))
+    return max(_cdf(t, z_star) - scaled_tail, 0.0)
+
+
+@dataclass(frozen=True)
+class DiscreteLaplace:
+    """Discrete Laplace noise with parameter ``t`` (so ``a = e^(-1/t)``)."""
+
+    t: float
+    #: the exact-threshold sampler, built (and its ``xi`` checked) with the object
+    sampler: GeometricSampler = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.t <= MAX_SCALE:
+            raise MechanismError(
+                f"discrete Laplace scale {self.t:.3g} is outside (0, 2**40]; "
+                "narrow the bounds or raise epsilon"
+            )
+        object.__setattr__(self, "sampler", GeometricSampler(self.t))
+
+    @property
+    def a(self) -> float:
+        return math.exp(-1.0 / self.t)
+
+    @property
+    def one_minus_a(self) -> float:
+        """``1 - a`` without cancellation for large ``t``."""
+        return -math.expm1(-1.0 / self.t)
+
+    def cdf(self, z: int) -> float:
+        return _cdf(self.t, z)
+
+    def delta(self, epsilon: float, sensitivity: int) -> float:
+        """Exact hockey-stick divergence of the *ideal* noise at ``epsilon``, integer shift."""
+        return ideal_delta(self.t, epsilon, sensitivity)
+
+    def certified_delta(self, epsilon: float, sensitivity: int) -> float:
+        """Upper bound on the delta the *sampler* realises at ``epsilon`` (module docstring)."""
+        xi = self.sampler.xi
+        slacked = epsilon * (1.0 - _EPSILON_MARGIN) - 4.0001 * xi
+        ideal = self.delta(slacked, sensitivity)
+        if ideal == 0.0:
+            return 0.0
+        return (1.0 + xi) ** 2 * (ideal * (1.0 + _DELTA_RELATIVE) + _DELTA_ABSOLUTE)
+
+    @property
+    def mean_abs(self) -> float:
+        a = self.a
+        return 2.0 * a / (self.one_minus_a * (1.0 + a))
+
+    @property
+    def variance(self) -> float:
+        return 2.0 * self.a / self.one_minus_a**2
+
+    @property
+    def p_zero(self) -> float:
+        return self.one_minus_a / (1.0 + self.a)
+
+    def sample(self, source: NoiseSource, n: int) -> NDArray[np.int64]:
+        """``n`` integers, row ``i`` from row ``i``'s word stream (one ``words`` call)."""
+        return self.sampler.difference(source, n)
+
+
+def discrete_laplace_cdf(t: float) -> Callable[[NDArray[np.int64]], NDArray[np.float64]]:
+    """Vectorised CDF of discrete Laplace noise with parameter ``t`` (``a = e^(-1/t)``)."""
+    a = math.exp(-1.0 / t)
+
+    def cdf(k: NDArray[np.int64]) -> NDArray[np.float64]:
+        z = np.asarray(k, dtype=np.float64)
+        low = np.exp(np.minimum(z, 0.0) / t) / (1.0 + a)
+        high = 1.0 - np.exp(-(np.maximum(z, 0.0) + 1.0) / t) / (1.0 + a)
+        out: NDArray[np.float64] = np.where(z <= 0, low, high)
+        return out
+
+    return cdf
+
+
+def smallest_epsilon(sensitivity: int) -> float:
+    """The least epsilon served: ``t = Delta / eps_c <= 2**40``, slack below eps / 1000."""
+    return max(1000.0 * EPSILON_SLACK, sensitivity / MAX_SCALE * (1.0 + 2.0**-30) + EPSILON_SLACK)
+
+
+def calibration_epsilon(epsilon: float, sensitivity: int) -> float:
+    """``eps_c = eps (1 - 2^-40) - 4.0001 XI_BOUND`` (module docstring), or MechanismError."""
+    if epsilon < smallest_epsilon(sensitivity):
+        raise MechanismError(
+            f"epsilon {epsilon:.3g} is below the smallest the discrete Laplace sampler serves at "
+            f"sensitivity {sensitivity}, {smallest_epsilon(sensitivity):.3g} (the noise parameter "
+            f"Delta/epsilon must stay <= 2**40, and the sampler's slack of {EPSILON_SLACK:.2g} "
+            "below a thousandth of epsilon); raise epsilon or narrow the bounds"
+        )
+    return epsilon * (1.0 - _EPSILON_MARGIN) - EPSILON_SLACK
+
+
+def calibrate(epsilon: float, delta: float, sensitivity: int) -> DiscreteLaplace:
+    """The least noise whose *realised* profile meets (epsilon, delta) at ``sensitivity``."""
+    eps_c = calibration_epsilon(epsilon, sensitivity)
+    pure_t = sensitivity / eps_c  # <= 2**40 (calibration_epsilon)
+    delta_c = delta * (1.0 - _DELTA_RELATIVE) / (1.0 + XI_BOUND) ** 2 - _DELTA_ABSOLUTE
+    if delta_c <= 0.0:
+        return DiscreteLaplace(pure_t)
+    lo, hi = 1e-9 * pure_t, pure_t  # hi always satisfies the bound (delta(eps) = 0)
+    for _ in range(_BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        if ideal_delta(mid, eps_c, sensitivity) <= delta_c:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return DiscreteLaplace(hi)  # the side that satisfies the bound

@@ -1,0 +1,168 @@
+"""Every Prometheus instrument privstream exports, built against one registry.
+
+Labels carry field names, mechanism names, partitions and (when
+``metrics.dead_letter_reasons`` is on) reason codes: never a raw value. No
+instrument is a function of raw values or of released noise except the
+residuals the README names ("Metrics": record and dead-letter counts, batch
+timings, reason codes when on); the error metrics come from shadow draws
+(``privstream.canary_metrics``) and clamped counts are released with noise
+(``privstream.clamped_counts``). Tests pass a fresh ``CollectorRegistry``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from privstream import __version__
+from privstream.canary_metrics import CanaryErrors
+from privstream.clamped_counts import NoisyClampedCounts
+from privstream.config.models import ClampedCountsConfig
+from privstream.mechanisms import NoiseSource, OsEntropy
+from privstream.pipeline import DeadLetter, RecordPlan
+from privstream.pipeline.canary import DEFAULT_COUNT, Canaries
+from privstream.pipeline.results import Observation
+
+_BATCH_SIZE_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2000, 5000, 10000, 50000)
+
+
+class Metrics:
+    """The service's instruments; per-field guarantee gauges are set from the plan."""
+
+    def __init__(self, registry: CollectorRegistry, *, dead_letter_reasons: bool = False) -> None:
+        self.registry = registry
+        self.canaries: Canaries | None = None
+        self.canary_errors: CanaryErrors | None = None
+        self.clamped_counts: NoisyClampedCounts | None = None
+        self._canary_source: NoiseSource = OsEntropy()
+        self._canary_interval = 0.0
+        self._clock: Callable[[], float] = time.monotonic
+        self._last_round = -math.inf
+        self._reasons = dead_letter_reasons
+        self.records_in = Counter(
+            "privstream_records_in", "Raw records consumed", registry=registry
+        )
+        self.records_out = Counter(
+            "privstream_records_out", "Sanitized records produced", registry=registry
+        )
+        self.dead_lettered = Counter(
+            "privstream_records_dead_lettered",
+            "Records sent to the dead-letter output"
+            + (", by reason code" if dead_letter_reasons else ""),
+            ["reason"] if dead_letter_reasons else [],
+            registry=registry,
+        )
+        self.batch_seconds = Histogram(
+            "privstream_batch_duration_seconds",
+            "Wall time from a polled batch to its committed offsets",
+            registry=registry,
+        )
+        self.batch_records = Histogram(
+            "privstream_batch_size_records",
+            "Records per processed batch",
+            buckets=_BATCH_SIZE_BUCKETS,
+            registry=registry,
+        )
+        self.broker_connected = Gauge(
+            "privstream_broker_connected",
+            "1 while the broker answers metadata requests",
+            registry=registry,
+        )
+        self.consumer_lag = Gauge(
+            "privstream_consumer_lag_records",
+            "Records of an assigned input partition not yet processed (high watermark - position)",
+            ["partition"],
+            registry=registry,
+        )
+        self.transactions = Counter(
+            "privstream_transactions",
+            "Kafka transactions (one per batch) by outcome: committed or aborted",
+            ["outcome"],
+            registry=registry,
+        )
+        self.transactions_expired = Counter(
+            "privstream_transactions_expired",
+            "Transactions the broker aborted after transaction_timeout_ms during an outage "
+            "(the producer was fenced; a new session resumed from the committed offsets)",
+            registry=registry,
+        )
+        self.build_info = Gauge(
+            "privstream_build_info",
+            "Always 1; labels give the version and the config hash",
+            ["version", "config_sha256"],
+            registry=registry,
+        )
+        self.field_epsilon = self._field_gauge("privstream_field_epsilon", "Field epsilon")
+        self.field_delta = self._field_gauge("privstream_field_delta", "Field delta")
+        self.field_expected_error = self._field_gauge(
+            "privstream_field_expected_error",
+            "Worst-case expected error E[rho(Y, d)] of the field's mechanism",
+        )
+        self.field_gamma_lower_bound = self._field_gauge(
+            "privstream_field_gamma_lower_bound",
+            "Lower bound on the worst-case expected error of any (eps, delta)-DP mechanism",
+        )
+
+    def _field_gauge(self, name: str, doc: str) -> Gauge:
+        return Gauge(name, doc, ["field", "mechanism"], registry=self.registry)
+
+    def describe_plan(
+        self,
+        plan: RecordPlan,
+        *,
+        canaries: int = DEFAULT_COUNT,
+        canary_interval_s: float = 1.0,
+        clamped_counts: ClampedCountsConfig | None = None,
+        canary_source: NoiseSource | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Publish the configuration's guarantees and set up the per-field collectors.
+
+        A round of shadow draws follows a committed batch when at least
+        ``canary_interval_s`` passed since the last round (0: after every
+        batch): the cost is then bounded per second, not per batch, whatever
+        the batch size. ``canary_source`` (tests only: a seeded source)
+        replaces the fresh ``OsEntropy`` of the shadow draws.
+        """
+        self.canaries = Canaries(plan, count=canaries)
+        self._canary_interval = canary_interval_s
+        self._clock = clock
+        self.canary_errors = CanaryErrors(plan, self.canaries.fields)
+        self.registry.register(self.canary_errors)
+        if canary_source is not None:
+            self._canary_source = canary_source
+        if clamped_counts is not None:
+            self.clamped_counts = NoisyClampedCounts(
+                plan, epsilon=clamped_counts.epsilon, window_s=clamped_counts.window_seconds
+            )
+            self.registry.register(self.clamped_counts)
+        self.build_info.labels(__version__, plan.config_sha256).set(1)
+        for handler in plan.handlers:
+            mech = handler.mechanism
+            if mech is None:
+                continue
+            labels = (handler.name, mech.name)
+            self.field_epsilon.labels(*labels).set(mech.epsilon)
+            self.field_delta.labels(*labels).set(mech.delta)
+            self.field_expected_error.labels(*labels).set(mech.expected_error)
+            self.field_gamma_lower_bound.labels(*labels).set(mech.gamma_lower_bound)
+
+    def observe_fields(self, observations: Mapping[str, Observation]) -> None:
+        """After a committed batch: a round of shadow draws if one is due, the clamped counts."""
+        now = self._clock()
+        due = now - self._last_round >= self._canary_interval
+        if due and self.canaries is not None and self.canary_errors is not None:
+            self._last_round = now
+            self.canary_errors.observe(self.canaries.draw(self._canary_source))
+        if self.clamped_counts is not None:
+            self.clamped_counts.observe(observations)
+
+    def count_dead_letters(self, dead: Sequence[DeadLetter]) -> None:
+        if not self._reasons:
+            self.dead_lettered.inc(len(dead))
+            return
+        for letter in dead:
+            self.dead_lettered.labels(letter.reason).inc()

@@ -1,0 +1,211 @@
+"""The pure columnar batch transform: raw JSON messages in, sanitized out.
+
+No Kafka, no files: the worker, ``privstream sanitize``, tests and
+benchmarks all call ``process_batch``. Fail-closed by construction: the
+output object is built from the plan's handlers only, so a field the config
+does not name can never pass through, and a record with any problem is
+dead-lettered whole.
+
+The fast path and its reference
+-------------------------------
+``process_batch`` gives the very bytes, output positions, dead-letter reasons
+and observations of ``process_batch_reference``
+(``privstream.pipeline.reference``, stdlib JSON one record at a time) for every
+batch, only faster: orjson decodes, each field is extracted and checked as a
+whole column here, and the output text is assembled column-wise
+(``privstream.pipeline.encode``). The fast path only *accepts* records; any
+record it is not sure about (orjson refuses it, a value of an unexpected type,
+a missing field, a number orjson may have read differently) is handed whole to
+the reference's ``parse_row``, whose verdict and reason stand. What orjson
+accepts, the stdlib accepts with the same value, except:
+
+* integers beyond 64 bits, which orjson reads as (correctly rounded) floats:
+  floats of magnitude >= 2**63 take the reference path wherever int vs float
+  could show;
+* nesting deeper than the stdlib's recursion limit: records with many
+  brackets take the reference path.
+
+``tests/unit/pipeline/test_fast_path.py`` checks the equivalence on the fuzz corpus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any, cast
+
+import numpy as np
+import orjson
+
+from privstream.mechanisms import NoiseSource
+from privstream.pipeline.columns import MISSING, Values
+from privstream.pipeline.encode import encode_records
+from privstream.pipeline.handlers import Rejected
+from privstream.pipeline.noise import Fresh, NoiseProvider
+from privstream.pipeline.plan import RecordPlan, field_identity
+from privstream.pipeline.reference import parse_row, release_columns, with_keys
+from privstream.pipeline.results import BatchResult, DeadLetter
+
+#: a record this short cannot nest deeper than half its length
+_SHALLOW_BYTES = 400
+#: nesting bound below which the stdlib decoder never reaches the recursion limit
+_MAX_FAST_BRACKETS = 200
+
+
+def _decode_batch(messages: Sequence[bytes]) -> tuple[list[dict[str, Any]], list[int], list[int]]:
+    """orjson-decoded objects with their input indices, and the indices left to the reference."""
+    loads, error = orjson.loads, orjson.JSONDecodeError
+    if messages and set(map(type, messages)) == {bytes}:
+        # the common batch: every message a short valid object, decoded in one C loop
+        try:
+            objs = list(map(loads, messages))
+        except error:
+            pass
+        else:
+            if set(map(type, objs)) == {dict} and max(map(len, messages)) <= _SHALLOW_BYTES:
+                return objs, list(range(len(objs))), []
+    records: list[dict[str, Any]] = []
+    where: list[int] = []
+    slow: list[int] = []
+    for index, raw in enumerate(messages):
+        if type(raw) is not bytes:
+            slow.append(index)
+            continue
+        try:
+            obj = loads(raw)
+        except error:  # invalid JSON or UTF-8, NaN, 1e999, a lone surrogate, a BOM, ...
+            slow.append(index)
+            continue
+        if type(obj) is not dict or (
+            len(raw) > _SHALLOW_BYTES and raw.count(b"[") + raw.count(b"{") > _MAX_FAST_BRACKETS
+        ):
+            slow.append(index)
+            continue
+        records.append(obj)
+        where.append(index)
+    return records, where, slow
+
+
+def _extract(records: list[dict[str, Any]], names: Sequence[str]) -> list[Sequence[Any]]:
+    """One column per name (``MISSING`` where a record lacks the field)."""
+    columns: list[Sequence[Any]] = []
+    for name in names:
+        try:  # one C loop per field
+            columns.append(list(map(itemgetter(name), records)))
+        except KeyError:
+            columns.append([record.get(name, MISSING) for record in records])
+    return columns
+
+
+def _as_list(values: Values) -> list[Any]:
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
+
+
+@dataclass
+class _Parsed:
+    """The parsed columns of a batch's accepted records, in input order."""
+
+    columns: list[Values]
+    #: per handler, the memo token of every accepted row (empty list when not memoized)
+    tokens: list[list[bytes]]
+    output_index: list[int]
+    dead_letters: list[DeadLetter]
+
+
+def _parse_batch(
+    plan: RecordPlan, messages: Sequence[bytes], keys: Sequence[bytes | None]
+) -> _Parsed:
+    records, where, slow = _decode_batch(messages)
+    columns: list[Values] = []
+    bad: set[int] = set()
+    raw_columns = _extract(records, [handler.name for handler in plan.handlers])
+    for planned, col in zip(plan.fields, raw_columns, strict=True):
+        handler = planned.handler
+        values, rejected = planned.entry.column(handler, col)
+        columns.append(values)
+        bad.update(rejected)
+    memo_values: list[list[bytes] | None] = []
+    for memo in (f.memo for f in plan.fields):
+        if memo is None:
+            memo_values.append(None)
+        elif memo.field is None:  # the message key; none or empty -> the reference rejects
+            identities = [keys[index] or b"" for index in where]
+            bad.update(p for p, key in enumerate(identities) if not key)
+            memo_values.append(identities)
+        else:
+            col = [record.get(memo.field, MISSING) for record in records]
+            bad.update(p for p, value in enumerate(col) if type(value) not in (str, int))
+            memo_values.append([b"" if p in bad else field_identity(v) for p, v in enumerate(col)])
+    if bad:  # leave those records to the reference
+        slow.extend(where[p] for p in bad)
+        slow.sort()
+        keep = [p for p in range(len(records)) if p not in bad]
+        rows = np.asarray(keep, dtype=np.intp)
+        columns = [c[rows] if isinstance(c, np.ndarray) else [c[p] for p in keep] for c in columns]
+        memo_values = [None if m is None else [m[p] for p in keep] for m in memo_values]
+        where = [where[p] for p in keep]
+    tokens: list[list[bytes]] = []
+    for planned, values, memo_col in zip(plan.fields, columns, memo_values, strict=True):
+        memo = planned.memo
+        if memo is None or memo_col is None:
+            tokens.append([])
+        else:
+            parsed = _as_list(values)
+            tokens.append([memo.token(m, v) for m, v in zip(memo_col, parsed, strict=True)])
+    dead: list[DeadLetter] = []
+    recovered: list[tuple[int, list[Any], list[bytes]]] = []
+    for index in slow:
+        try:
+            row, row_tokens = parse_row(plan, messages[index], keys[index])
+        except Rejected as rejected:
+            dead.append(DeadLetter(index, rejected.reason, rejected.detail))
+        else:
+            recovered.append((index, row, row_tokens))
+    if not recovered:
+        return _Parsed(columns, tokens, where, dead)
+    # a few records only the reference could parse: merge them in input order
+    order = sorted(
+        [(index, -1, p) for p, index in enumerate(where)]
+        + [(index, k, 0) for k, (index, _, _) in enumerate(recovered)]
+    )
+    merged_columns: list[Values] = []
+    merged_tokens: list[list[bytes]] = []
+    for j, (values, planned) in enumerate(zip(columns, plan.fields, strict=True)):
+        fast = _as_list(values)
+        merged_columns.append([fast[p] if k < 0 else recovered[k][1][j] for _, k, p in order])
+        if planned.memo is None:
+            merged_tokens.append([])
+        else:
+            merged_tokens.append(
+                [tokens[j][p] if k < 0 else recovered[k][2][j] for _, k, p in order]
+            )
+    return _Parsed(merged_columns, merged_tokens, [index for index, _, _ in order], dead)
+
+
+def process_batch(
+    plan: RecordPlan,
+    messages: Sequence[bytes],
+    noise: NoiseProvider | NoiseSource,
+    keys: Sequence[bytes | None] | None = None,
+) -> BatchResult:
+    """Sanitize a batch. Every input index ends up in exactly one of the two outputs.
+
+    ``noise`` is a provider (fresh or replayable, ``privstream.pipeline.noise``)
+    or a plain source, which then serves every column. ``keys`` are the
+    messages' Kafka keys (None for a record without one), the identity of
+    fields memoized by the message key; without ``keys`` (file mode) such
+    fields are not memoized (``privstream.pipeline.plan.unkeyed``). Same bytes and reasons as
+    ``process_batch_reference``, computed column by column.
+    """
+    provider: NoiseProvider = noise if isinstance(noise, NoiseProvider) else Fresh(noise)
+    plan, keys = with_keys(plan, messages, keys)
+    parsed = _parse_batch(plan, messages, keys)
+    result = BatchResult(output_index=parsed.output_index, dead_letters=parsed.dead_letters)
+    if not parsed.output_index:
+        return result
+    good = np.asarray(parsed.output_index, dtype=np.int64)
+    columns = cast(list[Sequence[Any]], parsed.columns)
+    released = release_columns(plan, provider, good, columns, parsed.tokens, result.observations)
+    result.outputs.extend(encode_records(plan.fields, released, len(parsed.output_index)))
+    return result

@@ -1,0 +1,139 @@
+"""Fast-path column parsers: one raw column in, parsed values and the rows left to the reference.
+
+A parser takes a field's handler and the column of its raw (orjson-decoded)
+values, ``MISSING`` where a record lacks the field, and returns the parsed
+column (what ``handler.parse`` would give, value by value) with the
+positions it is not sure about; those records go whole to the reference
+parser (``privstream.pipeline.reference.parse_row``), whose verdict stands.
+Each field kind names its parser in its registration (``privstream.kinds``);
+``generic_column`` runs ``handler.parse`` value by value.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from privstream.pipeline.handlers import FieldHandler, Rejected
+
+#: orjson reads integers beyond 64 bits as floats; a float this large may be one of them
+_BIG = 2.0**63
+#: below this a float holds every integer exactly
+_EXACT = 2.0**53
+_INT64 = (-(2**63), 2**63 - 1)
+#: where a record lacks the field
+MISSING = object()
+_NUMBERS = frozenset({float, int})
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+Values = NDArray[Any] | Sequence[Any]
+ColumnParser = Callable[[Any, Sequence[Any]], tuple[Values, list[int]]]
+
+
+def _plain(value: Any) -> bool:
+    """A JSON value the stdlib would have decoded identically (no int read as a float)."""
+    kind = type(value)
+    if kind is float:
+        return bool(-_BIG < value < _BIG)
+    if kind is list:
+        return all(map(_plain, value))
+    if kind is dict:
+        return all(map(_plain, value.values()))
+    return kind in _SCALARS
+
+
+def public_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    if set(map(type, col)) <= _SCALARS:
+        return col, []
+    # objects and arrays without allow_nested: the reference rejects them (nested_public)
+    nested = () if handler.allow_nested else (dict, list)
+    return col, [
+        p
+        for p, value in enumerate(col)
+        if value is MISSING or type(value) in nested or not _plain(value)
+    ]
+
+
+def real_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    # orjson numbers are finite (it refuses 1e999) and read like the stdlib's (correctly
+    # rounded, big integers included); float(int) is what ``finite_number`` does
+    if set(map(type, col)) <= _NUMBERS:
+        return np.array(col, dtype=np.float64), []
+    bad = [p for p, value in enumerate(col) if type(value) not in _NUMBERS]
+    clean = [0.0 if type(value) not in _NUMBERS else value for value in col]
+    return np.array(clean, dtype=np.float64), bad
+
+
+def integer_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    lower, upper = handler.mechanism.lower - 1, handler.mechanism.upper + 1
+    if set(map(type, col)) == {int} and _INT64[0] <= lower and upper <= _INT64[1]:
+        try:
+            column = np.array(col, dtype=np.int64)
+        except OverflowError:  # beyond int64: clamped value by value below
+            pass
+        else:
+            return np.clip(column, lower, upper), []
+    out: list[int] = []
+    bad: list[int] = []
+    for p, value in enumerate(col):
+        kind = type(value)
+        if kind is int:
+            out.append(min(max(value, lower), upper))
+        elif kind is float and value.is_integer() and -_EXACT < value < _EXACT:
+            out.append(min(max(int(value), lower), upper))
+        else:
+            bad.append(p)
+            out.append(lower + 1)
+    return np.array(out, dtype=np.int64), bad
+
+
+def categorical_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    unknown = None if handler.unknown_as is None else handler.position_of(handler.unknown_as)
+    kinds = set(map(type, col))
+    if len(kinds) == 1 and kinds <= {str, int}:
+        (kind,) = kinds
+        table = handler.positions(kind)
+        positions = list(map(table.get, col, itertools.repeat(unknown, len(col))))
+        try:
+            return np.array(positions, dtype=np.int64), []
+        except TypeError:  # a None: a value outside the domain and no unknown_as
+            pass
+    out: list[int] = []
+    bad: list[int] = []
+    for p, value in enumerate(col):
+        kind = type(value)
+        # floats never: one may be an integer beyond 64 bits (the reference decides)
+        position = handler.position_of(value) if kind is str or kind is int else None
+        if position is None:
+            bad.append(p)
+            position = 0
+        out.append(position)
+    return np.array(out, dtype=np.int64), bad
+
+
+def boolean_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    if set(map(type, col)) == {bool}:
+        return np.array(col, dtype=np.int64), []
+    bad = [p for p, value in enumerate(col) if type(value) is not bool]
+    return np.array([value is True for value in col], dtype=np.int64), bad
+
+
+def generic_column(handler: FieldHandler, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    """Value by value through ``handler.parse`` (structured kinds); a rejection -> reference."""
+    out: list[Any] = []
+    bad: list[int] = []
+    for p, value in enumerate(col):
+        if value is MISSING:
+            bad.append(p)
+            out.append(None)
+            continue
+        try:
+            out.append(handler.parse(value))
+        except Rejected:
+            bad.append(p)
+            out.append(None)
+    return out, bad

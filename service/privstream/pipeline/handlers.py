@@ -1,0 +1,222 @@
+"""Per-field handlers: parse one raw value, release a whole column at once.
+
+``parse`` validates a single JSON value and returns it cleaned, or raises
+``Rejected`` with a reason code (a low-cardinality metric label) and a
+detail that names the field but never quotes the raw value. ``release``
+runs the field's mechanism over the column of all parsed values of a batch
+and returns a ``Column``: the JSON-ready values plus what the worker may
+aggregate about them (the noise's error, the clamped count).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from privstream.errors import Rejected as Rejected  # re-exported: what parse raises
+from privstream.mechanisms import Mechanism, NoiseSource
+from privstream.mechanisms.base import FiniteMechanism
+from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
+from privstream.mechanisms.randomized_response import DomainValue
+
+
+def json_type(value: object) -> str:
+    """JSON type name of a decoded value, for messages that must not quote it."""
+    names = {bool: "boolean", int: "number", float: "number", str: "string", list: "array"}
+    return "null" if value is None else names.get(type(value), "object")
+
+
+def finite_number(name: str, value: object) -> float:
+    """A finite JSON number as a float, or Rejected naming the field."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Rejected("wrong_type", f"field {name!r}: expected a number, got {json_type(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond the double range
+        number = math.inf
+    if not math.isfinite(number):
+        raise Rejected("not_finite", f"field {name!r}: number is not finite")
+    return number
+
+
+@dataclass(frozen=True)
+class Column:
+    """One released column of a batch."""
+
+    values: list[Any]
+    #: ``rho(Y, d)`` per row as a function of the noise alone (``Mechanism.noise_error``);
+    #: None where the kind has none or the field is public
+    error: NDArray[np.float64] | None = None
+    #: raw values that fell outside the declared bounds and were clamped
+    clamped: int = 0
+
+
+def outside(column: NDArray[Any], lower: float, upper: float) -> int:
+    """How many values of ``column`` lie outside ``[lower, upper]``."""
+    return int(np.count_nonzero((column < lower) | (column > upper)))
+
+
+class FieldHandler(Protocol):
+    """What the batch transform needs of a field."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def mechanism(self) -> Mechanism | None: ...
+
+    def parse(self, value: object) -> Any: ...
+
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column: ...
+
+
+@dataclass(frozen=True)
+class PublicHandler:
+    """Copies the value unchanged (the config declared it non-personal).
+
+    Only a JSON scalar (string, number, boolean, null) unless ``allow_nested``:
+    the allow-list names top-level fields only, so an object or array under
+    a public name would release whatever upstream nests in it.
+    """
+
+    name: str
+    mechanism: Mechanism | None = None
+    allow_nested: bool = False
+
+    def parse(self, value: object) -> object:
+        if not self.allow_nested and isinstance(value, dict | list):
+            raise Rejected(
+                "nested_public",
+                f"field {self.name!r}: public fields take a string, number, boolean or null, "
+                f"got {json_type(value)}; set allow_nested: true to copy objects and arrays",
+            )
+        return value
+
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
+        return Column(list(values))
+
+
+@dataclass(frozen=True)
+class RealHandler:
+    """Finite JSON numbers; clamping to ``bounds`` happens inside the mechanism."""
+
+    name: str
+    mechanism: Mechanism
+    bounds: tuple[float, float] = (-math.inf, math.inf)
+
+    def parse(self, value: object) -> float:
+        return finite_number(self.name, value)
+
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
+        column = np.asarray(values, dtype=np.float64)
+        released = self.mechanism.release(column, source)
+        return Column(
+            released.tolist(),
+            self.mechanism.noise_error(column, released),
+            outside(column, *self.bounds),
+        )
+
+
+@dataclass(frozen=True)
+class IntegerHandler:
+    """JSON integers (a whole-valued float such as ``3.0`` counts); clamped by the mechanism."""
+
+    name: str
+    mechanism: IntegerLaplaceMechanism
+
+    def parse(self, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise Rejected(
+                "wrong_type", f"field {self.name!r}: expected an integer, got {json_type(value)}"
+            )
+        if isinstance(value, float) and not value.is_integer():
+            raise Rejected(
+                "wrong_type", f"field {self.name!r}: expected an integer, got a fraction"
+            )
+        # Python ints are unbounded, the column is int64: clamp to one step outside
+        # the bounds here (still counted as clamped), the mechanism clamps the rest
+        lower, upper = self.mechanism.lower, self.mechanism.upper
+        return min(max(int(value), lower - 1), upper + 1)
+
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
+        column = np.asarray(values, dtype=np.int64)
+        released = self.mechanism.release(column, source)
+        return Column(
+            released.tolist(),
+            self.mechanism.noise_error(column, released),
+            outside(column, self.mechanism.lower, self.mechanism.upper),
+        )
+
+
+@dataclass(frozen=True)
+class CategoricalHandler:
+    """A domain value, matched by JSON type and value (``1`` never matches ``"1"``)."""
+
+    name: str
+    mechanism: FiniteMechanism
+    unknown_as: DomainValue | None = None
+    _index: dict[tuple[type, object], int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        index = {(type(v), v): i for i, v in enumerate(self.mechanism.domain)}
+        object.__setattr__(self, "_index", index)
+
+    def positions(self, kind: type) -> dict[object, int]:
+        """Domain position of each domain value of JSON type ``kind`` (``str`` or ``int``)."""
+        return {value: i for (t, value), i in self._index.items() if t is kind}
+
+    def position_of(self, value: str | int) -> int | None:
+        """The position ``parse`` gives a string or integer: its own, ``unknown_as``'s, or None."""
+        position = self._index.get((type(value), value))
+        if position is None and self.unknown_as is not None:
+            return self._index[(type(self.unknown_as), self.unknown_as)]
+        return position
+
+    def parse(self, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise Rejected(
+                "wrong_type",
+                f"field {self.name!r}: expected a domain value, got {json_type(value)}",
+            )
+        position = self.position_of(value)
+        if position is not None:
+            return position
+        raise Rejected(
+            "unknown_category",
+            f"field {self.name!r}: value is not in the declared domain; "
+            "add it to the domain or set unknown_as",
+        )
+
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
+        indices = np.asarray(values, dtype=np.int64)
+        released = self.mechanism.release(indices, source)
+        domain = self.mechanism.domain
+        return Column(
+            list(map(domain.__getitem__, released.tolist())),
+            self.mechanism.noise_error(indices, released),
+        )
+
+
+@dataclass(frozen=True)
+class BooleanHandler:
+    """JSON true/false through binary randomized response (domain [false, true])."""
+
+    name: str
+    mechanism: FiniteMechanism
+
+    def parse(self, value: object) -> int:
+        if not isinstance(value, bool):
+            raise Rejected(
+                "wrong_type", f"field {self.name!r}: expected a boolean, got {json_type(value)}"
+            )
+        return int(value)
+
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
+        indices = np.asarray(values, dtype=np.int64)
+        released = self.mechanism.release(indices, source)
+        return Column(released.astype(bool).tolist(), self.mechanism.noise_error(indices, released))

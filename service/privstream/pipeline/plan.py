@@ -1,0 +1,255 @@
+"""Turn a validated config into the per-field handlers the batch transform runs.
+
+This is the only place that maps config models to mechanism objects. Each
+mechanism is calibrated with the field's resolved budget (``epsilon: auto``
+shares and group-size scaling applied, ``privstream.config.budget``).
+
+Memoized fields (``memo_identity: message_key``, or ``memoize_by`` with
+``memo_identity_trusted``) also get a ``MemoPlan``: where the device's
+identity comes from (the Kafka message key, or a record field), the *scopes*
+that key their noise (field name, identity source and the release
+parameters, canonical JSON) and how to turn a parsed value back into the
+domain value the memo token is built from. A memoized categorical's
+randomized response runs over the domain in canonical order, so reordering
+the domain in the config changes neither its scope nor its answers, while
+any change of the field's parameters (domain, epsilon, delta) gives a new
+scope and independent words. Reusing the words under new parameters would
+couple the two releases: e.g. with a larger epsilon, the old answer flipped
+and the new one kept would give the true value away with certainty.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from privstream.config import (
+    AppConfig,
+    Budget,
+    FieldConfig,
+    Guarantee,
+    config_sha256,
+    resolve_budget,
+)
+from privstream.errors import ConfigError, MechanismError, RegistryError
+from privstream.mechanisms.randomized_response import DomainValue
+from privstream.pipeline.handlers import FieldHandler
+
+if TYPE_CHECKING:
+    from privstream.kinds.base import FieldKind
+
+
+def canonical_json(value: object) -> bytes:
+    """One byte string per JSON value: sorted keys, no spaces, ASCII (lone surrogates escaped)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+@dataclass(frozen=True)
+class MemoPlan:
+    """How a memoized field's noise is keyed.
+
+    A row's memo words are split in two (``MemoSource`` under two scopes):
+    the first ``identity_words`` are a function of the device identity alone
+    (``seed_scope``), the others of (identity, true value) (``scope``). Local
+    hashing takes its hash seed from word 0, so its seed names the device
+    and never the value: a seed that changed with the value would show every
+    change of value, and equal seeds would prove equal values.
+    """
+
+    #: the record field that identifies the device, or None for the Kafka message key
+    field: str | None
+    #: field name, identity source and release parameters, canonical JSON (value words)
+    scope: bytes
+    #: parsed value -> released true value: ``domain[index]``, or the value itself when None
+    domain: tuple[DomainValue, ...] | None
+    #: leading words of each row that depend on the identity only
+    identity_words: int = 0
+    #: the scope of those words (distinct from ``scope``)
+    seed_scope: bytes = b""
+
+    @property
+    def by_key(self) -> bool:
+        """Memoized by the Kafka message key (the trusted identity)."""
+        return self.field is None
+
+    def token(self, identity: bytes, parsed: Any) -> bytes:
+        """The row's memo token: ``len(identity) (u32 LE) || identity || canonical true value``."""
+        true_value = parsed if self.domain is None else self.domain[parsed]
+        return _length32(identity) + identity + canonical_json(true_value)
+
+    @staticmethod
+    def identity_of(token: bytes) -> bytes:
+        """The identity part of a token made by ``token``."""
+        return token[4 : 4 + int.from_bytes(token[:4], "little")]
+
+
+def field_identity(memo_value: str | int) -> bytes:
+    """A memo field's value as an identity: canonical JSON, so ``"7"`` and ``7`` differ."""
+    return canonical_json(memo_value)
+
+
+def _length32(part: bytes) -> bytes:
+    return len(part).to_bytes(4, "little")
+
+
+def unkeyed(plan: RecordPlan) -> RecordPlan:
+    """The plan for records without message keys (file mode): key-memoized fields unmemoized.
+
+    Without a key there is no trusted identity; such a field is then noised
+    like any other field (fresh, or per record when replay-stable): every
+    report is a release of its own.
+    """
+    if not any(f.memo is not None and f.memo.by_key for f in plan.fields):
+        return plan
+    fields = tuple(
+        replace(f, memo=None) if f.memo is not None and f.memo.by_key else f for f in plan.fields
+    )
+    return replace(plan, fields=fields)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedField:
+    """One released field of a plan: its handler and everything that keys its release."""
+
+    handler: FieldHandler
+    #: the config kind (``real``, ``categorical``, ...)
+    kind: str
+    #: the digest of the field's release (``release_id``): what keys its noise
+    release_id: bytes
+    #: how its noise is memoized, or None when it is not
+    memo: MemoPlan | None = None
+    #: its kind's registration (``privstream.kinds``): parser, encoder, estimator, audit target
+    entry: FieldKind
+
+    @property
+    def name(self) -> str:
+        return self.handler.name
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordPlan:
+    """What one sanitized record is made of, and the guarantee it carries."""
+
+    #: the released fields, in config order (dropped fields have none)
+    fields: tuple[PlannedField, ...]
+    budget: Budget
+    config_sha256: str
+
+    @property
+    def handlers(self) -> tuple[FieldHandler, ...]:
+        """The fields' handlers, in order (a view of ``fields``)."""
+        return tuple(f.handler for f in self.fields)
+
+    def with_handlers(self, handlers: Sequence[FieldHandler]) -> RecordPlan:
+        """The same plan with other handlers (the audit's deliberately broken mechanisms)."""
+        fields = tuple(replace(f, handler=h) for f, h in zip(self.fields, handlers, strict=True))
+        return replace(self, fields=fields)
+
+    @property
+    def epsilon(self) -> float:
+        """Event-level epsilon of one record (what each record's release satisfies)."""
+        return self.budget.event.epsilon
+
+    @property
+    def delta(self) -> float:
+        return self.budget.event.delta
+
+
+def build_plan(config: AppConfig) -> RecordPlan:
+    """Handlers for every released field, in config order; dropped fields have none.
+
+    Each field's handler comes from its kind's registration; loading the
+    registry checks it covers every kind and mechanism the config accepts.
+    """
+    # the registry sits above the pipeline
+    from privstream.kinds import UNRELEASED, registration_of
+    from privstream.kinds.auto import resolve_auto
+
+    budget = resolve_budget(config)
+    fields: list[PlannedField] = []
+    problems: list[str] = []
+    for i, spec in enumerate(config.fields):
+        if spec.kind in UNRELEASED:
+            continue
+        share = budget.fields.get(spec.name)
+        spec = resolve_auto(spec, share)  # ``mechanism: auto`` made concrete
+        entry = registration_of(spec)
+        try:
+            handler = entry.build(spec, share)
+        except MechanismError as exc:  # parameters no mechanism can honour: a config problem
+            problems.append(f"fields[{i}] ({spec.name}): {exc}")
+            continue
+        fields.append(
+            PlannedField(
+                handler=handler,
+                kind=spec.kind,
+                release_id=release_id(spec, handler, share),
+                memo=_memo_plan(spec, handler, entry),
+                entry=entry,
+            )
+        )
+    if problems:
+        raise ConfigError(problems)
+    return RecordPlan(fields=tuple(fields), budget=budget, config_sha256=config_sha256(config))
+
+
+#: version of the release descriptor; part of every release id
+RELEASE_VERSION = 2
+
+
+def release_id(spec: FieldConfig, handler: FieldHandler, share: Guarantee | None) -> bytes:
+    """SHA-256 of the canonical description of one field's release.
+
+    Everything that shapes the field's output distribution is in it: the
+    field's whole config entry (name, kind, mechanism -- ``auto`` already
+    resolved to the chosen one --, calibration, bounds,
+    domain, universe, grid, memo field, ...), the (epsilon, delta) its
+    mechanism was calibrated to after ``auto`` shares and group scaling, and
+    the mechanism's calibrated parameters. Its key for noise is derived from
+    this digest (``NoiseKeys.field``), so any change of a release parameter
+    gives the field independent noise, and the same release keeps its noise
+    wherever the field sits in the config. Config entries of other fields
+    enter only through this field's resolved share.
+    """
+    mechanism = handler.mechanism
+    description = {
+        "v": RELEASE_VERSION,
+        "spec": spec.model_dump(mode="json"),
+        "share": None if share is None else [share.epsilon, share.delta],
+        "mechanism": None if mechanism is None else type(mechanism).__name__,
+        "params": None if mechanism is None else mechanism.params(),
+    }
+    return hashlib.sha256(canonical_json(description)).digest()
+
+
+def _memo_plan(spec: FieldConfig, handler: FieldHandler, entry: FieldKind) -> MemoPlan | None:
+    memo = getattr(spec, "memoize_by", None)
+    by_key = getattr(spec, "memo_identity", None) == "message_key"
+    mech = handler.mechanism
+    if (memo is None and not by_key) or mech is None:
+        return None
+    if entry.memo is None:
+        raise RegistryError(
+            f"field {spec.name!r}: kind {entry.label} takes memo options but registers "
+            "no memo token (MemoSupport)"
+        )
+    domain = entry.memo.domain(handler)
+    parameters = {
+        "v": 2,
+        "field": spec.name,
+        "identity": ["message_key"] if by_key else ["field", memo],
+        "mechanism": mech.name,
+        "epsilon": mech.epsilon,
+        "delta": mech.delta,
+        "domain": list(domain) if domain is not None else None,
+    }
+    return MemoPlan(
+        field=None if by_key else memo,
+        scope=canonical_json({**parameters, "words": "value"}),
+        domain=domain,
+        identity_words=entry.memo.identity_words,
+        seed_scope=canonical_json({**parameters, "words": "identity"}),
+    )

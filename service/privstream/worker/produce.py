@@ -1,0 +1,159 @@
+"""What one processed batch turns into on the broker: sanitized messages and dead letters.
+
+Pure except for the producer calls: given the raw records and
+``process_batch``'s result, queue every output on the producer. Sanitized
+messages go through aiokafka's batch API (one ``BatchBuilder`` chain per
+output partition, built here and queued whole), which costs a third of
+``producer.send`` per message. The output partition is the input
+partition modulo the output topic's partition count: deterministic (a
+replay lands where the first copy did) and order-preserving (one input
+partition feeds one output partition, in offset order).
+
+A message too large for ``kafka.max_message_bytes`` never blocks its
+partition: a sanitized record that is too large becomes a dead letter, a
+dead letter that is too large goes out without its raw value (the source
+header says where to find it). Dead letters are rare and keep
+``producer.send`` (partitioned by the raw key, as before).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from aiokafka import AIOKafkaProducer, ConsumerRecord
+from aiokafka.errors import MessageSizeTooLargeError
+from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+from privstream.pipeline import BatchResult, RecordPlan
+from privstream.pipeline.results import DeadLetter
+
+Headers = list[tuple[str, bytes]]
+#: the most a value's length varint can add over the estimate for an empty value
+_VARINT_BYTES = 5
+
+
+def output_headers(plan: RecordPlan) -> Headers:
+    """Headers of every sanitized message: the config hash and the record's guarantee."""
+    return [
+        ("privstream-config-sha256", plan.config_sha256.encode()),
+        ("privstream-epsilon", repr(plan.epsilon).encode()),
+        ("privstream-delta", repr(plan.delta).encode()),
+    ]
+
+
+def source_of(record: ConsumerRecord) -> str:
+    return f"{record.topic}/{record.partition}/{record.offset}"
+
+
+def dead_letter_headers(record: ConsumerRecord, reason: str, detail: str) -> Headers:
+    """The raw record's own headers plus why and where it failed."""
+    own: Headers = list(record.headers or ())
+    return [
+        *own,
+        ("privstream-reason", reason.encode()),
+        ("privstream-detail", detail.encode()),
+        ("privstream-source", source_of(record).encode()),
+    ]
+
+
+class BatchSender:
+    """Queues a batch's messages on a producer and waits for their acknowledgements."""
+
+    def __init__(
+        self,
+        producer: AIOKafkaProducer,
+        plan: RecordPlan,
+        output: str,
+        dead_letter: str,
+        *,
+        max_message_bytes: int,
+    ) -> None:
+        self._producer = producer
+        self._headers = output_headers(plan)
+        self._output = output
+        self._dead_letter = dead_letter
+        self._max_bytes = max_message_bytes
+        # values up to this length fit for sure; longer ones get the producer's exact estimate
+        empty = DefaultRecordBatchBuilder.estimate_size_in_bytes(None, b"", self._headers)
+        self._surely_fits = max_message_bytes - empty - _VARINT_BYTES
+
+    async def send(
+        self, records: Sequence[ConsumerRecord], result: BatchResult
+    ) -> list[DeadLetter]:
+        """Send everything; returns the dead letters actually written (with oversize ones)."""
+        partitions = sorted(await self._producer.partitions_for(self._output))
+        chains: dict[int, list[BatchBuilder]] = {}
+        dead = list(result.dead_letters)
+        for index, value in zip(result.output_index, result.outputs, strict=True):
+            if len(value) > self._surely_fits and self._too_large(value):
+                detail = (
+                    f"sanitized record of {len(value)} bytes exceeds "
+                    "kafka.max_message_bytes; raise it (and the topic's max.message.bytes)"
+                )
+                dead.append(DeadLetter(index, "output_too_large", detail))
+                continue
+            target = partitions[records[index].partition % len(partitions)]
+            chain = chains.get(target)
+            if chain is None:
+                chain = chains[target] = [self._producer.create_batch()]
+            # no key: raw keys are usually user ids and never reach the sanitized topic
+            if chain[-1].append(timestamp=None, key=None, value=value, headers=self._headers):
+                continue
+            chain.append(self._producer.create_batch())  # full: a builder takes its first always
+            chain[-1].append(timestamp=None, key=None, value=value, headers=self._headers)
+        pending = await self._submit(chains)
+        pending.extend([await self._dead_letter_send(records[d.index], d) for d in dead])
+        await asyncio.gather(*pending)
+        return dead
+
+    def _too_large(self, value: bytes) -> bool:
+        """The producer's own check for ``send`` (its ``max_request_size``)."""
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(None, value, self._headers)
+        return bool(size > self._max_bytes)
+
+    async def _submit(self, chains: dict[int, list[BatchBuilder]]) -> list[asyncio.Future[object]]:
+        """Queue every builder, the n-th of each partition before any (n+1)-th.
+
+        The producer holds one queued batch per partition: queuing a second
+        waits until the first is drained, so interleaving the partitions lets
+        those waits overlap.
+        """
+        pending: list[asyncio.Future[object]] = []
+        for depth in range(max((len(c) for c in chains.values()), default=0)):
+            for target, chain in sorted(chains.items()):
+                if depth < len(chain):
+                    builder = chain[depth]
+                    builder.close()  # closed: sent at once, no linger
+                    pending.append(
+                        await self._producer.send_batch(builder, self._output, partition=target)
+                    )
+        return pending
+
+    async def _dead_letter_send(
+        self, raw: ConsumerRecord, letter: DeadLetter
+    ) -> asyncio.Future[object]:
+        """The raw record as a dead letter; what is too large is left at the source.
+
+        Tried in turn: the whole record; without its value; without its value,
+        key and raw headers (those may be what is too large). The
+        ``privstream-source`` header always says where the raw record is.
+        """
+        note = f"{letter.detail}; raw record too large to copy here, read it at the source"
+        full = dead_letter_headers(raw, letter.reason, letter.detail)
+        short = dead_letter_headers(raw, letter.reason, note)
+        attempts = [(raw.value, raw.key, full), (b"", raw.key, short), (b"", None, short[-3:])]
+        for value, key, headers in attempts[:-1]:
+            try:
+                future: asyncio.Future[object] = await self._producer.send(
+                    self._dead_letter, value=value, key=key, headers=headers
+                )
+            except MessageSizeTooLargeError:
+                continue
+            return future
+        value, key, headers = attempts[-1]
+        last: asyncio.Future[object] = await self._producer.send(
+            self._dead_letter, value=value, key=key, headers=headers
+        )
+        return last

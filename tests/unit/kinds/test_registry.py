@@ -1,0 +1,140 @@
+"""The field-kind registry: complete at start-up, one registration per kind and mechanism.
+
+A kind the code cannot release, estimate and audit must fail when the
+registry loads or the plan is built, naming the kind and the missing part;
+never a silent fall-back (a field missing from ``estimate``, a fast path
+that quietly falls back, a memo token built from domain positions).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+from privstream.audit.targets import target_for
+from privstream.config import parse_config
+from privstream.config.fields import FIELD_KINDS, FIELD_MODELS, mechanisms_of
+from privstream.errors import PrivstreamError, RegistryError
+from privstream.estimate.accumulators import Options
+from privstream.estimate.aggregate import accumulator_for
+from privstream.kinds import AUTO, REGISTRY, check_registry, registration_of
+from privstream.kinds.auto import resolve_auto
+from privstream.kinds.base import FieldKind
+from privstream.pipeline import build_plan
+
+from tests.unit._support import config_dict
+
+#: one field of every registered kind and mechanism (drop is never released)
+EVERY_KIND: list[dict[str, Any]] = [
+    {"name": "dev", "kind": "drop"},
+    {"name": "t", "kind": "public"},
+    {"name": "x", "kind": "real", "bounds": [0, 100], "epsilon": 1.0},
+    {"name": "g", "kind": "real", "bounds": [0, 1], "epsilon": 1.0, "delta": 1e-6,
+     "mechanism": "gaussian"},
+    {"name": "n", "kind": "integer", "bounds": [0, 10], "epsilon": 1.0},
+    {"name": "c", "kind": "categorical", "domain": ["b", "a", 3], "epsilon": 1.0},
+    {"name": "h", "kind": "categorical", "mechanism": "local_hashing", "epsilon": 2.0},
+    {"name": "o", "kind": "categorical", "mechanism": "exponential", "domain": ["lo", "mid", "hi"],
+     "epsilon": 1.0},
+    {"name": "b", "kind": "boolean", "epsilon": 1.0},
+    {"name": "s", "kind": "set", "universe": ["p", "q"], "max_items": 1, "epsilon": 1.0},
+    {"name": "v", "kind": "vector", "dimension": 2, "l2_bound": 1.0, "epsilon": 1.0,
+     "delta": 1e-6},
+    {"name": "f", "kind": "functional", "grid": [0.0, 1.0], "bandwidth": 0.5,
+     "rkhs_radius": 1.0, "epsilon": 0.9, "delta": 1e-6},
+]  # fmt: skip
+
+
+def test_every_kind_and_mechanism_of_the_config_has_one_registration() -> None:
+    accepted = {
+        (kind, mech)
+        for kind, model in zip(FIELD_KINDS, FIELD_MODELS, strict=True)
+        if kind != "drop"
+        for mech in mechanisms_of(model) or (None,)
+        if mech != AUTO  # resolved to a registered mechanism before lookup
+    }
+    assert set(REGISTRY) == accepted
+    # and the example config above exercises every one of them
+    written = {(f["kind"], f.get("mechanism")) for f in EVERY_KIND if f["kind"] != "drop"}
+    defaults = {("real", None): "laplace", ("integer", None): "discrete_laplace"}
+    defaults |= {
+        ("categorical", None): "randomized_response",
+        ("boolean", None): "randomized_response",
+    }
+    defaults |= {("set", None): "unary_encoding", ("vector", None): "gaussian"}
+    defaults |= {("functional", None): "gaussian_process"}
+    assert {(k, m or defaults.get((k, m))) for k, m in written} == accepted
+
+
+def test_a_missing_registration_names_the_kind_and_mechanism() -> None:
+    partial = dict(REGISTRY)
+    del partial[("categorical", "local_hashing")]
+    with pytest.raises(RegistryError, match="categorical with mechanism local_hashing"):
+        check_registry(partial)
+
+
+def test_a_registration_no_config_model_accepts_is_refused() -> None:
+    extra = dataclasses.replace(REGISTRY[("categorical", "randomized_response")], mechanism="exp")
+    with pytest.raises(RegistryError, match=r"categorical \(exp\).*no config model"):
+        check_registry({**REGISTRY, extra.key: extra})
+
+
+@pytest.mark.parametrize("part", ["estimator", "audit_target", "explain"])
+def test_a_noised_registration_without_a_part_fails_when_made(part: str) -> None:
+    whole = REGISTRY[("integer", "discrete_laplace")]
+    with pytest.raises(RegistryError, match=rf"integer \(discrete_laplace\).*lacks {part}"):
+        dataclasses.replace(whole, **{part: None})
+    assert issubclass(RegistryError, PrivstreamError)
+
+
+def test_public_needs_no_estimator_or_audit_target() -> None:
+    public = REGISTRY[("public", None)]
+    assert public.estimator is None
+    assert public.audit_target is None
+
+
+def test_every_noised_field_is_estimated_and_audited() -> None:
+    """No silent omission: each noised field of every kind gets an accumulator and a target."""
+    plan = build_plan(parse_config(config_dict(EVERY_KIND, epsilon=50.0, delta=1e-3)))
+    noised = [f for f in plan.fields if f.handler.mechanism is not None]
+    assert len(noised) == len(EVERY_KIND) - 2  # not drop, not public
+    for planned in noised:
+        assert accumulator_for(planned, Options()) is not None, planned.name
+        assert target_for(planned).name == planned.name
+        spec = next(
+            s
+            for s in parse_config(config_dict(EVERY_KIND, 50.0, 1e-3)).fields
+            if s.name == planned.name
+        )
+        share = plan.budget.fields[planned.name]
+        assert planned.entry is registration_of(resolve_auto(spec, share))
+
+
+def test_memo_tokens_hold_domain_values_not_positions() -> None:
+    """A memoized categorical's token carries the value, in the canonical JSON of the value."""
+    field = {"name": "c", "kind": "categorical", "domain": ["z", 7, "a"], "epsilon": 1.0,
+             "memo_identity": "message_key"}  # fmt: skip
+    (planned,) = build_plan(parse_config(config_dict([field]))).fields
+    assert planned.memo is not None
+    handler: Any = planned.handler
+    for value in ("z", 7, "a"):
+        token = planned.memo.token(b"device", handler.parse(value))
+        assert token.endswith(json.dumps(value).encode()), value
+
+
+def test_a_memoized_kind_without_memo_support_fails_at_plan_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key = ("boolean", "randomized_response")
+    monkeypatch.setitem(REGISTRY, key, dataclasses.replace(REGISTRY[key], memo=None))
+    field = {"name": "b", "kind": "boolean", "epsilon": 1.0, "memo_identity": "message_key"}
+    with pytest.raises(RegistryError, match=r"kind boolean .*no memo token"):
+        build_plan(parse_config(config_dict([field])))
+
+
+def test_registrations_are_frozen_records() -> None:
+    entry: FieldKind = REGISTRY[("real", "laplace")]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        entry.kind = "integer"  # type: ignore[misc]

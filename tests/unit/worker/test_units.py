@@ -1,0 +1,512 @@
+"""The worker's pure parts, without a broker: poison isolation, replay noise, oversize messages.
+
+The broker-facing behaviour (transactions, kills, rebalances, outages) is
+tested against a real broker in tests/integration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from aiokafka import ConsumerRecord
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    KafkaConnectionError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    NodeNotReadyError,
+    ProducerFenced,
+)
+from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from privstream.config import parse_config
+from privstream.config.runtime import Runtime
+from privstream.errors import BrokerError
+from privstream.metrics import Metrics
+from privstream.pipeline import build_plan
+from privstream.pipeline.handlers import RealHandler
+from privstream.worker import loop
+from privstream.worker.clients import (
+    RIVAL_WINDOW_S,
+    Fencing,
+    broker_answers,
+    final_error,
+    live_connections,
+)
+from privstream.worker.http import Health
+from privstream.worker.loop import Backoff, Worker
+from privstream.worker.produce import BatchSender, output_headers
+from prometheus_client import CollectorRegistry
+
+from tests.integration.faults import poll_until
+from tests.unit._support import config_dict
+
+FIELDS = [
+    {"name": "seq", "kind": "public"},
+    {"name": "x", "kind": "real", "bounds": [0, 10], "epsilon": 1.0},
+]
+POISON = 6.5  # the value the broken handler chokes on
+
+
+def record(offset: int, value: bytes, partition: int = 0) -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord(
+        topic="raw",
+        partition=partition,
+        offset=offset,
+        timestamp=0,
+        timestamp_type=0,
+        key=None,
+        value=value,
+        checksum=None,
+        serialized_key_size=0,
+        serialized_value_size=len(value),
+        headers=[],
+    )
+
+
+class BrokenHandler(RealHandler):
+    """A handler with a bug: any batch holding POISON raises a non-Rejected error."""
+
+    def release(self, values: Any, source: Any) -> list[Any]:
+        if POISON in values:
+            raise ZeroDivisionError("bug")
+        return super().release(values, source)
+
+
+def worker(broken: bool = False, secret: bytes = bytes(range(32))) -> Worker:
+    config = parse_config(config_dict(FIELDS, epsilon=1.0))
+    plan = build_plan(config)
+    if broken:
+        real = plan.handlers[1]
+        assert isinstance(real, RealHandler)
+        plan = plan.with_handlers((plan.handlers[0], BrokenHandler(real.name, real.mechanism)))
+    return Worker(
+        config.kafka,
+        plan,
+        Runtime(secret, "r0", None),
+        metrics=Metrics(CollectorRegistry()),
+        health=Health(),
+    )
+
+
+def batch(values: list[float], start: int = 100) -> list[ConsumerRecord[bytes, bytes]]:
+    return [
+        record(start + i, json.dumps({"seq": i, "x": v}).encode()) for i, v in enumerate(values)
+    ]
+
+
+def test_a_poison_record_is_dead_lettered_alone_and_the_rest_released_as_usual() -> None:
+    records = batch([1.0, POISON, 3.0, 4.0])
+    result = worker(broken=True)._sanitize(records)
+    assert [d.index for d in result.dead_letters] == [1]
+    assert result.dead_letters[0].reason == "internal_error"
+    assert "ZeroDivisionError" in result.dead_letters[0].detail
+    assert result.output_index == [0, 2, 3]
+    # the survivors carry the same bytes a healthy batch without the poison gives them
+    healthy = worker()._sanitize([records[0], records[2], records[3]])
+    assert result.outputs == healthy.outputs
+
+
+def test_replayed_records_get_identical_bytes_however_batched() -> None:
+    records = batch([1.0, 2.0, 3.0, 4.0, 5.0])
+    whole = worker()._sanitize(records).outputs
+    split = worker()._sanitize(records[:2]).outputs + worker()._sanitize(records[2:]).outputs
+    assert whole == split
+    other_key = worker(secret=bytes(range(1, 33)))._sanitize(records).outputs
+    assert other_key != whole
+
+
+def test_the_same_value_at_another_offset_gets_other_noise() -> None:
+    first = worker()._sanitize(batch([5.0] * 50, start=0)).outputs
+    values = {json.loads(out)["x"] for out in first}
+    assert len(values) > 40  # Laplace noise on a grid: collisions are rare (p < 1e-6 for 10)
+
+
+def test_backoff_doubles_with_jitter_up_to_the_cap_and_resets() -> None:
+    backoff = Backoff(initial_s=1.0, cap_s=8.0)
+    delays = [backoff.next_delay() for _ in range(6)]
+    for delay, nominal in zip(delays, [1, 2, 4, 8, 8, 8], strict=True):
+        assert nominal / 2 <= delay <= nominal
+    backoff.reset()
+    assert backoff.next_delay() <= 1.0
+
+
+class SizeLimitedProducer:
+    """Stands in for the producer's size check and its batch API (4 output partitions).
+
+    ``send`` refuses a value over ``limit``; batches are
+    real aiokafka ``BatchBuilder``s of ``batch_bytes``, unpacked into ``sent``.
+    """
+
+    def __init__(self, limit: int, batch_bytes: int = 16_384) -> None:
+        self.limit = limit
+        self.batch_bytes = batch_bytes
+        self.sent: list[tuple[str, bytes | None, list[tuple[str, bytes]]]] = []
+        self.batches: list[tuple[int, list[bytes | None]]] = []  # (partition, values)
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {0, 1, 2, 3}
+
+    def create_batch(self) -> BatchBuilder:
+        return BatchBuilder(self.batch_bytes, 0)
+
+    async def send_batch(self, batch: BatchBuilder, topic: str, *, partition: int) -> Any:
+        records = list(DefaultRecordBatch(bytes(batch._build())))
+        self.sent.extend((topic, r.value, r.headers) for r in records)
+        self.batches.append((partition, [r.value for r in records]))
+        return self._done()
+
+    async def send(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, headers: Any = None
+    ) -> Any:
+        if value is not None and len(value) > self.limit:
+            raise MessageSizeTooLargeError()
+        self.sent.append((topic, value, headers))
+        return self._done()
+
+    @staticmethod
+    def _done() -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.set_result(None)
+        return future
+
+
+def sender_for(w: Worker, producer: SizeLimitedProducer) -> BatchSender:
+    return BatchSender(
+        producer,  # type: ignore[arg-type]
+        w._plan,
+        "out",
+        "dlq",
+        max_message_bytes=producer.limit,
+    )
+
+
+@pytest.mark.parametrize("limit", [150, 10_000])
+async def test_oversize_messages_never_block_the_batch(limit: int) -> None:
+    w = worker()
+    records = [*batch([1.0, 2.0]), record(7, b"x" * 200)]
+    result = w._sanitize(records)
+    producer = SizeLimitedProducer(limit)
+    dead = await sender_for(w, producer).send(records, result)
+    topics = [topic for topic, _, _ in producer.sent]
+    assert len(producer.sent) == 3  # every record accounted for, once
+    if limit == 10_000:
+        assert topics.count("out") == 2 and [d.reason for d in dead] == ["invalid_json"]
+    else:
+        # outputs over the limit with their headers (the producer's estimate) became dead
+        # letters; the raw copy over the limit went without its value, the others with theirs
+        assert topics == ["dlq", "dlq", "dlq"]
+        assert sorted(d.reason for d in dead) == [
+            "invalid_json",
+            "output_too_large",
+            "output_too_large",
+        ]
+        values = {dict(h)["privstream-source"]: v for _, v, h in producer.sent}
+        assert values == {
+            b"raw/0/100": records[0].value,
+            b"raw/0/101": records[1].value,
+            b"raw/0/7": b"",
+        }
+
+
+def test_the_quick_size_check_agrees_with_the_producers_estimate() -> None:
+    """Values the sender passes without estimating them are never too large."""
+    w, limit = worker(), 4_096
+    sender = sender_for(w, SizeLimitedProducer(limit))
+    headers = output_headers(w._plan)
+    for length in range(limit - 400, limit + 2):
+        value = b"x" * length
+        too_large = DefaultRecordBatchBuilder.estimate_size_in_bytes(None, value, headers) > limit
+        assert (length > sender._surely_fits and sender._too_large(value)) == too_large
+
+
+async def test_batches_keep_each_input_partition_in_order_on_one_output_partition() -> None:
+    w = worker()
+    # 6 input partitions onto 4 output partitions, small batches: several builders each
+    records = [
+        record(100 + i, json.dumps({"seq": i, "x": 1.0}).encode(), partition=i % 6)
+        for i in range(600)
+    ]
+    result = w._sanitize(records)
+    producer = SizeLimitedProducer(10_000, batch_bytes=4_096)
+    dead = await sender_for(w, producer).send(records, result)
+    assert dead == []
+    assert len(producer.batches) > 4  # the builders filled up and were chained
+    seqs: dict[int, list[int]] = {}
+    for partition, values in producer.batches:
+        seqs.setdefault(partition, []).extend(json.loads(v or b"")["seq"] for v in values)
+    assert sorted(s for part in seqs.values() for s in part) == list(range(600))
+    for partition, part in seqs.items():
+        for source in {s % 6 for s in part}:
+            assert source % 4 == partition  # input partition modulo the output count
+            mine = [s for s in part if s % 6 == source]
+            assert mine == sorted(mine)  # in offset order
+    headers = {tuple(h) for topic, _, h in producer.sent if topic == "out"}
+    assert len(headers) == 1 and dict(next(iter(headers)))["privstream-epsilon"] == b"1.0"
+
+
+# --- fencing: an expired transaction or a rival --------------------------------------------
+
+TIMEOUT_S = 60.0  # the config's default transaction_timeout_ms, in seconds
+
+
+@pytest.mark.parametrize(
+    ("age", "lost", "refenced", "expired", "rival"),
+    [
+        (TIMEOUT_S + 1, False, None, True, False),  # outlived the timeout: the broker aborted it
+        (2.0, True, None, True, False),  # a connection dropped meanwhile
+        (2.0, False, None, False, False),  # no evidence, first fencing: try a fresh producer
+        (2.0, False, 3.0, False, True),  # the fresh producer fenced again at once: a rival
+        (2.0, False, RIVAL_WINDOW_S + 1, False, False),  # again, but long after: not "at once"
+        (TIMEOUT_S + 1, False, 3.0, True, False),  # again, but expired: an outage, no rival
+        (None, True, None, False, False),  # nothing open: a dropped connection proves nothing
+    ],
+)
+def test_fencing_tells_an_expired_transaction_from_a_rival(
+    age: float | None, lost: bool, refenced: float | None, expired: bool, rival: bool
+) -> None:
+    fencing = Fencing(
+        transaction_age_s=age, timeout_s=TIMEOUT_S, connection_lost=lost, refenced_after_s=refenced
+    )
+    assert (fencing.expired, fencing.rival) == (expired, rival)
+    config = worker()._kafka
+    final = final_error(InvalidProducerEpoch(), config, Runtime(bytes(32), "r0", None), fencing)
+    assert (final is not None) == rival
+    if final is not None:
+        assert "fenced again 3.0 s after a fencing restarted it" in str(final)
+        assert "own --replica-id" in str(final) and "'privstream-r0'" in str(final)
+
+
+class Conn:
+    def __init__(self, up: bool) -> None:
+        self.up = up
+
+    def connected(self) -> bool:
+        return self.up
+
+
+def sessions(w: Worker, *steps: Callable[[], None] | None) -> list[Callable[[], None] | None]:
+    """Make ``w.run`` go through ``steps``: each sets what its session saw and raises,
+    None stops the worker. Returns the steps not run yet."""
+    todo = list(steps)
+
+    async def session(stop: asyncio.Event) -> None:
+        step = todo.pop(0)
+        if step is None:
+            stop.set()
+            return
+        step()
+
+    w._session = session  # type: ignore[method-assign]
+    w._backoff = Backoff(initial_s=0.001, cap_s=0.001)
+    return todo
+
+
+def fenced(
+    w: Worker, *, producer_age: float, txn_age: float, dropped: bool = False
+) -> Callable[[], None]:
+    def step() -> None:
+        w._producer_since = time.monotonic() - producer_age
+        w._txn_age_s, w._txn_outage = txn_age, dropped
+        raise ProducerFenced()
+
+    return step
+
+
+def expired(w: Worker) -> int:
+    sample = w._metrics.registry.get_sample_value("privstream_transactions_expired_total")
+    assert sample is not None
+    return int(sample)
+
+
+async def test_a_transaction_expired_in_an_outage_restarts_the_session_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = worker()
+    # the first transaction outlived the timeout; the fresh producer's first one saw a dropped
+    # connection (fenced again within seconds, but with an outage: still no rival)
+    left = sessions(
+        w,
+        fenced(w, producer_age=300, txn_age=TIMEOUT_S + 5),
+        fenced(w, producer_age=2, txn_age=1, dropped=True),
+        None,
+    )
+    with caplog.at_level(logging.WARNING, "privstream.worker"):
+        await asyncio.wait_for(w.run(asyncio.Event()), 10)
+    assert left == []
+    assert expired(w) == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert all(m.startswith("transaction expired during an outage") for m in warnings)
+    assert "transaction_timeout_ms 60000" in warnings[0]
+    assert "the broker unreachable meanwhile" in warnings[1]
+
+
+async def test_a_fresh_producer_fenced_again_without_an_outage_stops_the_worker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = worker()
+    sessions(
+        w,
+        fenced(w, producer_age=300, txn_age=1),  # first: give it a chance
+        fenced(w, producer_age=2, txn_age=1),  # again at once: a rival
+        None,
+    )
+    rival = re.escape("fenced again 2.0 s after a fencing restarted it")
+    with (
+        caplog.at_level(logging.WARNING, "privstream.worker"),
+        pytest.raises(BrokerError, match=rival),
+    ):
+        await asyncio.wait_for(w.run(asyncio.Event()), 10)
+    assert expired(w) == 0
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith("producer fenced with no outage seen")
+    assert "'privstream-r0'" in warning
+
+
+async def test_a_wrapped_fencing_counts_and_other_errors_are_no_fencing() -> None:
+    w = worker()
+    w._txn_age_s = 1.0
+    try:  # aiokafka may wrap it: the cause chain counts
+        raise KafkaError("transaction failed") from ProducerFenced()
+    except KafkaError as wrapped:
+        assert w._fencing(wrapped) is not None
+    assert w._fencing(KafkaConnectionError()) is None
+
+
+# --- readiness probe -------------------------------------------------------------------------
+
+
+class Brokers:
+    """An aiokafka client stand-in: each node answers, refuses or never answers."""
+
+    def __init__(self, **nodes: str) -> None:
+        self.nodes = {int(name[1:]): how for name, how in nodes.items()}
+        self.cluster = SimpleNamespace(
+            brokers=lambda: [SimpleNamespace(nodeId=n) for n in self.nodes]
+        )
+        self.hanging = 0  # sends still waiting: the probe must not leave any behind
+
+    async def send(self, node: int, request: Any) -> object:
+        how = self.nodes[node]
+        if how == "refuse":
+            raise NodeNotReadyError(f"node {node}")
+        if how == "hang":
+            self.hanging += 1
+            try:
+                await asyncio.Event().wait()
+            finally:
+                self.hanging -= 1
+        return request
+
+
+@pytest.mark.parametrize(
+    ("nodes", "answers"),
+    [
+        ({"n1": "answer"}, True),
+        ({"n1": "hang", "n2": "refuse", "n3": "answer"}, True),  # one broker is enough
+        ({"n1": "hang", "n2": "refuse"}, False),
+        ({"n1": "refuse"}, False),
+        ({}, False),  # no broker known
+    ],
+)
+async def test_broker_answers_needs_one_round_trip_within_the_timeout(
+    nodes: dict[str, str], answers: bool
+) -> None:
+    client = Brokers(**nodes)
+    started = time.monotonic()
+    assert await broker_answers(client, "raw", timeout_s=0.2) is answers
+    assert time.monotonic() - started < 5  # bounded by the timeout, never by a hanging broker
+    assert client.hanging == 0
+
+
+async def eventually(done: Callable[[], bool], what: str, within_s: float = 5) -> None:
+    """``faults.poll_until`` on a plain condition, every 5 ms."""
+
+    async def probe() -> bool:
+        return done()
+
+    await poll_until(probe, within_s, what, every_s=0.005)
+
+
+async def test_readiness_follows_the_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loop, "PROBE_INTERVAL_S", 0.01)
+    monkeypatch.setattr(loop, "PROBE_TIMEOUT_S", 0.05)
+    w = worker()
+    client = Brokers(n1="answer")
+    connected = w._metrics.broker_connected
+    probe = asyncio.create_task(w._probe(SimpleNamespace(client=client)))  # type: ignore[arg-type]
+    try:
+        await eventually(lambda: w._health.ready, "ready")
+        assert w._unreachable_at == float("-inf")
+        client.nodes[1] = "hang"  # a blackhole: nothing refused, nothing answered
+        await eventually(lambda: not w._health.ready, "not ready")
+        assert connected._value.get() == 0
+        assert w._unreachable_at > 0
+        client.nodes[1] = "answer"
+        await eventually(lambda: w._health.ready, "ready again")
+        assert connected._value.get() == 1
+    finally:
+        probe.cancel()
+        await asyncio.gather(probe, return_exceptions=True)
+
+
+def test_live_connections_are_the_connected_ones_but_bootstrap() -> None:
+    up, down, boot = Conn(True), Conn(False), Conn(True)
+    client = SimpleNamespace(_conns={(1, 0): up, (2, 0): down, ("bootstrap", 0): boot})
+    assert live_connections(client) == (up,)  # aiokafka closes bootstrap on purpose
+    assert live_connections(SimpleNamespace()) == ()  # an aiokafka without _conns: no evidence
+
+
+class FencedProducer:
+    """A transactional producer stand-in whose commit is fenced; ``during`` runs first."""
+
+    def __init__(self, during: Callable[[], None]) -> None:
+        self.during = during
+        self.aborted = False
+
+    async def begin_transaction(self) -> None:
+        pass
+
+    async def send_offsets_to_transaction(self, offsets: Any, group: str) -> None:
+        pass
+
+    async def commit_transaction(self) -> None:
+        self.during()
+        raise ProducerFenced()
+
+    async def abort_transaction(self) -> None:
+        self.aborted = True
+
+
+@pytest.mark.parametrize("outage", ["none", "connection dropped", "probe unanswered"])
+async def test_an_outage_is_judged_when_the_transaction_fails_not_after(outage: str) -> None:
+    w = worker()
+    first, second = Conn(True), Conn(True)
+    w._producer_client = SimpleNamespace(_conns={(1, 0): first, (1, 1): second})
+    w._fenced_before, w._producer_since = True, time.monotonic()  # a rival, unless an outage
+
+    def during() -> None:
+        if outage == "connection dropped":
+            second.up = False
+        elif outage == "probe unanswered":
+            w._unreachable_at = time.monotonic()
+
+    producer = FencedProducer(during)
+    sender = SimpleNamespace(send=lambda records, result: asyncio.sleep(0, []))
+    with pytest.raises(ProducerFenced) as fenced_by:
+        await w._transaction(producer, sender, [], None, {})  # type: ignore[arg-type]
+    assert producer.aborted
+    first.up = second.up = False  # the session closes every connection on its way out
+    fencing = w._fencing(fenced_by.value)
+    assert fencing is not None and fencing.transaction_age_s is not None
+    assert 0 <= fencing.transaction_age_s < 5
+    assert (fencing.connection_lost, fencing.rival) == (outage != "none", outage == "none")
