@@ -562,17 +562,13 @@ def fuzz_cases(bad: int = 10_000, seed: int = 20240601) -> list[Case]:
         cases.append(case)
         dead += not case.good
         i += 1
+    keyed = [(c, _random_key(rng, n), _random_headers(rng, n)) for n, c in enumerate(cases)]
     return [
-        Case(
-            c.kind,
-            c.value,
-            c.reasons,
-            _random_key(rng, n),
-            _random_headers(rng, n),
-            c.raw_too_large,
-        )
-        for n, c in enumerate(cases)
-    ]
+        # Kafka needs a key or a value: a tombstone always gets a key
+        Case(c.kind, c.value, c.reasons, key if c.value is not None or key else b"", headers,
+             c.raw_too_large)
+        for c, key, headers in keyed
+    ]  # fmt: skip
 
 
 def good_cases(count: int, seed: int = 7) -> list[Case]:
