@@ -51,6 +51,7 @@ def ledger_guarantee(config: AppConfig, plan: RecordPlan) -> dict[str, Any] | No
         "records_per_lifetime": lifetime,
         "lifetime_delta": None if lifetime is None else lifetime * policy.record_delta,
         "statement": STATEMENT.format(eps=policy.epsilon, delta=policy.delta),
+        "memoized": [f.name for f in plan.fields if f.memo is not None],
         "header": policy.guarantee_header().decode(),
     }
 
@@ -75,6 +76,12 @@ def ledger_lines(data: dict[str, Any] | None) -> list[str]:
             f"per subject over its lifetime: epsilon={data['lifetime_epsilon']:g} "
             f"delta={data['lifetime_delta']:g} (at most {data['records_per_lifetime']} records, "
             "sequential composition over windows)"
+        )
+    if data["memoized"]:
+        lines.append(
+            f"ledger and memoized fields ({', '.join(data['memoized'])}): a memoized answer "
+            "repeats in every window where the value repeats, so the per-window guarantee "
+            "covers their values, not whether they changed between windows"
         )
     lines.append(
         f"ledger: the subject is the Kafka message key (records whose {data['subject']!r} "

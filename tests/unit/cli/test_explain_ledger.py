@@ -65,3 +65,18 @@ def test_without_a_ledger_explain_says_the_guarantee_adds_up(
     path.write_text(CONFIG.split("  subject:")[0] + "fields:" + CONFIG.split("fields:")[1])
     assert main(["explain", "--config", str(path), "--wide"]) == 0
     assert "per subject: no ledger (privacy.ledger)" in capsys.readouterr().out
+
+
+def test_memoized_fields_get_their_caveat(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    memo = CONFIG.replace(
+        "{name: crashed, kind: boolean, epsilon: 0.5}",
+        "{name: crashed, kind: boolean, epsilon: 0.5, memo_identity: message_key}",
+    )
+    path = tmp_path / "memo.yaml"
+    path.write_text(memo, encoding="utf-8")
+    assert main(["explain", "--config", str(path), "--wide"]) == 0
+    out = capsys.readouterr().out
+    assert "ledger and memoized fields (crashed): a memoized answer repeats" in out
+    assert "ledger and memoized fields" not in run(tmp_path, capsys, "--wide")
