@@ -64,6 +64,11 @@ def test_windows_must_follow_utc_calendar_windows(window: str) -> None:
     assert "neither divides a day nor is a whole number of days" in problem
 
 
+def test_caps_beyond_any_privacy_are_refused() -> None:
+    [problem] = problems_of(ledger_config({"subject": "device_id"}, lifetime_epsilon=2e6))
+    assert problem.startswith("privacy.ledger.lifetime_epsilon: 2e+06 is above 1e+06")
+
+
 def test_the_ledger_requires_a_subject() -> None:
     [problem] = problems_of(ledger_config({}, epsilon=4.0))
     assert problem.startswith("privacy.ledger: a ledger charges each subject: set privacy.subject")
