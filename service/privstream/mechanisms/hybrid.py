@@ -155,6 +155,7 @@ class HybridMechanism(UnitIntervalMechanism):
         b = self.coin.magnitude
         error = share * self.grid.mean_abs_error(points) + (1.0 - share) * (b - points**2 / b)
         self._error = self.half * float(error.max())
+        self.check_reach()
 
     @property
     def pm_probability(self) -> float:

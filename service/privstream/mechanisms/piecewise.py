@@ -287,6 +287,15 @@ class UnitIntervalMechanism(Mechanism):
     def sample(self, t: NDArray[np.float64], words: Words) -> NDArray[np.float64]:
         """Reports ``y`` for ``t`` from ``words_per_value`` words per row."""
 
+    def check_reach(self) -> None:
+        """MechanismError unless every report ``mid + half y`` is a finite double."""
+        if not math.isfinite(self.half * self.reach + abs(self.middle)):
+            raise MechanismError(
+                f"{self.name}: bounds [{self.lower:g}, {self.upper:g}] at epsilon "
+                f"{self.epsilon:g} give reports beyond the double range (|y| up to "
+                f"{self.reach:.3g} half-widths); express the field in a larger unit or use laplace"
+            )
+
     @property
     def gamma_lower_bound(self) -> float:
         return compact_gamma(self.diameter, self.epsilon, self.delta)
@@ -338,6 +347,7 @@ class PiecewiseMechanism(UnitIntervalMechanism):
         self._outputs = self.grid.outputs()
         worst = float(self.grid.mean_abs_error(error_points()).max())
         self._error = self.half * worst
+        self.check_reach()
 
     @property
     def realised_epsilon(self) -> float:
