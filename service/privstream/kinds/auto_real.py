@@ -23,6 +23,7 @@ chosen for its composition, not its one-shot variance.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from privstream.config import Guarantee
@@ -57,9 +58,13 @@ def real_variances(spec: RealField, share: Guarantee, n: int = VARIANCE_N) -> di
     variances: dict[str, float] = {}
     for name in CANDIDATES:
         try:
-            variances[name] = _candidate(name, spec, share).estimator_variance(n)
+            mechanism = _candidate(name, spec, share)
         except MechanismError:  # an epsilon too small for 64-bit thresholds: not a candidate
             continue
+        try:
+            variances[name] = mechanism.estimator_variance(n)
+        except OverflowError:  # bounds near the double range: no finite variance to compare
+            variances[name] = math.inf
     return variances
 
 

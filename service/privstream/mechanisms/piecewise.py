@@ -301,7 +301,7 @@ class UnitIntervalMechanism(Mechanism):
         return compact_gamma(self.diameter, self.epsilon, self.delta)
 
     def estimator_variance(self, n: int) -> float:
-        return self.half**2 * self.unit_variance / n
+        return self.half * self.half * self.unit_variance / n  # inf, not OverflowError
 
     def bias_bound(self) -> float:
         """``|E[release] - clamped value|``: sampler bias and the float mapping of ``t``."""
