@@ -14,7 +14,11 @@ mechanisms give their exact variance law ``Var[y | t] = s t^2 + c``, and
     V_hat = s (mean(y^2) - c) / (1 + s) + c
 
 is an unbiased estimate of ``sum_i Var[y_i | t_i] / n`` (clipped to the
-law's range ``[c + min(s, 0), c + max(s, 0)]``). Why not the alternatives:
+law's range ``[c + min(s, 0), c + max(s, 0)]``). Duchi's mechanism alone
+(hybrid below eps*) has ``s = -1``: its reports are ``+-B``, ``y^2`` is
+constant, and ``c - mean(y)^2`` takes the place of ``V_hat`` (an upper
+bound up to the noise of ``mean(y)``: ``mean(t^2) >= mean(t)^2``; the
+difference, at most 1, is small beside ``c = B^2``). Why not the alternatives:
 the worst-case bound (``estimator_variance``, shown as
 ``stderr_worst_case``) over-covers wherever the values sit inside the
 bounds (PM's variance at ``t = 0`` is a third of its worst case at
@@ -34,6 +38,9 @@ import numpy as np
 from privstream.estimate.accumulators import BaseAccumulator, Options, Truth, interval
 from privstream.estimate.numeric import Moments, _clean, _fast_column, _number
 from privstream.mechanisms.piecewise import UnitIntervalMechanism
+
+#: below this ``1 + s``, ``E[y^2]`` says (almost) nothing of ``t^2`` (Duchi's mechanism alone)
+_IDENTIFIABLE = 1e-6
 
 
 class MeanTruth:
@@ -55,10 +62,13 @@ class MeanTruth:
         self.outside += int(np.count_nonzero(clamped != values))
 
 
-def law_variance(mechanism: UnitIntervalMechanism, second: float) -> float:
+def law_variance(mechanism: UnitIntervalMechanism, mean: float, second: float) -> float:
     """``V_hat`` (module docstring) from the mean of ``y`` and of ``y^2``, in ``t`` units."""
     slope, constant = mechanism.variance_law()
-    estimate = slope * (second - constant) / (1.0 + slope) + constant
+    if 1.0 + slope > _IDENTIFIABLE:
+        estimate = slope * (second - constant) / (1.0 + slope) + constant
+    else:  # Duchi alone: y^2 = B^2 always; mean(t^2) >= mean(t)^2 and s < 0 bound it
+        estimate = constant + slope * mean * mean
     low, high = constant + min(slope, 0.0), constant + max(slope, 0.0)
     return min(max(estimate, low), high)
 
@@ -112,7 +122,7 @@ class UnitMeanReleases(BaseAccumulator):
         mean_t = float(self.moments.mean[0])
         spread = float(self.moments.variance[0]) if n > 1 else math.nan
         second = mean_t**2 + (float(self.moments.m2[0]) / n)
-        noise = law_variance(mech, second) if mech.diameter > 0 else 0.0
+        noise = law_variance(mech, mean_t, second) if mech.diameter > 0 else 0.0
         estimate = mech.middle + mech.half * mean_t
         stderr = mech.half * math.sqrt(noise / n)
         population = mech.half * math.sqrt(spread / n) if n > 1 else math.nan

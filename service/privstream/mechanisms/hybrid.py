@@ -25,8 +25,10 @@ in ``[L, 2^64 - L]`` for every input. ``L`` is the least integer with
 outcome ratios are at most ``(2^64 - L) / L <= E``, checked in exact
 arithmetic (``DuchiCoin.realised_ratio``). ``B_d = 2^64 / D`` makes the
 report unbiased: ``E[y | t] = B_d (2 T(t) - 2^64) / 2^64 = 2 off / D - 1 =
-t`` up to the rounding of ``off`` (float, ``<= 3 2^-53 D + 1`` words), so
-``|E[y | t] - t| <= 2^-46`` once ``D >= 2^24`` (``eps >= 2^-40``).
+t`` up to the rounding of ``off`` (three float roundings, ``<= 4 2^-53 D``,
+then truncation, ``< 1`` word) and of ``B_d`` (``2^-53`` relative), so
+``|E[y | t] - t| <= 9 2^-53 + 2 / D <= 2^-49 + 2 / D`` (``DuchiCoin.bias``;
+``D ~ 2^64 eps / 2``, so ``2 / D`` is below ``2^-40`` from eps ``2^-22``).
 
 *Realised privacy.* The choice of component does not depend on the input,
 so for any output set ``S`` and inputs ``t, t'``::
@@ -110,6 +112,10 @@ class DuchiCoin:
     def realised_ratio(self) -> Fraction:
         return Fraction(TWO_64 - self.low, self.low)
 
+    def bias(self) -> float:
+        """``|E[y | t] - t| <= 2^-49 + 2 / D`` (module docstring)."""
+        return 2.0**-49 + 2.0 / self.width
+
     def threshold(self, t: NDArray[np.float64]) -> NDArray[np.uint64]:
         """``T(t) = L + min(floor((t + 1)/2 D), D)``."""
         offset = np.clip((t + 1.0) * (self.width / 2.0), 0.0, _BELOW_TWO_64).astype(np.uint64)
@@ -125,7 +131,7 @@ def duchi_coin(epsilon: float) -> DuchiCoin:
     """The least ``L`` with ``L (1 + E) >= 2^64``; refuses epsilons it cannot resolve."""
     low = math.ceil(Fraction(TWO_64) / (1 + exp_lower_bound(epsilon)))
     coin = DuchiCoin(max(low, 1))
-    if epsilon < SMALLEST_EPSILON or coin.width < 2**24:
+    if epsilon < SMALLEST_EPSILON or coin.width < 2**16:
         raise MechanismError(
             f"epsilon {epsilon:.3g} is too small for the hybrid mechanism's 64-bit thresholds "
             f"(use at least {SMALLEST_EPSILON:.3g}, or laplace)"
@@ -190,7 +196,7 @@ class HybridMechanism(UnitIntervalMechanism):
         return float(slope), round_up(constant)
 
     def unit_bias(self) -> float:
-        return max(self.grid.bias_bound(), 2.0**-46)
+        return max(self.grid.bias_bound(), self.coin.bias())
 
     @property
     def expected_error(self) -> float:

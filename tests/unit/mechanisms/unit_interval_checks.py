@@ -60,7 +60,7 @@ def coverage(
     truth = float(np.mean(np.clip(values, mech.lower, mech.upper)))
     hits = 0
     for row in t:
-        noise = law_variance(mech, float(np.mean(row**2)))
+        noise = law_variance(mech, float(np.mean(row)), float(np.mean(row**2)))
         centre = mech.middle + mech.half * float(np.mean(row))
         half_width = 1.959963984540054 * mech.half * math.sqrt(noise / n)
         hits += abs(centre - truth) <= half_width
