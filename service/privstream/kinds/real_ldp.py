@@ -52,6 +52,7 @@ def _registration(mechanism: str) -> FieldKind:
         memo=None,  # reals are not memoized
         estimator=_estimator,
         audit_target=lambda h: RealTarget(h.name, h.mechanism, h.bounds),
+        audit_width=lambda h: h.mechanism.words_per_value + 1,  # words, and one output
         explain=describe,
         canary=canary.real_inputs,
     )
