@@ -211,23 +211,23 @@ class PiecewiseGrid:
     def mean_abs_error(self, t: NDArray[np.float64]) -> NDArray[np.float64]:
         """``E|y - t|`` of the implemented law at each ``t`` (uniform picks)."""
         base, up = self.placement(t)
-        y = self.outputs()
-        p_in = float(self.p_in)
-        rows = []
-        for i, ti in enumerate(t):
-            dist = np.abs(y - ti)
-            total = float(dist.sum())
-            cumulative = np.concatenate(([0.0], np.cumsum(dist)))
-            step_up = float(up[i]) / TWO_64
-            value = 0.0
-            for s, weight in ((int(base[i]), 1.0 - step_up), (int(base[i]) + 1, step_up)):
-                if weight == 0.0 or s > self.cells - self.window:
-                    continue
-                window = cumulative[s + self.window] - cumulative[s]
-                outside = (total - window) / (self.cells - self.window)
-                value += weight * (p_in * window / self.window + (1.0 - p_in) * outside)
-            rows.append(value)
-        return np.array(rows)
+        distance = np.abs(self.outputs()[None, :] - t[:, None])
+        cumulative = np.concatenate([np.zeros((len(t), 1)), np.cumsum(distance, axis=1)], axis=1)
+        total = cumulative[:, -1]
+        p_in, outside = float(self.p_in), self.cells - self.window
+        step_up = up.astype(np.float64) / TWO_64
+
+        def at(start: NDArray[np.int64]) -> NDArray[np.float64]:
+            start = np.minimum(start, outside)  # a step past the top has weight 0
+            rows = np.arange(len(t))
+            window = cumulative[rows, start + self.window] - cumulative[rows, start]
+            out: NDArray[np.float64] = (
+                p_in * window / self.window + (1.0 - p_in) * (total - window) / outside
+            )
+            return out
+
+        result: NDArray[np.float64] = (1.0 - step_up) * at(base) + step_up * at(base + 1)
+        return result
 
 
 def calibrate(epsilon: float, cells: int = GRID_CELLS) -> PiecewiseGrid:
@@ -325,7 +325,12 @@ class UnitIntervalMechanism(Mechanism):
     def noise_error(
         self, inputs: NDArray[np.float64], outputs: NDArray[np.float64]
     ) -> NDArray[np.float64]:
-        """``|y - clamp(d)|``: the report's distance from the mechanism's own input."""
+        """``|y - clamp(d)|``: the report's distance from the mechanism's own input.
+
+        Unlike Laplace's, its law depends on where ``d`` lies (``E|y - t|`` grows
+        towards the bounds); the exported error metrics come from the fixed canary
+        inputs only (``privstream.pipeline.canary``), never from released values.
+        """
         clamped = self.clamp(np.asarray(inputs, dtype=np.float64))
         return np.abs(np.asarray(outputs, dtype=np.float64) - clamped)
 
