@@ -19,6 +19,14 @@ delta))`` tight, ``diam / (eps - ln(1 - delta))`` thesis), which wins once
 delta is large enough to pay for its heavier tail (``explain`` says so).
 Ties go to the first of ``CANDIDATES``. Gaussian is not a candidate: it is
 chosen for its composition, not its one-shot variance.
+
+Worst case, not the typical case: PM's variance grows with ``t^2`` (``s
+t^2 + c``) while HM's is flat, so where the values sit away from the
+bounds PM has the smaller error from eps ~1 on (``t^2 < 0.86`` at eps 4).
+Measured, mean of 10,000 values of a Beta(2, 5) truth on ``[0, 100]``, 1,000
+runs: PM's MSE is 0.93x HM's at eps 1, 0.80x at eps 2 and 0.57x at eps 4.
+``auto`` keeps the guarantee for every data set; declare ``piecewise`` for
+data known to stay off the bounds.
 """
 
 from __future__ import annotations
