@@ -74,3 +74,12 @@ class RegistryError(PrivstreamError):
     while records flow: a kind the code cannot release, estimate or audit
     must not be half-supported.
     """
+
+
+class LedgerError(PrivstreamError):
+    """The subject ledger's changelog cannot be used (unknown version, another window length).
+
+    Raised on restore, before a partition is processed: charging from a
+    ledger that does not hold the partition's true spending would break the
+    per-subject guarantee.
+    """

@@ -11,6 +11,7 @@ from privstream.config import AppConfig, FieldConfig, Guarantee
 from privstream.config.fields import FORGEABLE, CategoricalField, RealField
 from privstream.kinds.auto import WARN_RATIO, auto_choice
 from privstream.kinds.auto_real import explain_auto_real
+from privstream.ledger.guarantee import ledger_guarantee, ledger_lines
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.plan import MemoPlan
 
@@ -53,6 +54,7 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
         "config_sha256": plan.config_sha256,
         "fields": fields,
         "metrics": _metrics_data(config, plan),
+        "ledger": ledger_guarantee(config, plan),
     }
 
 
@@ -209,6 +211,7 @@ def render_table(data: dict[str, Any], width: int | None = None) -> str:
     notes.append(
         f"declared budget: epsilon={_num(rec['budget_epsilon'])} delta={_num(rec['budget_delta'])}"
     )
+    notes.extend(ledger_lines(data["ledger"]))
     notes.append(f"config sha256: {data['config_sha256']}")
     notes.append(_metrics_line(data["metrics"]))
     notes.extend(_memo_lines(data["fields"]))

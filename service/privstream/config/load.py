@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from privstream.config.budget import Guarantee, budget_problems, noised_fields, resolve_budget
 from privstream.config.fields import FIELD_KINDS, RealField
+from privstream.config.ledger import ledger_problems
 from privstream.config.models import AppConfig
 from privstream.errors import ConfigError, MechanismError
 from privstream.mechanisms.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
@@ -53,6 +54,7 @@ def parse_config(data: Any) -> AppConfig:
         raise ConfigError([_format_error(err, data) for err in exc.errors()] + problems) from None
     problems += _release_problems(config) or _epsilon_sum_problems(config)
     problems = problems or budget_problems(config) or _grid_problems(config)
+    problems = problems or ledger_problems(config)
     if problems:
         raise ConfigError(problems)
     return config
@@ -149,6 +151,10 @@ def record_budget(config: AppConfig) -> tuple[float, float]:
 def config_sha256(config: AppConfig) -> str:
     """Hash of what determines the released data (privacy + fields), not of connection settings."""
     payload = config.model_dump(mode="json", include={"privacy", "fields"})
+    # the ledger settings enter only when set: a config without them keeps its hash
+    for key, unset in (("subject", None), ("subject_public", False), ("ledger", None)):
+        if payload["privacy"][key] == unset:
+            del payload["privacy"][key]
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 

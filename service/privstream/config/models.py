@@ -9,9 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from privstream.config.fields import Delta, Epsilon, FieldConfig, Strict
+from privstream.config.ledger import LedgerConfig, subject_problems
 
 
 class SecurityConfig(Strict):
@@ -99,6 +101,12 @@ class PrivacyConfig(Strict):
     delta: Delta = 0.0
     #: one individual may stand behind up to this many records (correlated records)
     group_size: int = Field(default=1, ge=1, le=10_000)
+    #: the field that identifies the individual (kind drop unless subject_public)
+    subject: str | None = Field(default=None, min_length=1)
+    #: the subject field may be of kind public (its values are not personal)
+    subject_public: bool = False
+    #: a cap per subject per window, enforced by suppressing records (docs/ledger.md)
+    ledger: LedgerConfig | None = None
 
 
 class HttpConfig(Strict):
@@ -157,4 +165,20 @@ class AppConfig(Strict):
         from privstream.config.fields import check_memo_references
 
         check_memo_references(self.fields)
+        self._check_subject()
         return self
+
+    def _check_subject(self) -> None:
+        kinds = {spec.name: spec.kind for spec in self.fields}
+        privacy = self.privacy
+        problems = subject_problems(privacy.subject, privacy.subject_public, privacy.ledger, kinds)
+        if problems:
+            details = [
+                InitErrorDetails(
+                    type=PydanticCustomError("subject", message),
+                    loc=("privacy", setting),
+                    input=getattr(privacy, setting),
+                )
+                for setting, message in problems
+            ]
+            raise ValidationError.from_exception_data("AppConfig", details)

@@ -8,7 +8,6 @@ fast path hands every record it does not vouch for (via ``parse_row``).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,12 +28,10 @@ def _reject_constant(token: str) -> float:
     raise Rejected("invalid_json", f"not valid JSON: non-standard token {token}")
 
 
-def _finite_float(token: str) -> float:
-    # 1e999 parses to inf, which is not JSON either and would reach public fields
-    number = float(token)
-    if not math.isfinite(number):
-        raise Rejected("not_finite", "a number is beyond the double range")
-    return number
+def _float(token: str) -> float:
+    # 1e999 is a JSON number beyond the double range: +-inf here; noised scalars clamp it
+    # (``clamped_number``), every other place refuses it (public fields, vectors)
+    return float(token)
 
 
 def decode_record(raw: bytes) -> dict[str, Any]:
@@ -44,7 +41,7 @@ def decode_record(raw: bytes) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise Rejected("invalid_utf8", "message is not valid UTF-8") from None
     try:
-        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_float)
     except (ValueError, RecursionError) as exc:
         position = f" at char {exc.pos}" if isinstance(exc, json.JSONDecodeError) else ""
         raise Rejected("invalid_json", f"not valid JSON{position}") from None

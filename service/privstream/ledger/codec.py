@@ -1,0 +1,99 @@
+"""The changelog's record encoding, version 1.
+
+The ledger of one input partition is the compacted changelog partition of
+the same number: replaying it in offset order (last value per key wins, a
+``None`` value -- a tombstone -- deletes the key) gives back the ledger.
+Every key starts with the version byte ``0x01`` and a type byte; integers
+are signed 64-bit big-endian (``>q``)::
+
+    key                                          value
+    01 'W' start_ms:q window_ms:q subject        eps_units:q delta_units:q
+    01 'L' subject                               eps_units:q
+    01 'C'                                       clock_ms:q
+    01 'N'                                       canonical JSON {"released": n, <reason>: n}
+
+* ``W``: what a subject spent in the UTC window ``[start_ms, start_ms +
+  window_ms)``, in units of ``1e-9`` epsilon and ``1e-18`` delta
+  (``privstream.config.ledger``). Tombstoned once the window has expired.
+* ``L``: what a subject spent over its lifetime (only with a lifetime cap;
+  never tombstoned: the cap holds for as long as the changelog lives).
+* ``C``: the partition's clock, the largest wall-clock time any replica
+  charged the partition at. A replica charges at ``max(now, clock)``, so a
+  window one replica expired (and tombstoned) stays expired on a replica
+  whose clock is slower.
+* ``N``: cumulative record counts (``released`` and each suppression reason).
+
+``subject`` is the subject's canonical bytes (``privstream.pipeline.subjects``).
+A reader meeting another version byte refuses the changelog (``LedgerError``)
+rather than guess: a ledger it cannot read is a budget it cannot enforce.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+from privstream.errors import LedgerError
+
+VERSION = 1
+_V = bytes([VERSION])
+WINDOW = _V + b"W"
+LIFETIME = _V + b"L"
+CLOCK_KEY = _V + b"C"
+COUNTS_KEY = _V + b"N"
+_WINDOW_HEAD = struct.Struct(">qq")
+#: bytes before the subject in a window key
+WINDOW_PREFIX_LEN = len(WINDOW) + _WINDOW_HEAD.size
+_INT = struct.Struct(">q")
+#: the value of a (subject, window) that spent nothing yet
+ZERO_SPEND = bytes(16)
+ZERO_LIFETIME = bytes(8)
+
+
+def window_prefix(start_ms: int, window_ms: int) -> bytes:
+    """The key of a subject's spend in a window is this prefix followed by the subject."""
+    return WINDOW + _WINDOW_HEAD.pack(start_ms, window_ms)
+
+
+def window_of(key: bytes) -> tuple[int, int]:
+    """(start_ms, window_ms) of a ``W`` key."""
+    start, length = _WINDOW_HEAD.unpack_from(key, len(WINDOW))
+    return int(start), int(length)
+
+
+def lifetime_key(subject: bytes) -> bytes:
+    return LIFETIME + subject
+
+
+def encode_int(value: int) -> bytes:
+    return _INT.pack(value)
+
+
+def decode_int(value: bytes) -> int:
+    return int(_INT.unpack(value)[0])
+
+
+def encode_counts(counts: dict[str, int]) -> bytes:
+    return json.dumps(counts, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_counts(value: bytes) -> dict[str, int]:
+    data = json.loads(value)
+    if not isinstance(data, dict) or not all(isinstance(v, int) for v in data.values()):
+        raise LedgerError("ledger changelog: the counts record is not a JSON object of integers")
+    return {str(k): int(v) for k, v in data.items()}
+
+
+def kind_of(key: bytes) -> bytes:
+    """The type byte (``W``, ``L``, ``C`` or ``N``); LedgerError for another version or type."""
+    if len(key) < 2 or key[0] != VERSION:
+        found = key[0] if key else None
+        raise LedgerError(
+            f"ledger changelog: a record of version {found} (this privstream reads version "
+            f"{VERSION}); run the privstream version that wrote it, or give "
+            "privacy.ledger.changelog_topic a new topic (which restarts every subject's budget)"
+        )
+    kind = key[1:2]
+    if kind not in (b"W", b"L", b"C", b"N") or (kind == b"W" and len(key) < WINDOW_PREFIX_LEN):
+        raise LedgerError(f"ledger changelog: unknown record type {kind!r} in version {VERSION}")
+    return kind
