@@ -362,7 +362,7 @@ def _args(**overrides: Any) -> argparse.Namespace:
 def test_cli_exits_1_when_a_field_breaks_its_claim(capsys: pytest.CaptureFixture[str]) -> None:
     """A user config whose mechanisms were swapped for broken ones: the audit names them."""
     fields: list[dict[str, Any]] = [
-        {"name": "x", "kind": "real", "bounds": [0, 100], "epsilon": 0.5},
+        {"name": "x", "kind": "real", "mechanism": "laplace", "bounds": [0, 100], "epsilon": 0.5},
         {"name": "c", "kind": "categorical", "domain": ["a", "b", "c"], "epsilon": 0.5},
         {"name": "ok", "kind": "boolean", "epsilon": 0.5},
     ]
