@@ -32,7 +32,13 @@ PRIVACY: dict[str, object] = {
     "fields": [
         {"name": "device_id", "kind": "drop"},
         {"name": "seq", "kind": "public"},
-        {"name": "salary", "kind": "real", "bounds": [0, 1000], "epsilon": 1.0},
+        {
+            "name": "salary",
+            "kind": "real",
+            "mechanism": "laplace",
+            "bounds": [0, 1000],
+            "epsilon": 1.0,
+        },
         {"name": "visits", "kind": "integer", "bounds": [0, 100], "epsilon": 0.5},
         {"name": "state", "kind": "categorical", "domain": ["TX", "CA", "NY"], "epsilon": 0.5},
         {"name": "level", "kind": "categorical", "domain": [1, 2, 3], "epsilon": 0.5},

@@ -8,8 +8,9 @@ from typing import Any
 
 from privstream.clamped_counts import clamping_fields
 from privstream.config import AppConfig, FieldConfig, Guarantee
-from privstream.config.fields import FORGEABLE, CategoricalField
+from privstream.config.fields import FORGEABLE, CategoricalField, RealField
 from privstream.kinds.auto import WARN_RATIO, auto_choice
+from privstream.kinds.auto_real import explain_auto_real
 from privstream.ledger.guarantee import ledger_guarantee, ledger_lines
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.plan import MemoPlan
@@ -82,6 +83,8 @@ def _metrics_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
 
 def _auto_entry(spec: FieldConfig, share: Guarantee | None) -> dict[str, Any]:
     """A categorical field's ``auto`` choice, each candidate's variance, and any warning."""
+    if isinstance(spec, RealField) and share is not None:
+        return explain_auto_real(spec, share, WARN_RATIO)
     if not isinstance(spec, CategoricalField) or share is None:
         return {}
     choice = auto_choice(spec, share)
@@ -119,7 +122,8 @@ def _auto_lines(fields: list[dict[str, Any]]) -> list[str]:
             )
             why = f"; {auto['restricted']}" if auto["restricted"] else ""
             lines.append(
-                f"auto: {f['name']} uses {auto['chosen']} (frequency-vector variance at "
+                f"auto: {f['name']} uses {auto['chosen']} "
+                f"({auto.get('criterion', 'frequency-vector variance')} at "
                 f"n={auto['variances_n']}: {variances or '-'}{why})"
             )
         if f.get("auto_warning"):

@@ -22,7 +22,13 @@ from tests.unit._support import config_dict, laplace_thesis_scale, laplace_tight
 FIELDS: list[dict[str, Any]] = [
     {"name": "device_id", "kind": "drop"},
     {"name": "ts", "kind": "public"},
-    {"name": "salary", "kind": "real", "bounds": [1504, 4500], "epsilon": 1.0},
+    {
+        "name": "salary",
+        "kind": "real",
+        "mechanism": "laplace",
+        "bounds": [1504, 4500],
+        "epsilon": 1.0,
+    },
     {"name": "state", "kind": "categorical", "domain": ["TX", "CA", "NY"], "epsilon": 1.0},
     {"name": "code", "kind": "categorical", "domain": ["1", 2], "epsilon": 0.5},
     {"name": "flag", "kind": "boolean", "epsilon": 0.5},
@@ -94,10 +100,18 @@ def test_plan_lists_released_fields_in_config_order(plan: RecordPlan) -> None:
 
 def test_plan_mechanisms_carry_config_calibration() -> None:
     fields = [
-        {"name": "a", "kind": "real", "bounds": [0, 10], "epsilon": 0.5, "delta": 0.01},
+        {
+            "name": "a",
+            "kind": "real",
+            "mechanism": "laplace",
+            "bounds": [0, 10],
+            "epsilon": 0.5,
+            "delta": 0.01,
+        },
         {
             "name": "b",
             "kind": "real",
+            "mechanism": "laplace",
             "bounds": [0, 10],
             "epsilon": 0.5,
             "delta": 0.01,
@@ -184,7 +198,16 @@ def test_high_epsilon_categorical_is_kept_and_unknown_as_maps() -> None:
 
 
 def test_pipeline_noise_has_the_configured_laplace_scale() -> None:
-    fields = [{"name": "x", "kind": "real", "bounds": [-20, 60], "epsilon": 0.5, "delta": 1e-6}]
+    fields = [
+        {
+            "name": "x",
+            "kind": "real",
+            "mechanism": "laplace",
+            "bounds": [-20, 60],
+            "epsilon": 0.5,
+            "delta": 1e-6,
+        }
+    ]
     p = build_plan(parse_config(config_dict(fields, epsilon=0.5, delta=1e-6)))
     n = 20_000
     result = process_batch(p, [b'{"x": 100}'] * n, SeededSource(11))

@@ -51,7 +51,7 @@ from tests.unit._support import config_dict
 
 FIELDS = [
     {"name": "seq", "kind": "public"},
-    {"name": "x", "kind": "real", "bounds": [0, 10], "epsilon": 1.0},
+    {"name": "x", "kind": "real", "mechanism": "laplace", "bounds": [0, 10], "epsilon": 1.0},
 ]
 POISON = 6.5  # the value the broken handler chokes on
 
