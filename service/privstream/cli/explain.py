@@ -121,6 +121,11 @@ def _auto_lines(fields: list[dict[str, Any]]) -> list[str]:
                 f"{name} {_num(v)}" for name, v in auto["candidate_variances"].items()
             )
             why = f"; {auto['restricted']}" if auto["restricted"] else ""
+            if "candidate_regrets" in auto:  # real fields: the criterion auto minimises
+                regrets = ", ".join(
+                    f"{name} {v:.3g}" for name, v in auto["candidate_regrets"].items()
+                )
+                why += f"; picked by the least regret over every data spread: {regrets}"
             lines.append(
                 f"auto: {f['name']} uses {auto['chosen']} "
                 f"({auto.get('criterion', 'frequency-vector variance')} at "
