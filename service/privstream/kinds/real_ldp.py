@@ -54,7 +54,7 @@ def _registration(mechanism: str) -> FieldKind:
         audit_target=lambda h: RealTarget(h.name, h.mechanism, h.bounds),
         audit_width=lambda h: h.mechanism.words_per_value + 1,  # words, and one output
         explain=describe,
-        canary=canary.real_inputs,
+        canary=canary.worst_case_inputs,
     )
 
 

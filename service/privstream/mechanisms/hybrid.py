@@ -161,6 +161,7 @@ class HybridMechanism(UnitIntervalMechanism):
         b = self.coin.magnitude
         error = share * self.grid.mean_abs_error(points) + (1.0 - share) * (b - points**2 / b)
         self._error = self.half * float(error.max())
+        self.worst_t = float(points[int(np.argmax(error))])
         self.check_reach()
 
     @property

@@ -257,6 +257,8 @@ class UnitIntervalMechanism(Mechanism):
     metric: ClassVar[str] = "absolute difference |y - d|"
     #: words read per value
     words_per_value: ClassVar[int]
+    #: the ``t`` at which ``expected_error`` is taken (set by each subclass)
+    worst_t: float
 
     def __init__(self, *, bounds: tuple[float, float], epsilon: float, delta: float = 0.0) -> None:
         super().__init__(epsilon=check_epsilon(epsilon), delta=check_delta(delta))
@@ -322,6 +324,16 @@ class UnitIntervalMechanism(Mechanism):
         words = source.words(len(column), self.words_per_value)
         return self.middle + self.half * self.sample(self.to_unit(column), words)
 
+    def worst_inputs(self, count: int) -> NDArray[np.float64]:
+        """``count`` field values where ``E|y - d|`` is ``expected_error`` (both signs of ``t``).
+
+        The error of these reports depends on the input, so the canaries that
+        measure it (``privstream.pipeline.canary``) sit where ``expected_error``
+        is taken: their mean error then estimates it, as for Laplace anywhere.
+        """
+        signs = np.where(np.arange(count) % 2 == 0, 1.0, -1.0)
+        return np.clip(self.middle + self.half * self.worst_t * signs, self.lower, self.upper)
+
     def noise_error(
         self, inputs: NDArray[np.float64], outputs: NDArray[np.float64]
     ) -> NDArray[np.float64]:
@@ -350,8 +362,10 @@ class PiecewiseMechanism(UnitIntervalMechanism):
         super().__init__(bounds=bounds, epsilon=epsilon, delta=delta)
         self.grid = calibrate(self.epsilon)
         self._outputs = self.grid.outputs()
-        worst = float(self.grid.mean_abs_error(error_points()).max())
-        self._error = self.half * worst
+        points = error_points()
+        errors = self.grid.mean_abs_error(points)
+        self._error = self.half * float(errors.max())
+        self.worst_t = float(points[int(np.argmax(errors))])
         self.check_reach()
 
     @property
