@@ -30,6 +30,8 @@ accepts, the stdlib accepts with the same value, except:
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -63,7 +65,7 @@ def _decode_batch(messages: Sequence[bytes]) -> tuple[list[dict[str, Any]], list
         except error:
             pass
         else:
-            if set(map(type, objs)) == {dict} and max(map(len, messages)) <= _SHALLOW_BYTES:
+            if set(map(type, objs)) == {dict} and not _deep(messages):
                 return objs, list(range(len(objs))), []
     records: list[dict[str, Any]] = []
     where: list[int] = []
@@ -85,6 +87,17 @@ def _decode_batch(messages: Sequence[bytes]) -> tuple[list[dict[str, Any]], list
         records.append(obj)
         where.append(index)
     return records, where, slow
+
+
+def _deep(messages: Sequence[bytes]) -> bool:
+    """Whether a message may nest deeper than the stdlib decoder can follow (C loops only)."""
+    if max(map(len, messages)) <= _SHALLOW_BYTES:
+        return False
+    count = bytes.count
+    brackets = map(count, messages, itertools.repeat(b"["))
+    braces = map(count, messages, itertools.repeat(b"{"))
+    deepest: int = max(map(operator.add, brackets, braces))
+    return deepest > _MAX_FAST_BRACKETS
 
 
 def _extract(records: list[dict[str, Any]], names: Sequence[str]) -> list[Sequence[Any]]:

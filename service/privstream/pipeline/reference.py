@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -32,6 +32,13 @@ def _float(token: str) -> float:
     # 1e999 is a JSON number beyond the double range: +-inf here; noised scalars clamp it
     # (``clamped_number``), every other place refuses it (public fields, vectors)
     return float(token)
+
+
+def _as_list(value: object) -> list[Any]:
+    """A released vector row (a float64 array) is written as the list of its floats."""
+    if isinstance(value, np.ndarray):
+        return cast(list[Any], value.tolist())
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def decode_record(raw: bytes) -> dict[str, Any]:
@@ -193,5 +200,6 @@ def process_batch_reference(
     names = [handler.name for handler in plan.handlers]
     for i in range(len(rows)):
         record = {name: column[i] for name, column in zip(names, columns, strict=True)}
-        result.outputs.append(json.dumps(record, separators=(",", ":")).encode())
+        text = json.dumps(record, separators=(",", ":"), default=_as_list)
+        result.outputs.append(text.encode())
     return result
