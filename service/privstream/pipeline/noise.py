@@ -92,11 +92,27 @@ class Replayable:
         self._offsets = np.asarray(offsets, dtype=np.int64)
         self._messages = messages
         self._seeds: NDArray[np.uint8] | None = None
+        self._lengths: NDArray[np.int64] | None = None
+
+    def lengths(self) -> NDArray[np.int64]:
+        """Each message's length in bytes, computed once (the seeds and the decoder read them)."""
+        if self._lengths is None:
+            count = len(self._messages)
+            self._lengths = np.fromiter(map(len, self._messages), dtype=np.int64, count=count)
+        return self._lengths
+
+    def longest(self, messages: Sequence[bytes]) -> int | None:
+        """The longest message's length when ``messages`` are the very ones served (else None)."""
+        if messages is not self._messages:
+            return None
+        return int(self.lengths().max(initial=0))
 
     def seeds(self) -> NDArray[np.uint8]:
         """The 16-byte row seed of every message (``row_seeds``), computed once."""
         if self._seeds is None:
-            self._seeds = row_seeds(self._keys.row, self._partitions, self._offsets, self._messages)
+            self._seeds = row_seeds(
+                self._keys.row, self._partitions, self._offsets, self._messages, self.lengths()
+            )
         return self._seeds
 
     def for_column(self, release_id: bytes, rows: NDArray[np.int64]) -> NoiseSource:

@@ -310,3 +310,12 @@ def test_float_rows_texts_match_json_dumps() -> None:
             json.dumps(r.tolist(), separators=(",", ":")).encode() for r in rows
         ]
     assert float_rows_texts([]) == []
+
+
+def test_the_decoder_reuses_the_row_seed_lengths_of_its_own_messages_only() -> None:
+    messages = [b'{"a":1}', b"[" * 600 + b"]" * 600, b"{}"]
+    provider = noise(messages)
+    assert provider.longest(messages) == 1200
+    assert provider.longest(list(messages)) is None  # equal, but not the messages it serves
+    assert provider.lengths().tolist() == [7, 1200, 2]
+    assert provider.lengths() is provider.lengths()  # measured once per batch
