@@ -60,7 +60,7 @@ def public_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
 
 def real_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
     # orjson numbers are finite (it refuses 1e999) and read like the stdlib's (correctly
-    # rounded, big integers included); float(int) is what ``finite_number`` does
+    # rounded, big integers included); float(int) is what ``json_number`` does
     if set(map(type, col)) <= _NUMBERS:
         return np.array(col, dtype=np.float64), []
     bad = [p for p, value in enumerate(col) if type(value) not in _NUMBERS]
@@ -127,9 +127,9 @@ def vector_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
 
     One type check over the whole column: orjson numbers are finite and read like the
     stdlib's (``real_column``), so a row of floats and ints (never bools) is exactly what
-    ``finite_number`` gives element by element, ``float(int)`` included. Any other row
+    ``clamped_number`` gives element by element, ``float(int)`` included. Any other row
     (not an array, another length, a non-number item) goes to the reference, whose
-    ``wrong_type`` / ``wrong_shape`` / ``not_finite`` verdict stands.
+    ``wrong_type`` / ``wrong_shape`` verdict or clamp stands.
     """
     dimension = handler.dimension
     if set(map(type, col)) == {list} and set(map(len, col)) == {dimension}:

@@ -32,14 +32,6 @@ def json_type(value: object) -> str:
     return "null" if value is None else names.get(type(value), "object")
 
 
-def finite_number(name: str, value: object) -> float:
-    """A finite JSON number as a float, or Rejected naming the field."""
-    number = json_number(name, value)
-    if not math.isfinite(number):
-        raise Rejected("not_finite", f"field {name!r}: number is not finite")
-    return number
-
-
 def json_number(name: str, value: object) -> float:
     """A JSON number as a float: beyond the double range it is +-inf, never an error."""
     if isinstance(value, bool) or not isinstance(value, int | float):

@@ -14,12 +14,17 @@ from typing import Any
 import numpy as np
 
 from privstream.mechanisms import Mechanism, NoiseSource
-from privstream.pipeline.handlers import Column, Rejected, finite_number, json_type
+from privstream.pipeline.handlers import Column, Rejected, clamped_number, json_type
 
 
 @dataclass(frozen=True)
 class VectorHandler:
-    """A JSON array of exactly ``dimension`` finite numbers (vectors and sampled functions)."""
+    """A JSON array of exactly ``dimension`` numbers (vectors and sampled functions).
+
+    An element beyond the double range (``1e999``) is the largest double of its
+    sign (``clamped_number``), so the norm clip maps the record onto the ball
+    like any other long vector instead of dead-lettering it on its value.
+    """
 
     name: str
     mechanism: Mechanism
@@ -35,7 +40,7 @@ class VectorHandler:
                 "wrong_shape",
                 f"field {self.name!r}: expected {self.dimension} numbers, got {len(value)}",
             )
-        return [finite_number(self.name, item) for item in value]
+        return [clamped_number(self.name, item) for item in value]
 
     def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
         matrix = np.asarray(values, dtype=np.float64).reshape(len(values), self.dimension)

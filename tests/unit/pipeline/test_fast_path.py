@@ -285,7 +285,8 @@ def test_structured_kinds_give_identical_bytes_and_reasons() -> None:
     )
     plan = plan_of(STRUCTURED)
     result = assert_same(plan, messages)
-    assert {d.reason for d in result.dead_letters} >= {"wrong_type", "wrong_shape", "not_finite"}
+    # an element beyond the double range is clamped, so no structured row is not_finite
+    assert {d.reason for d in result.dead_letters} >= {"wrong_type", "wrong_shape"}
     assert 7 * (len(STRUCTURED_EDGES) - 1) in result.output_index  # the id edge, merged in
     # the tiny vector's released values are below 1e-4 in some rows: json.dumps wrote them
     assert any(b"e-" in out.split(b'"w":')[1].split(b"]")[0] for out in result.outputs)
