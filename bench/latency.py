@@ -103,7 +103,7 @@ async def one_size(bootstrap: str, workdir: Path, size: int, seconds: float, bur
         max_batch_records=size,
         poll_timeout_ms=50,
     )
-    worker = Worker(config, workdir, f"latency-{size}", passthrough=False)
+    worker = Worker(config, workdir, f"latency-{size}", passthrough=False, script="timed_probe.py")
     try:
         # warm up: the group join and the first transactions are not steady state
         await preload(bootstrap, topics.raw, 1_000)
@@ -135,7 +135,7 @@ async def burst_drain(
 
 
 async def run(args: argparse.Namespace) -> int:
-    sizes = [2_000] if args.quick else [200, 2_000, 10_000]
+    sizes = args.sizes or ([2_000] if args.quick else [200, 2_000, 10_000])
     seconds = 5.0 if args.quick else args.seconds
     burst = 20_000 if args.quick else 100_000
     ok = True
@@ -154,6 +154,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one batch size, 5 s: a smoke run")
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--sizes", type=int, nargs="*", help="max_batch_records values to run")
     args = parser.parse_args()
     print_environment("aiokafka")
     sys.exit(asyncio.run(run(args)))
