@@ -133,14 +133,7 @@ class Worker:
         self._log = self.log.open("ab")
         command = [*entry, "run", "--config", str(config), "--noise-key-file", str(key)]
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                *command,
-                "--replica-id",
-                replica,
-                "--log-level",
-                os.environ.get("BENCH_LOG_LEVEL", "INFO"),
-            ],
+            [sys.executable, *command, "--replica-id", replica, "--log-level", "INFO"],
             cwd=ROOT,
             env={**os.environ, **(env or {})},
             stdout=self._log,

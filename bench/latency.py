@@ -103,7 +103,7 @@ async def one_size(bootstrap: str, workdir: Path, size: int, seconds: float, bur
         max_batch_records=size,
         poll_timeout_ms=50,
     )
-    worker = Worker(config, workdir, f"latency-{size}", passthrough=False, script="timed_probe.py")
+    worker = Worker(config, workdir, f"latency-{size}", passthrough=False)
     try:
         # warm up: the group join and the first transactions are not steady state
         await preload(bootstrap, topics.raw, 1_000)
