@@ -282,7 +282,7 @@ async def test_prometheus_sees_canary_error_near_expected_and_above_gamma(
     config = write_config(
         tmp_path / "worker.yaml",
         kafka_bootstrap,
-        {**kafka, "max_batch_records": 2000},  # the canary arithmetic above
+        kafka,
         {**BODY, "http": {"host": "127.0.0.1", "port": worker_port}},
     )
     mechanisms = {h.name: h.mechanism for h in build_plan(load_config(config)).handlers}

@@ -63,10 +63,7 @@ class KafkaConfig(Strict):
     dead_letter_topic: str = Field(min_length=1)
     group_id: str = Field(default="privstream", min_length=1)
     client_id: str = "privstream"
-    #: the most records one poll, hence one transaction, holds: an upper bound, not a wait
-    #: (a poll returns what has arrived); large enough that a slow transaction grows the
-    #: batch instead of a queue (docs: Configuration, "Kafka client settings")
-    max_batch_records: int = Field(default=10_000, ge=1, le=100_000)
+    max_batch_records: int = Field(default=2000, ge=1, le=100_000)
     poll_timeout_ms: int = Field(default=500, ge=1, le=60_000)
     #: bound on the raw bytes fetched ahead of processing (the consumer's fetch_max_bytes)
     max_batch_bytes: int = Field(default=16 * 2**20, ge=2**16, le=2**30)
