@@ -158,7 +158,7 @@ async def burst_drain(
 
 
 async def run(args: argparse.Namespace) -> int:
-    sizes = args.sizes or ([10_000] if args.quick else [200, 2_000, 10_000])
+    sizes = args.sizes or ([2_000] if args.quick else [200, 2_000, 10_000])
     seconds = 5.0 if args.quick else args.seconds
     burst = 20_000 if args.quick else 100_000
     ok = True
