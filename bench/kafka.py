@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -172,23 +173,54 @@ async def committed(client: AIOKafkaAdminClient, group: str) -> int:
     return sum(max(meta.offset, 0) for meta in offsets.values())
 
 
-async def drain_rate(
+@dataclass
+class Drain:
+    """A group's drain: records/s from its first commit to its last, and the CPU it took."""
+
+    rate: float
+    #: CPU seconds (user + system) the workers spent between those two commits
+    cpu_s: float
+    records: int
+
+
+def cpu_seconds(workers: list[Worker]) -> float:
+    """User + system CPU seconds of the worker processes (all their threads) so far."""
+    total = 0.0
+    for worker in workers:
+        times = psutil.Process(worker.proc.pid).cpu_times()
+        total += times.user + times.system
+    return total
+
+
+async def drain(
     bootstrap: str, group: str, total: int, workers: list[Worker], within_s: float
-) -> float:
-    """Records/s the group commits, from its first commit until all ``total`` are committed."""
+) -> Drain:
+    """Time the group from its first commit until all ``total`` records are committed.
+
+    The workers' CPU is read at the same two polls (every 0.1 s), so start-up
+    and the group join are left out of both.
+    """
     async with admin(bootstrap) as client:
         deadline = time.monotonic() + within_s
-        first: tuple[float, int] | None = None
+        first: tuple[float, int, float] | None = None
         while True:
             done = await committed(client, group)
             now = time.perf_counter()
             if first is None and done > 0:
-                first = (now, done)
+                first = (now, done, cpu_seconds(workers))
             if done >= total and first is not None:
-                return (done - first[1]) / max(now - first[0], 1e-9)
+                rate = (done - first[1]) / max(now - first[0], 1e-9)
+                return Drain(rate, cpu_seconds(workers) - first[2], done - first[1])
             if time.monotonic() > deadline:
                 raise TimeoutError(f"only {done:,} of {total:,} records committed")
             for worker in workers:
                 if worker.proc.poll() is not None:
                     raise RuntimeError(f"worker exited early; see {worker.log}")
             await asyncio.sleep(0.1)
+
+
+async def drain_rate(
+    bootstrap: str, group: str, total: int, workers: list[Worker], within_s: float
+) -> float:
+    """Records/s the group commits, from its first commit until all ``total`` are committed."""
+    return (await drain(bootstrap, group, total, workers, within_s)).rate

@@ -15,7 +15,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import privstream.worker.loop as loop
+import privstream.worker.sanitize as sanitize
 from privstream.cli.main import main
 from privstream.pipeline.results import BatchResult
 
@@ -30,5 +30,5 @@ def passthrough(
 
 
 if __name__ == "__main__":
-    loop.process_batch = passthrough  # type: ignore[assignment]
+    sanitize.process_batch = passthrough  # type: ignore[assignment]
     sys.exit(main())

@@ -3,11 +3,16 @@
 Delivery: exactly once. Each polled batch becomes one Kafka transaction that
 holds its sanitized messages, its dead letters and the consumed offsets
 (aiokafka's transactional producer, ``send_offsets_to_transaction``), so a
-reader with ``isolation_level=read_committed`` sees every raw record's
-release once or not at all. Each record's noise is keyed on (secret, topic,
-partition, offset, raw bytes, field release): a batch replayed after a crash
-or an aborted transaction is released with the very same bytes, so even an
-aborted copy that a ``read_uncommitted`` reader saw gives no second draw.
+reader with ``isolation_level=read_committed`` sees every raw record's release
+once or not at all. Batches overlap by one step: the next batch is fetched and
+sanitized (in a thread: ``sanitize`` is pure) while the previous one's
+transaction runs; its own transaction begins only once that one has committed,
+so the producer never has two open. A failed transaction ends the session, and
+the batch sanitized meanwhile is dropped unreleased (the next session fetches
+it again from the committed offsets). Each record's noise is keyed on (secret,
+topic, partition, offset, raw bytes, field release): a batch replayed after a
+crash or an aborted transaction is released with the very same bytes, so even
+an aborted copy that a ``read_uncommitted`` reader saw gives no second draw.
 
 Fencing: aiokafka commits transactional offsets without the group
 generation, so zombies are fenced by a transactional id that is stable per
@@ -33,9 +38,9 @@ import logging
 import random  # csprng-ok: backoff jitter only, never noise
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from aiokafka import (
     AIOKafkaConsumer,
     AIOKafkaProducer,
@@ -48,9 +53,8 @@ from privstream.config import KafkaConfig
 from privstream.config.runtime import Runtime
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.metrics import Metrics
-from privstream.pipeline import BatchResult, RecordPlan, process_batch
-from privstream.pipeline.noise import Replayable
-from privstream.pipeline.results import DeadLetter, Observation, merge_observations
+from privstream.pipeline import BatchResult, RecordPlan
+from privstream.pipeline.results import DeadLetter
 from privstream.worker.clients import (
     Fencing,
     broker_answers,
@@ -62,10 +66,11 @@ from privstream.worker.clients import (
     producer_options,
     transactional_id,
 )
-from privstream.worker.decode import UndecodableRecord, tolerate_undecodable_records
+from privstream.worker.decode import tolerate_undecodable_records
 from privstream.worker.http import Health
-from privstream.worker.produce import BatchSender, source_of
+from privstream.worker.produce import BatchSender
 from privstream.worker.rebalance import Rebalance, names
+from privstream.worker.sanitize import sanitize
 
 log = logging.getLogger("privstream.worker")
 
@@ -75,11 +80,23 @@ RETRIABLE = (KafkaError, OSError, TimeoutError)
 #: readiness probe: a one-topic metadata request per period, unanswered after the timeout
 PROBE_INTERVAL_S = 1.0
 PROBE_TIMEOUT_S = 2.0
-UNDECODABLE_DETAIL = (
-    "a header key is not UTF-8, so the Kafka client cannot decode the record; its headers "
-    "are copied here with such keys escaped (\\xNN), key and value as they are"
-)
 CLOSE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A fetched and sanitized batch, waiting for its transaction."""
+
+    owned: dict[TopicPartition, list[ConsumerRecord]]
+    records: list[ConsumerRecord]
+    result: BatchResult
+    #: the assignment it was fetched under (``Worker._generation``)
+    generation: int
+    started: float
+
+    @property
+    def offsets(self) -> dict[TopicPartition, int]:
+        return {tp: msgs[-1].offset + 1 for tp, msgs in self.owned.items()}
 
 
 def describe(exc: BaseException) -> str:
@@ -127,6 +144,8 @@ class Worker:
         self._keys = NoiseKeys(runtime.noise_secret, kafka.input_topic, kafka.noise_domain)
         self._batch_lock = asyncio.Lock()
         self._assigned: set[TopicPartition] = set()
+        #: bumped by every revoke and assignment: a batch fetched before one is dropped
+        self._generation = 0
         self._backoff = Backoff()
         tolerate_undecodable_records()
         # what a fencing is judged by (clients.Fencing), all time.monotonic()
@@ -209,16 +228,46 @@ class Worker:
                 self._kafka.dead_letter_topic,
                 max_message_bytes=self._kafka.max_message_bytes,
             )
+            await self._pipeline(stop, consumer, producer, sender)
+
+    async def _pipeline(
+        self,
+        stop: asyncio.Event,
+        consumer: AIOKafkaConsumer,
+        producer: AIOKafkaProducer,
+        sender: BatchSender,
+    ) -> None:
+        """Fetch and sanitize the next batch while the previous one's transaction runs."""
+        inflight: asyncio.Task[None] | None = None
+        try:
             while not stop.is_set():
-                batches = await consumer.getmany(
-                    timeout_ms=self._kafka.poll_timeout_ms,
-                    max_records=self._kafka.max_batch_records,
-                )
-                if not batches:  # an empty poll is normal: nothing to produce or commit
-                    continue
-                async with self._batch_lock:
-                    await self._handle(consumer, producer, sender, batches)
-                self._backoff.reset()
+                prepared = await self._prepare(consumer)
+                if inflight is not None and (prepared is not None or inflight.done()):
+                    await inflight  # its failure ends the session; ``prepared`` is replayed
+                    inflight = None
+                if prepared is not None:
+                    commit = self._commit(consumer, producer, sender, prepared)
+                    inflight = asyncio.create_task(commit)
+            if inflight is not None:
+                await inflight
+        finally:
+            if inflight is not None:  # cancelled or failed: settle it before the clients close
+                inflight.cancel()
+                await asyncio.gather(inflight, return_exceptions=True)
+
+    async def _prepare(self, consumer: AIOKafkaConsumer) -> Prepared | None:
+        """The next batch, sanitized in a thread (the previous transaction runs meanwhile)."""
+        batches = await consumer.getmany(
+            timeout_ms=self._kafka.poll_timeout_ms, max_records=self._kafka.max_batch_records
+        )
+        started, generation = time.perf_counter(), self._generation
+        # records of a partition revoked meanwhile are left to its new owner
+        owned = {tp: msgs for tp, msgs in batches.items() if tp in self._assigned and msgs}
+        if not owned:  # an empty poll is normal: nothing to produce or commit
+            return None
+        records = [record for msgs in owned.values() for record in msgs]
+        result = await asyncio.to_thread(self._sanitize, records)
+        return Prepared(owned, records, result, generation, started)
 
     async def _probe(self, producer: AIOKafkaProducer) -> None:
         """Readiness: does a broker answer a small request right now?
@@ -245,36 +294,42 @@ class Worker:
         self._health.ready = up
         self._metrics.broker_connected.set(1 if up else 0)
 
-    async def _handle(
+    async def _commit(
         self,
         consumer: AIOKafkaConsumer,
         producer: AIOKafkaProducer,
         sender: BatchSender,
-        batches: Batches,
+        batch: Prepared,
     ) -> None:
-        started = time.perf_counter()
-        # records of a partition revoked meanwhile are left to its new owner
-        owned = {tp: msgs for tp, msgs in batches.items() if tp in self._assigned and msgs}
-        records = [record for msgs in owned.values() for record in msgs]
-        if not records:
-            return
-        offsets = {tp: msgs[-1].offset + 1 for tp, msgs in owned.items()}
-        result = self._sanitize(records)
-        if self._kafka.transactions:
-            dead = await self._transaction(producer, sender, records, result, offsets)
-        else:
-            dead = await sender.send(records, result)
-            await consumer.commit(offsets)
-        seconds = time.perf_counter() - started
-        self._observe(len(records), len(records) - len(dead), dead, seconds)
+        """Release ``batch`` in its own transaction, unless its partitions moved meanwhile.
+
+        After a revoke the consumer restarts every partition it is assigned from
+        the committed offsets, so a batch fetched before it is dropped here, not
+        released: its partitions' next owner (maybe this worker) fetches it again.
+        """
+        async with self._batch_lock:
+            if batch.generation != self._generation:
+                log.debug("batch from %s dropped: rebalanced meanwhile", names(set(batch.owned)))
+                return
+            offsets = batch.offsets
+            if self._kafka.transactions:
+                dead = await self._transaction(
+                    producer, sender, batch.records, batch.result, offsets
+                )
+            else:
+                dead = await sender.send(batch.records, batch.result)
+                await consumer.commit(offsets)
+        self._backoff.reset()
+        count, seconds = len(batch.records), time.perf_counter() - batch.started
+        self._observe(count, count - len(dead), dead, seconds)
         log.debug(
             "batch of %d records from %s: %d dead letters, committed in %.3f s",
-            len(records),
-            names(set(owned)),
+            count,
+            names(set(batch.owned)),
             len(dead),
             seconds,
         )
-        self._metrics.observe_fields(result.observations)
+        self._metrics.observe_fields(batch.result.observations)
         for tp, position in offsets.items():
             lag = max(0, (consumer.highwater(tp) or position) - position)
             self._metrics.consumer_lag.labels(str(tp.partition)).set(lag)
@@ -306,66 +361,8 @@ class Worker:
         self._metrics.transactions.labels("committed").inc()
         return dead
 
-    def _noise(self, records: Sequence[ConsumerRecord], values: Sequence[bytes]) -> Replayable:
-        partitions = np.fromiter((r.partition for r in records), np.int64, len(records))
-        offsets = np.fromiter((r.offset for r in records), np.int64, len(records))
-        return Replayable(self._keys, partitions, offsets, values)
-
     def _sanitize(self, records: Sequence[ConsumerRecord]) -> BatchResult:
-        """Records the client could not decode are dead letters; the others are sanitized."""
-        poison = [i for i, r in enumerate(records) if isinstance(r, UndecodableRecord)]
-        if not poison:
-            return self._sanitize_decoded(records)
-        for i in poison:
-            log.error("record %s cannot be decoded (%s)", source_of(records[i]), records[i].problem)
-        skipped = set(poison)
-        keep = [i for i in range(len(records)) if i not in skipped]
-        part = self._sanitize_decoded([records[i] for i in keep])
-        result = BatchResult(
-            outputs=part.outputs,
-            output_index=[keep[i] for i in part.output_index],
-            observations=part.observations,
-        )
-        result.dead_letters.extend(
-            DeadLetter(keep[d.index], d.reason, d.detail) for d in part.dead_letters
-        )
-        result.dead_letters.extend(
-            DeadLetter(i, records[i].problem, UNDECODABLE_DETAIL) for i in poison
-        )
-        result.dead_letters.sort(key=lambda d: d.index)
-        return result
-
-    def _sanitize_decoded(self, records: Sequence[ConsumerRecord]) -> BatchResult:
-        """``process_batch``; a record that breaks it is dead-lettered alone, never retried."""
-        values = [r.value or b"" for r in records]
-        keys = [r.key for r in records]  # the trusted device identity of key-memoized fields
-        try:
-            return process_batch(self._plan, values, self._noise(records, values), keys)
-        except Exception as exc:  # a bug in a handler must not block the partition
-            log.error("batch failed (%s); sanitizing its records one by one", type(exc).__name__)
-        result = BatchResult()
-        parts: list[dict[str, Observation]] = []
-        for index, record in enumerate(records):
-            try:
-                one_value = values[index : index + 1]
-                one = process_batch(
-                    self._plan, one_value, self._noise([record], one_value), keys[index : index + 1]
-                )
-            except Exception as exc:  # isolate the poison record
-                log.error(
-                    "record %s cannot be sanitized (%s)", source_of(record), type(exc).__name__
-                )
-                detail = f"internal error ({type(exc).__name__}) while sanitizing; please report"
-                result.dead_letters.append(DeadLetter(index, "internal_error", detail))
-                continue
-            result.outputs.extend(one.outputs)
-            result.output_index.extend(index for _ in one.outputs)
-            result.dead_letters.extend(
-                DeadLetter(index, d.reason, d.detail) for d in one.dead_letters
-            )
-            parts.append(one.observations)
-        result.observations.update(merge_observations(parts))
-        return result
+        return sanitize(self._plan, self._keys, records)
 
     def _observe(self, count: int, out: int, dead: list[DeadLetter], seconds: float) -> None:
         m = self._metrics

@@ -1,9 +1,9 @@
 """What the worker does when its partitions move.
 
-A revoke waits for the batch in flight (partitions move only between
-batches); an assignment checks whether the group is about to release
-retained records it never committed (a second release if they were
-released before: docs/operations.md).
+A revoke waits for the transaction in flight (partitions move only between
+batches) and voids the batch fetched meanwhile; an assignment checks whether
+the group is about to release retained records it never committed (a second
+release if they were released before: docs/operations.md).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         async with self._worker._batch_lock:
             self._worker._assigned.difference_update(revoked)
+            self._worker._generation += 1  # a batch fetched before is not released
         lag = self._worker._metrics.consumer_lag
         for tp in revoked:  # another replica reports these now
             with contextlib.suppress(KeyError):
@@ -42,6 +43,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self._worker._assigned = set(assigned)
+        self._worker._generation += 1
         log.info("partitions assigned: %s", names(assigned))
         try:
             await asyncio.wait_for(

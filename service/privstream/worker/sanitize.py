@@ -1,0 +1,92 @@
+"""A batch of consumed records through ``process_batch``, poison records isolated.
+
+Pure (no Kafka calls, no metrics): the worker runs it in a thread while the
+previous batch's transaction commits (``loop``). Each record's noise is
+keyed on (secret, topic, partition, offset, raw bytes, field release), so a
+record sanitized again, alone or in any batch, gets the very same bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+from aiokafka import ConsumerRecord
+
+from privstream.mechanisms.rng import NoiseKeys
+from privstream.pipeline import BatchResult, RecordPlan, process_batch
+from privstream.pipeline.noise import Replayable
+from privstream.pipeline.results import DeadLetter, Observation, merge_observations
+from privstream.worker.decode import UndecodableRecord
+from privstream.worker.produce import source_of
+
+log = logging.getLogger("privstream.worker")
+UNDECODABLE_DETAIL = (
+    "a header key is not UTF-8, so the Kafka client cannot decode the record; its headers "
+    "are copied here with such keys escaped (\\xNN), key and value as they are"
+)
+
+
+def sanitize(plan: RecordPlan, keys: NoiseKeys, records: Sequence[ConsumerRecord]) -> BatchResult:
+    """Records the client could not decode are dead letters; the others are sanitized."""
+    poison = [i for i, r in enumerate(records) if isinstance(r, UndecodableRecord)]
+    if not poison:
+        return _sanitize_decoded(plan, keys, records)
+    for i in poison:
+        log.error("record %s cannot be decoded (%s)", source_of(records[i]), records[i].problem)
+    skipped = set(poison)
+    keep = [i for i in range(len(records)) if i not in skipped]
+    part = _sanitize_decoded(plan, keys, [records[i] for i in keep])
+    result = BatchResult(
+        outputs=part.outputs,
+        output_index=[keep[i] for i in part.output_index],
+        observations=part.observations,
+    )
+    result.dead_letters.extend(
+        DeadLetter(keep[d.index], d.reason, d.detail) for d in part.dead_letters
+    )
+    result.dead_letters.extend(
+        DeadLetter(i, records[i].problem, UNDECODABLE_DETAIL) for i in poison
+    )
+    result.dead_letters.sort(key=lambda d: d.index)
+    return result
+
+
+def _noise(
+    keys: NoiseKeys, records: Sequence[ConsumerRecord], values: Sequence[bytes]
+) -> Replayable:
+    partitions = np.fromiter((r.partition for r in records), np.int64, len(records))
+    offsets = np.fromiter((r.offset for r in records), np.int64, len(records))
+    return Replayable(keys, partitions, offsets, values)
+
+
+def _sanitize_decoded(
+    plan: RecordPlan, keys: NoiseKeys, records: Sequence[ConsumerRecord]
+) -> BatchResult:
+    """``process_batch``; a record that breaks it is dead-lettered alone, never retried."""
+    values = [r.value or b"" for r in records]
+    ids = [r.key for r in records]  # the trusted device identity of key-memoized fields
+    try:
+        return process_batch(plan, values, _noise(keys, records, values), ids)
+    except Exception as exc:  # a bug in a handler must not block the partition
+        log.error("batch failed (%s); sanitizing its records one by one", type(exc).__name__)
+    result = BatchResult()
+    parts: list[dict[str, Observation]] = []
+    for index, record in enumerate(records):
+        try:
+            one_value = values[index : index + 1]
+            one = process_batch(
+                plan, one_value, _noise(keys, [record], one_value), ids[index : index + 1]
+            )
+        except Exception as exc:  # isolate the poison record
+            log.error("record %s cannot be sanitized (%s)", source_of(record), type(exc).__name__)
+            detail = f"internal error ({type(exc).__name__}) while sanitizing; please report"
+            result.dead_letters.append(DeadLetter(index, "internal_error", detail))
+            continue
+        result.outputs.extend(one.outputs)
+        result.output_index.extend(index for _ in one.outputs)
+        result.dead_letters.extend(DeadLetter(index, d.reason, d.detail) for d in one.dead_letters)
+        parts.append(one.observations)
+    result.observations.update(merge_observations(parts))
+    return result

@@ -1,0 +1,152 @@
+"""The worker's overlap, without a broker: the next batch is sanitized while the previous
+one commits, transactions never overlap, and a batch fetched before a rebalance is dropped.
+
+The same behaviour against a real broker (kills, rebalances, outages) is tested in
+tests/integration; these pin the ordering, which a broker test sees only by timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import ConsumerRecord, TopicPartition
+from privstream.pipeline import BatchResult
+from privstream.worker.loop import Prepared, Worker
+
+from tests.integration.faults import poll_until
+from tests.unit.worker.test_units import SizeLimitedProducer, batch, sender_for, worker
+
+TP = TopicPartition("raw", 0)
+
+
+class ScriptedConsumer:
+    """Returns the given batches one poll each, then sets ``stop`` and returns nothing."""
+
+    def __init__(self, batches: list[list[ConsumerRecord[bytes, bytes]]], stop: asyncio.Event):
+        self._batches = list(batches)
+        self._stop = stop
+        self.commits: list[dict[TopicPartition, int]] = []
+
+    async def getmany(self, **_: Any) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+        if not self._batches:
+            self._stop.set()
+            return {}
+        return {TP: self._batches.pop(0)}
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return None
+
+
+class TransactionalProducer(SizeLimitedProducer):
+    """Records every transaction step; a commit waits until the test releases it."""
+
+    def __init__(self) -> None:
+        super().__init__(10_000)
+        self.log: list[str] = []
+        self.open = 0
+        self.most_open = 0
+        self.release = asyncio.Event()
+
+    async def begin_transaction(self) -> None:
+        self.open += 1
+        self.most_open = max(self.most_open, self.open)
+        self.log.append("begin")
+
+    async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int], _: str) -> None:
+        self.log.append(f"offsets {offsets[TP]}")
+
+    async def commit_transaction(self) -> None:
+        await self.release.wait()
+        self.open -= 1
+        self.log.append("commit")
+
+    async def abort_transaction(self) -> None:
+        self.open -= 1
+        self.log.append("abort")
+
+
+def traced(w: Worker, log: list[str]) -> None:
+    """Log each sanitize call (by its first offset) in the producer's log."""
+    sanitize = w._sanitize
+
+    def spy(records: Sequence[ConsumerRecord[bytes, bytes]]) -> BatchResult:
+        log.append(f"sanitize {records[0].offset}")
+        return sanitize(records)
+
+    w._sanitize = spy  # type: ignore[method-assign]
+
+
+async def test_the_next_batch_is_sanitized_while_the_previous_one_commits() -> None:
+    w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
+    w._assigned = {TP}
+    traced(w, producer.log)
+    first, second = batch([1.0, 2.0], start=100), batch([3.0], start=102)
+    consumer = ScriptedConsumer([first, second], stop)
+    run = asyncio.create_task(
+        w._pipeline(stop, consumer, producer, sender_for(w, producer))  # type: ignore[arg-type]
+    )
+    # the first commit is held: the second batch is fetched and sanitized meanwhile
+    await poll_until(lambda: _true("sanitize 102" in producer.log), 5, "second batch sanitized")
+    assert producer.log[0] == "sanitize 100" and producer.log.count("begin") == 1
+    assert "commit" not in producer.log
+    producer.release.set()
+    await asyncio.wait_for(run, 5)
+    # ... but its transaction began only after the first one committed, with its own offsets
+    first_commit = producer.log.index("commit")
+    assert "offsets 102" in producer.log[:first_commit]
+    assert producer.log[first_commit:] == ["commit", "begin", "offsets 103", "commit"]
+    assert producer.most_open == 1
+    assert [v for _, values in producer.batches for v in values] == [
+        *w._sanitize(first).outputs,
+        *w._sanitize(second).outputs,
+    ]
+
+
+async def test_a_batch_fetched_before_a_rebalance_is_dropped_not_released() -> None:
+    w, producer = worker(), TransactionalProducer()
+    producer.release.set()
+    w._assigned = {TP}
+    records = batch([1.0, 2.0], start=100)
+    consumer = ScriptedConsumer([], asyncio.Event())
+    sender = sender_for(w, producer)
+
+    def prepared() -> Prepared:
+        return Prepared({TP: records}, records, w._sanitize(records), w._generation, 0.0)
+
+    stale = prepared()
+    w._generation += 1  # a revoke (and maybe a new assignment) since it was fetched
+    await w._commit(consumer, producer, sender, stale)  # type: ignore[arg-type]
+    assert producer.log == [] and producer.sent == []
+    # the same batch fetched under the current assignment is released
+    await w._commit(consumer, producer, sender, prepared())  # type: ignore[arg-type]
+    assert producer.log == ["begin", "offsets 102", "commit"] and len(producer.sent) == 2
+
+
+async def test_a_failed_commit_ends_the_session_and_the_batch_sanitized_meanwhile_is_dropped() -> (
+    None
+):
+    w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
+    w._assigned = {TP}
+    traced(w, producer.log)
+
+    async def refused() -> None:
+        producer.log.append("commit refused")
+        raise ConnectionError("broker gone")
+
+    producer.commit_transaction = refused  # type: ignore[method-assign]
+    consumer = ScriptedConsumer([batch([1.0], start=100), batch([2.0], start=101)], stop)
+    try:
+        await w._pipeline(stop, consumer, producer, sender_for(w, producer))  # type: ignore[arg-type]
+    except ConnectionError:
+        pass
+    else:
+        raise AssertionError("the failed commit did not end the session")
+    # one transaction, aborted; the second batch was sanitized but never began one
+    assert producer.log.count("begin") == 1 and "abort" in producer.log
+    assert "sanitize 101" in producer.log and "offsets 102" not in producer.log
+
+
+async def _true(value: bool) -> bool:
+    return value
