@@ -64,6 +64,7 @@ from privstream.worker.clients import (
 )
 from privstream.worker.decode import UndecodableRecord, tolerate_undecodable_records
 from privstream.worker.http import Health
+from privstream.worker.ledger_store import LedgerSender, LedgerStore
 from privstream.worker.produce import BatchSender, source_of
 from privstream.worker.rebalance import Rebalance, names
 
@@ -118,8 +119,10 @@ class Worker:
         *,
         metrics: Metrics,
         health: Health,
+        ledger: LedgerStore | None = None,
     ) -> None:
         self._kafka = kafka
+        self._ledger = ledger
         self._plan = plan
         self._runtime = runtime
         self._metrics = metrics
@@ -194,6 +197,9 @@ class Worker:
             stack.push_async_callback(_close, producer)
             await producer.start()
             self._producer_since, self._producer_client = time.monotonic(), producer.client
+            if self._ledger is not None:  # a new session restores the ledger from the changelog
+                stack.push_async_callback(self._ledger.close)
+                await self._ledger.open()
             consumer = AIOKafkaConsumer(**consumer_options(self._kafka, self._runtime))
             stack.push_async_callback(_close, consumer)
             consumer.subscribe([self._kafka.input_topic], listener=Rebalance(self, consumer))
@@ -201,13 +207,15 @@ class Worker:
             probe = asyncio.create_task(self._probe(producer))
             stack.callback(probe.cancel)
             self._set_connected(True)
-            sender = BatchSender(
+            plain = BatchSender(
                 producer,
                 self._plan,
                 self._kafka.output_topic,
                 self._kafka.dead_letter_topic,
                 max_message_bytes=self._kafka.max_message_bytes,
+                extra_headers=self._ledger.output_headers if self._ledger else (),
             )
+            sender = plain if self._ledger is None else LedgerSender(plain, self._ledger, producer)
             while not stop.is_set():
                 batches = await consumer.getmany(
                     timeout_ms=self._kafka.poll_timeout_ms,
@@ -248,7 +256,7 @@ class Worker:
         self,
         consumer: AIOKafkaConsumer,
         producer: AIOKafkaProducer,
-        sender: BatchSender,
+        sender: BatchSender | LedgerSender,
         batches: Batches,
     ) -> None:
         started = time.perf_counter()
@@ -265,7 +273,8 @@ class Worker:
             dead = await sender.send(records, result)
             await consumer.commit(offsets)
         seconds = time.perf_counter() - started
-        self._observe(len(records), len(records) - len(dead), dead, seconds)
+        dropped = sender.dropped if isinstance(sender, LedgerSender) else 0  # over budget
+        self._observe(len(records), len(records) - len(dead) - dropped, dead, seconds)
         log.debug(
             "batch of %d records from %s: %d dead letters, committed in %.3f s",
             len(records),
@@ -281,7 +290,7 @@ class Worker:
     async def _transaction(
         self,
         producer: AIOKafkaProducer,
-        sender: BatchSender,
+        sender: BatchSender | LedgerSender,
         records: Sequence[ConsumerRecord],
         result: BatchResult,
         offsets: dict[TopicPartition, int],

@@ -34,6 +34,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         async with self._worker._batch_lock:
             self._worker._assigned.difference_update(revoked)
+            if self._worker._ledger is not None:
+                await self._worker._ledger.revoked(revoked)
         lag = self._worker._metrics.consumer_lag
         for tp in revoked:  # another replica reports these now
             with contextlib.suppress(KeyError):
@@ -42,6 +44,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self._worker._assigned = set(assigned)
+        if self._worker._ledger is not None:  # restored before its records are charged
+            self._worker._ledger.assigned(assigned)
         log.info("partitions assigned: %s", names(assigned))
         try:
             await asyncio.wait_for(
