@@ -20,25 +20,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, ConsumerRecord
+from privstream.config import load_config
+from privstream.ledger import LedgerPolicy, SubjectLedger
+from privstream.pipeline import build_plan
 
 from tests.http_get import http_get
 from tests.integration.faults import (
     Tail,
     fault_topics,
     free_port,
+    metric,
     poll_until,
+    read_to_end,
     samples,
+    stream,
 )
 from tests.integration.worker_proc import (
+    TEST_SECRET,
+    Message,
     WorkerProcess,
     read_all,
+    replay_expected,
     write_config,
 )
 
@@ -283,3 +293,147 @@ async def test_ledger_semantics_on_a_broker(kafka_bootstrap: str, tmp_path: Path
     }
     assert suppressed == reasons, suppressed
     assert scraped["privstream_ledger_subjects", ()] > 0
+
+
+def subject_message(i: int) -> Message:
+    """Input i of the fault tests: subject ``s<i mod SUBJECTS>``, stamped when produced."""
+    key, value = record(i, f"s{i % SUBJECTS}")
+    return key, value, []
+
+
+SUBJECTS = 1_500
+
+
+def assert_changelog_is_the_ledger(
+    changelog: list[ConsumerRecord],
+    raw: list[ConsumerRecord],
+    expected: list[str | None],
+    policy: LedgerPolicy,
+) -> None:
+    """The committed changelog, restored, holds exactly what the released records cost."""
+    spent: Counter[tuple[int, int, bytes]] = Counter()
+    lifetime: Counter[tuple[int, bytes]] = Counter()
+    counts: dict[int, Counter[str]] = {}
+    for r, why in zip(raw, expected, strict=True):
+        counts.setdefault(r.partition, Counter())[why or "released"] += 1
+        if why is None:
+            spent[r.partition, r.timestamp - r.timestamp % HOUR_MS, r.key] += 1
+            lifetime[r.partition, r.key] += 1
+    ledger = SubjectLedger(policy=policy)
+    for partition in counts:
+        entries = [(r.key, r.value) for r in changelog if r.partition == partition]
+        ledger.restore(partition, entries)
+        snapshot = ledger.snapshot(partition)
+        windows = {k: v for k, v in snapshot.items() if k[1:2] == b"W"}
+        want = {
+            b"\x01W" + int(start).to_bytes(8, "big") + HOUR_MS.to_bytes(8, "big") + subject: (
+                n * policy.cost_units
+            ).to_bytes(8, "big")
+            + bytes(8)
+            for (p, start, subject), n in spent.items()
+            if p == partition
+        }
+        assert windows == want, f"partition {partition}: window spending differs"
+        lives = {k: v for k, v in snapshot.items() if k[1:2] == b"L"}
+        assert lives == {
+            b"\x01L" + subject: (n * policy.cost_units).to_bytes(8, "big")
+            for (p, subject), n in lifetime.items()
+            if p == partition
+        }, f"partition {partition}: lifetime spending differs"
+        got = {k: v for k, v in ledger.counts(partition).items() if v}
+        assert got == dict(counts[partition]), f"partition {partition}: counts differ"
+
+
+async def test_kill_nine_five_times_no_subject_over_its_cap(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """kill -9 mid-transaction 5 times; the restored ledger equals the committed one."""
+    total, kills, batch, ahead = 12_000, 5, 300, 3_000
+    kafka = await fault_topics(kafka_bootstrap, "ledger-kill")
+    overrides = {**kafka, "transactions": True, "max_batch_records": batch}
+    overrides["session_timeout_ms"] = 6_000
+    config = write_config(tmp_path / "config.yaml", kafka_bootstrap, overrides, body())
+    changelog = f"{kafka['input_topic']}-privstream-ledger"
+    messages = [subject_message(i) for i in range(total)]
+    # kill points: one in each of `kills` equal strata of [5 %, 85 %] of the inputs
+    thresholds = [int(total * (0.05 + 0.16 * k + 0.08)) for k in range(kills)]
+    workers: list[WorkerProcess] = []
+    async with (
+        Tail(kafka_bootstrap, kafka["output_topic"], identity=seq) as out,
+        Tail(kafka_bootstrap, kafka["dead_letter_topic"], identity=source) as dead,
+        contextlib.AsyncExitStack() as stack,
+    ):
+
+        def accounted() -> int:
+            return len(out.distinct) + len(dead.distinct)
+
+        async def progressed(count: int) -> None:  # two tails: poll, either may move
+            async def probe() -> bool:
+                return accounted() >= count
+
+            await poll_until(probe, 120, f"{count} inputs released or dead-lettered")
+
+        async def gate(start: int) -> None:
+            await progressed(start - ahead)
+
+        async def start_worker(name: str) -> tuple[WorkerProcess, int]:
+            worker, port = WorkerProcess(config, tmp_path / f"{name}.log"), free_port()
+            await worker.start("--http-port", str(port))
+            workers.append(worker)
+            return worker, port
+
+        def committed(worker: WorkerProcess, port: int) -> Callable[[], Awaitable[bool]]:
+            async def probe() -> bool:
+                assert worker.alive, worker.log_text()[-5000:]
+                return bool(await metric(port, "privstream_records_in_total"))
+
+            return probe
+
+        producing = asyncio.create_task(
+            stream(kafka_bootstrap, kafka["input_topic"], messages, chunk=500, before_chunk=gate)
+        )
+        worker, port = await start_worker("worker0")
+        at_kill: list[int] = []
+        try:
+            # only once the worker created the changelog: reading a missing topic would
+            # have the broker create it with its default partition count
+            await poll_until(committed(worker, port), 120, "a first commit")
+            unc = await stack.enter_async_context(
+                Tail(kafka_bootstrap, changelog, isolation_level="read_uncommitted")
+            )
+            for k, threshold in enumerate(thresholds):
+                await poll_until(committed(worker, port), 120, f"a commit before kill {k + 1}")
+                await progressed(threshold)
+                mark = len(unc.records)  # kill as the next changelog record of a batch shows
+                await unc.wait_until(lambda m=mark: len(unc.records) > m, 60, "one more record")
+                at_kill.append(accounted())
+                assert await worker.kill() == -signal.SIGKILL
+                worker, port = await start_worker(f"worker{k + 1}")
+            coords = await producing
+            await accounted_for(out, dead, total, worker, within_s=180)
+            assert await worker.terminate() == 0, worker.log_text()[-5000:]
+        finally:
+            producing.cancel()
+            for w in workers:
+                if w.alive:
+                    await w.kill()
+    summary = f"accounted at each kill: {at_kill}"
+    assert all(n < total for n in at_kill), summary
+    raw, outputs, letters = await outcome(kafka_bootstrap, kafka)
+    # every input was stamped within the last minutes: neither late nor in the future now
+    expected = expected_reasons(raw, clock_ms=int(time.time() * 1000))
+    reasons = assert_ledger_obeyed(raw, outputs, letters, expected, summary)
+    assert set(reasons) <= {"budget_exhausted"}, reasons
+    # the released bytes are the offline replay's: the kills changed no noise
+    replay = replay_expected(
+        config, TEST_SECRET, kafka["input_topic"], coords, [m[1] for m in messages]
+    )
+    assert all(r.value == replay[seq(r)] for r in outputs), summary
+    # a batch a kill cut short left its changelog records aborted, not restored
+    copies = await read_to_end(kafka_bootstrap, changelog, 4, isolation_level="read_uncommitted")
+    committed_log = await read_all(kafka_bootstrap, changelog, 4)
+    assert len(copies) > len(committed_log), f"no kill landed inside a transaction; {summary}"
+    plan = build_plan(load_config(config))
+    policy = LedgerPolicy.from_config(load_config(config), plan)
+    committed_log.sort(key=lambda r: (r.partition, r.offset))
+    assert_changelog_is_the_ledger(committed_log, raw, expected, policy)
