@@ -23,7 +23,14 @@ from typing import Any
 from privstream.cli.metadata import MetadataError, check_metadata, read_sidecar, sidecar_path
 from privstream.config import AppConfig
 from privstream.errors import PrivstreamError
-from privstream.estimate import Options, StreamAggregate, TruthAggregate, build_report, render_table
+from privstream.estimate import (
+    Options,
+    StreamAggregate,
+    TruthAggregate,
+    build_report,
+    render_table,
+    suppression,
+)
 from privstream.estimate.report import impossible_values
 from privstream.estimate.source import PROGRESS_THRESHOLD, Progress, file_lines
 from privstream.pipeline import RecordPlan
@@ -232,6 +239,7 @@ def _read_topic(
         "records_without_config_header": read.without_config_header,
         "records_read": read.records,
         "other_config": read.other_config,
+        "ledger": suppression.summary(read.ledger_counts.values()),
     }
 
 

@@ -10,6 +10,7 @@ from privstream.clamped_counts import clamping_fields
 from privstream.config import AppConfig, FieldConfig, Guarantee
 from privstream.config.fields import FORGEABLE, CategoricalField
 from privstream.kinds.auto import WARN_RATIO, auto_choice
+from privstream.ledger.guarantee import ledger_guarantee, ledger_lines
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.plan import MemoPlan
 
@@ -52,6 +53,7 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
         "config_sha256": plan.config_sha256,
         "fields": fields,
         "metrics": _metrics_data(config, plan),
+        "ledger": ledger_guarantee(config, plan),
     }
 
 
@@ -205,6 +207,7 @@ def render_table(data: dict[str, Any], width: int | None = None) -> str:
     notes.append(
         f"declared budget: epsilon={_num(rec['budget_epsilon'])} delta={_num(rec['budget_delta'])}"
     )
+    notes.extend(ledger_lines(data["ledger"]))
     notes.append(f"config sha256: {data['config_sha256']}")
     notes.append(_metrics_line(data["metrics"]))
     notes.extend(_memo_lines(data["fields"]))

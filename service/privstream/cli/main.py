@@ -136,15 +136,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             from privstream.cli.metadata import MetadataError, metadata_target, write_sidecar
             from privstream.cli.sanitize import (
                 DeadLetterPathError,
+                FileModeError,
                 check_dead_letter_path,
+                check_file_mode,
                 run_sanitize,
             )
             from privstream.mechanisms import OsEntropy
 
             try:  # a usage error: refused before any output is written
+                check_file_mode(config)
                 check_dead_letter_path(args.dead_letter, args.output)
                 metadata = metadata_target(args.metadata, args.input, args.output, args.dead_letter)
-            except (DeadLetterPathError, MetadataError) as exc:
+            except (DeadLetterPathError, FileModeError, MetadataError) as exc:
                 print(f"privstream: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from privstream.config import AppConfig
 from privstream.errors import PrivstreamError
 from privstream.mechanisms import NoiseSource
 from privstream.pipeline import RecordPlan, process_batch
@@ -103,6 +104,26 @@ def _dead_letter_line(number: int, raw: bytes, reason: str, detail: str) -> byte
 
 class DeadLetterPathError(PrivstreamError):
     """``--dead-letter`` names a file that exists or the output itself."""
+
+
+class FileModeError(PrivstreamError):
+    """The config asks for something a file cannot give (a per-subject ledger): exit 2."""
+
+
+def check_file_mode(config: AppConfig) -> None:
+    """Refuse ``privacy.ledger``: files have no Kafka timestamps, keys or changelog.
+
+    An in-memory ledger would start empty on every run, so a subject in two
+    files would get two budgets: the per-subject guarantee the config states
+    would not hold (docs/ledger.md, File mode).
+    """
+    if config.privacy.ledger is not None:
+        raise FileModeError(
+            "privacy.ledger: sanitize cannot enforce a per-subject ledger on a file (no Kafka "
+            "timestamps, keys or changelog: every run would start every subject's budget "
+            "afresh); sanitize on a topic, or remove privacy.ledger for the file (its records "
+            "then carry the per-record guarantee only)"
+        )
 
 
 #: a new file, never through a symlink, readable by its owner only: it holds raw records

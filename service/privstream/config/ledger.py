@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema
+from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
 from privstream.config.fields import Delta, Epsilon, Strict
 
@@ -68,7 +68,18 @@ _AS_TEXT = PlainSerializer(format_duration, return_type=str)
 #: a duration in milliseconds, written "5m" in YAML
 Duration = Annotated[int, BeforeValidator(parse_duration), _AS_TEXT, _DURATION_SCHEMA]
 WindowDuration = Annotated[int, BeforeValidator(_window), _AS_TEXT, _DURATION_SCHEMA]
-LedgerEpsilon = Annotated[Epsilon, Field(le=MAX_LEDGER_EPSILON)]
+
+
+def _ledger_epsilon(value: float) -> float:
+    if value > MAX_LEDGER_EPSILON:
+        raise ValueError(
+            f"{value:g} is above {MAX_LEDGER_EPSILON:g}, which bounds no privacy loss at all "
+            "(and keeps the ledger's integer units in 64 bits); give a cap of at most 1e6"
+        )
+    return value
+
+
+LedgerEpsilon = Annotated[Epsilon, AfterValidator(_ledger_epsilon)]
 
 
 class LedgerConfig(Strict):

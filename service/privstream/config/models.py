@@ -13,7 +13,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from privstream.config.fields import Delta, Epsilon, FieldConfig, Strict
-from privstream.config.ledger import LedgerConfig
+from privstream.config.ledger import LedgerConfig, subject_problems
 
 
 class SecurityConfig(Strict):
@@ -169,8 +169,6 @@ class AppConfig(Strict):
         return self
 
     def _check_subject(self) -> None:
-        from privstream.config.ledger import subject_problems
-
         kinds = {spec.name: spec.kind for spec in self.fields}
         privacy = self.privacy
         problems = subject_problems(privacy.subject, privacy.subject_public, privacy.ledger, kinds)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from privstream.estimate import suppression
 from privstream.estimate.accumulators import Options
 from privstream.estimate.aggregate import StreamAggregate, TruthAggregate
 
@@ -231,6 +232,9 @@ def _curve_lines(entry: dict[str, Any], level: str) -> list[str]:
 def render_table(report: dict[str, Any]) -> str:
     level = f"{report['confidence']:.0%}"
     lines = [_source_line(report)]
+    ledger = suppression.render(report["source"].get("ledger"))
+    if ledger is not None:
+        lines.append(ledger)
     truth = report.get("truth")
     if truth:
         text = f"truth: {truth['records']:,} raw records from {truth['path']}"

@@ -21,11 +21,12 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
 from privstream.config.models import KafkaConfig
 from privstream.errors import PrivstreamError
+from privstream.estimate.suppression import COUNTS_HEADER, parse_counts
 
 #: records read from a file before the progress line appears (on a terminal)
 PROGRESS_THRESHOLD = 50_000
@@ -162,6 +163,8 @@ class TopicRead:
     empty_values: int = 0
     #: records the Kafka client could not decode (a header key that is not UTF-8)
     undecodable: int = 0
+    #: the last ``privstream-ledger-counts`` header per input partition (cumulative counts)
+    ledger_counts: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
 def connection_options(kafka: KafkaConfig, environ: Mapping[str, str]) -> dict[str, Any]:
@@ -326,7 +329,19 @@ def _deliver(
         skip("empty_value")
         return
     read.records += 1
+    _ledger_counts(message, read)
     sink(message.value)
+
+
+def _ledger_counts(message: Message, read: TopicRead) -> None:
+    """Keep the partition's latest ledger counts (messages arrive in offset order)."""
+    for key, value in message.headers or ():
+        if key == COUNTS_HEADER:
+            counts = parse_counts(value)
+            if counts is not None:
+                # the worker names the input partition; else the output partition stands in
+                partition = counts.pop("partition", getattr(message, "partition", 0))
+                read.ledger_counts[partition] = counts
 
 
 def run_topic_read(

@@ -10,8 +10,6 @@ from privstream.cli.main import main
 from privstream.config import parse_config
 from privstream.config.ledger import parse_duration
 from privstream.errors import ConfigError
-from privstream.ledger import LedgerPolicy
-from privstream.pipeline import build_plan
 
 from tests.unit._support import config_dict
 
@@ -66,6 +64,11 @@ def test_windows_must_follow_utc_calendar_windows(window: str) -> None:
     assert "neither divides a day nor is a whole number of days" in problem
 
 
+def test_caps_beyond_any_privacy_are_refused() -> None:
+    [problem] = problems_of(ledger_config({"subject": "device_id"}, lifetime_epsilon=2e6))
+    assert problem.startswith("privacy.ledger.lifetime_epsilon: 2e+06 is above 1e+06")
+
+
 def test_the_ledger_requires_a_subject() -> None:
     [problem] = problems_of(ledger_config({}, epsilon=4.0))
     assert problem.startswith("privacy.ledger: a ledger charges each subject: set privacy.subject")
@@ -106,25 +109,3 @@ def test_an_inadmissible_cap_exits_2(tmp_path: Any, capsys: pytest.CaptureFixtur
         main(["explain", "--config", str(path)])
     assert exit_info.value.code == 2
     assert "one record costs epsilon 0.5 > cap 0.1" in capsys.readouterr().err
-
-
-def test_the_policy_counts_exact_integer_units() -> None:
-    config = parse_config(
-        ledger_config({"subject": "device_id", "delta": 1e-6}, delta=1e-6, lifetime_epsilon=200)
-    )
-    policy = LedgerPolicy.from_config(config, build_plan(config))
-    # 0.5 and 4 are exact doubles; 1e-6 is just below 1e-6, so its floor loses one unit
-    assert (policy.cost_units, policy.cap_units) == (500_000_000, 4_000_000_000)
-    assert policy.delta_cost_units == 0 and policy.delta_cap_units == 999_999_999_999
-    assert policy.lifetime_cap_units == 200_000_000_000
-    assert policy.records_per_window == 8 and policy.records_per_lifetime == 400
-    assert policy.guarantee_header() == b"eps=4;delta=1e-06;window=1d;lifetime_eps=200"
-
-
-def test_costs_round_up_and_caps_down() -> None:
-    data = ledger_config({"subject": "device_id", "epsilon": 0.1}, epsilon=0.3)
-    data["fields"][2]["epsilon"] = 0.1
-    policy = LedgerPolicy.from_config(parse_config(data))
-    # the double 0.1 is 0.1000000000000000055..., the double 0.3 is 0.299999999999999988...
-    assert policy.cost_units == 100_000_001 and policy.cap_units == 299_999_999
-    assert policy.records_per_window == 2  # three records of 0.1 are more than 0.3

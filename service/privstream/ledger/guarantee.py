@@ -1,0 +1,92 @@
+"""The per-subject guarantee as ``explain`` states it (proof: docs/ledger.md).
+
+With at most ``m = records_per_window`` records of a subject released per
+window, each ``(eps_r, delta_r)``-DP, basic (sequential) composition gives
+``(m eps_r, m delta_r)`` for that subject's released records of the window,
+which the integer accounting keeps within the caps ``(eps_W, delta_W)``.
+Over the lifetime, at most ``M = records_per_lifetime`` records are released,
+so ``(M eps_r, M delta_r)`` with ``M eps_r <= lifetime_epsilon``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from privstream.config.ledger import format_duration
+from privstream.ledger.policy import LedgerPolicy
+
+if TYPE_CHECKING:
+    from privstream.config import AppConfig
+    from privstream.pipeline import RecordPlan
+
+STATEMENT = (
+    "for any subject s and any UTC window W, the records of s with timestamps in W that are "
+    "released are ({eps:g}, {delta:g})-DP in aggregate (sequential composition over one "
+    "subject's window, parallel composition across subjects and across disjoint windows)"
+)
+
+
+def ledger_guarantee(config: AppConfig, plan: RecordPlan) -> dict[str, Any] | None:
+    """The user-level guarantee per window and lifetime, or None without a ledger."""
+    ledger = config.privacy.ledger
+    if ledger is None:
+        return None
+    policy = LedgerPolicy.from_config(config, plan)
+    per_window = policy.records_per_window
+    lifetime = policy.records_per_lifetime
+    return {
+        "subject": config.privacy.subject,
+        "subject_public": config.privacy.subject_public,
+        "window": format_duration(policy.window_ms),
+        "grace": format_duration(policy.grace_ms),
+        "max_future": format_duration(policy.max_future_ms),
+        "over_budget": policy.over_budget,
+        "record_epsilon": policy.record_epsilon,
+        "record_delta": policy.record_delta,
+        "window_epsilon": policy.epsilon,
+        "window_delta": policy.delta,
+        "records_per_window": per_window,
+        "spent_per_window": [per_window * policy.record_epsilon, per_window * policy.record_delta],
+        "lifetime_epsilon": policy.lifetime_epsilon,
+        "records_per_lifetime": lifetime,
+        "lifetime_delta": None if lifetime is None else lifetime * policy.record_delta,
+        "statement": STATEMENT.format(eps=policy.epsilon, delta=policy.delta),
+        "memoized": [f.name for f in plan.fields if f.memo is not None],
+        "header": policy.guarantee_header().decode(),
+    }
+
+
+def ledger_lines(data: dict[str, Any] | None) -> list[str]:
+    """The ``explain`` table's notes on the per-subject guarantee."""
+    if data is None:
+        return [
+            "per subject: no ledger (privacy.ledger): a subject sending n records gets n "
+            "times the per-record guarantee"
+        ]
+    lines = [
+        f"per subject {data['subject']!r} per {data['window']} UTC window (ledger): "
+        f"epsilon={data['window_epsilon']:g} delta={data['window_delta']:g}; at most "
+        f"{data['records_per_window']} records released per subject and window, the rest "
+        f"suppressed ({data['over_budget']}); {data['statement']}",
+    ]
+    if data["lifetime_epsilon"] is None:
+        lines.append("per subject over its lifetime: no cap; the guarantee adds up over windows")
+    else:
+        lines.append(
+            f"per subject over its lifetime: epsilon={data['lifetime_epsilon']:g} "
+            f"delta={data['lifetime_delta']:g} (at most {data['records_per_lifetime']} records, "
+            "sequential composition over windows)"
+        )
+    if data["memoized"]:
+        lines.append(
+            f"ledger and memoized fields ({', '.join(data['memoized'])}): a memoized answer "
+            "repeats in every window where the value repeats, so the per-window guarantee "
+            "covers their values, not whether they changed between windows"
+        )
+    lines.append(
+        f"ledger: the subject is the Kafka message key (records whose {data['subject']!r} "
+        f"differs are dead-lettered); late records accepted until window end + {data['grace']},"
+        f" records more than {data['max_future']} ahead suppressed; memoized repeats are "
+        "charged in full"
+    )
+    return lines

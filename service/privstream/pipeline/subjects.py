@@ -1,0 +1,89 @@
+"""The subject column: who stands behind each raw message, for the per-subject ledger.
+
+``subject_column(messages, field)`` gives, per message, the canonical bytes
+of the subject field (``privacy.subject``), the same bytes the collector is
+expected to use as the Kafka message key:
+
+* a JSON string: its UTF-8 bytes (``"dev-7"`` -> ``b"dev-7"``);
+* a JSON integer: its decimal digits (``7`` -> ``b"7"``), so a key ``b"7"``
+  matches both ``7`` and ``"7"`` -- the key is the identity the ledger
+  trusts, the field only has to agree with it;
+* anything else -- missing, null, empty string, another type, a message that
+  is not a JSON object -- ``None``: the ledger suppresses it (``no_subject``).
+
+It reads the raw messages itself (one orjson pass, about a microsecond per
+message), so ``process_batch`` stays untouched. What orjson refuses or may
+read differently from the stdlib decoder the pipeline's reference uses
+(integers beyond 64 bits come back as floats) is decoded again by that
+reference decoder, so both paths agree with the record the pipeline parses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import repeat
+from typing import Any, cast
+
+import orjson
+
+from privstream.errors import Rejected
+from privstream.pipeline.reference import decode_record
+
+#: stands for "decode this message again with the reference decoder"
+_UNSURE = object()
+
+
+def subject_column(messages: Sequence[bytes], field: str) -> list[bytes | None]:
+    """The subject's canonical bytes per message (None where it has none), in input order."""
+    common = _common_batch(messages, field)
+    if common is not None:
+        return common
+    values = list(map(_fast_value, messages, repeat(field)))
+    subjects = list(map(_canonical, values))
+    for index, value in enumerate(values):
+        if value is _UNSURE:
+            subjects[index] = _canonical(_slow_value(messages[index], field))
+    return subjects
+
+
+def _common_batch(messages: Sequence[bytes], field: str) -> list[bytes | None] | None:
+    """Every message an object with a non-empty string subject: C loops only (else None)."""
+    try:
+        objs = list(map(orjson.loads, messages))
+    except (orjson.JSONDecodeError, TypeError):
+        return None
+    if set(map(type, objs)) != {dict}:
+        return None
+    values = list(map(dict.get, objs, repeat(field)))
+    if set(map(type, values)) != {str} or "" in values:
+        return None
+    # orjson refuses lone surrogates, so every string encodes
+    return list(map(str.encode, cast(list[str], values)))
+
+
+def _fast_value(raw: bytes, field: str) -> Any:
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _UNSURE
+    if type(obj) is not dict:
+        return None
+    value = obj.get(field)
+    # a float may be an integer beyond 64 bits that orjson rounded
+    return _UNSURE if type(value) is float else value
+
+
+def _slow_value(raw: bytes, field: str) -> Any:
+    try:
+        return decode_record(raw).get(field)
+    except Rejected:
+        return None
+
+
+def _canonical(value: Any) -> bytes | None:
+    kind = type(value)
+    if kind is str:
+        return value.encode("utf-8", "surrogatepass") or None
+    if kind is int:
+        return str(value).encode()
+    return None
