@@ -20,7 +20,8 @@ Kafka Streams' state-store pattern on Kafka itself (docs/ledger.md,
   ``SubjectLedger.charge`` per partition (offset order). Admitted records
   go out with two headers (the per-subject guarantee and the partition's
   cumulative counts); suppressed ones are dead-lettered with their reason,
-  or dropped under ``over_budget: drop`` when the reason is a budget one.
+  or dropped under ``over_budget: drop`` (never a record without a subject
+  or whose key is not its subject: those are always dead-lettered).
   The changelog updates go out in the batch's transaction, with the outputs
   and the consumed offsets: a committed release and its charge are one
   atomic write.
@@ -65,9 +66,9 @@ log = logging.getLogger("privstream.worker")
 CHANGELOG_SUFFIX = "-privstream-ledger"
 GUARANTEE_HEADER = "privstream-subject-guarantee"
 COUNTS_HEADER = "privstream-ledger-counts"
-#: suppressed for these, a record is dropped under ``over_budget: drop``; the other reasons
-#: (no subject, a key that is not the subject, a clock problem) always go to dead letters
-BUDGET_REASONS = frozenset({"budget_exhausted", "lifetime_exhausted"})
+#: always dead-lettered: the operator must fix the keying; the other reasons follow
+#: ``over_budget`` (dropped and counted, or dead-lettered)
+ALWAYS_DEAD_LETTERED = frozenset({"subject_key_mismatch", "no_subject"})
 ADMIN_TIMEOUT_MS = 30_000
 
 
@@ -216,7 +217,7 @@ class LedgerStore:
                 self._metrics.ledger_suppressed.labels(reason).inc(count)
             drop = self.policy.over_budget == "drop"
             for j, reason in zip(refused, reasons, strict=True):
-                if drop and reason in BUDGET_REASONS:
+                if drop and reason not in ALWAYS_DEAD_LETTERED:
                     verdict.dropped += 1
                 else:
                     dead.append(DeadLetter(int(index[rows[j]]), reason, self._details[reason]))
@@ -235,7 +236,7 @@ class LedgerStore:
         values = [r.value or b"" for r in records]
         return self.ledger.charge(
             partition,
-            subjects=subject_column(self._subject, values),
+            subjects=subject_column(values, self._subject),
             keys=[r.key for r in records],
             timestamps_ms=np.fromiter((r.timestamp for r in records), np.int64, len(records)),
             now_ms=now_ms,
