@@ -23,16 +23,23 @@ import json
 import signal
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaProducer, ConsumerRecord
+import numpy as np
+import pytest
+from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from privstream.config import load_config
+from privstream.config.runtime import Runtime
 from privstream.ledger import LedgerPolicy, SubjectLedger
+from privstream.metrics import Metrics
 from privstream.pipeline import build_plan
+from privstream.worker.ledger_store import LedgerStore
+from prometheus_client import CollectorRegistry
 
+from tests.broker import LocalBroker, create_topics, local_broker
 from tests.http_get import http_get
 from tests.integration.faults import (
     Tail,
@@ -516,3 +523,127 @@ async def test_rebalance_the_survivor_restores_the_victims_ledger(
     dropped = samples(text)["privstream_ledger_suppressed_total", (("reason", "budget_exhausted"),)]
     assert 0 < dropped <= reasons["budget_exhausted"], (dropped, reasons)
     assert "restored" in survivor.log_text()
+
+
+@pytest.fixture
+def own_broker() -> Iterator[LocalBroker]:
+    """A broker of this test only: stopping it must not disturb the session broker."""
+    with local_broker() as running_broker:
+        yield running_broker
+
+
+async def test_broker_restart_no_subject_over_its_cap(
+    own_broker: LocalBroker, tmp_path: Path
+) -> None:
+    """The broker stops mid-stream and comes back; the worker carries on by itself."""
+    bootstrap, subjects, total = own_broker.bootstrap, 600, 6_000
+    kafka = await fault_topics(bootstrap, "ledger-restart")
+    port = free_port()
+    overrides = {**kafka, "transactions": True, "max_batch_records": 100}
+    overrides["transaction_timeout_ms"] = 10_000
+    config = write_config(tmp_path / "config.yaml", bootstrap, overrides, body())
+    messages = [(*record(i, f"s{i % subjects}"), None) for i in range(total)]
+    await produce_timed(bootstrap, kafka["input_topic"], messages[: total // 2])
+    worker = WorkerProcess(config, tmp_path / "worker.log")
+
+    async def ready_is(status: int) -> bool:
+        assert worker.alive, worker.log_text()[-5000:]
+        return (await http_get(port, "/readyz"))[0] == status
+
+    async with running(worker, port):
+        await poll_until(lambda: metric(port, "privstream_records_in_total"), 60, "a commit")
+        await asyncio.to_thread(own_broker.stop)
+        await poll_until(lambda: ready_is(503), 60, "not ready", every_s=0.2)
+        before = await metric(port, "privstream_records_in_total")
+        assert before is not None and before < total // 2, "finished before the outage"
+        await asyncio.to_thread(own_broker.start)  # same port, same data
+        await poll_until(lambda: ready_is(200), 120, "ready again", every_s=0.2)
+        await produce_timed(bootstrap, kafka["input_topic"], messages[total // 2 :])
+        async with (
+            Tail(bootstrap, kafka["output_topic"], identity=seq) as out_tail,
+            Tail(bootstrap, kafka["dead_letter_topic"], identity=source) as dead_tail,
+        ):
+            await accounted_for(out_tail, dead_tail, total, worker, within_s=180)
+        assert await worker.terminate() == 0, worker.log_text()[-5000:]
+    raw, out, dead = await outcome(bootstrap, kafka)
+    expected = expected_reasons(raw, clock_ms=int(time.time() * 1000))
+    summary = f"{before} consumed before the outage, {len(out)} released"
+    assert_ledger_obeyed(raw, out, dead, expected, summary)
+    assert len(out) == subjects * CAP, summary
+
+
+async def test_restored_ledger_equals_the_ledger_before(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A ledger charged batch by batch, each batch's updates committed (one batch's
+    aborted), is restored by a second store into exactly the same state."""
+    kafka = await fault_topics(kafka_bootstrap, "ledger-restore")
+    config_path = write_config(tmp_path / "c.yaml", kafka_bootstrap, kafka, body())
+    config = load_config(config_path)
+    plan = build_plan(config)
+    runtime = Runtime(noise_secret=TEST_SECRET, replica_id="t", credentials=None)
+
+    def new_store() -> LedgerStore:
+        store = LedgerStore.from_config(config, plan, runtime, Metrics(CollectorRegistry()))
+        assert store is not None
+        return store
+
+    creator = new_store()
+    await creator.open()  # creates the changelog
+    await creator.close()
+    reference = SubjectLedger(policy=creator.policy)  # charged with the committed steps only
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka_bootstrap, transactional_id=kafka["group_id"]
+    )
+    await producer.start()
+    rng = np.random.default_rng(20_261_123)
+    now = int(time.time() * 1000)
+    try:
+        for step in range(12):  # 30 min of clock per step: the oldest windows expire
+            clock = now + step * HOUR_MS // 2
+            subjects = [f"s{k}".encode() for k in rng.integers(0, 40, 200)]
+            stamps = clock - rng.integers(0, 25 * HOUR_MS, 200)  # some late, some expiring
+            await producer.begin_transaction()
+            if step == 5:  # an aborted batch: what it wrote must not be restored
+                for partition in range(4):
+                    await producer.send(creator.topic, b"junk", key=b"\x01W", partition=partition)
+                await producer.abort_transaction()
+                continue
+            for partition in range(4):
+                charge = reference.charge(
+                    partition, subjects=subjects, keys=subjects, timestamps_ms=stamps, now_ms=clock
+                )
+                for key, value in charge.updates:
+                    await producer.send(creator.topic, value, key=key, partition=partition)
+            await producer.commit_transaction()
+    finally:
+        await producer.stop()
+    restored = new_store()
+    await restored.open()
+    try:
+        restored.assigned([TopicPartition(kafka["input_topic"], p) for p in range(4)])
+        await restored.ready(range(4))
+        assert restored.ledger.active_subject_windows() == reference.active_subject_windows() > 0
+        for partition in range(4):
+            assert restored.ledger.snapshot(partition) == reference.snapshot(partition)
+            assert restored.ledger.counts(partition) == reference.counts(partition)
+            assert reference.counts(partition)["late_record"] > 0  # tombstones were written
+    finally:
+        await restored.close()
+
+
+async def test_changelog_of_another_shape_is_refused(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A changelog with the wrong partition count, or not compacted, stops the worker."""
+    kafka = await fault_topics(kafka_bootstrap, "ledger-refuse")
+    wrong_count, not_compacted = f"{kafka['input_topic']}-two", f"{kafka['input_topic']}-del"
+    await create_topics(kafka_bootstrap, [wrong_count], partitions=2)
+    await create_topics(kafka_bootstrap, [not_compacted], partitions=4)  # cleanup.policy=delete
+    for topic, says in ((wrong_count, "has 2 partitions"), (not_compacted, "cleanup.policy")):
+        config = write_config(
+            tmp_path / f"{topic}.yaml", kafka_bootstrap, kafka, body(changelog_topic=topic)
+        )
+        worker = WorkerProcess(config, tmp_path / f"{topic}.log")
+        await worker.start()
+        code = await worker.wait(within_s=60)
+        log = worker.log_text()
+        assert code != 0 and says in log and "LedgerError" not in log, log[-3000:]

@@ -47,7 +47,7 @@ from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionErro
 from aiokafka.protocol.metadata import MetadataRequest
 
 from privstream.config.ledger import format_duration
-from privstream.errors import LedgerError, MisuseError
+from privstream.errors import LedgerError
 from privstream.ledger import Charge, LedgerPolicy, SubjectLedger
 from privstream.pipeline import BatchResult
 from privstream.pipeline.results import DeadLetter
@@ -147,15 +147,6 @@ class LedgerStore:
         """Session start: the changelog topic checked (created if missing), nothing in memory."""
         await self._forget_all()
         await self._ensure_topic()
-        options = common_options(self._kafka, self._runtime)
-        self._reader = AIOKafkaConsumer(
-            **options,
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-        )
-        await self._reader.start()
 
     async def close(self) -> None:
         await self._forget_all()
@@ -278,9 +269,7 @@ class LedgerStore:
         """Replay each changelog partition up to its end offset at this moment."""
         started = time.perf_counter()
         async with self._reader_lock:
-            reader = self._reader
-            if reader is None:
-                raise MisuseError("LedgerStore: open() before a partition is assigned")
+            reader = self._reader or await self._start_reader()
             tps = [TopicPartition(self.topic, p) for p in partitions]
             reader.assign(tps)
             await reader.seek_to_beginning(*tps)
@@ -308,6 +297,19 @@ class LedgerStore:
             sum(len(e) for e in entries.values()),
             time.perf_counter() - started,
         )
+
+    async def _start_reader(self) -> AIOKafkaConsumer:
+        """The changelog reader: no group, read_committed (a partition's ledger is what
+        committed transactions wrote, never what an aborted batch charged)."""
+        self._reader = AIOKafkaConsumer(
+            **common_options(self._kafka, self._runtime),
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+        )
+        await self._reader.start()
+        return self._reader
 
     async def _ensure_topic(self) -> None:
         admin = AIOKafkaAdminClient(
