@@ -124,9 +124,11 @@ class BatchSender:
         added = sum(len(k) + len(v) + 2 * _VARINT_BYTES for k, v in extra)
         return [*self._headers, *extra], self._surely_fits - added
 
-    def _too_large(self, value: bytes, headers: Headers) -> bool:
+    def _too_large(self, value: bytes, headers: Headers | None = None) -> bool:
         """The producer's own check for ``send`` (its ``max_request_size``)."""
-        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(None, value, headers)
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(
+            None, value, self._headers if headers is None else headers
+        )
         return bool(size > self._max_bytes)
 
     async def _submit(self, chains: dict[int, list[BatchBuilder]]) -> list[asyncio.Future[object]]:
