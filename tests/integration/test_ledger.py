@@ -299,6 +299,7 @@ async def test_ledger_semantics_on_a_broker(kafka_bootstrap: str, tmp_path: Path
             last[r.partition] = r
     for partition, r in last.items():
         counts = json.loads(header(r, "privstream-ledger-counts"))
+        assert counts["partition"] == partition  # 4 input partitions onto 4 output ones
         assert counts["released"] == sum(1 for o in out if o.partition == partition), counts
     scraped = samples(text)
     suppressed = {

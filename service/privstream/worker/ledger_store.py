@@ -18,10 +18,12 @@ Kafka Streams' state-store pattern on Kafka itself (docs/ledger.md,
   charged never leaves its charge behind in memory.
 * Per batch, the records the pipeline released are charged, one
   ``SubjectLedger.charge`` per partition (offset order). Admitted records
-  go out with two headers (the per-subject guarantee and the partition's
-  cumulative counts); suppressed ones are dead-lettered with their reason,
-  or dropped under ``over_budget: drop`` (never a record without a subject
-  or whose key is not its subject: those are always dead-lettered).
+  go out with the per-subject guarantee header, and the last one of each
+  partition in the batch with the partition's cumulative counts too (what
+  ``estimate`` reads: the last counts per input partition); suppressed
+  ones are dead-lettered with their reason, or dropped under
+  ``over_budget: drop`` (never a record without a subject or whose key is
+  not its subject: those are always dead-lettered).
   The changelog updates go out in the batch's transaction, with the outputs
   and the consumed offsets: a committed release and its charge are one
   atomic write.
@@ -83,7 +85,8 @@ class Verdict:
     """A batch after the ledger: what to release, and what to write with it."""
 
     result: BatchResult
-    #: input partition -> headers added to its sanitized messages
+    #: record index -> headers added to its sanitized message (the counts, on the last
+    #: released record of each partition in the batch)
     headers: dict[int, Headers] = field(default_factory=dict)
     #: input (= changelog) partition -> changelog records
     updates: dict[int, list[tuple[bytes, bytes | None]]] = field(default_factory=dict)
@@ -200,8 +203,9 @@ class LedgerStore:
             charge = self._charge(partition, [records[i] for i in index[rows].tolist()], now_ms)
             admitted[rows] = charge.admitted
             verdict.updates[partition] = charge.updates
-            counts = json.dumps(self.ledger.counts(partition), sort_keys=True)
-            verdict.headers[partition] = [(COUNTS_HEADER, counts.encode())]
+            if charge.admitted.any():
+                last = int(index[rows[np.flatnonzero(charge.admitted)[-1]]])
+                verdict.headers[last] = [(COUNTS_HEADER, self._counts(partition))]
             refused = np.flatnonzero(~charge.admitted).tolist()
             reasons = [str(charge.reasons[j]) for j in refused]
             for reason, count in Counter(reasons).items():
@@ -222,6 +226,12 @@ class LedgerStore:
         )
         self._set_gauge()
         return verdict
+
+    def _counts(self, partition: int) -> bytes:
+        """The partition's cumulative counts, naming the input partition (several may
+        share an output partition)."""
+        counts = {**self.ledger.counts(partition), "partition": partition}
+        return json.dumps(counts, sort_keys=True, separators=(",", ":")).encode()
 
     def _charge(self, partition: int, records: list[ConsumerRecord], now_ms: int) -> Charge:
         values = [r.value or b"" for r in records]

@@ -84,20 +84,19 @@ class BatchSender:
         self,
         records: Sequence[ConsumerRecord],
         result: BatchResult,
-        partition_headers: Mapping[int, Headers] | None = None,
+        record_headers: Mapping[int, Headers] | None = None,
     ) -> list[DeadLetter]:
         """Send everything; returns the dead letters actually written (with oversize ones).
 
-        ``partition_headers``: more headers for the messages of some input partitions.
+        ``record_headers``: more headers for the messages of some records (by index).
         """
         partitions = sorted(await self._producer.partitions_for(self._output))
         chains: dict[int, list[BatchBuilder]] = {}
         dead = list(result.dead_letters)
         plain = (self._headers, self._surely_fits)
-        more = {p: self._with(h) for p, h in (partition_headers or {}).items()}
+        more = {i: self._with(h) for i, h in (record_headers or {}).items()}
         for index, value in zip(result.output_index, result.outputs, strict=True):
-            source = records[index].partition
-            headers, fits = more.get(source, plain)
+            headers, fits = more.get(index, plain)
             if len(value) > fits and self._too_large(value, headers):
                 detail = (
                     f"sanitized record of {len(value)} bytes exceeds "
@@ -105,7 +104,7 @@ class BatchSender:
                 )
                 dead.append(DeadLetter(index, "output_too_large", detail))
                 continue
-            target = partitions[source % len(partitions)]
+            target = partitions[records[index].partition % len(partitions)]
             chain = chains.get(target)
             if chain is None:
                 chain = chains[target] = [self._producer.create_batch()]

@@ -99,10 +99,20 @@ def test_a_batch_is_released_up_to_the_cap_and_the_rest_routed_by_policy(
             (4, "subject_key_mismatch"),
             (5, "invalid_json"),
         ]
-    [(name, counts)] = verdict.headers[0]
+    # the counts ride on the partition's last released record only
+    assert list(verdict.headers) == [1]
+    [(name, counts)] = verdict.headers[1]
     assert name == "privstream-ledger-counts"
-    assert json.loads(counts)["released"] == 2
-    assert json.loads(counts)["budget_exhausted"] == 2
+    assert json.loads(counts) == {
+        "partition": 0,
+        "released": 2,
+        "budget_exhausted": 2,
+        "subject_key_mismatch": 1,
+        "lifetime_exhausted": 0,
+        "late_record": 0,
+        "future_record": 0,
+        "no_subject": 0,
+    }
     assert suppressed(s) == {"budget_exhausted": 2.0, "subject_key_mismatch": 1.0}
     assert s._metrics.registry.get_sample_value("privstream_ledger_subjects") == 1.0
     assert verdict.updates[0], "the charge must be written to the changelog"
