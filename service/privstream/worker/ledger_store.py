@@ -39,14 +39,10 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
-from aiokafka.protocol.metadata import MetadataRequest
 
 from privstream.config.ledger import format_duration
 from privstream.errors import LedgerError
@@ -54,6 +50,7 @@ from privstream.ledger import Charge, LedgerPolicy, SubjectLedger
 from privstream.pipeline import BatchResult
 from privstream.pipeline.results import DeadLetter
 from privstream.pipeline.subjects import subject_column
+from privstream.worker.changelog import changelog_topic, ensure_changelog
 from privstream.worker.clients import common_options
 from privstream.worker.produce import BatchSender, Headers
 
@@ -65,19 +62,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("privstream.worker")
 
-CHANGELOG_SUFFIX = "-privstream-ledger"
 GUARANTEE_HEADER = "privstream-subject-guarantee"
 COUNTS_HEADER = "privstream-ledger-counts"
 #: always dead-lettered: the operator must fix the keying; the other reasons follow
 #: ``over_budget`` (dropped and counted, or dead-lettered)
 ALWAYS_DEAD_LETTERED = frozenset({"subject_key_mismatch", "no_subject"})
-ADMIN_TIMEOUT_MS = 30_000
-
-
-def changelog_topic(config: AppConfig) -> str:
-    ledger = config.privacy.ledger
-    named = None if ledger is None else ledger.changelog_topic
-    return named or f"{config.kafka.input_topic}{CHANGELOG_SUFFIX}"
 
 
 @dataclass
@@ -100,7 +89,6 @@ class LedgerStore:
         self,
         *,
         ledger: SubjectLedger,
-        plan: RecordPlan,
         topic: str,
         kafka: KafkaConfig,
         runtime: Runtime,
@@ -110,7 +98,6 @@ class LedgerStore:
         self.ledger = ledger
         self.policy: LedgerPolicy = ledger.policy
         self.topic = topic
-        self._plan = plan
         self._kafka = kafka
         self._runtime = runtime
         self._metrics = metrics
@@ -133,7 +120,6 @@ class LedgerStore:
         policy = LedgerPolicy.from_config(config, plan)
         return cls(
             ledger=SubjectLedger(policy=policy),
-            plan=plan,
             topic=changelog_topic(config),
             kafka=config.kafka,
             runtime=runtime,
@@ -149,7 +135,7 @@ class LedgerStore:
     async def open(self) -> None:
         """Session start: the changelog topic checked (created if missing), nothing in memory."""
         await self._forget_all()
-        await self._ensure_topic()
+        await ensure_changelog(self._kafka, self._runtime, self.topic)
 
     async def close(self) -> None:
         await self._forget_all()
@@ -320,80 +306,6 @@ class LedgerStore:
         )
         await self._reader.start()
         return self._reader
-
-    async def _ensure_topic(self) -> None:
-        admin = AIOKafkaAdminClient(
-            **common_options(self._kafka, self._runtime), request_timeout_ms=ADMIN_TIMEOUT_MS
-        )
-        await admin.start()
-        try:
-            source = await _describe(admin, self._kafka.input_topic)
-            if source is None:
-                return  # the consumer reports a missing input topic as it always did
-            partitions, replicas = source
-            existing = await _describe(admin, self.topic)
-            if existing is None:
-                await _create(admin, self.topic, partitions, replicas)
-                log.info("created ledger changelog %s (%d partitions)", self.topic, partitions)
-                return
-            if existing[0] != partitions:
-                raise LedgerError(
-                    f"ledger changelog {self.topic!r} has {existing[0]} partitions but the "
-                    f"input {self._kafka.input_topic!r} has {partitions}: the changelog must "
-                    "be co-partitioned with the input. Give privacy.ledger.changelog_topic a "
-                    "new topic (which restarts every subject's budget) or repartition it"
-                )
-            policy = await _cleanup_policy(admin, self.topic)
-            if policy != "compact":
-                raise LedgerError(
-                    f"ledger changelog {self.topic!r} has cleanup.policy={policy!r}; it must "
-                    "be exactly 'compact' (deletion would forget spending and reopen budgets): "
-                    f"kafka-configs --alter --topic {self.topic} --add-config "
-                    "cleanup.policy=compact"
-                )
-        finally:
-            await admin.close()
-
-
-async def _describe(admin: AIOKafkaAdminClient, topic: str) -> tuple[int, int] | None:
-    """(partitions, replication factor) of ``topic``; None if it does not exist.
-
-    Not ``admin.describe_topics``: its metadata request lets a broker with
-    ``auto.create.topics.enable`` create the topic, with the broker's default
-    partition count, and the changelog would not be co-partitioned.
-    """
-    request = MetadataRequest([topic], allow_auto_topic_creation=False)
-    response = await admin._send_request(request)  # private: no public form of this flag
-    [described] = response.to_object()["topics"]
-    error = for_code(described["error_code"])
-    if error is UnknownTopicOrPartitionError:
-        return None
-    if described["error_code"] != 0:
-        raise error(f"describing topic {topic!r}")
-    parts = described["partitions"]
-    return len(parts), max((len(p["replicas"]) for p in parts), default=1)
-
-
-async def _create(admin: AIOKafkaAdminClient, topic: str, partitions: int, replicas: int) -> None:
-    config = {"cleanup.policy": "compact"}
-    response = await admin.create_topics(
-        [NewTopic(topic, partitions, replicas, topic_configs=config)], timeout_ms=ADMIN_TIMEOUT_MS
-    )
-    for name, code, *rest in response.topic_errors:
-        error = for_code(code)
-        if code != 0 and error is not TopicAlreadyExistsError:  # a second replica was faster
-            raise error(f"creating ledger changelog {name!r}: {rest[0] if rest else ''}")
-
-
-async def _cleanup_policy(admin: AIOKafkaAdminClient, topic: str) -> str:
-    resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs={"cleanup.policy": None})
-    responses: list[Any] = await admin.describe_configs([resource])
-    for response in responses:
-        for _error, _message, _type, _name, entries in response.resources:
-            for entry in entries:
-                if entry[0] == "cleanup.policy":
-                    return str(entry[1])
-    return "delete"  # Kafka's default
 
 
 def _details(policy: LedgerPolicy, subject: str) -> Mapping[str, str]:
