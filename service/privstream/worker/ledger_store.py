@@ -39,14 +39,16 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from privstream.config.ledger import format_duration
 from privstream.errors import LedgerError
-from privstream.ledger import Charge, LedgerPolicy, SubjectLedger
+from privstream.ledger import LedgerPolicy, SubjectLedger
 from privstream.pipeline import BatchResult
 from privstream.pipeline.results import DeadLetter
 from privstream.pipeline.subjects import subject_column
@@ -179,14 +181,14 @@ class LedgerStore:
         index = np.asarray(result.output_index, dtype=np.int64)
         order = np.argsort(index, kind="stable")
         index = index[order]
-        parts = np.fromiter((records[i].partition for i in index.tolist()), np.int64, len(index))
+        batch = _Columns(list(map(records.__getitem__, index.tolist())), self._subject)
         admitted = np.ones(len(index), dtype=bool)
         verdict = Verdict(result=result)
         dead = list(result.dead_letters)
         now_ms = int(time.time() * 1000)
-        for partition in np.unique(parts).tolist():
-            rows = np.flatnonzero(parts == partition)
-            charge = self._charge(partition, [records[i] for i in index[rows].tolist()], now_ms)
+        for partition in np.unique(batch.partitions).tolist():
+            rows = np.flatnonzero(batch.partitions == partition)
+            charge = self.ledger.charge(partition, **batch.rows(rows), now_ms=now_ms)
             admitted[rows] = charge.admitted
             verdict.updates[partition] = charge.updates
             if charge.admitted.any():
@@ -202,15 +204,16 @@ class LedgerStore:
                     verdict.dropped += 1
                 else:
                     dead.append(DeadLetter(int(index[rows[j]]), reason, self._details[reason]))
-        kept = order[admitted]
+        self._set_gauge()
+        if admitted.all() and len(dead) == len(result.dead_letters):
+            return verdict  # the common case: everything released, nothing to rebuild
         dead.sort(key=lambda letter: letter.index)
         verdict.result = BatchResult(
-            outputs=[result.outputs[i] for i in kept.tolist()],
+            outputs=list(map(result.outputs.__getitem__, order[admitted].tolist())),
             output_index=index[admitted].tolist(),
             dead_letters=dead,
             observations=result.observations,
         )
-        self._set_gauge()
         return verdict
 
     def _counts(self, partition: int) -> bytes:
@@ -218,16 +221,6 @@ class LedgerStore:
         share an output partition)."""
         counts = {**self.ledger.counts(partition), "partition": partition}
         return json.dumps(counts, sort_keys=True, separators=(",", ":")).encode()
-
-    def _charge(self, partition: int, records: list[ConsumerRecord], now_ms: int) -> Charge:
-        values = [r.value or b"" for r in records]
-        return self.ledger.charge(
-            partition,
-            subjects=subject_column(values, self._subject),
-            keys=[r.key for r in records],
-            timestamps_ms=np.fromiter((r.timestamp for r in records), np.int64, len(records)),
-            now_ms=now_ms,
-        )
 
     async def send_updates(self, producer: AIOKafkaProducer, verdict: Verdict) -> None:
         """Queue the changelog records (batch API, one chain per partition) and await them."""
@@ -344,6 +337,35 @@ def _details(policy: LedgerPolicy, subject: str) -> Mapping[str, str]:
             "cannot be charged, so it is not released"
         ),
     }
+
+
+class _Columns:
+    """The columns ``SubjectLedger.charge`` reads, taken from the records once per batch."""
+
+    def __init__(self, records: list[ConsumerRecord], subject: str) -> None:
+        n = len(records)
+        self.partitions = np.fromiter(map(_PARTITION, records), np.int64, n)
+        self._timestamps = np.fromiter(map(_TIMESTAMP, records), np.int64, n)
+        self._keys: list[bytes | None] = list(map(_KEY, records))
+        # a record with an output was decoded by the pipeline: its value is not None
+        self._subjects = subject_column(list(map(_VALUE, records)), subject)
+
+    def rows(self, rows: npt.NDArray[np.intp]) -> dict[str, Any]:
+        """``charge``'s keyword arguments for these rows (a slice when contiguous: usual)."""
+        if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+            take: Any = slice(int(rows[0]), int(rows[-1]) + 1)
+            subjects, keys = self._subjects[take], self._keys[take]
+        else:
+            picks = rows.tolist()
+            subjects = list(map(self._subjects.__getitem__, picks))
+            keys = list(map(self._keys.__getitem__, picks))
+        return {"subjects": subjects, "keys": keys, "timestamps_ms": self._timestamps[rows]}
+
+
+_PARTITION = attrgetter("partition")
+_TIMESTAMP = attrgetter("timestamp")
+_KEY = attrgetter("key")
+_VALUE = attrgetter("value")
 
 
 class LedgerSender:
