@@ -156,7 +156,7 @@ class SubjectLedger:
         """Reason codes (0: admitted) of chargeable records; charges the admitted ones."""
         policy = self.policy
         within = np.empty(len(subjects), dtype=bool)
-        windows = []
+        windows: list[tuple[int, g.Intps, g.Objects, g.Intps, g.Int64s]] = []
         for start, at in g.by_value(starts):
             chosen = subjects if len(at) == len(subjects) else [subjects[i] for i in at.tolist()]
             names, inverse = g.group(chosen)
@@ -169,7 +169,9 @@ class SubjectLedger:
             windows.append((start, at, names, inverse, spent))
         codes = np.where(within, 0, _CODE["budget_exhausted"]).astype(np.intp)
         if policy.lifetime_cap_units is not None:
-            over = _lifetime_over(state, policy, subjects, within, updates)
+            # one window in the batch (the usual case): its groups are the subjects
+            grouped = windows[0][2:4] if len(windows) == 1 else g.group(subjects)
+            over = _lifetime_over(state, policy, grouped, within, updates)
             codes[over] = _CODE["lifetime_exhausted"]
         costs = np.array([policy.cost_units, policy.delta_cost_units], dtype=np.int64)
         for start, at, names, inverse, spent in windows:
@@ -185,13 +187,14 @@ class SubjectLedger:
 def _lifetime_over(
     state: PartitionState,
     policy: LedgerPolicy,
-    subjects: list[bytes],
+    grouped: tuple[g.Objects, g.Intps],
     within: g.Bools,
     updates: g.Updates,
 ) -> g.Bools:
-    """Records over the lifetime cap; charges the lifetime of the admitted ones."""
+    """Records over the lifetime cap (``grouped``: the batch's subjects and each record's
+    index among them); charges the lifetime of the admitted ones."""
     cap, cost = cast(int, policy.lifetime_cap_units), policy.cost_units
-    names, inverse = g.group(subjects)
+    names, inverse = grouped
     spent = g.lookup(state.lifetime, names, codec.ZERO_LIFETIME)
     over = g.prior_count(inverse, within) >= g.allowance(cap, spent, cost)[inverse]
     admitted = np.bincount(inverse, weights=within & ~over, minlength=len(names))

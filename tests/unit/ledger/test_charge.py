@@ -218,6 +218,11 @@ def test_restore_refuses_a_changelog_it_cannot_enforce() -> None:
     with pytest.raises(LedgerError, match=re.escape("2s windows, but privacy.ledger.window is 1s")):
         ledger.restore(0, [(other, bytes(16))])
     ledger.restore(0, [(other, bytes(16)), (other, None)])  # tombstoned: nothing to enforce
+    mine = b"\x01W" + struct.pack(">qq", 0, 1_000) + b"s"
+    with pytest.raises(LedgerError, match="a W record of 8 bytes"):
+        ledger.restore(0, [(mine, bytes(8))])
+    with pytest.raises(LedgerError, match="unknown record type"):
+        ledger.restore(0, [(b"\x01X", b"")])
 
 
 def test_charge_refuses_mismatched_lengths() -> None:
