@@ -205,14 +205,17 @@ class LedgerStore:
                 else:
                     dead.append(DeadLetter(int(index[rows[j]]), reason, self._details[reason]))
         self._set_gauge()
-        if admitted.all() and len(dead) == len(result.dead_letters):
+        if admitted.all():
             return verdict  # the common case: everything released, nothing to rebuild
+        # The clamped counts (metrics.clamped_counts) are charged to admitted records only,
+        # and the batch's observations cannot be split by record: a batch with a suppressed
+        # record feeds them nothing (the worker observes this very dict after the batch).
+        result.observations.clear()
         dead.sort(key=lambda letter: letter.index)
         verdict.result = BatchResult(
             outputs=list(map(result.outputs.__getitem__, order[admitted].tolist())),
             output_index=index[admitted].tolist(),
             dead_letters=dead,
-            observations=result.observations,
         )
         return verdict
 

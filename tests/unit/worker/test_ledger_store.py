@@ -18,7 +18,7 @@ from privstream.config.runtime import Runtime
 from privstream.errors import LedgerError
 from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult, build_plan
-from privstream.pipeline.results import DeadLetter
+from privstream.pipeline.results import DeadLetter, Observation
 from privstream.worker.ledger_store import LedgerStore
 from prometheus_client import CollectorRegistry
 
@@ -83,8 +83,11 @@ def test_a_batch_is_released_up_to_the_cap_and_the_rest_routed_by_policy(
         outputs=[b"out-%d" % i for i in range(5)],
         output_index=[0, 1, 2, 3, 4],
         dead_letters=[DeadLetter(5, "invalid_json", "not JSON")],
+        observations={"x": Observation(clamped=1)},
     )
     verdict = s.charge(records, result)
+    # suppressed records must not reach the clamped counts: the batch feeds them nothing
+    assert result.observations == {} and verdict.result.observations == {}
     assert verdict.result.outputs == [b"out-0", b"out-1"]
     assert verdict.result.output_index == [0, 1]
     letters = [(d.index, d.reason) for d in verdict.result.dead_letters]
@@ -122,8 +125,12 @@ def test_a_batch_is_released_up_to_the_cap_and_the_rest_routed_by_policy(
 def test_the_next_batch_sees_what_the_last_one_spent() -> None:
     s = store("dead_letter")
     s.ledger.restore(0, [])
-    first = s.charge([record(1, "a", "a")], BatchResult(outputs=[b"o"], output_index=[0]))
+    seen = {"x": Observation(clamped=1)}
+    first = s.charge(
+        [record(1, "a", "a")], BatchResult(outputs=[b"o"], output_index=[0], observations=seen)
+    )
     assert first.result.outputs == [b"o"]
+    assert first.result.observations == {"x": Observation(clamped=1)}  # all admitted: kept
     records = [record(2, "a", "a"), record(3, "a", "a")]
     second = s.charge(records, BatchResult(outputs=[b"p", b"q"], output_index=[0, 1]))
     assert second.result.outputs == [b"p"]
