@@ -31,8 +31,21 @@ BODY: dict[str, Any] = {
     "fields": [
         {"name": "device_id", "kind": "drop"},
         {"name": "ts", "kind": "public"},
-        {"name": "temp_c", "kind": "real", "bounds": list(TEMP_BOUNDS), "epsilon": EPSILON},
-        {"name": "load_pct", "kind": "real", "bounds": list(LOAD_BOUNDS), "epsilon": EPSILON},
+        # laplace, as the baselines (auto would pick hybrid at eps 1)
+        {
+            "name": "temp_c",
+            "kind": "real",
+            "mechanism": "laplace",
+            "bounds": list(TEMP_BOUNDS),
+            "epsilon": EPSILON,
+        },
+        {
+            "name": "load_pct",
+            "kind": "real",
+            "mechanism": "laplace",
+            "bounds": list(LOAD_BOUNDS),
+            "epsilon": EPSILON,
+        },
         {"name": "events", "kind": "integer", "bounds": list(EVENT_BOUNDS), "epsilon": EPSILON},
         {"name": "network", "kind": "categorical", "domain": list(NETWORKS), "epsilon": EPSILON},
         # randomized response, as the baselines (auto would pick local hashing at k = 48)

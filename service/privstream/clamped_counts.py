@@ -39,6 +39,7 @@ import numpy as np
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from privstream.errors import MisuseError
 from privstream.mechanisms import NoiseSource, OsEntropy
 from privstream.mechanisms.discrete_laplace import calibrate
 from privstream.pipeline import RecordPlan
@@ -68,7 +69,10 @@ class NoisyClampedCounts(Collector):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not (epsilon > 0.0 and window_s > 0.0):
-            raise ValueError("clamped counts need epsilon > 0 and a window > 0")
+            raise MisuseError(
+                f"clamped counts need epsilon > 0 and a window > 0, got epsilon {epsilon} "
+                f"and window {window_s} s; set metrics.clamped_counts epsilon and window_seconds"
+            )
         self.epsilon = epsilon
         self.window_s = window_s
         self._mechanisms = clamping_fields(plan)

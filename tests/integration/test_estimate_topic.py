@@ -37,7 +37,7 @@ PRIVACY = {
     "privacy": {"epsilon": 3.0},
     "fields": [
         {"name": "seq", "kind": "public"},
-        {"name": "temp", "kind": "real", "bounds": [0, 40], "epsilon": 1.0},
+        {"name": "temp", "kind": "real", "mechanism": "laplace", "bounds": [0, 40], "epsilon": 1.0},
         {"name": "state", "kind": "categorical", "domain": list(STATES), "epsilon": 1.0},
     ],
 }

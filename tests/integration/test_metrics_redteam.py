@@ -35,7 +35,13 @@ BODY: dict[str, Any] = {
     "privacy": {"epsilon": 1.0},
     "fields": [
         {"name": "seq", "kind": "public"},
-        {"name": "amount", "kind": "real", "bounds": list(BOUNDS), "epsilon": 1.0},
+        {
+            "name": "amount",
+            "kind": "real",
+            "mechanism": "laplace",
+            "bounds": list(BOUNDS),
+            "epsilon": 1.0,
+        },
     ],
     "metrics": {"canaries": CANARIES, "canary_interval_seconds": 0},  # every batch
 }

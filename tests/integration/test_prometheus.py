@@ -56,7 +56,13 @@ BODY = {
     "privacy": {"epsilon": 4.0},
     "fields": [
         {"name": "seq", "kind": "public"},
-        {"name": "amount", "kind": "real", "bounds": [0, 100], "epsilon": 1.0},
+        {
+            "name": "amount",
+            "kind": "real",
+            "mechanism": "laplace",
+            "bounds": [0, 100],
+            "epsilon": 1.0,
+        },
         {"name": "clicks", "kind": "integer", "bounds": [0, 20], "epsilon": 1.0},
         {"name": "tier", "kind": "categorical", "domain": ["a", "b", "c"], "epsilon": 1.0},
         {"name": "opted_in", "kind": "boolean", "epsilon": 0.5},

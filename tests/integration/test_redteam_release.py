@@ -53,7 +53,13 @@ def privacy(eps_x: float, eps_b: float) -> dict[str, Any]:
         "fields": [
             {"name": "id", "kind": "drop"},
             {"name": "seq", "kind": "public"},
-            {"name": "x", "kind": "real", "bounds": [0, 1000], "epsilon": eps_x},
+            {
+                "name": "x",
+                "kind": "real",
+                "mechanism": "laplace",
+                "bounds": [0, 1000],
+                "epsilon": eps_x,
+            },
             {"name": "b", "kind": "boolean", "epsilon": eps_b},
         ],
     }

@@ -22,7 +22,13 @@ BODY = {
     "privacy": {"epsilon": 1.5},
     "fields": [
         {"name": "seq", "kind": "public"},
-        {"name": "amount", "kind": "real", "bounds": [0, 100], "epsilon": 1.0},
+        {
+            "name": "amount",
+            "kind": "real",
+            "mechanism": "laplace",
+            "bounds": [0, 100],
+            "epsilon": 1.0,
+        },
         {"name": "tier", "kind": "categorical", "domain": ["a", "b", "c"], "epsilon": 0.5},
     ],
     "metrics": {"dead_letter_reasons": True},  # off by default (README "Metrics")

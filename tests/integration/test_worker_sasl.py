@@ -62,7 +62,13 @@ PRIVACY = {
     "fields": [
         {"name": "device_id", "kind": "drop"},
         {"name": "seq", "kind": "public"},
-        {"name": "salary", "kind": "real", "bounds": [1000, 5000], "epsilon": 1.0},
+        {
+            "name": "salary",
+            "kind": "real",
+            "mechanism": "laplace",
+            "bounds": [1000, 5000],
+            "epsilon": 1.0,
+        },
         {"name": "state", "kind": "categorical", "domain": ["TX", "CA", "NY"], "epsilon": 0.5},
     ],
 }

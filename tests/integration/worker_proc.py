@@ -49,7 +49,13 @@ PRIVACY: dict[str, Any] = {
     "fields": [
         {"name": "device_id", "kind": "drop"},
         {"name": "seq", "kind": "public"},
-        {"name": "salary", "kind": "real", "bounds": [1504, 4500], "epsilon": 1.0},
+        {
+            "name": "salary",
+            "kind": "real",
+            "mechanism": "laplace",
+            "bounds": [1504, 4500],
+            "epsilon": 1.0,
+        },
         {"name": "state", "kind": "categorical", "domain": ["TX", "CA", "NY"], "epsilon": 0.5},
         {"name": "opted_in", "kind": "boolean", "epsilon": 0.5, "delta": 1.0e-6},
     ],

@@ -99,7 +99,8 @@ CONFIG = config_dict(
     [
         {"name": "device", "kind": "drop"},
         {"name": "seq", "kind": "public"},
-        {"name": "temp", "kind": "real", "bounds": [0, 40], "epsilon": 1.0},
+        {"name": "temp", "kind": "real", "bounds": [0, 40], "mechanism": "laplace",
+         "epsilon": 1.0},
         {"name": "clicks", "kind": "integer", "bounds": [0, 10], "epsilon": 1.0},
         {"name": "state", "kind": "categorical", "domain": ["TX", "CA"], "epsilon": 1.0},
         {"name": "loyal", "kind": "categorical", "domain": ["y", "n"], "epsilon": 1.0,
@@ -193,8 +194,8 @@ def test_canary_mean_matches_expected_error_and_respects_gamma(eps: float) -> No
     the worst case adds at most half a grid step (``scale/2^11``). A 5% band
     fails with p < 1e-12.
     """
-    config = config_dict([{"name": "v", "kind": "real", "bounds": [0, 100], "epsilon": eps}], eps)
-    plan = build_plan(parse_config(config))
+    field = {"name": "v", "kind": "real", "bounds": [0, 100], "mechanism": "laplace"}
+    plan = build_plan(parse_config(config_dict([{**field, "epsilon": eps}], eps)))
     canaries = Canaries(plan, count=32)
     collector = CanaryErrors(plan, canaries.fields)
     source = SeededSource(11)
@@ -287,3 +288,30 @@ def test_buckets_scale_with_the_mechanism_and_handle_zero_error() -> None:
     collector = CanaryErrors(plan, Canaries(plan).fields)
     collector.observe({"temp": np.array([0.0, 1e9])})
     assert collector.mean("temp") == pytest.approx(5e8)
+
+
+@pytest.mark.parametrize(("mechanism", "eps"), [("piecewise", 4.0), ("hybrid", 1.0)])
+def test_local_mechanism_canaries_sit_where_the_expected_error_is_taken(
+    mechanism: str, eps: float
+) -> None:
+    """Their error depends on the input: the canaries sit at the worst ``t`` (both signs).
+
+    20,000 errors, each within ``[0, reach]``: the mean's sd is below ``reach / sqrt(N)``,
+    about 1% of the expected error here, so the 5% band fails with p < 1e-6.
+    """
+    field = {"name": "v", "kind": "real", "bounds": [0, 100], "mechanism": mechanism}
+    plan = build_plan(parse_config(config_dict([{**field, "epsilon": eps}], eps)))
+    canaries = Canaries(plan, count=32)
+    mech = plan.handlers[0].mechanism
+    assert mech is not None
+    (inputs,) = (c.inputs for c in canaries._canaries)
+    assert len(set(np.round(inputs, 9))) <= 2  # the worst t and its mirror (one if t = 0)
+    assert np.allclose(np.sort(inputs), np.sort(100.0 - np.asarray(inputs)))
+    collector = CanaryErrors(plan, canaries.fields)
+    source = SeededSource(12)
+    for _ in range(N // 32):
+        collector.observe(canaries.draw(source))
+    mean = collector.mean("v")
+    assert mean is not None
+    assert mean == pytest.approx(mech.expected_error, rel=0.05)
+    assert mean >= mech.gamma_lower_bound

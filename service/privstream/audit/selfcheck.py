@@ -106,7 +106,13 @@ def _with_handler(plan: RecordPlan, handler: Any) -> RecordPlan:
 
 
 def _laplace_plan(broken: bool) -> RecordPlan:
-    field = {"name": "x", "kind": "real", "bounds": list(LAPLACE_BOUNDS), "epsilon": 0.5}
+    field = {
+        "name": "x",
+        "kind": "real",
+        "mechanism": "laplace",
+        "bounds": list(LAPLACE_BOUNDS),
+        "epsilon": 0.5,
+    }
     plan = _plan(field, 1.0, 0.0)
     if not broken:
         return plan

@@ -8,8 +8,9 @@ from typing import Any
 
 from privstream.clamped_counts import clamping_fields
 from privstream.config import AppConfig, FieldConfig, Guarantee
-from privstream.config.fields import FORGEABLE, CategoricalField
+from privstream.config.fields import FORGEABLE, CategoricalField, RealField
 from privstream.kinds.auto import WARN_RATIO, auto_choice
+from privstream.kinds.auto_real import explain_auto_real
 from privstream.ledger.guarantee import ledger_guarantee, ledger_lines
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.plan import MemoPlan
@@ -82,6 +83,8 @@ def _metrics_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
 
 def _auto_entry(spec: FieldConfig, share: Guarantee | None) -> dict[str, Any]:
     """A categorical field's ``auto`` choice, each candidate's variance, and any warning."""
+    if isinstance(spec, RealField) and share is not None:
+        return explain_auto_real(spec, share, WARN_RATIO)
     if not isinstance(spec, CategoricalField) or share is None:
         return {}
     choice = auto_choice(spec, share)
@@ -118,8 +121,14 @@ def _auto_lines(fields: list[dict[str, Any]]) -> list[str]:
                 f"{name} {_num(v)}" for name, v in auto["candidate_variances"].items()
             )
             why = f"; {auto['restricted']}" if auto["restricted"] else ""
+            if "candidate_regrets" in auto:  # real fields: the criterion auto minimises
+                regrets = ", ".join(
+                    f"{name} {v:.3g}" for name, v in auto["candidate_regrets"].items()
+                )
+                why += f"; picked by the least regret over every data spread: {regrets}"
             lines.append(
-                f"auto: {f['name']} uses {auto['chosen']} (frequency-vector variance at "
+                f"auto: {f['name']} uses {auto['chosen']} "
+                f"({auto.get('criterion', 'frequency-vector variance')} at "
                 f"n={auto['variances_n']}: {variances or '-'}{why})"
             )
         if f.get("auto_warning"):

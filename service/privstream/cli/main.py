@@ -141,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 check_file_mode,
                 run_sanitize,
             )
-            from privstream.mechanisms import OsEntropy
+            from privstream.pipeline.noise import KernelSeededAes
 
             try:  # a usage error: refused before any output is written
                 check_file_mode(config)
@@ -158,7 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "a new release)",
                     file=sys.stderr,
                 )
-            summary = run_sanitize(plan, args.input, args.output, args.dead_letter, OsEntropy())
+            summary = run_sanitize(
+                plan, args.input, args.output, args.dead_letter, KernelSeededAes()
+            )
             print(summary.render(args.dead_letter), file=sys.stderr)
             if metadata is None:
                 print(

@@ -24,7 +24,7 @@ from privstream.errors import PrivstreamError
 from privstream.mechanisms import NoiseSource
 from privstream.pipeline import RecordPlan, process_batch
 
-#: lines per ``process_batch`` call when the input is an iterable of lines
+#: lines per ``process_batch`` call at most when the input is an iterable of lines
 CHUNK_LINES = 10_000
 #: bytes per read of a file (about 7,000 reference records per ``process_batch`` call):
 #: bulk reads and C-level splitting, memory bounded by bytes rather than lines
@@ -56,13 +56,15 @@ class Summary:
 
 
 def _line_chunks(lines: Iterable[bytes]) -> Iterator[Chunk]:
+    """At most ``CHUNK_LINES`` lines and about ``BLOCK_BYTES`` per chunk (long lines: fewer)."""
     chunk: list[bytes] = []
-    first = 1
+    first, size = 1, 0
     for number, line in enumerate(lines, start=1):
         chunk.append(line.rstrip(b"\r\n"))
-        if len(chunk) == CHUNK_LINES:
+        size += len(line)
+        if len(chunk) == CHUNK_LINES or size >= BLOCK_BYTES:
             yield first, chunk
-            chunk, first = [], number + 1
+            chunk, first, size = [], number + 1, 0
     if chunk:
         yield first, chunk
 

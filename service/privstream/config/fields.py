@@ -108,12 +108,19 @@ class _NoisedField(_NamedField):
 
 
 class RealField(_NoisedField):
-    """A bounded real: clamped into ``bounds`` then noised on a power-of-two grid."""
+    """A bounded real: clamped into ``bounds``, then noised on a fixed grid.
+
+    ``auto`` (the default) picks laplace, piecewise or hybrid by their
+    worst-case estimator variance at the field's resolved (epsilon, delta)
+    (``privstream.kinds.auto_real``); piecewise and hybrid (Wang et al. 2019)
+    are pure epsilon-DP local mechanisms for means.
+    """
 
     kind: Literal["real"]
     bounds: Bounds
-    mechanism: Literal["laplace", "gaussian"] = "laplace"
-    #: laplace: tight (default) | thesis; gaussian: analytic (default) | classical
+    mechanism: Literal["auto", "laplace", "gaussian", "piecewise", "hybrid"] = "auto"
+    #: laplace (and auto, if it picks laplace): tight (default) | thesis;
+    #: gaussian: analytic (default) | classical; piecewise, hybrid: none (tight, the default)
     calibration: Literal["tight", "thesis", "analytic", "classical"]
 
     @model_validator(mode="before")
@@ -126,7 +133,20 @@ class RealField(_NoisedField):
 
     @model_validator(mode="after")
     def _calibration_fits_mechanism(self) -> RealField:
-        allowed = {"laplace": ("tight", "thesis"), "gaussian": ("analytic", "classical")}
+        allowed = {
+            "auto": ("tight", "thesis"),
+            "laplace": ("tight", "thesis"),
+            "gaussian": ("analytic", "classical"),
+        }
+        if self.mechanism in ("piecewise", "hybrid"):
+            if self.calibration != "tight":
+                raise ValueError(
+                    f"calibration {self.calibration!r} does not apply to {self.mechanism}, "
+                    "which has none; remove calibration"
+                )
+            if self.delta != 0.0:
+                raise ValueError(f"{self.mechanism} is pure epsilon-DP; set delta to 0")
+            return self
         options = allowed[self.mechanism]
         if self.calibration not in options:
             raise ValueError(

@@ -92,6 +92,8 @@ def _grid_problems(config: AppConfig) -> list[str]:
             scale = _real_scale(spec, share)
         except MechanismError:  # a calibration the mechanism refuses: build_plan says why
             continue
+        if scale is None:
+            continue
         try:
             check_noise_scale(scale, max(abs(lo), abs(hi)))
         except MechanismError as exc:
@@ -102,10 +104,16 @@ def _grid_problems(config: AppConfig) -> list[str]:
     return problems
 
 
-def _real_scale(spec: RealField, share: Guarantee) -> float:
-    """The continuous noise scale the field's mechanism picks its grid from."""
+def _real_scale(spec: RealField, share: Guarantee) -> float | None:
+    """The continuous noise scale the field's mechanism picks its grid from (None: no grid).
+
+    ``auto`` is checked as laplace (what it may pick); piecewise and hybrid
+    report on a fixed grid of their own and check their reach when built.
+    """
     width, eps, dlt = spec.bounds[1] - spec.bounds[0], share.epsilon, share.delta
-    if spec.mechanism == "laplace":
+    if spec.mechanism in ("piecewise", "hybrid"):
+        return None
+    if spec.mechanism in ("laplace", "auto"):
         return laplace_scale(width, eps, dlt, "thesis" if spec.calibration == "thesis" else "tight")
     if spec.calibration == "classical":
         return classical_gaussian_sigma(eps, dlt, width)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from privstream.config import FieldConfig, Guarantee
-from privstream.config.fields import CategoricalField
+from privstream.config.fields import CategoricalField, RealField
 from privstream.mechanisms.selection import VARIANCE_N, frequency_variances, least_variance
 
 #: declared mechanisms compared with auto's choice (``explain`` warns past this ratio)
@@ -56,6 +56,10 @@ def auto_choice(spec: CategoricalField, share: Guarantee) -> AutoChoice:
 
 def resolve_auto(spec: FieldConfig, share: Guarantee | None) -> FieldConfig:
     """The spec with ``mechanism: auto`` replaced by the chosen mechanism (others unchanged)."""
+    if isinstance(spec, RealField) and spec.mechanism == "auto" and share is not None:
+        from privstream.kinds.auto_real import resolve_auto_real  # it imports AutoChoice
+
+        return resolve_auto_real(spec, share)
     if not isinstance(spec, CategoricalField) or spec.mechanism != "auto" or share is None:
         return spec
     chosen = auto_choice(spec, share).mechanism

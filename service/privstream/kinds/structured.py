@@ -1,7 +1,10 @@
 """Registrations of the structured kinds: local hashing, sets, vectors and functions.
 
-Their fast path runs ``handler.parse`` value by value (``generic_column``)
-and writes values with the generic ``column_texts``.
+Vectors and functions are parsed as one float matrix per column
+(``vector_column``) and written from float64 rows by orjson
+(``float_rows_texts``); sets and local hashing run ``handler.parse`` value by
+value (``generic_column``) and are written from per-item texts
+(``string_list_texts``, ``report_texts``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ LOCAL_HASHING = FieldKind(
     model=CategoricalField,
     build=_hashed,
     column=columns.generic_column,
-    texts=lambda handler, values: encode.column_texts(values),
+    texts=lambda handler, values: encode.report_texts(values),
     memo_style=lambda handler: "str",
     # parse gives the string itself; word 0 is the hash seed (privstream.mechanisms.local_hashing)
     memo=MemoSupport(domain=lambda handler: None, identity_words=1),
@@ -69,7 +72,7 @@ SET = FieldKind(
     model=SetField,
     build=_set,
     column=columns.generic_column,
-    texts=lambda handler, values: encode.column_texts(values),
+    texts=lambda handler, values: encode.string_list_texts(handler.universe, values),
     memo_style=lambda handler: "str",
     estimator=lambda h, kind, options: SetReports(h.name, kind, h.mechanism),
     audit_target=lambda h: SetTarget(h.name, h.mechanism),
@@ -135,8 +138,8 @@ VECTOR = FieldKind(
     mechanism="gaussian",
     model=VectorField,
     build=_vector,
-    column=columns.generic_column,
-    texts=lambda handler, values: encode.column_texts(values),
+    column=columns.vector_column,
+    texts=lambda handler, values: encode.float_rows_texts(values),
     memo_style=lambda handler: "str",
     estimator=lambda h, kind, options: vector_releases(h.name, kind, h.mechanism),
     audit_target=lambda h: vector_target(h.name, h.mechanism),
@@ -150,8 +153,8 @@ FUNCTIONAL = FieldKind(
     mechanism="gaussian_process",
     model=FunctionalField,
     build=_functional,
-    column=columns.generic_column,
-    texts=lambda handler, values: encode.column_texts(values),
+    column=columns.vector_column,
+    texts=lambda handler, values: encode.float_rows_texts(values),
     memo_style=lambda handler: "str",
     estimator=lambda h, kind, options: functional_releases(h.name, kind, h.mechanism),
     audit_target=lambda h: functional_target(h.name, h.mechanism),

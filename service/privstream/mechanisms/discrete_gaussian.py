@@ -32,7 +32,8 @@ The sampler actually used (fixed word budget)
 ---------------------------------------------
 :class:`DiscreteGaussianSampler` inverts a CDF table with **two 64-bit words per
 value**: ``u = w0 * 2^64 + w1`` is uniform on ``[0, 2^128)`` and
-``Z = -T + #{j : C_j <= u}``, one ``numpy.searchsorted`` over the thresholds
+``Z = -T + #{j : C_j <= u}``, read from a guide table over the top bits of
+``w0`` where that decides it, else one ``numpy.searchsorted`` over the thresholds
 stored as 16-byte big-endian strings (byte order = numeric order). The
 implemented distribution is therefore *exactly* ``q(z) = W(z) / 2^128`` with
 integer weights:
@@ -116,6 +117,8 @@ WORDS_PER_SAMPLE: Final = 2
 RESOLUTION_BITS: Final = 128
 #: tables are built up to this sigma (about 24 sigma entries, 16 bytes each)
 MAX_TABLE_SIGMA: Final = 2.0**15
+#: ``sample`` looks a value up in a guide table over the top bits of its first word
+GUIDE_BITS: Final = 16
 #: above this sigma ``discrete_gaussian_delta`` uses the zCDP bound
 MAX_EXACT_SIGMA: Final = 2.0**16
 #: a-priori bound on the relative error of the double-precision pmf
@@ -317,6 +320,14 @@ class DiscreteGaussianSampler:
         self._thresholds = np.frombuffer(
             b"".join(c.to_bytes(16, "big") for c in cdf[:-1]), dtype="S16"
         )
+        #: the high 64 bits of each threshold, and one padding entry (``sample``)
+        high = self._thresholds.view(">u8")[0::2].astype(np.uint64)
+        self._high = np.append(high, np.uint64(0))
+        #: guide[b]: the first threshold whose high word is at least b 2^(64 - GUIDE_BITS)
+        starts = np.arange(2**GUIDE_BITS + 1, dtype=np.uint64)
+        starts[:-1] <<= np.uint64(64 - GUIDE_BITS)
+        self._guide = np.searchsorted(high, starts, side="left").astype(np.intp)
+        self._guide[-1] = len(high)
         self.values = np.arange(-support, support + 1, dtype=np.int64)
         #: the exact pmf of the sampler, rounded to doubles (relative error 2^-53)
         self.pmf = np.ldexp(np.array([float(w) for w in full]), -RESOLUTION_BITS)
@@ -344,10 +355,24 @@ class DiscreteGaussianSampler:
         """Map ``(..., 2)`` words to integers: ``Z = -T + #{j : C_j <= w0 2^64 + w1}``."""
         if words.shape[-1] != WORDS_PER_SAMPLE:
             raise ValueError(f"need {WORDS_PER_SAMPLE} words per sample, got {words.shape[-1]}")
-        big_endian = np.ascontiguousarray(words, dtype=">u8")
-        keys = big_endian.view("S16")[..., 0]
-        above = np.searchsorted(self._thresholds, keys, side="right")
-        return above.astype(np.int64) - self.support
+        # Exact, by a guide table over the top GUIDE_BITS of w0: thresholds before
+        # guide[b] have a high word below b 2^48 <= w0 (counted), from guide[b + 1] on
+        # above w0 (not counted); a bucket holding one threshold compares its high word.
+        # Rows left undecided (a bucket with several thresholds, in the far tails, or a
+        # high word equal to w0) take the full 128-bit search.
+        high = np.ascontiguousarray(words[..., 0], dtype=np.uint64)
+        bucket = (high >> np.uint64(64 - GUIDE_BITS)).astype(np.intp)
+        first, after = self._guide[bucket], self._guide[bucket + 1]
+        probe = self._high[first]  # padded: defined for first == len(thresholds)
+        single = after - first == 1
+        above = first + (single & (probe < high))
+        undecided = (after - first > 1) | (single & (probe == high))
+        if undecided.any():
+            big_endian = np.ascontiguousarray(words[undecided], dtype=">u8")
+            keys = big_endian.view("S16")[..., 0]
+            above[undecided] = np.searchsorted(self._thresholds, keys, side="right")
+        values: NDArray[np.int64] = above.astype(np.int64) - self.support
+        return values
 
     def mean_abs(self, offset: float = 0.0) -> float:
         """``E|Z + offset|`` under the sampler's exact pmf."""

@@ -196,8 +196,11 @@ def row_seeds(
     partitions: NDArray[np.int64],
     offsets: NDArray[np.int64],
     messages: Sequence[bytes],
+    lengths: NDArray[np.int64] | None = None,
 ) -> NDArray[np.uint8]:
     """One 16-byte seed per record: a PRF of (partition, offset, raw bytes) under ``row_key``.
+
+    ``lengths``: ``len(messages[i])`` when the caller has them already.
 
     CBC-MAC with AES-256 over the prefix-free encoding::
 
@@ -214,7 +217,8 @@ def row_seeds(
     other rows.
     """
     n = len(messages)
-    lengths = np.fromiter(map(len, messages), dtype=np.int64, count=n)
+    if lengths is None:
+        lengths = np.fromiter(map(len, messages), dtype=np.int64, count=n)
     digested = lengths > _INLINE_BYTES
     payloads: Sequence[bytes] = messages
     if digested.any():

@@ -30,6 +30,8 @@ accepts, the stdlib accepts with the same value, except:
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -42,7 +44,7 @@ from privstream.mechanisms import NoiseSource
 from privstream.pipeline.columns import MISSING, Values
 from privstream.pipeline.encode import encode_records
 from privstream.pipeline.handlers import Rejected
-from privstream.pipeline.noise import Fresh, NoiseProvider
+from privstream.pipeline.noise import Fresh, NoiseProvider, Replayable
 from privstream.pipeline.plan import RecordPlan, field_identity
 from privstream.pipeline.reference import parse_row, release_columns, with_keys
 from privstream.pipeline.results import BatchResult, DeadLetter
@@ -53,7 +55,9 @@ _SHALLOW_BYTES = 400
 _MAX_FAST_BRACKETS = 200
 
 
-def _decode_batch(messages: Sequence[bytes]) -> tuple[list[dict[str, Any]], list[int], list[int]]:
+def _decode_batch(
+    messages: Sequence[bytes], longest: int | None
+) -> tuple[list[dict[str, Any]], list[int], list[int]]:
     """orjson-decoded objects with their input indices, and the indices left to the reference."""
     loads, error = orjson.loads, orjson.JSONDecodeError
     if messages and set(map(type, messages)) == {bytes}:
@@ -63,7 +67,7 @@ def _decode_batch(messages: Sequence[bytes]) -> tuple[list[dict[str, Any]], list
         except error:
             pass
         else:
-            if set(map(type, objs)) == {dict} and max(map(len, messages)) <= _SHALLOW_BYTES:
+            if set(map(type, objs)) == {dict} and not _deep(messages, longest):
                 return objs, list(range(len(objs))), []
     records: list[dict[str, Any]] = []
     where: list[int] = []
@@ -85,6 +89,20 @@ def _decode_batch(messages: Sequence[bytes]) -> tuple[list[dict[str, Any]], list
         records.append(obj)
         where.append(index)
     return records, where, slow
+
+
+def _deep(messages: Sequence[bytes], longest: int | None) -> bool:
+    """Whether a message may nest deeper than the stdlib decoder can follow (C loops only).
+
+    ``longest``: the length of the longest message, when the caller knows it.
+    """
+    if (max(map(len, messages)) if longest is None else longest) <= _SHALLOW_BYTES:
+        return False
+    count = bytes.count
+    brackets = map(count, messages, itertools.repeat(b"["))
+    braces = map(count, messages, itertools.repeat(b"{"))
+    deepest: int = max(map(operator.add, brackets, braces))
+    return deepest > _MAX_FAST_BRACKETS
 
 
 def _extract(records: list[dict[str, Any]], names: Sequence[str]) -> list[Sequence[Any]]:
@@ -114,9 +132,12 @@ class _Parsed:
 
 
 def _parse_batch(
-    plan: RecordPlan, messages: Sequence[bytes], keys: Sequence[bytes | None]
+    plan: RecordPlan,
+    messages: Sequence[bytes],
+    keys: Sequence[bytes | None],
+    longest: int | None = None,
 ) -> _Parsed:
-    records, where, slow = _decode_batch(messages)
+    records, where, slow = _decode_batch(messages, longest)
     columns: list[Values] = []
     bad: set[int] = set()
     raw_columns = _extract(records, [handler.name for handler in plan.handlers])
@@ -200,7 +221,9 @@ def process_batch(
     """
     provider: NoiseProvider = noise if isinstance(noise, NoiseProvider) else Fresh(noise)
     plan, keys = with_keys(plan, messages, keys)
-    parsed = _parse_batch(plan, messages, keys)
+    # the worker's provider measured every message for the row seeds: reuse its lengths
+    longest = provider.longest(messages) if isinstance(provider, Replayable) else None
+    parsed = _parse_batch(plan, messages, keys, longest)
     result = BatchResult(output_index=parsed.output_index, dead_letters=parsed.dead_letters)
     if not parsed.output_index:
         return result

@@ -56,6 +56,12 @@ def real_inputs(handler: Any, count: int) -> NDArray[Any]:
     return _spread(lower, upper, count)
 
 
+def worst_case_inputs(handler: Any, count: int) -> NDArray[Any]:
+    """Where the mechanism's error is its ``expected_error`` (its error depends on the input)."""
+    inputs: NDArray[Any] = handler.mechanism.worst_inputs(count)
+    return inputs
+
+
 def integer_inputs(handler: Any, count: int) -> NDArray[Any]:
     mech = handler.mechanism
     return np.rint(_spread(mech.lower, mech.upper, count)).astype(np.int64)

@@ -122,6 +122,30 @@ def boolean_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]
     return np.array([value is True for value in col], dtype=np.int64), bad
 
 
+def vector_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    """Arrays of ``handler.dimension`` numbers as one ``(n, dimension)`` float64 matrix.
+
+    One type check over the whole column: orjson numbers are finite and read like the
+    stdlib's (``real_column``), so a row of floats and ints (never bools) is exactly what
+    ``finite_number`` gives element by element, ``float(int)`` included. Any other row
+    (not an array, another length, a non-number item) goes to the reference, whose
+    ``wrong_type`` / ``wrong_shape`` / ``not_finite`` verdict stands.
+    """
+    dimension = handler.dimension
+    if set(map(type, col)) == {list} and set(map(len, col)) == {dimension}:
+        flat = list(itertools.chain.from_iterable(col))
+        if set(map(type, flat)) <= _NUMBERS:
+            return np.array(flat, dtype=np.float64).reshape(len(col), dimension), []
+    ok = [_number_row(value, dimension) for value in col]
+    rows = [value if good else [0.0] * dimension for value, good in zip(col, ok, strict=True)]
+    bad = [p for p, good in enumerate(ok) if not good]
+    return np.array(rows, dtype=np.float64).reshape(len(col), dimension), bad
+
+
+def _number_row(value: Any, dimension: int) -> bool:
+    return type(value) is list and len(value) == dimension and set(map(type, value)) <= _NUMBERS
+
+
 def generic_column(handler: FieldHandler, col: Sequence[Any]) -> tuple[Values, list[int]]:
     """Value by value through ``handler.parse`` (structured kinds); a rejection -> reference."""
     out: list[Any] = []

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
+from numpy.typing import NDArray
 
 if TYPE_CHECKING:
     from privstream.pipeline.plan import PlannedField
@@ -47,12 +48,21 @@ def _value_text(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-def float_texts(values: list[float]) -> list[bytes]:
-    array = np.asarray(values, dtype=np.float64)
+def _orjson_exact(array: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """Where orjson writes a float as ``float.__repr__`` does.
+
+    Finite and (0 or >= 1e-4): repr's digits and notation (below 1e-4 orjson
+    writes 0.0000999 and 1.5e-7 where repr writes 9.99e-05 and 1.5e-07; inf
+    and nan become null).
+    """
     magnitude = np.abs(array)
-    # finite and (0 or >= 1e-4): orjson writes repr's digits and notation (below 1e-4 it
-    # writes 0.0000... where repr writes 1e-05; inf and nan become null)
-    if np.all(((magnitude >= _ORJSON_FLOAT_MIN) | (array == 0)) & (magnitude < np.inf)):
+    large_or_zero = (magnitude >= _ORJSON_FLOAT_MIN) | (array == 0)
+    exact: NDArray[np.bool_] = large_or_zero & (magnitude < np.inf)
+    return exact
+
+
+def float_texts(values: list[float]) -> list[bytes]:
+    if np.all(_orjson_exact(np.asarray(values, dtype=np.float64))):
         return _orjson_texts(values)
     return list(map(_value_text, values))
 
@@ -88,6 +98,45 @@ def column_texts(values: list[Any]) -> list[bytes]:
 def bool_texts(values: list[bool]) -> list[bytes]:
     """A bool column's ``tolist()``."""
     return list(map(_LITERALS.__getitem__, values))
+
+
+def float_rows_texts(rows: Sequence[NDArray[np.float64]]) -> list[bytes]:
+    """Each row of floats as ``json.dumps(row.tolist())`` writes it, without Python floats.
+
+    orjson writes a numpy row with the digits and notation of ``float.__repr__``
+    wherever ``_orjson_exact`` holds (``tests/unit/pipeline/test_fast_path.py``); a row
+    holding a value below ``1e-4`` (or a non-finite one) is written by ``json.dumps``.
+    """
+    if not rows:
+        return []
+    matrix = np.asarray(rows, dtype=np.float64)
+    texts = list(map(_numpy_dumps, matrix))
+    for p in np.flatnonzero(~np.all(_orjson_exact(matrix), axis=1)).tolist():
+        texts[p] = json.dumps(matrix[p].tolist(), separators=(",", ":")).encode()
+    return texts
+
+
+def _numpy_dumps(row: NDArray[np.float64]) -> bytes:
+    return orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def string_list_texts(items: Sequence[str], values: list[list[str]]) -> list[bytes]:
+    """Lists of the strings ``items`` (a set's universe): each item encoded once."""
+    table = {item: _value_text(item) for item in items}
+    item_text = table.__getitem__
+    return [b"[" + b",".join(map(item_text, row)) + b"]" for row in values]
+
+
+def report_texts(values: list[dict[str, int]]) -> list[bytes]:
+    """Local hashing reports ``{"seed": s, "bucket": y}`` (integers) as json.dumps writes them."""
+    seeds = [report["seed"] for report in values]
+    buckets = [report["bucket"] for report in values]
+    if not values or set(map(type, seeds)) | set(map(type, buckets)) != {int}:
+        return list(map(_value_text, values))
+    return [
+        b'{"seed":' + seed + b',"bucket":' + bucket + b"}"
+        for seed, bucket in zip(int_texts(seeds), int_texts(buckets), strict=True)
+    ]
 
 
 def domain_texts(domain: Sequence[Any], values: list[Any]) -> list[bytes]:

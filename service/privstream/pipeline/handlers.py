@@ -11,6 +11,7 @@ aggregate about them (the noise's error, the clamped count).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -33,15 +34,45 @@ def json_type(value: object) -> str:
 
 def finite_number(name: str, value: object) -> float:
     """A finite JSON number as a float, or Rejected naming the field."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise Rejected("wrong_type", f"field {name!r}: expected a number, got {json_type(value)}")
-    try:
-        number = float(value)
-    except OverflowError:  # an integer beyond the double range
-        number = math.inf
+    number = json_number(name, value)
     if not math.isfinite(number):
         raise Rejected("not_finite", f"field {name!r}: number is not finite")
     return number
+
+
+def json_number(name: str, value: object) -> float:
+    """A JSON number as a float: beyond the double range it is +-inf, never an error."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Rejected("wrong_type", f"field {name!r}: expected a number, got {json_type(value)}")
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond the double range
+        return math.inf if value > 0 else -math.inf
+
+
+def clamped_number(name: str, value: object) -> float:
+    """A JSON number for a noised scalar: beyond the double range it is clamped, not refused.
+
+    ``1e999`` or a 400-digit integer is a valid JSON number far outside the
+    bounds. Refusing it would make whether the record is released depend on
+    the sensitive value (released at 1e308, dead-lettered at 1e309); it is
+    mapped to the largest finite double of its sign instead, which the
+    mechanism clamps to the bound like any other out-of-range value (and the
+    clamped count includes it).
+    """
+    number = json_number(name, value)
+    return number if math.isfinite(number) else math.copysign(sys.float_info.max, number)
+
+
+def non_finite_inside(value: object) -> bool:
+    """Whether a decoded JSON value holds a number beyond the double range (at any depth)."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, list):
+        return any(map(non_finite_inside, value))
+    if isinstance(value, dict):
+        return any(map(non_finite_inside, value.values()))
+    return False
 
 
 @dataclass(frozen=True)
@@ -95,6 +126,9 @@ class PublicHandler:
                 f"field {self.name!r}: public fields take a string, number, boolean or null, "
                 f"got {json_type(value)}; set allow_nested: true to copy objects and arrays",
             )
+        # 1e999 decodes to inf, which has no JSON form: a public value is copied, not clamped
+        if non_finite_inside(value):
+            raise Rejected("not_finite", f"field {self.name!r}: number is not finite")
         return value
 
     def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
@@ -103,14 +137,14 @@ class PublicHandler:
 
 @dataclass(frozen=True)
 class RealHandler:
-    """Finite JSON numbers; clamping to ``bounds`` happens inside the mechanism."""
+    """JSON numbers; clamping to ``bounds`` happens inside the mechanism (``clamped_number``)."""
 
     name: str
     mechanism: Mechanism
     bounds: tuple[float, float] = (-math.inf, math.inf)
 
     def parse(self, value: object) -> float:
-        return finite_number(self.name, value)
+        return clamped_number(self.name, value)
 
     def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
         column = np.asarray(values, dtype=np.float64)
@@ -134,6 +168,8 @@ class IntegerHandler:
             raise Rejected(
                 "wrong_type", f"field {self.name!r}: expected an integer, got {json_type(value)}"
             )
+        if isinstance(value, float) and math.isinf(value):  # 1e999: clamped, as in RealHandler
+            value = math.copysign(sys.float_info.max, value)
         if isinstance(value, float) and not value.is_integer():
             raise Rejected(
                 "wrong_type", f"field {self.name!r}: expected an integer, got a fraction"

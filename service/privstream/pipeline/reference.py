@@ -8,9 +8,8 @@ fast path hands every record it does not vouch for (via ``parse_row``).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -29,12 +28,17 @@ def _reject_constant(token: str) -> float:
     raise Rejected("invalid_json", f"not valid JSON: non-standard token {token}")
 
 
-def _finite_float(token: str) -> float:
-    # 1e999 parses to inf, which is not JSON either and would reach public fields
-    number = float(token)
-    if not math.isfinite(number):
-        raise Rejected("not_finite", "a number is beyond the double range")
-    return number
+def _float(token: str) -> float:
+    # 1e999 is a JSON number beyond the double range: +-inf here; noised scalars clamp it
+    # (``clamped_number``), every other place refuses it (public fields, vectors)
+    return float(token)
+
+
+def _as_list(value: object) -> list[Any]:
+    """A released vector row (a float64 array) is written as the list of its floats."""
+    if isinstance(value, np.ndarray):
+        return cast(list[Any], value.tolist())
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def decode_record(raw: bytes) -> dict[str, Any]:
@@ -44,7 +48,7 @@ def decode_record(raw: bytes) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise Rejected("invalid_utf8", "message is not valid UTF-8") from None
     try:
-        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_float)
     except (ValueError, RecursionError) as exc:
         position = f" at char {exc.pos}" if isinstance(exc, json.JSONDecodeError) else ""
         raise Rejected("invalid_json", f"not valid JSON{position}") from None
@@ -196,5 +200,6 @@ def process_batch_reference(
     names = [handler.name for handler in plan.handlers]
     for i in range(len(rows)):
         record = {name: column[i] for name, column in zip(names, columns, strict=True)}
-        result.outputs.append(json.dumps(record, separators=(",", ":")).encode())
+        text = json.dumps(record, separators=(",", ":"), default=_as_list)
+        result.outputs.append(text.encode())
     return result

@@ -40,7 +40,8 @@ class VectorHandler:
     def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
         matrix = np.asarray(values, dtype=np.float64).reshape(len(values), self.dimension)
         released = self.mechanism.release(matrix, source)
-        return Column(released.tolist(), self.mechanism.noise_error(matrix, released))
+        # one float64 row per record (not Python floats): ``float_rows_texts`` writes them
+        return Column(list(released), self.mechanism.noise_error(matrix, released))
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,12 @@ class Fencing:
     fencing still restarts the session (on a fresh producer, which fences a
     rival in turn); a rival shows itself by fencing that fresh producer again
     within ``RIVAL_WINDOW_S``.
+
+    An expiry is impossible, whatever the evidence, while the producer is
+    younger than the timeout: the broker starts a transaction's clock when its
+    first partition joins, after this producer was created, so a transaction
+    the broker aborted for age is older than the producer can be. This is what
+    keeps a loaded machine (probes answered late) from hiding a rival.
     """
 
     #: seconds the open transaction had run; None when none was open
@@ -139,11 +145,13 @@ class Fencing:
     connection_lost: bool
     #: when the previous session ended fenced too: this producer's age; else None
     refenced_after_s: float | None
+    #: seconds since this session's producer was created
+    producer_age_s: float
 
     @property
     def expired(self) -> bool:
         """The broker aborted the transaction during an outage (no rival needed)."""
-        if self.transaction_age_s is None:
+        if self.transaction_age_s is None or self.producer_age_s < self.timeout_s:
             return False
         return self.connection_lost or self.transaction_age_s >= self.timeout_s
 

@@ -187,6 +187,7 @@ class Worker:
             timeout_s=self._kafka.transaction_timeout_ms / 1000,
             connection_lost=self._txn_outage,
             refenced_after_s=producer_age if self._fenced_before else None,
+            producer_age_s=producer_age,
         )
 
     async def _session(self, stop: asyncio.Event) -> None:

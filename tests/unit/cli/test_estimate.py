@@ -34,7 +34,7 @@ privacy: {epsilon: 20, delta: 1.0e-5}
 fields:
   - {name: device_id, kind: drop}
   - {name: ts, kind: public}
-  - {name: salary, kind: real, bounds: [1000, 5000], epsilon: 3}
+  - {name: salary, kind: real, mechanism: laplace, bounds: [1000, 5000], epsilon: 3}
   - {name: state, kind: categorical, domain: [TX, CA, NY], epsilon: 2, memoize_by: device_id,
      memo_identity_trusted: true}
   - {name: ok, kind: boolean, epsilon: 1}

@@ -23,8 +23,9 @@ privacy: {epsilon: 3, delta: 1.0e-5}
 fields:
   - {name: device_id, kind: drop}
   - {name: ts, kind: public}
-  - {name: salary, kind: real, bounds: [1504, 4500], epsilon: 1, delta: 1.0e-6}
-  - {name: temp, kind: real, bounds: [-20, 60], epsilon: 0.5, delta: 1.0e-6, calibration: thesis}
+  - {name: salary, kind: real, mechanism: laplace, bounds: [1504, 4500], epsilon: 1, delta: 1.0e-6}
+  - {name: temp, kind: real, mechanism: laplace, bounds: [-20, 60], epsilon: 0.5, delta: 1.0e-6,
+     calibration: thesis}
   - {name: state, kind: categorical, domain: [TX, CA, NY], epsilon: 1}
   - {name: crashed, kind: boolean, epsilon: 0.5, delta: 1.0e-6}
 """

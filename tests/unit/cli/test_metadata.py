@@ -25,7 +25,7 @@ privacy: {epsilon: 7, delta: 1.0e-5, group_size: GROUP}
 fields:
   - {name: device_id, kind: drop}
   - {name: ts, kind: public}
-  - {name: temp, kind: real, bounds: [-20, 60], epsilon: 2}
+  - {name: temp, kind: real, mechanism: laplace, bounds: [-20, 60], epsilon: 2}
   - {name: state, kind: categorical, domain: [TX, CA, NY], epsilon: 2}
   - {name: ok, kind: boolean, epsilon: 2}
   - {name: load, kind: real, bounds: [0, 10], mechanism: gaussian, epsilon: 0.5, delta: 1.0e-6}

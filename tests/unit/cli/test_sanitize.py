@@ -334,3 +334,13 @@ def test_sanitize_start_up_leaves_out_what_only_other_commands_need(
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, check=False)
     assert done.returncode == 0, done.stderr.decode()
     assert len(files["output"].read_bytes().splitlines()) == len(EXPECTED_TS)
+
+
+def test_line_iterables_are_cut_by_bytes_as_well_as_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk ends at CHUNK_LINES lines or once it holds BLOCK_BYTES: long lines, short chunks."""
+    monkeypatch.setattr(sanitize, "BLOCK_BYTES", 250)
+    monkeypatch.setattr(sanitize, "CHUNK_LINES", 4)
+    lines = [b"x" * 99 + b"\n"] * 7 + [b"y\n"] * 6
+    chunks = list(sanitize._line_chunks(lines))
+    assert [(first, len(chunk)) for first, chunk in chunks] == [(1, 3), (4, 3), (7, 4), (11, 3)]
+    assert [line for _, chunk in chunks for line in chunk] == [line[:-1] for line in lines]

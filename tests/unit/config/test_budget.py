@@ -96,7 +96,14 @@ def test_auto_alone_takes_the_whole_budget() -> None:
 
 GROUP_FIELDS: list[dict[str, Any]] = [
     {"name": "ts", "kind": "public"},
-    {"name": "salary", "kind": "real", "bounds": [0, 100], "epsilon": 0.5, "delta": 1e-6},
+    {
+        "name": "salary",
+        "kind": "real",
+        "mechanism": "laplace",
+        "bounds": [0, 100],
+        "epsilon": 0.5,
+        "delta": 1e-6,
+    },
     {"name": "count", "kind": "integer", "bounds": [0, 9], "epsilon": 0.75, "delta": 2e-6},
     {"name": "flag", "kind": "boolean", "epsilon": "auto"},
 ]

@@ -25,7 +25,7 @@ CONFIG = """\
 kafka: {input_topic: raw, output_topic: clean, dead_letter_topic: dlq}
 privacy: {epsilon: 4}
 fields:
-  - {name: temp, kind: real, bounds: [-20, 60], epsilon: 0.5}
+  - {name: temp, kind: real, mechanism: laplace, bounds: [-20, 60], epsilon: 0.5}
   - {name: clicks, kind: integer, bounds: [0, 4], epsilon: 3}
 """
 

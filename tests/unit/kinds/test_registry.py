@@ -33,6 +33,8 @@ EVERY_KIND: list[dict[str, Any]] = [
     {"name": "x", "kind": "real", "bounds": [0, 100], "epsilon": 1.0},
     {"name": "g", "kind": "real", "bounds": [0, 1], "epsilon": 1.0, "delta": 1e-6,
      "mechanism": "gaussian"},
+    {"name": "pm", "kind": "real", "bounds": [0, 1], "epsilon": 1.0, "mechanism": "piecewise"},
+    {"name": "hm", "kind": "real", "bounds": [0, 1], "epsilon": 1.0, "mechanism": "hybrid"},
     {"name": "n", "kind": "integer", "bounds": [0, 10], "epsilon": 1.0},
     {"name": "c", "kind": "categorical", "domain": ["b", "a", 3], "epsilon": 1.0},
     {"name": "h", "kind": "categorical", "mechanism": "local_hashing", "epsilon": 2.0},

@@ -288,11 +288,23 @@ def test_local_hashing_lone_surrogate_is_dead_lettered_not_fatal() -> None:
             "the gaussian mechanism needs delta > 0",
         ),
         (
-            {"kind": "real", "bounds": [0, 1], "epsilon": 1, "calibration": "analytic"},
+            {
+                "kind": "real",
+                "mechanism": "laplace",
+                "bounds": [0, 1],
+                "epsilon": 1,
+                "calibration": "analytic",
+            },
             "calibration 'analytic' does not apply to laplace; use one of tight, thesis",
         ),
         (
-            {"kind": "real", "bounds": [0, 1], "epsilon": 1, "calibration": "classical"},
+            {
+                "kind": "real",
+                "mechanism": "laplace",
+                "bounds": [0, 1],
+                "epsilon": 1,
+                "calibration": "classical",
+            },
             "calibration 'classical' does not apply to laplace; use one of tight, thesis",
         ),
         (

@@ -41,7 +41,13 @@ PROTECTION_PAGE = Path(__file__).resolve().parents[3] / "docs" / "protection.md"
 
 DEVICE: dict[str, Any] = {"name": "device", "kind": "drop"}
 TS: dict[str, Any] = {"name": "ts", "kind": "public"}
-SALARY: dict[str, Any] = {"name": "salary", "kind": "real", "bounds": [0, 5000], "epsilon": 1.0}
+SALARY: dict[str, Any] = {
+    "name": "salary",
+    "kind": "real",
+    "mechanism": "laplace",
+    "bounds": [0, 5000],
+    "epsilon": 1.0,
+}
 STATE: dict[str, Any] = {
     "name": "state",
     "kind": "categorical",

@@ -40,7 +40,13 @@ def plan_with(fields: list[dict[str, Any]]) -> RecordPlan:
 def fields(eps_x: float = 1.0, eps_n: float = 1.0, eps_b: float = 1.0) -> list[dict[str, Any]]:
     return [
         {"name": "id", "kind": "drop"},
-        {"name": "x", "kind": "real", "bounds": [0, 1000], "epsilon": eps_x},
+        {
+            "name": "x",
+            "kind": "real",
+            "mechanism": "laplace",
+            "bounds": [0, 1000],
+            "epsilon": eps_x,
+        },
         {"name": "n", "kind": "integer", "bounds": [0, 10], "epsilon": eps_n},
         {"name": "b", "kind": "boolean", "epsilon": eps_b},
     ]

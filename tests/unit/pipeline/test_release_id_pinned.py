@@ -37,7 +37,8 @@ ENTRIES: list[tuple[dict[str, Any], dict[str, Any]]] = [
         {"name": "t", "kind": "public", "allow_nested": False},
     ),
     (
-        {"name": "x", "kind": "real", "bounds": [0, 100], "epsilon": 1.0},
+        # explicit since real fields default to auto (which picks hybrid here): same id as before
+        {"name": "x", "kind": "real", "bounds": [0, 100], "epsilon": 1.0, "mechanism": "laplace"},
         {
             "name": "x",
             "kind": "real",

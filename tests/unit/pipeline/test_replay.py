@@ -33,7 +33,7 @@ TOPIC = "raw"
 FIELDS: list[dict[str, Any]] = [
     {"name": "device", "kind": "drop"},
     {"name": "ts", "kind": "public"},
-    {"name": "salary", "kind": "real", "bounds": [0, 5000], "epsilon": 1.0},
+    {"name": "salary", "kind": "real", "mechanism": "laplace", "bounds": [0, 5000], "epsilon": 1.0},
     {"name": "count", "kind": "integer", "bounds": [0, 100], "epsilon": 1.0},
     {"name": "state", "kind": "categorical", "domain": ["TX", "CA", "NY"], "epsilon": 1.0},
     {"name": "flag", "kind": "boolean", "epsilon": 0.5},
@@ -185,7 +185,12 @@ def test_public_fields_are_unaffected_by_the_key(plan: RecordPlan) -> None:
 
 def test_fields_with_identical_config_get_independent_noise() -> None:
     # shared words would release x + Z and x + Z: identical outputs, correlation 1
-    spec: dict[str, Any] = {"kind": "real", "bounds": [0, 1000], "epsilon": 1.0}
+    spec: dict[str, Any] = {
+        "kind": "real",
+        "mechanism": "laplace",
+        "bounds": [0, 1000],
+        "epsilon": 1.0,
+    }
     fields: list[dict[str, Any]] = [
         {"name": "a", **spec},
         {"name": "skip", "kind": "drop"},

@@ -51,7 +51,7 @@ from tests.unit._support import config_dict
 
 FIELDS = [
     {"name": "seq", "kind": "public"},
-    {"name": "x", "kind": "real", "bounds": [0, 10], "epsilon": 1.0},
+    {"name": "x", "kind": "real", "mechanism": "laplace", "bounds": [0, 10], "epsilon": 1.0},
 ]
 POISON = 6.5  # the value the broken handler chokes on
 
@@ -258,23 +258,38 @@ async def test_batches_keep_each_input_partition_in_order_on_one_output_partitio
 TIMEOUT_S = 60.0  # the config's default transaction_timeout_ms, in seconds
 
 
+OLD = TIMEOUT_S + 10  # a producer older than the timeout: its transaction may have expired
+
+
 @pytest.mark.parametrize(
-    ("age", "lost", "refenced", "expired", "rival"),
+    ("age", "lost", "refenced", "producer", "expired", "rival"),
     [
-        (TIMEOUT_S + 1, False, None, True, False),  # outlived the timeout: the broker aborted it
-        (2.0, True, None, True, False),  # a connection dropped meanwhile
-        (2.0, False, None, False, False),  # no evidence, first fencing: try a fresh producer
-        (2.0, False, 3.0, False, True),  # the fresh producer fenced again at once: a rival
-        (2.0, False, RIVAL_WINDOW_S + 1, False, False),  # again, but long after: not "at once"
-        (TIMEOUT_S + 1, False, 3.0, True, False),  # again, but expired: an outage, no rival
-        (None, True, None, False, False),  # nothing open: a dropped connection proves nothing
+        (TIMEOUT_S + 1, False, None, OLD, True, False),  # outlived the timeout: the broker aborted
+        (2.0, True, None, OLD, True, False),  # a connection dropped meanwhile
+        (2.0, False, None, OLD, False, False),  # no evidence, first fencing: try a fresh producer
+        (2.0, False, 3.0, 3.0, False, True),  # the fresh producer fenced again at once: a rival
+        (2.0, False, RIVAL_WINDOW_S + 1, RIVAL_WINDOW_S + 1, False, False),  # again, long after
+        (TIMEOUT_S + 1, False, 3.0, OLD, True, False),  # again, but expired: an outage, no rival
+        (None, True, None, OLD, False, False),  # nothing open: a dropped connection proves nothing
+        # a probe unanswered on a loaded machine, but the producer is younger than the timeout:
+        # the broker cannot have aborted its transaction for age, so it is a rival
+        (2.0, True, 3.0, 3.0, False, True),
     ],
 )
 def test_fencing_tells_an_expired_transaction_from_a_rival(
-    age: float | None, lost: bool, refenced: float | None, expired: bool, rival: bool
+    age: float | None,
+    lost: bool,
+    refenced: float | None,
+    producer: float,
+    expired: bool,
+    rival: bool,
 ) -> None:
     fencing = Fencing(
-        transaction_age_s=age, timeout_s=TIMEOUT_S, connection_lost=lost, refenced_after_s=refenced
+        transaction_age_s=age,
+        timeout_s=TIMEOUT_S,
+        connection_lost=lost,
+        refenced_after_s=refenced,
+        producer_age_s=producer,
     )
     assert (fencing.expired, fencing.rival) == (expired, rival)
     config = worker()._kafka
@@ -332,7 +347,9 @@ async def test_a_transaction_expired_in_an_outage_restarts_the_session_with_one_
 ) -> None:
     w = worker()
     # the first transaction outlived the timeout; the fresh producer's first one saw a dropped
-    # connection (fenced again within seconds, but with an outage: still no rival)
+    # connection (fenced again within seconds, but with an outage: still no rival). The
+    # timeout is the shortest allowed, 1 s, so the 2 s old fresh producer can have expired.
+    w._kafka = w._kafka.model_copy(update={"transaction_timeout_ms": 1_000})
     left = sessions(
         w,
         fenced(w, producer_age=300, txn_age=TIMEOUT_S + 5),
@@ -346,7 +363,7 @@ async def test_a_transaction_expired_in_an_outage_restarts_the_session_with_one_
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2, warnings
     assert all(m.startswith("transaction expired during an outage") for m in warnings)
-    assert "transaction_timeout_ms 60000" in warnings[0]
+    assert "transaction_timeout_ms 1000" in warnings[0]
     assert "the broker unreachable meanwhile" in warnings[1]
 
 
@@ -492,7 +509,10 @@ async def test_an_outage_is_judged_when_the_transaction_fails_not_after(outage: 
     w = worker()
     first, second = Conn(True), Conn(True)
     w._producer_client = SimpleNamespace(_conns={(1, 0): first, (1, 1): second})
-    w._fenced_before, w._producer_since = True, time.monotonic()  # a rival, unless an outage
+    # a rival, unless an outage: the producer is older than the (shortest) transaction timeout,
+    # so an expiry is possible, and the session before ended fenced a few seconds ago
+    w._kafka = w._kafka.model_copy(update={"transaction_timeout_ms": 1_000})
+    w._fenced_before, w._producer_since = True, time.monotonic() - 5.0
 
     def during() -> None:
         if outage == "connection dropped":

@@ -1,0 +1,61 @@
+"""Registrations of the local mechanisms for bounded reals: piecewise and hybrid.
+
+Both report an unbiased estimate of the clamped value on a fixed output
+set (``privstream.mechanisms.piecewise``, ``hybrid``); ``estimate`` gives the
+mean with an interval (``privstream.estimate.unit_mean``), the audit tests
+``lo`` against ``hi`` on half-lines, as for the Laplace real field. Reals are
+never memoized (``memo=None``: ``RealField`` has no ``memo_identity`` or ``memoize_by``).
+"""
+
+from __future__ import annotations
+
+from privstream.audit.targets import RealTarget
+from privstream.config import Guarantee
+from privstream.config.fields import RealField
+from privstream.estimate.accumulators import Accumulator, Options
+from privstream.estimate.unit_mean import UnitMeanReleases
+from privstream.kinds.base import FieldKind, calibrated, describe
+from privstream.mechanisms.hybrid import HybridMechanism
+from privstream.mechanisms.piecewise import PiecewiseMechanism, UnitIntervalMechanism
+from privstream.pipeline import canary, columns, encode
+from privstream.pipeline.handlers import RealHandler
+
+MECHANISMS: dict[str, type[UnitIntervalMechanism]] = {
+    "piecewise": PiecewiseMechanism,
+    "hybrid": HybridMechanism,
+}
+
+
+def _build(spec: RealField, share: Guarantee | None) -> RealHandler:
+    eps, dlt = calibrated(f"real ({spec.mechanism})", share)
+    bounds = (float(spec.bounds[0]), float(spec.bounds[1]))
+    mech = MECHANISMS[spec.mechanism](bounds=bounds, epsilon=eps, delta=dlt)
+    return RealHandler(spec.name, mech, bounds)
+
+
+def _estimator(handler: RealHandler, kind: str, options: Options) -> Accumulator:
+    mech = handler.mechanism
+    if not isinstance(mech, UnitIntervalMechanism):  # the registry builds these only
+        raise TypeError(f"{handler.name}: expected piecewise or hybrid, got {mech.name}")
+    return UnitMeanReleases(handler.name, kind, mech)
+
+
+def _registration(mechanism: str) -> FieldKind:
+    return FieldKind(
+        kind="real",
+        mechanism=mechanism,
+        model=RealField,
+        build=_build,
+        column=columns.real_column,
+        texts=lambda handler, values: encode.float_texts(values),
+        memo_style=lambda handler: "str",
+        memo=None,  # reals are not memoized
+        estimator=_estimator,
+        audit_target=lambda h: RealTarget(h.name, h.mechanism, h.bounds),
+        audit_width=lambda h: h.mechanism.words_per_value + 1,  # words, and one output
+        explain=describe,
+        canary=canary.worst_case_inputs,
+    )
+
+
+REGISTRATIONS = (_registration("piecewise"), _registration("hybrid"))

@@ -1,0 +1,223 @@
+r"""Hybrid Mechanism (HM) on a bounded real: Duchi's binary report or PM, mixed.
+
+As for the Piecewise Mechanism (``privstream.mechanisms.piecewise``), the
+clamped value maps to ``t`` in ``[-1, 1]`` and the release is ``mid + half y``.
+HM (Wang et al. 2019, Sec. III-C) reports with PM with probability ``a``
+and with Duchi et al.'s mechanism otherwise, both at the full ``eps``:
+``a = 1 - e^{-eps/2}`` for ``eps > EPS_STAR``, else ``a = 0`` (Duchi
+alone). ``EPS_STAR ~= 0.6094`` is where the two rules' worst-case
+variances cross (Wang et al. state ``eps* ~= 0.61``; the test suite checks
+the crossing). With that ``a`` the ``t^2`` terms cancel: HM's variance
+is the same for every input.
+
+Duchi et al.'s mechanism (1-D): ``y = +B`` with probability ``(1 + t/B)/2``,
+else ``-B``, with ``B = (e^eps + 1)/(e^eps - 1)``: unbiased, ``Var[y | t] =
+B^2 - t^2``, largest at ``t = 0``.
+
+The sampler as implemented
+--------------------------
+Four 64-bit words per value. ``w0 < T_a`` (``T_a = floor(a 2^64)``) selects
+PM, which reads ``w1, w2, w3`` exactly as ``PiecewiseGrid.sample``; else the
+coin reads ``w1``: ``+B_d`` iff ``w1 < T(t)`` with
+``T(t) = L + min(floor((t + 1)/2 D), D)``, ``D = 2^64 - 2L``, so ``T(t)`` lies
+in ``[L, 2^64 - L]`` for every input. ``L`` is the least integer with
+``L (1 + E) >= 2^64`` (``E <= e^eps``, ``base.exp_lower_bound``), so both
+outcome ratios are at most ``(2^64 - L) / L <= E``, checked in exact
+arithmetic (``DuchiCoin.realised_ratio``). ``B_d = 2^64 / D`` makes the
+report unbiased: ``E[y | t] = B_d (2 T(t) - 2^64) / 2^64 = 2 off / D - 1 =
+t`` up to the rounding of ``off`` (three float roundings, ``<= 4 2^-53 D``,
+then truncation, ``< 1`` word) and of ``B_d`` (``2^-53`` relative), so
+``|E[y | t] - t| <= 9 2^-53 + 2 / D <= 2^-49 + 2 / D`` (``DuchiCoin.bias``;
+``D ~ 2^64 eps / 2``, so ``2 / D`` is below ``2^-40`` from eps ``2^-22``).
+
+*Realised privacy.* The choice of component does not depend on the input,
+so for any output set ``S`` and inputs ``t, t'``::
+
+    P(S | t) = a P_PM(S | t) + (1 - a) P_D(S | t)
+             <= e^{eps_PM} a P_PM(S | t') + e^{eps_D} (1 - a) P_D(S | t')
+
+``eps_real = max(eps_PM, eps_D) <= eps`` (``eps_PM`` only when ``T_a > 0``).
+Both components are unbiased for any ``a``: the rounding of ``T_a`` moves
+the variance, never the mean.
+
+*Variance* with the realised ``a`` and PM's ``Var <= s t^2 + c``
+(``PiecewiseGrid.variance_parts``)::
+
+    Var[y | t] <= (a s - (1 - a)) t^2 + a c + (1 - a) B_d^2
+
+bounded by ``a c + (1 - a) B_d^2 + max(0, a s - (1 - a))``. Continuous
+limit (Wang et al., Lemma 4)::
+
+    eps > eps*: (e^{eps/2} + 3) / (3 e^{eps/2} (e^{eps/2} - 1))
+                + (e^eps + 1)^2 / (e^{eps/2} (e^eps - 1)^2)
+    else:       ((e^eps + 1) / (e^eps - 1))^2
+
+*Error* ``half max_t (a E_PM|y - t| + (1 - a)(B_d - t^2 / B_d))`` on the
+same 129 values of ``t`` as PM. Lower bound: thesis Theorem 5.3, as for
+every real field.
+
+References
+----------
+* N. Wang et al., *Collecting and Analyzing Multidimensional Data with
+  Local Differential Privacy*, ICDE 2019 (HM: Sec. III-C, Lemma 4).
+* J. C. Duchi, M. I. Jordan, M. J. Wainwright, *Minimax optimal procedures
+  for locally private estimation*, JASA 113(521), 2018.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from privstream.errors import MechanismError
+from privstream.mechanisms.base import TWO_64, exp_lower_bound, log_upper_bound
+from privstream.mechanisms.piecewise import (
+    PICK_SLACK,
+    SMALLEST_EPSILON,
+    PiecewiseGrid,
+    UnitIntervalMechanism,
+    calibrate,
+    error_points,
+    round_up,
+)
+from privstream.mechanisms.rng import Words
+
+#: below this HM is Duchi's mechanism alone (the worst-case variances cross here)
+EPS_STAR = 0.6093524930273092
+#: the largest double below 2^64: float offsets are clipped to it before the uint64 cast
+_BELOW_TWO_64 = math.nextafter(2.0**64, 0.0)
+
+
+@dataclass(frozen=True)
+class DuchiCoin:
+    """Duchi et al.'s binary report with integer thresholds ``[L, 2^64 - L]``."""
+
+    low: int
+
+    @property
+    def width(self) -> int:
+        """``D = 2^64 - 2L``: the threshold's range over ``t`` in ``[-1, 1]``."""
+        return TWO_64 - 2 * self.low
+
+    @property
+    def magnitude(self) -> float:
+        """``B_d = 2^64 / D``."""
+        return TWO_64 / self.width
+
+    def realised_ratio(self) -> Fraction:
+        return Fraction(TWO_64 - self.low, self.low)
+
+    def bias(self) -> float:
+        """``|E[y | t] - t| <= 2^-49 + 2 / D`` (module docstring)."""
+        return 2.0**-49 + 2.0 / self.width
+
+    def threshold(self, t: NDArray[np.float64]) -> NDArray[np.uint64]:
+        """``T(t) = L + min(floor((t + 1)/2 D), D)``."""
+        offset = np.clip((t + 1.0) * (self.width / 2.0), 0.0, _BELOW_TWO_64).astype(np.uint64)
+        return np.uint64(self.low) + np.minimum(offset, np.uint64(self.width))
+
+    def sample(self, t: NDArray[np.float64], word: NDArray[np.uint64]) -> NDArray[np.float64]:
+        b = self.magnitude
+        out: NDArray[np.float64] = np.where(word < self.threshold(t), b, -b)
+        return out
+
+
+def duchi_coin(epsilon: float) -> DuchiCoin:
+    """The least ``L`` with ``L (1 + E) >= 2^64``; refuses epsilons it cannot resolve."""
+    low = math.ceil(Fraction(TWO_64) / (1 + exp_lower_bound(epsilon)))
+    coin = DuchiCoin(max(low, 1))
+    if epsilon < SMALLEST_EPSILON or coin.width < 2**16:
+        raise MechanismError(
+            f"epsilon {epsilon:.3g} is too small for the hybrid mechanism's 64-bit thresholds "
+            f"(use at least {SMALLEST_EPSILON:.3g}, or laplace)"
+        )
+    return coin
+
+
+def pm_share(epsilon: float) -> float:
+    """Wang et al.'s ``a``: ``1 - e^{-eps/2}`` above ``EPS_STAR``, else 0."""
+    return -math.expm1(-epsilon / 2.0) if epsilon > EPS_STAR else 0.0
+
+
+class HybridMechanism(UnitIntervalMechanism):
+    """PM with probability ``a``, Duchi's binary report otherwise (module docstring)."""
+
+    name: ClassVar[str] = "hybrid"
+    words_per_value: ClassVar[int] = 4
+
+    def __init__(self, *, bounds: tuple[float, float], epsilon: float, delta: float = 0.0) -> None:
+        super().__init__(bounds=bounds, epsilon=epsilon, delta=delta)
+        self.grid: PiecewiseGrid = calibrate(self.epsilon)
+        self.coin = duchi_coin(self.epsilon)
+        self.mix_threshold = min(math.floor(Fraction(pm_share(self.epsilon)) * TWO_64), TWO_64 - 1)
+        self._outputs = self.grid.outputs()
+        points = error_points()
+        share = self.pm_probability
+        b = self.coin.magnitude
+        error = share * self.grid.mean_abs_error(points) + (1.0 - share) * (b - points**2 / b)
+        self._error = self.half * float(error.max())
+        self.worst_t = float(points[int(np.argmax(error))])
+        self.check_reach()
+
+    @property
+    def pm_probability(self) -> float:
+        """The realised ``a = T_a / 2^64``."""
+        return self.mix_threshold / TWO_64
+
+    @property
+    def realised_epsilon(self) -> float:
+        ratio = self.coin.realised_ratio()
+        if self.mix_threshold > 0:
+            ratio = max(ratio, self.grid.realised_ratio())
+        # ratio <= E <= e^eps is checked exactly; the float log's upward margin is not a loss
+        return min(self.epsilon, log_upper_bound(ratio))
+
+    def _law(self) -> tuple[Fraction, Fraction]:
+        a = Fraction(self.mix_threshold, TWO_64)
+        slope, constant = self.grid.variance_parts()
+        b2 = Fraction(self.coin.magnitude) ** 2
+        return a * slope * PICK_SLACK - (1 - a), a * constant * PICK_SLACK + (1 - a) * b2
+
+    @property
+    def unit_variance(self) -> float:
+        slope, constant = self._law()
+        return round_up(constant + max(Fraction(0), slope))
+
+    @property
+    def reach(self) -> float:
+        return max(float(self.grid.cells * self.grid.step / 2), self.coin.magnitude)
+
+    def variance_law(self) -> tuple[float, float]:
+        slope, constant = self._law()
+        return float(slope), round_up(constant)
+
+    def unit_bias(self) -> float:
+        return max(self.grid.bias_bound(), self.coin.bias())
+
+    @property
+    def expected_error(self) -> float:
+        return self._error if self.diameter > 0 else 0.0
+
+    def sample(self, t: NDArray[np.float64], words: Words) -> NDArray[np.float64]:
+        piecewise = words[:, 0] < np.uint64(self.mix_threshold)
+        pm = self._outputs[self.grid.sample(t, words[:, 1:4])]
+        duchi = self.coin.sample(t, words[:, 1])
+        out: NDArray[np.float64] = np.where(piecewise, pm, duchi)
+        return out
+
+    def params(self) -> dict[str, float | int | str]:
+        return {
+            "lower": self.lower,
+            "upper": self.upper,
+            "pm_probability": self.pm_probability,
+            "cells": self.grid.cells,
+            "window": self.grid.window,
+            "p_inside": float(self.grid.p_in),
+            "duchi_bound": self.coin.magnitude * self.half,
+            "realised_epsilon": self.realised_epsilon,
+        }

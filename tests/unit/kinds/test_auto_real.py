@@ -1,0 +1,166 @@
+"""``mechanism: auto`` for real fields: the least regret over every data spread, and why."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from privstream.cli.main import main
+from privstream.config import Guarantee, parse_config
+from privstream.config.fields import RealField
+from privstream.errors import ConfigError
+from privstream.kinds.auto_real import auto_real_choice, real_regrets
+from privstream.mechanisms.hybrid import HybridMechanism
+from privstream.pipeline import build_plan
+
+from tests.unit._support import config_dict, laplace_tight_scale
+
+
+def real(**extra: Any) -> RealField:
+    return RealField.model_validate({"name": "x", "kind": "real", "bounds": [0, 100], **extra})
+
+
+def share(epsilon: float, delta: float = 0.0) -> Guarantee:
+    return Guarantee(epsilon=epsilon, delta=delta)
+
+
+def pm_paper(epsilon: float) -> float:
+    """Wang et al. 2019, worst-case PM variance for t in [-1, 1]."""
+    a = math.exp(epsilon / 2.0)
+    return 4.0 * a / (3.0 * (a - 1.0) ** 2)
+
+
+def hm_paper(epsilon: float) -> float:
+    """Wang et al. 2019, Lemma 4 (eps > eps*)."""
+    a, e = math.exp(epsilon / 2.0), math.exp(epsilon)
+    return (a + 3.0) / (3.0 * a * (a - 1.0)) + (e + 1.0) ** 2 / (a * (e - 1.0) ** 2)
+
+
+def paper_laws(epsilon: float) -> dict[str, Callable[[float], float]]:
+    """Variance of one report at mean t^2 = q: Laplace (b = 2 / eps), PM, HM (Wang et al. 2019)."""
+    a, e = math.exp(epsilon / 2.0), math.exp(epsilon)
+    mix = 1.0 - 1.0 / a if epsilon > 0.61 else 0.0  # HM: PM with this probability, else Duchi
+
+    def pm(q: float) -> float:
+        return q / (a - 1.0) + (a + 3.0) / (3.0 * (a - 1.0) ** 2)
+
+    def hm(q: float) -> float:
+        return mix * pm(q) + (1.0 - mix) * (((e + 1.0) / (e - 1.0)) ** 2 - q)
+
+    return {"laplace": lambda q: 8.0 / epsilon**2, "piecewise": pm, "hybrid": hm}
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "chosen"),
+    [(0.5, "hybrid"), (1.0, "hybrid"), (2.0, "piecewise"), (4.0, "piecewise")],
+)
+def test_the_worst_cases_are_the_papers_and_the_choice_minimises_the_regret(
+    epsilon: float, chosen: str
+) -> None:
+    choice = auto_real_choice(real(epsilon=epsilon), share(epsilon))
+    assert choice.mechanism == chosen
+    assert choice.restricted is None
+    variances = choice.variances
+    # in t units (half-width 50): Laplace 2 b^2 with b = 2 / eps, i.e. 8 / eps^2
+    scale = 50.0**2 / choice.n
+    assert variances["laplace"] == pytest.approx(8.0 / epsilon**2 * scale, rel=1e-3)
+    assert variances["piecewise"] == pytest.approx(pm_paper(epsilon) * scale, rel=0.01)
+    if epsilon > 0.61:
+        assert variances["hybrid"] == pytest.approx(hm_paper(epsilon) * scale, rel=0.01)
+    assert variances["hybrid"] < variances["piecewise"] < variances["laplace"]
+    # the regret recomputed from the papers' laws on a fine grid of q = mean of t^2
+    regret = real_regrets(real(epsilon=epsilon), share(epsilon))
+    laws = paper_laws(epsilon)
+    qs = [i / 2000 for i in range(2001)]
+    best = [min(law(q) for law in laws.values()) for q in qs]
+    for name, law in laws.items():
+        worst = max(law(q) / b for q, b in zip(qs, best, strict=True))
+        assert regret[name] == pytest.approx(worst, rel=0.02), name
+
+
+def test_laplace_keeps_its_place_where_delta_pays_for_it_and_says_why() -> None:
+    """Tight calibration at delta 0.5: b = 2 / (0.5 + 2 ln 2), variance 2 b^2 = 2.25 < HM's 16.7."""
+    choice = auto_real_choice(real(epsilon=0.5, delta=0.5), share(0.5, 0.5))
+    assert choice.mechanism == "laplace"
+    b = laplace_tight_scale(2.0, 0.5, 0.5)
+    assert choice.variances["laplace"] == pytest.approx(2.0 * b * b * 50.0**2 / choice.n, rel=1e-3)
+    assert choice.restricted is not None and "delta 0.5" in choice.restricted
+
+
+def test_the_thesis_calibration_is_the_laplace_candidate_when_declared() -> None:
+    tight = auto_real_choice(real(epsilon=0.5, delta=0.5), share(0.5, 0.5))
+    thesis = auto_real_choice(real(epsilon=0.5, delta=0.5, calibration="thesis"), share(0.5, 0.5))
+    assert thesis.variances["laplace"] > tight.variances["laplace"]  # thesis adds more noise
+
+
+def test_the_choice_depends_on_the_budget_only_not_on_the_bounds() -> None:
+    for epsilon, delta in [(0.3, 0.0), (1.0, 1e-6), (3.0, 0.0), (0.5, 0.4)]:
+        picks = {
+            auto_real_choice(
+                RealField.model_validate(
+                    {"name": "x", "kind": "real", "bounds": bounds, "epsilon": epsilon}
+                ),
+                share(epsilon, delta),
+            ).mechanism
+            for bounds in ([0, 1], [-20, 60], [1000, 5000])
+        }
+        assert len(picks) == 1, (epsilon, delta, picks)
+
+
+def test_a_real_field_without_mechanism_is_released_by_the_choice() -> None:
+    written = {"name": "x", "kind": "real", "bounds": [0, 100], "epsilon": 1.0}
+    (auto,) = build_plan(parse_config(config_dict([written]))).fields
+    assert isinstance(auto.handler.mechanism, HybridMechanism)
+    explicit = {**written, "mechanism": "hybrid"}
+    (named,) = build_plan(parse_config(config_dict([explicit]))).fields
+    # the release id names the chosen mechanism: auto and an explicit hybrid are one release
+    assert auto.release_id == named.release_id
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"mechanism": "piecewise", "delta": 1e-6}, "piecewise is pure epsilon-DP"),
+        ({"mechanism": "hybrid", "calibration": "thesis"}, "does not apply to hybrid"),
+    ],
+)
+def test_explicit_local_mechanisms_refuse_what_they_do_not_use(
+    extra: dict[str, Any], message: str
+) -> None:
+    field = {"name": "x", "kind": "real", "bounds": [0, 1], "epsilon": 1.0, **extra}
+    with pytest.raises(ConfigError, match=message):
+        parse_config(config_dict([field], delta=1e-3))
+
+
+CONFIG = """\
+kafka: {input_topic: raw, output_topic: clean, dead_letter_topic: dlq}
+privacy: {epsilon: 3, delta: 0.5}
+fields:
+  - {name: a, kind: real, bounds: [0, 10], epsilon: 1}
+  - {name: b, kind: real, bounds: [0, 10], epsilon: 1, mechanism: laplace}
+  - {name: c, kind: real, bounds: [0, 10], epsilon: 0.5, delta: 0.5}
+"""
+
+
+def test_explain_shows_the_candidates_and_warns_of_a_losing_declaration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(CONFIG)
+    assert main(["explain", "--config", str(path), "--format", "json"]) == 0
+    fields = {f["name"]: f for f in json.loads(capsys.readouterr().out)["fields"]}
+    a, b, c = fields["a"], fields["b"], fields["c"]
+    assert a["mechanism"] == "hybrid" and a["auto"]["chosen"] == "hybrid"
+    assert set(a["auto"]["candidate_variances"]) == {"laplace", "piecewise", "hybrid"}
+    assert a["auto_warning"] is None
+    # laplace at eps 1 has 8 / 4.29 = 1.87x hybrid's variance at the bounds: past 1.5x
+    assert b["auto_warning"] is not None and "laplace has up to 1.8" in b["auto_warning"]
+    assert c["mechanism"] == "laplace" and "spends delta" in c["auto"]["restricted"]
+    assert main(["explain", "--config", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "auto: a uses hybrid" in table
+    assert "auto: c uses laplace" in table and "WARNING: b: laplace" in table
