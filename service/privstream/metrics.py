@@ -89,6 +89,18 @@ class Metrics:
             "(the producer was fenced; a new session resumed from the committed offsets)",
             registry=registry,
         )
+        self.ledger_suppressed = Counter(
+            "privstream_ledger_suppressed",
+            "Records the subject ledger did not release, by reason (budget_exhausted, "
+            "lifetime_exhausted, late_record, future_record, subject_key_mismatch, no_subject)",
+            ["reason"],
+            registry=registry,
+        )
+        self.ledger_subjects = Gauge(
+            "privstream_ledger_subjects",
+            "Active (subject, window) pairs in the ledger of this worker's partitions",
+            registry=registry,
+        )
         self.build_info = Gauge(
             "privstream_build_info",
             "Always 1; labels give the version and the config hash",

@@ -13,6 +13,7 @@ from privstream.config.runtime import Runtime
 from privstream.metrics import Metrics
 from privstream.pipeline import RecordPlan
 from privstream.worker import Health, HttpEndpoint, Worker
+from privstream.worker.ledger_store import LedgerStore
 
 log = logging.getLogger("privstream.run")
 
@@ -43,7 +44,8 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    worker = Worker(config.kafka, plan, runtime, metrics=metrics, health=health)
+    ledger = LedgerStore.from_config(config, plan, runtime, metrics)
+    worker = Worker(config.kafka, plan, runtime, metrics=metrics, health=health, ledger=ledger)
     task = asyncio.create_task(worker.run(stop))
     try:
         await _until_stopped(task, stop, config.kafka.drain_timeout_ms / 1000)

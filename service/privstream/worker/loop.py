@@ -68,6 +68,7 @@ from privstream.worker.clients import (
 )
 from privstream.worker.decode import tolerate_undecodable_records
 from privstream.worker.http import Health
+from privstream.worker.ledger_store import LedgerSender, LedgerStore
 from privstream.worker.produce import BatchSender
 from privstream.worker.rebalance import Rebalance, names
 from privstream.worker.sanitize import sanitize
@@ -135,8 +136,10 @@ class Worker:
         *,
         metrics: Metrics,
         health: Health,
+        ledger: LedgerStore | None = None,
     ) -> None:
         self._kafka = kafka
+        self._ledger = ledger
         self._plan = plan
         self._runtime = runtime
         self._metrics = metrics
@@ -214,6 +217,9 @@ class Worker:
             stack.push_async_callback(_close, producer)
             await producer.start()
             self._producer_since, self._producer_client = time.monotonic(), producer.client
+            if self._ledger is not None:  # a new session restores the ledger from the changelog
+                stack.push_async_callback(self._ledger.close)
+                await self._ledger.open()
             consumer = AIOKafkaConsumer(**consumer_options(self._kafka, self._runtime))
             stack.push_async_callback(_close, consumer)
             consumer.subscribe([self._kafka.input_topic], listener=Rebalance(self, consumer))
@@ -221,13 +227,15 @@ class Worker:
             probe = asyncio.create_task(self._probe(producer))
             stack.callback(probe.cancel)
             self._set_connected(True)
-            sender = BatchSender(
+            plain = BatchSender(
                 producer,
                 self._plan,
                 self._kafka.output_topic,
                 self._kafka.dead_letter_topic,
                 max_message_bytes=self._kafka.max_message_bytes,
+                extra_headers=self._ledger.output_headers if self._ledger else (),
             )
+            sender = plain if self._ledger is None else LedgerSender(plain, self._ledger, producer)
             await self._pipeline(stop, consumer, producer, sender)
 
     async def _pipeline(
@@ -235,7 +243,7 @@ class Worker:
         stop: asyncio.Event,
         consumer: AIOKafkaConsumer,
         producer: AIOKafkaProducer,
-        sender: BatchSender,
+        sender: BatchSender | LedgerSender,
     ) -> None:
         """Fetch and sanitize the next batch while the previous one's transaction runs."""
         inflight: asyncio.Task[None] | None = None
@@ -298,7 +306,7 @@ class Worker:
         self,
         consumer: AIOKafkaConsumer,
         producer: AIOKafkaProducer,
-        sender: BatchSender,
+        sender: BatchSender | LedgerSender,
         batch: Prepared,
     ) -> None:
         """Release ``batch`` in its own transaction, unless its partitions moved meanwhile.
@@ -319,9 +327,10 @@ class Worker:
             else:
                 dead = await sender.send(batch.records, batch.result)
                 await consumer.commit(offsets)
+            dropped = sender.dropped if isinstance(sender, LedgerSender) else 0  # over budget
         self._backoff.reset()
         count, seconds = len(batch.records), time.perf_counter() - batch.started
-        self._observe(count, count - len(dead), dead, seconds)
+        self._observe(count, count - len(dead) - dropped, dead, seconds)
         log.debug(
             "batch of %d records from %s: %d dead letters, committed in %.3f s",
             count,
@@ -337,7 +346,7 @@ class Worker:
     async def _transaction(
         self,
         producer: AIOKafkaProducer,
-        sender: BatchSender,
+        sender: BatchSender | LedgerSender,
         records: Sequence[ConsumerRecord],
         result: BatchResult,
         offsets: dict[TopicPartition, int],

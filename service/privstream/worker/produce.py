@@ -19,7 +19,7 @@ header says where to find it). Dead letters are rare and keep
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.errors import MessageSizeTooLargeError
@@ -69,9 +69,10 @@ class BatchSender:
         dead_letter: str,
         *,
         max_message_bytes: int,
+        extra_headers: Sequence[tuple[str, bytes]] = (),
     ) -> None:
         self._producer = producer
-        self._headers = output_headers(plan)
+        self._headers = [*output_headers(plan), *extra_headers]
         self._output = output
         self._dead_letter = dead_letter
         self._max_bytes = max_message_bytes
@@ -80,14 +81,23 @@ class BatchSender:
         self._surely_fits = max_message_bytes - empty - _VARINT_BYTES
 
     async def send(
-        self, records: Sequence[ConsumerRecord], result: BatchResult
+        self,
+        records: Sequence[ConsumerRecord],
+        result: BatchResult,
+        record_headers: Mapping[int, Headers] | None = None,
     ) -> list[DeadLetter]:
-        """Send everything; returns the dead letters actually written (with oversize ones)."""
+        """Send everything; returns the dead letters actually written (with oversize ones).
+
+        ``record_headers``: more headers for the messages of some records (by index).
+        """
         partitions = sorted(await self._producer.partitions_for(self._output))
         chains: dict[int, list[BatchBuilder]] = {}
         dead = list(result.dead_letters)
+        plain = (self._headers, self._surely_fits)
+        more = {i: self._with(h) for i, h in (record_headers or {}).items()}
         for index, value in zip(result.output_index, result.outputs, strict=True):
-            if len(value) > self._surely_fits and self._too_large(value):
+            headers, fits = more.get(index, plain)
+            if len(value) > fits and self._too_large(value, headers):
                 detail = (
                     f"sanitized record of {len(value)} bytes exceeds "
                     "kafka.max_message_bytes; raise it (and the topic's max.message.bytes)"
@@ -99,18 +109,25 @@ class BatchSender:
             if chain is None:
                 chain = chains[target] = [self._producer.create_batch()]
             # no key: raw keys are usually user ids and never reach the sanitized topic
-            if chain[-1].append(timestamp=None, key=None, value=value, headers=self._headers):
+            if chain[-1].append(timestamp=None, key=None, value=value, headers=headers):
                 continue
             chain.append(self._producer.create_batch())  # full: a builder takes its first always
-            chain[-1].append(timestamp=None, key=None, value=value, headers=self._headers)
+            chain[-1].append(timestamp=None, key=None, value=value, headers=headers)
         pending = await self._submit(chains)
         pending.extend([await self._dead_letter_send(records[d.index], d) for d in dead])
         await asyncio.gather(*pending)
         return dead
 
-    def _too_large(self, value: bytes) -> bool:
+    def _with(self, extra: Headers) -> tuple[Headers, int]:
+        """The headers with ``extra`` added, and the value length that surely fits then."""
+        added = sum(len(k) + len(v) + 2 * _VARINT_BYTES for k, v in extra)
+        return [*self._headers, *extra], self._surely_fits - added
+
+    def _too_large(self, value: bytes, headers: Headers | None = None) -> bool:
         """The producer's own check for ``send`` (its ``max_request_size``)."""
-        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(None, value, self._headers)
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(
+            None, value, self._headers if headers is None else headers
+        )
         return bool(size > self._max_bytes)
 
     async def _submit(self, chains: dict[int, list[BatchBuilder]]) -> list[asyncio.Future[object]]:

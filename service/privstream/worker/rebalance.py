@@ -35,6 +35,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         async with self._worker._batch_lock:
             self._worker._assigned.difference_update(revoked)
             self._worker._generation += 1  # a batch fetched before is not released
+            if self._worker._ledger is not None:
+                await self._worker._ledger.revoked(revoked)
         lag = self._worker._metrics.consumer_lag
         for tp in revoked:  # another replica reports these now
             with contextlib.suppress(KeyError):
@@ -44,6 +46,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self._worker._assigned = set(assigned)
         self._worker._generation += 1
+        if self._worker._ledger is not None:  # restored before its records are charged
+            self._worker._ledger.assigned(assigned)
         log.info("partitions assigned: %s", names(assigned))
         try:
             await asyncio.wait_for(

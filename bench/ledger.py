@@ -1,0 +1,164 @@
+"""The per-subject ledger's cost: end-to-end throughput on vs off, and memory per subject.
+
+**Throughput.** A 4-partition topic is pre-loaded with the reference record
+keyed by its subject (``device_id``, one of 1,000,000 random ids, as the
+ledger requires): 1,000,000 records (``--quick``: 100,000). Each scenario
+drains all of it as a fresh consumer group, transactions on, and reports
+the records/s the group committed from its first commit to its last (as
+``bench/e2e.py``): ``privstream run`` without a ledger, and with one
+(``privacy.subject: device_id``, a 1d window, cap 60 = 10 records per
+subject per window; each scenario has a changelog topic of its own, so a
+drain never restores another's spending). The two alternate and each keeps
+its best drain (the broker warms up over the first ones).
+
+**Memory.** The pure ledger in this process (no Kafka): batches of 10,000
+records from distinct subjects are charged until 1,000,000 (``--quick``:
+200,000) (subject, window) pairs are active; RSS (psutil) is read before
+and after, and reported per million active subjects, with the charge rate.
+
+Targets: ledger on >= 0.75x ledger off; RSS <= 400 MB per million active
+subjects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.kafka import Topics, Worker, broker, drain_rate, new_topics, producer
+from bench.reference import BODY, Targets, config_dict, messages, print_environment
+
+THROUGHPUT_RATIO = 0.75
+MB_PER_MILLION = 400.0
+LEDGER: dict[str, Any] = {"window": "1d", "epsilon": 60.0, "over_budget": "drop"}
+CHARGE_BATCH = 10_000
+
+
+async def preload_keyed(bootstrap: str, topic: str, count: int, chunk: int = 20_000) -> float:
+    """``count`` reference records keyed by their ``device_id``; returns records/s."""
+    started = time.perf_counter()
+    client = producer(bootstrap)
+    await client.start()
+    try:
+        for start in range(0, count, chunk):
+            batch = messages(min(chunk, count - start), seed=start, start=start)
+            keys = [json.loads(value)["device_id"].encode() for value in batch]
+            pending = [await client.send(topic, v, key=k) for k, v in zip(keys, batch, strict=True)]
+            await asyncio.gather(*pending)
+    finally:
+        await client.stop()
+    return count / (time.perf_counter() - started)
+
+
+def write_config(path: Path, bootstrap: str, topics: Topics, ledger: dict[str, Any] | None) -> Path:
+    body = json.loads(json.dumps(BODY))
+    if ledger is not None:
+        body["privacy"].update({"subject": "device_id", "ledger": ledger})
+    kafka = {
+        "bootstrap_servers": bootstrap,
+        "input_topic": topics.raw,
+        "output_topic": topics.out,
+        "dead_letter_topic": topics.dlq,
+        "group_id": topics.group,
+        "transactional_id_prefix": topics.group,
+        "max_batch_records": 10_000,
+        "poll_timeout_ms": 100,
+    }
+    config = {"kafka": kafka, **body, "http": {"host": "127.0.0.1", "port": 0}}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+async def drain(
+    bootstrap: str, raw: str, total: int, workdir: Path, name: str, *, with_ledger: bool
+) -> float:
+    topics = await new_topics(bootstrap, name)
+    topics.raw = raw  # every scenario drains the same pre-loaded topic as a new group
+    ledger = {**LEDGER, "changelog_topic": f"{raw}-ledger-{name}"} if with_ledger else None
+    config = write_config(workdir / f"{name}.yaml", bootstrap, topics, ledger)
+    worker = Worker(config, workdir, name, passthrough=False)
+    try:
+        return await drain_rate(bootstrap, topics.group, total, [worker], within_s=1800)
+    finally:
+        worker.stop()
+
+
+async def throughput(total: int, rounds: int) -> dict[str, float]:
+    rates: dict[str, float] = {}
+    with broker() as bootstrap, tempfile.TemporaryDirectory(prefix="privstream-bench-") as tmp:
+        topics = await new_topics(bootstrap, "ledger")
+        load_rate = await preload_keyed(bootstrap, topics.raw, total)
+        print(f"pre-loaded {total:,} subject-keyed records ({load_rate:,.0f} records/s)")
+        for round_ in range(rounds):
+            for name, on in (("ledger-off", False), ("ledger-on", True)):
+                rate = await drain(
+                    bootstrap, topics.raw, total, Path(tmp), f"{name}-{round_}", with_ledger=on
+                )
+                rates[name] = max(rates.get(name, 0.0), rate)
+                print(f"{name:12} {rate:12,.0f} records/s", flush=True)
+    return rates
+
+
+def ledger_memory(subjects: int) -> tuple[float, float]:
+    """(MB of RSS per million active subject-windows, records/s charged) of the pure ledger."""
+    from privstream.config import parse_config
+    from privstream.ledger import LedgerPolicy, SubjectLedger
+    from privstream.pipeline import build_plan
+
+    data = config_dict()
+    data["privacy"].update({"subject": "device_id", "ledger": LEDGER})
+    config = parse_config(data)
+    ledger = SubjectLedger(policy=LedgerPolicy.from_config(config, build_plan(config)))
+    process = psutil.Process()
+    now = int(time.time() * 1000)
+    gc.collect()
+    before = process.memory_info().rss
+    seconds = 0.0
+    for start in range(0, subjects, CHARGE_BATCH):
+        names = [f"dev-{i:09d}".encode() for i in range(start, start + CHARGE_BATCH)]
+        stamps = np.full(len(names), now, dtype=np.int64)
+        began = time.perf_counter()
+        ledger.charge(start % 4, subjects=names, keys=names, timestamps_ms=stamps, now_ms=now)
+        seconds += time.perf_counter() - began
+    gc.collect()
+    grown = (process.memory_info().rss - before) / 2**20
+    active = ledger.active_subject_windows()
+    assert active == subjects, (active, subjects)
+    return grown / (active / 1e6), subjects / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100,000 records: a smoke run")
+    parser.add_argument("--records", type=int, default=1_000_000)
+    args = parser.parse_args()
+    print_environment("aiokafka", "psutil")
+    subjects = 200_000 if args.quick else 1_000_000
+    per_million, charge_rate = ledger_memory(subjects)
+    print(
+        f"ledger memory: {per_million:,.0f} MB RSS per million active subjects "
+        f"({subjects:,} charged at {charge_rate:,.0f} records/s, one new subject each)"
+    )
+    total = 100_000 if args.quick else args.records
+    rates = asyncio.run(throughput(total, 1 if args.quick else 2))
+    targets = Targets()
+    targets.check("ledger on / off", rates["ledger-on"] / rates["ledger-off"], THROUGHPUT_RATIO)
+    targets.at_most("RSS per million active subjects", per_million, MB_PER_MILLION, "MB")
+    sys.exit(targets.report())
+
+
+if __name__ == "__main__":
+    main()

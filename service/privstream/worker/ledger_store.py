@@ -1,0 +1,393 @@
+"""The subject ledger on Kafka: a compacted changelog, restored on assignment, charged per batch.
+
+Kafka Streams' state-store pattern on Kafka itself (docs/ledger.md,
+"Operating it"):
+
+* The changelog topic (``privacy.ledger.changelog_topic``, default
+  ``<input topic>-privstream-ledger``) is compacted and has the input's
+  partition count: the ledger of input partition p is changelog partition
+  p. It is created at start if missing (the input's replication factor,
+  ``cleanup.policy=compact``); one that exists with another partition count
+  or any other cleanup policy (``delete`` would lose spending, hence
+  budget) stops the worker with a ``LedgerError``.
+* On assignment, each partition's ledger is read back from its changelog
+  partition (``read_committed``, from the beginning up to the end offset
+  taken at assignment) before any record of it is charged: ``ready`` waits
+  for that. On revoke the partition is forgotten; a new session starts
+  from an empty ledger, so a batch whose transaction failed after it was
+  charged never leaves its charge behind in memory.
+* Per batch, the records the pipeline released are charged, one
+  ``SubjectLedger.charge`` per partition (offset order). Admitted records
+  go out with the per-subject guarantee header, and the last one of each
+  partition in the batch with the partition's cumulative counts too (what
+  ``estimate`` reads: the last counts per input partition); suppressed
+  ones are dead-lettered with their reason, or dropped under
+  ``over_budget: drop`` (never a record without a subject or whose key is
+  not its subject: those are always dead-lettered).
+  The changelog updates go out in the batch's transaction, with the outputs
+  and the consumed offsets: a committed release and its charge are one
+  atomic write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+
+from privstream.config.ledger import format_duration
+from privstream.errors import LedgerError
+from privstream.ledger import LedgerPolicy, SubjectLedger
+from privstream.pipeline import BatchResult
+from privstream.pipeline.results import DeadLetter
+from privstream.pipeline.subjects import subject_column
+from privstream.worker.changelog import changelog_topic, ensure_changelog
+from privstream.worker.clients import common_options
+from privstream.worker.produce import BatchSender, Headers
+
+if TYPE_CHECKING:
+    from privstream.config import AppConfig, KafkaConfig
+    from privstream.config.runtime import Runtime
+    from privstream.metrics import Metrics
+    from privstream.pipeline import RecordPlan
+
+log = logging.getLogger("privstream.worker")
+
+GUARANTEE_HEADER = "privstream-subject-guarantee"
+COUNTS_HEADER = "privstream-ledger-counts"
+#: always dead-lettered: the operator must fix the keying; the other reasons follow
+#: ``over_budget`` (dropped and counted, or dead-lettered)
+ALWAYS_DEAD_LETTERED = frozenset({"subject_key_mismatch", "no_subject"})
+
+
+@dataclass
+class Verdict:
+    """A batch after the ledger: what to release, and what to write with it."""
+
+    result: BatchResult
+    #: record index -> headers added to its sanitized message (the counts, on the last
+    #: released record of each partition in the batch)
+    headers: dict[int, Headers] = field(default_factory=dict)
+    #: input (= changelog) partition -> changelog records
+    updates: dict[int, list[tuple[bytes, bytes | None]]] = field(default_factory=dict)
+    dropped: int = 0
+
+
+class LedgerStore:
+    """The ledger of the partitions this worker owns, kept in the changelog topic."""
+
+    def __init__(
+        self,
+        *,
+        ledger: SubjectLedger,
+        topic: str,
+        kafka: KafkaConfig,
+        runtime: Runtime,
+        metrics: Metrics,
+        subject_field: str,
+    ) -> None:
+        self.ledger = ledger
+        self.policy: LedgerPolicy = ledger.policy
+        self.topic = topic
+        self._kafka = kafka
+        self._runtime = runtime
+        self._metrics = metrics
+        self._subject = subject_field
+        self._details = _details(self.policy, subject_field)
+        self._restores: dict[int, asyncio.Task[None]] = {}
+        #: partitions whose ledger is restored for the current assignment
+        self._restored: set[int] = set()
+        self._reader: AIOKafkaConsumer | None = None
+        self._reader_lock = asyncio.Lock()
+
+    @classmethod
+    def from_config(
+        cls, config: AppConfig, plan: RecordPlan, runtime: Runtime, metrics: Metrics
+    ) -> LedgerStore | None:
+        """The store of ``privacy.ledger``; None without one."""
+        subject = config.privacy.subject
+        if config.privacy.ledger is None or subject is None:
+            return None
+        policy = LedgerPolicy.from_config(config, plan)
+        return cls(
+            ledger=SubjectLedger(policy=policy),
+            topic=changelog_topic(config),
+            kafka=config.kafka,
+            runtime=runtime,
+            metrics=metrics,
+            subject_field=subject,
+        )
+
+    @property
+    def output_headers(self) -> Headers:
+        """Added to every sanitized message: the per-subject guarantee."""
+        return [(GUARANTEE_HEADER, self.policy.guarantee_header())]
+
+    async def open(self) -> None:
+        """Session start: the changelog topic checked (created if missing), nothing in memory."""
+        await self._forget_all()
+        await ensure_changelog(self._kafka, self._runtime, self.topic)
+
+    async def close(self) -> None:
+        await self._forget_all()
+        if self._reader is not None:
+            reader, self._reader = self._reader, None
+            await reader.stop()
+
+    def assigned(self, tps: Iterable[TopicPartition]) -> None:
+        """Start restoring the assigned partitions (``ready`` waits for them)."""
+        partitions = sorted(tp.partition for tp in tps)
+        task = asyncio.create_task(self._restore(partitions))
+        for partition in partitions:
+            self._restores[partition] = task
+
+    async def revoked(self, tps: Iterable[TopicPartition]) -> None:
+        """Forget the revoked partitions: their next owner restores them."""
+        for tp in tps:
+            await self._cancel(tp.partition)
+            self._restored.discard(tp.partition)
+            self.ledger.forget(tp.partition)
+        self._set_gauge()
+
+    async def ready(self, partitions: Iterable[int]) -> None:
+        """Wait until these partitions are restored; a failed restore raises here.
+
+        A partition that was never restored is a bug, and charging it from an
+        empty ledger would reopen every subject's budget: LedgerError.
+        """
+        wanted = set(partitions)
+        for task in {self._restores[p] for p in wanted if p in self._restores}:
+            await asyncio.shield(task)
+        missing = wanted - self._restored
+        if missing:
+            raise LedgerError(
+                f"ledger of partitions {sorted(missing)} not restored before their records "
+                "arrived; refusing to charge them from an empty ledger (please report)"
+            )
+
+    def charge(self, records: Sequence[ConsumerRecord], result: BatchResult) -> Verdict:
+        """Charge the records the pipeline released; suppress those over a cap."""
+        index = np.asarray(result.output_index, dtype=np.int64)
+        order = np.argsort(index, kind="stable")
+        index = index[order]
+        batch = _Columns(list(map(records.__getitem__, index.tolist())), self._subject)
+        admitted = np.ones(len(index), dtype=bool)
+        verdict = Verdict(result=result)
+        dead = list(result.dead_letters)
+        now_ms = int(time.time() * 1000)
+        for partition in np.unique(batch.partitions).tolist():
+            rows = np.flatnonzero(batch.partitions == partition)
+            charge = self.ledger.charge(partition, **batch.rows(rows), now_ms=now_ms)
+            admitted[rows] = charge.admitted
+            verdict.updates[partition] = charge.updates
+            if charge.admitted.any():
+                last = int(index[rows[np.flatnonzero(charge.admitted)[-1]]])
+                verdict.headers[last] = [(COUNTS_HEADER, self._counts(partition))]
+            refused = np.flatnonzero(~charge.admitted).tolist()
+            reasons = [str(charge.reasons[j]) for j in refused]
+            for reason, count in Counter(reasons).items():
+                self._metrics.ledger_suppressed.labels(reason).inc(count)
+            drop = self.policy.over_budget == "drop"
+            for j, reason in zip(refused, reasons, strict=True):
+                if drop and reason not in ALWAYS_DEAD_LETTERED:
+                    verdict.dropped += 1
+                else:
+                    dead.append(DeadLetter(int(index[rows[j]]), reason, self._details[reason]))
+        self._set_gauge()
+        if admitted.all():
+            return verdict  # the common case: everything released, nothing to rebuild
+        # The clamped counts (metrics.clamped_counts) are charged to admitted records only,
+        # and the batch's observations cannot be split by record: a batch with a suppressed
+        # record feeds them nothing (the worker observes this very dict after the batch).
+        result.observations.clear()
+        dead.sort(key=lambda letter: letter.index)
+        verdict.result = BatchResult(
+            outputs=list(map(result.outputs.__getitem__, order[admitted].tolist())),
+            output_index=index[admitted].tolist(),
+            dead_letters=dead,
+        )
+        return verdict
+
+    def _counts(self, partition: int) -> bytes:
+        """The partition's cumulative counts, naming the input partition (several may
+        share an output partition)."""
+        counts = {**self.ledger.counts(partition), "partition": partition}
+        return json.dumps(counts, sort_keys=True, separators=(",", ":")).encode()
+
+    async def send_updates(self, producer: AIOKafkaProducer, verdict: Verdict) -> None:
+        """Queue the changelog records (batch API, one chain per partition) and await them."""
+        pending: list[asyncio.Future[object]] = []
+        for partition, updates in sorted(verdict.updates.items()):
+            builder = producer.create_batch()
+            for key, value in updates:
+                if builder.append(timestamp=None, key=key, value=value, headers=[]) is None:
+                    builder.close()
+                    pending.append(
+                        await producer.send_batch(builder, self.topic, partition=partition)
+                    )
+                    builder = producer.create_batch()
+                    builder.append(timestamp=None, key=key, value=value, headers=[])
+            builder.close()
+            pending.append(await producer.send_batch(builder, self.topic, partition=partition))
+        await asyncio.gather(*pending)
+
+    async def _forget_all(self) -> None:
+        """Nothing in memory: what a failed batch charged is forgotten with the rest."""
+        for partition in {*self._restores, *self._restored}:
+            await self.revoked([TopicPartition(self._kafka.input_topic, partition)])
+
+    def _set_gauge(self) -> None:
+        self._metrics.ledger_subjects.set(self.ledger.active_subject_windows())
+
+    async def _cancel(self, partition: int) -> None:
+        task = self._restores.pop(partition, None)
+        if task is not None and task not in self._restores.values():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _restore(self, partitions: list[int]) -> None:
+        """Replay each changelog partition up to its end offset at this moment."""
+        started = time.perf_counter()
+        async with self._reader_lock:
+            reader = self._reader or await self._start_reader()
+            tps = [TopicPartition(self.topic, p) for p in partitions]
+            reader.assign(tps)
+            await reader.seek_to_beginning(*tps)
+            end = await reader.end_offsets(tps)
+            entries: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in partitions}
+            behind = [tp for tp in tps if await reader.position(tp) < end[tp]]
+            while behind:
+                batches = await reader.getmany(*behind, timeout_ms=500)
+                for tp, msgs in batches.items():
+                    entries[tp.partition].extend(
+                        (m.key or b"", m.value) for m in msgs if m.offset < end[tp]
+                    )
+                behind = [tp for tp in behind if await reader.position(tp) < end[tp]]
+            reader.assign([])
+        me = asyncio.current_task()
+        for partition in partitions:
+            if self._restores.get(partition) is me:  # not revoked meanwhile
+                self.ledger.restore(partition, entries[partition])
+                self._restored.add(partition)
+        self._set_gauge()
+        log.info(
+            "ledger restored for partitions %s from %s: %d changelog records in %.2f s",
+            partitions,
+            self.topic,
+            sum(len(e) for e in entries.values()),
+            time.perf_counter() - started,
+        )
+
+    async def _start_reader(self) -> AIOKafkaConsumer:
+        """The changelog reader: no group, read_committed (a partition's ledger is what
+        committed transactions wrote, never what an aborted batch charged)."""
+        self._reader = AIOKafkaConsumer(
+            **common_options(self._kafka, self._runtime),
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+        )
+        await self._reader.start()
+        return self._reader
+
+
+def _details(policy: LedgerPolicy, subject: str) -> Mapping[str, str]:
+    """The dead-letter detail of each suppression reason (no raw value in any)."""
+    window = format_duration(policy.window_ms)
+    cost = f"each released record costs epsilon {policy.record_epsilon:g}"
+    return {
+        "budget_exhausted": (
+            f"the subject already spent its {window} window's cap (privacy.ledger.epsilon "
+            f"{policy.epsilon:g}, delta {policy.delta:g}; {cost}): not released. Its next "
+            "window opens a new budget; raise the caps to release more per subject"
+        ),
+        "lifetime_exhausted": (
+            f"the subject already spent privacy.ledger.lifetime_epsilon "
+            f"{policy.lifetime_epsilon:g} ({cost}): not released, now or later"
+            if policy.lifetime_epsilon is not None
+            else "lifetime cap reached"
+        ),
+        "late_record": (
+            f"the record's Kafka timestamp is older than its {window} window's end plus "
+            f"privacy.ledger.grace {format_duration(policy.grace_ms)}: that window may be "
+            "expired and cannot be charged again. Fix the producer's clock or raise grace"
+        ),
+        "future_record": (
+            "the record's Kafka timestamp is more than privacy.ledger.max_future "
+            f"{format_duration(policy.max_future_ms)} ahead of the worker's clock: fix the "
+            "producer's clock or raise max_future"
+        ),
+        "subject_key_mismatch": (
+            f"the message key is not the value of the subject field {subject!r}: key the "
+            "raw topic by the subject, so that one partition (one replica) holds each "
+            "subject's ledger"
+        ),
+        "no_subject": (
+            f"the subject field {subject!r} is missing or null: a record without a subject "
+            "cannot be charged, so it is not released"
+        ),
+    }
+
+
+class _Columns:
+    """The columns ``SubjectLedger.charge`` reads, taken from the records once per batch."""
+
+    def __init__(self, records: list[ConsumerRecord], subject: str) -> None:
+        n = len(records)
+        self.partitions = np.fromiter(map(_PARTITION, records), np.int64, n)
+        self._timestamps = np.fromiter(map(_TIMESTAMP, records), np.int64, n)
+        self._keys: list[bytes | None] = list(map(_KEY, records))
+        # a record with an output was decoded by the pipeline: its value is not None
+        self._subjects = subject_column(list(map(_VALUE, records)), subject)
+
+    def rows(self, rows: npt.NDArray[np.intp]) -> dict[str, Any]:
+        """``charge``'s keyword arguments for these rows (a slice when contiguous: usual)."""
+        if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+            take: Any = slice(int(rows[0]), int(rows[-1]) + 1)
+            subjects, keys = self._subjects[take], self._keys[take]
+        else:
+            picks = rows.tolist()
+            subjects = list(map(self._subjects.__getitem__, picks))
+            keys = list(map(self._keys.__getitem__, picks))
+        return {"subjects": subjects, "keys": keys, "timestamps_ms": self._timestamps[rows]}
+
+
+_PARTITION = attrgetter("partition")
+_TIMESTAMP = attrgetter("timestamp")
+_KEY = attrgetter("key")
+_VALUE = attrgetter("value")
+
+
+class LedgerSender:
+    """A ``BatchSender`` whose batches are charged first; the changelog goes in the same
+    transaction as the outputs (the caller's)."""
+
+    def __init__(self, inner: BatchSender, store: LedgerStore, producer: AIOKafkaProducer) -> None:
+        self._inner = inner
+        self._store = store
+        self._producer = producer
+        #: records of the last batch dropped over budget (neither released nor dead-lettered)
+        self.dropped = 0
+
+    async def send(
+        self, records: Sequence[ConsumerRecord], result: BatchResult
+    ) -> list[DeadLetter]:
+        await self._store.ready({r.partition for r in records})
+        verdict = self._store.charge(records, result)
+        self.dropped = verdict.dropped
+        dead = await self._inner.send(records, verdict.result, verdict.headers)
+        await self._store.send_updates(self._producer, verdict)
+        return dead

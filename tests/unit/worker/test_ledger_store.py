@@ -1,0 +1,154 @@
+"""The ledger store's parts that need no broker: routing a charged batch, its headers.
+
+Restore, the changelog transaction and the topic checks run against a real
+broker in tests/integration/test_ledger.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from aiokafka import ConsumerRecord
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from privstream.config import parse_config
+from privstream.config.runtime import Runtime
+from privstream.errors import LedgerError
+from privstream.metrics import Metrics
+from privstream.pipeline import BatchResult, build_plan
+from privstream.pipeline.results import DeadLetter, Observation
+from privstream.worker.ledger_store import LedgerStore
+from prometheus_client import CollectorRegistry
+
+from tests.unit._support import config_dict
+from tests.unit.worker.test_units import SizeLimitedProducer, sender_for, worker
+
+FIELDS = [
+    {"name": "device_id", "kind": "drop"},
+    {"name": "x", "kind": "real", "bounds": [0, 10], "epsilon": 1.0},
+]
+
+
+def store(over_budget: str) -> LedgerStore:
+    """Records cost epsilon 1; a subject may have 2 released per day."""
+    data = config_dict(FIELDS, epsilon=1.0)
+    ledger = {"window": "1d", "epsilon": 2.0, "over_budget": over_budget}
+    data["privacy"].update({"subject": "device_id", "ledger": ledger})
+    config = parse_config(data)
+    made = LedgerStore.from_config(
+        config, build_plan(config), Runtime(b"k" * 32, "r0", None), Metrics(CollectorRegistry())
+    )
+    assert made is not None
+    return made
+
+
+def record(offset: int, subject: str, key: str, partition: int = 0) -> ConsumerRecord[Any, Any]:
+    value = json.dumps({"device_id": subject, "x": 1.0}).encode()
+    return ConsumerRecord(
+        topic="raw",
+        partition=partition,
+        offset=offset,
+        timestamp=int(time.time() * 1000),
+        timestamp_type=0,
+        key=key.encode(),
+        value=value,
+        checksum=None,
+        serialized_key_size=len(key),
+        serialized_value_size=len(value),
+        headers=[],
+    )
+
+
+def suppressed(s: LedgerStore) -> dict[str, float]:
+    registry = s._metrics.registry
+    return {
+        reason: registry.get_sample_value("privstream_ledger_suppressed_total", {"reason": reason})
+        or 0.0
+        for reason in ("budget_exhausted", "subject_key_mismatch")
+    }
+
+
+@pytest.mark.parametrize("over_budget", ["drop", "dead_letter"])
+def test_a_batch_is_released_up_to_the_cap_and_the_rest_routed_by_policy(
+    over_budget: str,
+) -> None:
+    s = store(over_budget)
+    s.ledger.restore(0, [])
+    # subject a four times, one record keyed by someone else, one the pipeline refused
+    records = [record(10 + i, "a", "a") for i in range(4)]
+    records += [record(14, "b", "x"), record(15, "c", "c")]
+    result = BatchResult(
+        outputs=[b"out-%d" % i for i in range(5)],
+        output_index=[0, 1, 2, 3, 4],
+        dead_letters=[DeadLetter(5, "invalid_json", "not JSON")],
+        observations={"x": Observation(clamped=1)},
+    )
+    verdict = s.charge(records, result)
+    # suppressed records must not reach the clamped counts: the batch feeds them nothing
+    assert result.observations == {} and verdict.result.observations == {}
+    assert verdict.result.outputs == [b"out-0", b"out-1"]
+    assert verdict.result.output_index == [0, 1]
+    letters = [(d.index, d.reason) for d in verdict.result.dead_letters]
+    if over_budget == "drop":
+        assert verdict.dropped == 2
+        assert letters == [(4, "subject_key_mismatch"), (5, "invalid_json")]
+    else:
+        assert verdict.dropped == 0
+        assert letters == [
+            (2, "budget_exhausted"),
+            (3, "budget_exhausted"),
+            (4, "subject_key_mismatch"),
+            (5, "invalid_json"),
+        ]
+    # the counts ride on the partition's last released record only
+    assert list(verdict.headers) == [1]
+    [(name, counts)] = verdict.headers[1]
+    assert name == "privstream-ledger-counts"
+    assert json.loads(counts) == {
+        "partition": 0,
+        "released": 2,
+        "budget_exhausted": 2,
+        "subject_key_mismatch": 1,
+        "lifetime_exhausted": 0,
+        "late_record": 0,
+        "future_record": 0,
+        "no_subject": 0,
+    }
+    assert suppressed(s) == {"budget_exhausted": 2.0, "subject_key_mismatch": 1.0}
+    assert s._metrics.registry.get_sample_value("privstream_ledger_subjects") == 1.0
+    assert verdict.updates[0], "the charge must be written to the changelog"
+    assert s.output_headers == [("privstream-subject-guarantee", b"eps=2;delta=0;window=1d")]
+
+
+def test_the_next_batch_sees_what_the_last_one_spent() -> None:
+    s = store("dead_letter")
+    s.ledger.restore(0, [])
+    seen = {"x": Observation(clamped=1)}
+    first = s.charge(
+        [record(1, "a", "a")], BatchResult(outputs=[b"o"], output_index=[0], observations=seen)
+    )
+    assert first.result.outputs == [b"o"]
+    assert first.result.observations == {"x": Observation(clamped=1)}  # all admitted: kept
+    records = [record(2, "a", "a"), record(3, "a", "a")]
+    second = s.charge(records, BatchResult(outputs=[b"p", b"q"], output_index=[0, 1]))
+    assert second.result.outputs == [b"p"]
+    assert [d.reason for d in second.result.dead_letters] == ["budget_exhausted"]
+
+
+async def test_a_partition_never_restored_is_refused_not_charged_from_empty() -> None:
+    with pytest.raises(LedgerError, match=r"partitions \[3\] not restored"):
+        await store("drop").ready([3])
+
+
+def test_the_quick_size_check_agrees_with_the_producers_estimate_with_counts_headers() -> None:
+    """Partition headers (the ledger's counts) shrink what passes without an estimate."""
+    limit = 4_096
+    sender = sender_for(worker(), SizeLimitedProducer(limit))
+    counts = json.dumps({"released": 10**9, "budget_exhausted": 10**9}).encode()
+    headers, fits = sender._with([("privstream-ledger-counts", counts)])
+    for length in range(limit - 500, limit + 2):
+        value = b"x" * length
+        too_large = DefaultRecordBatchBuilder.estimate_size_in_bytes(None, value, headers) > limit
+        assert (length > fits and sender._too_large(value, headers)) == too_large
