@@ -157,9 +157,17 @@ class Fencing:
 
     @property
     def rival(self) -> bool:
-        """Fenced again, on a fresh producer, within seconds and without an outage."""
-        again = self.refenced_after_s is not None and self.refenced_after_s < RIVAL_WINDOW_S
-        return again and not self.expired
+        """Fenced again, on a fresh producer, when no expiry can explain it.
+
+        Younger than the transaction timeout, the fresh producer cannot have been
+        expired, however long its restart took (backoff grows under load); older,
+        it takes a fencing within ``RIVAL_WINDOW_S`` and no outage.
+        """
+        again = self.refenced_after_s
+        if again is None:
+            return False
+        young = self.producer_age_s < self.timeout_s
+        return young or (again < RIVAL_WINDOW_S and not self.expired)
 
     def explain(self, kafka: KafkaConfig, runtime: Runtime) -> str:
         """One line for the WARNING of a fencing the worker recovers from."""
@@ -176,7 +184,8 @@ class Fencing:
         return (
             f"producer fenced with no outage seen ({opened}): another worker may use "
             f"transactional id {transactional_id(kafka, runtime)!r}; starting a fresh "
-            f"producer (fenced again within {RIVAL_WINDOW_S:.0f} s, the worker stops)"
+            "producer (fenced again before it is older than transaction_timeout_ms, or within "
+            f"{RIVAL_WINDOW_S:.0f} s, the worker stops)"
         )
 
 
