@@ -34,10 +34,11 @@ The three, with ``e = e^eps`` and ``V = n (A + (k - 1) B)`` (Wang et al.
   least at the real ``g = e + 1``, where it equals OUE's ``B``: with the
   integer ``g``, OLH's ``B`` is never below OUE's. Its ``A`` is smaller than
   OUE's (its ``p`` is larger than 1/2), so the summed variances of the two
-  cross: over eps in (0, 12] and every ``k``, OLH's is between 0.96 and
-  1.0406 times OUE's, the largest gap at eps ~ 0.405, where ``e`` = 1.5 and
-  ``g`` rounds from 2.5 down to 2 (``tests/unit/mechanisms/test_selection.py``
-  scans it).
+  cross: over eps in (0, 12], OLH's is between 0.95 and 1.0406 times OUE's
+  for every ``k >= 3``, the largest gap at eps ~ 0.405, where ``e`` = 1.5 and
+  ``g`` rounds from 2.5 down to 2 (at ``k = 2`` up to 1.052, where RR has a
+  quarter of either's variance). ``tests/unit/mechanisms/
+  test_unary_categorical.py`` scans it.
 
 RR wins iff roughly ``k < 3 e + 2`` (at ``f = 0``; the ``A`` terms and the
 integer ``g`` move the boundary slightly; the exact variances decide).
@@ -47,7 +48,8 @@ OLH's is within ``OLH_MARGIN`` (5%) of it, OLH is chosen. OUE costs a
 ``k``-bit output (a JSON array of the values whose bit is 1: about ``k / (e
 + 1) + 1/2`` values per record) and ``k`` noise words per record, OLH two
 numbers and three words; 5% of variance is worth less than that. By the
-bound above, OLH is therefore always chosen over OUE where both can run:
+bound above, OLH is therefore always chosen over OUE where both can run
+(the scan checks that no ``(k, eps)`` picks OUE then):
 OUE is chosen only where OLH cannot, that is for a domain with integer
 values (OLH hashes strings; ``privstream.kinds.auto``), where it wins over
 RR from about ``k > 3 e + 2``. Only RR runs when ``delta > 0`` (OLH and OUE
@@ -100,17 +102,18 @@ def frequency_variances(
         olh = OptimalLocalHashing(epsilon=epsilon)
         variances["local_hashing"] = vector_variance(olh, domain_size, n)
         if domain_size <= MAX_UNIVERSE:
-            variances["unary_encoding"] = vector_variance(
-                unary_oue(domain_size, epsilon), domain_size, n
-            )
+            variances["unary_encoding"] = vector_variance(unary_oue(epsilon), domain_size, n)
     return variances
 
 
-def unary_oue(domain_size: int, epsilon: float) -> UnaryEncoding:
-    """OUE over ``domain_size`` values, one per record: the categorical ``unary_encoding``."""
-    return UnaryEncoding(
-        universe=[str(j) for j in range(domain_size)], max_items=1, epsilon=epsilon
-    )
+def unary_oue(epsilon: float) -> UnaryEncoding:
+    """OUE with one item per record, as the categorical ``unary_encoding`` calibrates it.
+
+    Its ``(p, q)`` do not depend on the domain size ``k >= 2`` (two one-hot
+    vectors differ in one bit each way: ``a = b = 1``), so two values stand
+    for any ``k``.
+    """
+    return UnaryEncoding(universe=["0", "1"], max_items=1, epsilon=epsilon)
 
 
 def least_variance(variances: Mapping[str, float]) -> str:
