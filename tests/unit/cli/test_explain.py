@@ -238,13 +238,14 @@ def test_table_fits_100_columns_and_wide_keeps_one_line_per_field(
     assert notes_narrow == notes_wide
 
 
-OPTIMALITY_CONFIG = """\
-kafka: {input_topic: raw, output_topic: clean, dead_letter_topic: dlq}
-privacy: {epsilon: 5}
+WORDS = ", ".join(f"v{i}" for i in range(1000))
+OPTIMALITY_CONFIG = f"""\
+kafka: {{input_topic: raw, output_topic: clean, dead_letter_topic: dlq}}
+privacy: {{epsilon: 5}}
 fields:
-  - {name: rr, kind: categorical, domain: [%s], epsilon: 1, mechanism: randomized_response}
-  - {name: x, kind: real, bounds: [0, 100], epsilon: 1}
-""" % ", ".join(f"v{i}" for i in range(1000))
+  - {{name: rr, kind: categorical, domain: [{WORDS}], epsilon: 1, mechanism: randomized_response}}
+  - {{name: x, kind: real, bounds: [0, 100], epsilon: 1}}
+"""
 
 
 def test_explain_shows_the_per_record_and_the_aggregate_view_side_by_side(
