@@ -30,17 +30,18 @@ sample's own frequencies or mean, which is what the estimators target):
   and numpy Laplace with scale ``100 / eps`` (what privstream's default
   should match).
 
-Reported per cell: privstream's MSE over the best anchor (frequencies: the
-squared error summed over the frequency vector, averaged over repetitions),
-and the coverage of privstream's 95% intervals of the truth. Targets:
-frequency MSE <= 1.1x the best protocol in every cell; pooled coverage in
-[0.93, 0.97] (frequencies: every value of every repetition and cell, about
-24,000 intervals, standard deviation 0.0014; means: about 1,200, 0.006). The
+Reported per cell: privstream's MSE over the best anchor's measured MSE and
+over the best protocol's exact one (frequencies: the squared error summed
+over the frequency vector, averaged over repetitions), and the coverage of
+privstream's 95% intervals of the truth. Targets: frequency MSE <= 1.1x the
+best protocol's exact MSE in every cell; pooled coverage in [0.93, 0.97]
+(frequencies: every value of every repetition and cell, about 39,000
+intervals, standard deviation 0.0011; means: about 1,200, 0.006). The
 mean-MSE target (1.1x the best of Duchi, PM and HM) is printed, not enforced
 while reals default to Laplace (``auto`` for reals is another change).
 
-Repetitions (``Reps``): 40 at k = 48, 5 at k = 1000, 300 per mean cell;
-``--quick``: 10, 2 and 50. Exit status 1 if an enforced target is missed.
+Repetitions (``Reps``): 100 at k = 48, 5 at k = 1000, 300 per mean cell;
+``--quick``: 20, 2 and 50. Exit status 1 if an enforced target is missed.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ class Reps:
 
     The summed squared error of one repetition has a relative standard
     deviation of about ``sqrt(2 / k)`` (0.2 at k = 48, 0.045 at k = 1000):
-    k = 48 needs about 40 repetitions for a ratio within 5%.
+    100 repetitions at k = 48 and 5 at k = 1000 know privstream's MSE within
+    2% (one standard deviation).
     """
 
     small_domain: int
@@ -92,8 +94,8 @@ class Reps:
         return self.small_domain if k <= 48 else self.large_domain
 
 
-FULL = Reps(small_domain=40, large_domain=5, pure_ldp=2, mean=300)
-QUICK = Reps(small_domain=10, large_domain=2, pure_ldp=1, mean=50)
+FULL = Reps(small_domain=100, large_domain=5, pure_ldp=2, mean=300)
+QUICK = Reps(small_domain=20, large_domain=2, pure_ldp=1, mean=50)
 
 Ints = NDArray[np.int64]
 Floats = NDArray[np.float64]
@@ -358,14 +360,17 @@ def frequencies(work: Path, reps: Reps, targets: Targets) -> None:
         name, low = best(cell["measured"])
         ratio = cell["privstream"] / low
         exact = cell["privstream"] / min(cell["exact"].values())
-        checks = ", ".join(f"{cell['pure_ldp'].get(p, float('nan')):.2f}" for p in NUMPY)
+        checks = ", ".join(
+            f"{cell['pure_ldp'][p]:.2f}" if p in cell["pure_ldp"] else "-" for p in NUMPY
+        )
         hits, total = hits + cell["hits"], total + cell["total"]
         print(
             f"| {k:,} | {eps:g} | {cell['mechanism']} | {ratio:.2f}x | {name} | {exact:.2f}x | "
             f"{cell['hits'] / cell['total']:.3f} | {checks} |",
             flush=True,
         )
-        targets.at_most(f"frequency MSE k={k} eps={eps:g} / best", ratio, 1.1, "x")
+        # against the exact MSE of the best protocol: the anchors' own noise left out
+        targets.at_most(f"frequency MSE k={k} eps={eps:g} / exact best", exact, 1.1, "x")
     _coverage(targets, "frequencies", hits, total)
 
 
