@@ -158,6 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "a new release)",
                     file=sys.stderr,
                 )
+            from privstream.cli.explain import declared_warnings
+
+            for warning in declared_warnings(config, plan):
+                print(f"privstream: WARNING: {warning}", file=sys.stderr)
             summary = run_sanitize(
                 plan, args.input, args.output, args.dead_letter, KernelSeededAes()
             )
@@ -205,6 +209,10 @@ def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
     logging.getLogger("aiokafka").setLevel(max(logging.INFO, logging.getLevelName(args.log_level)))
     logging.getLogger("aiokafka.consumer.group_coordinator").addFilter(transient_coordinator)
     logging.getLogger("aiokafka").addFilter(OnceFilter())
+    from privstream.cli.explain import declared_warnings
+
+    for warning in declared_warnings(config, plan):
+        logging.getLogger("privstream").warning("%s", warning)
     try:
         runtime = load_runtime(
             config.kafka,

@@ -2,8 +2,9 @@
 
 Randomized response (categorical and boolean fields) keeps the count of each
 released domain value; optimal local hashing keeps the reports for the
-candidates' support counts; unary encoding keeps the count of each universe
-item. The estimators are those of the mechanism modules.
+candidates' support counts; unary encoding (sets, and categorical fields
+with ``mechanism: unary_encoding``) keeps the count of each universe item
+or domain value. The estimators are those of the mechanism modules.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ from privstream.mechanisms.local_hashing import (
     estimate_frequencies,
     olh_buckets,
 )
-from privstream.mechanisms.unary_encoding import (
-    UnaryEncoding,
-    estimate_item_frequencies_from_counts,
-)
+from privstream.mechanisms.unary_categorical import UnaryCategorical
+from privstream.mechanisms.unary_encoding import UnaryEncoding
+from privstream.mechanisms.unary_estimation import estimate_item_frequencies_from_counts
 
 _TWO_64 = 2**64
 
@@ -52,7 +52,8 @@ class DomainCounts(BaseAccumulator):
 
     def __init__(self, name: str, kind: str, mechanism: Any) -> None:
         super().__init__(name, kind, mechanism)
-        self.index = {(type(v), v): i for i, v in enumerate(mechanism.domain)}
+        self.mechanism_domain: tuple[Any, ...] = tuple(mechanism.domain)
+        self.index = {(type(v), v): i for i, v in enumerate(self.mechanism_domain)}
         self.counts = np.zeros(len(mechanism.domain), dtype=np.int64)
 
     def add(self, values: Sequence[Any]) -> None:
@@ -84,28 +85,93 @@ class CategoryCounts(DomainCounts):
     def report(self, options: Options, truth: Truth | None) -> dict[str, Any]:
         entry = self._header()
         entry["estimator"] = "randomized response inversion (c/n - p) / (1 - (m+1) p)"
-        n = self.records
-        true_share: NDArray[np.float64] | None = None
-        if isinstance(truth, CategoryTruth) and truth.counts.sum() > 0:
-            true_share = truth.counts / truth.counts.sum()
-        if n == 0:
+        true_share = _true_share(truth)
+        if self.records == 0:
             entry["frequencies"] = []
             return entry
         estimates, stderr = rr.estimate_frequencies(self.counts, self.rr.epsilon, self.rr.delta)
-        rows = []
-        for i, value in enumerate(self.rr.domain):
-            row: dict[str, Any] = {
-                "value": value,
-                "estimate": float(estimates[i]),
-                "stderr": float(stderr[i]),
-                "ci": interval(float(estimates[i]), float(stderr[i]), options.z),
-                "count": int(self.counts[i]),
-                "raw_share": float(self.counts[i] / n),
-            }
-            if true_share is not None:
-                row["true"] = float(true_share[i])
-            rows.append(row)
-        entry["frequencies"] = rows
+        entry["frequencies"] = _domain_rows(self, estimates, stderr, options, true_share)
+        if options.consistent:
+            _add_consistent(entry, estimates)
+        return entry
+
+
+def _domain_rows(
+    counted: DomainCounts,
+    estimates: NDArray[np.float64],
+    stderr: NDArray[np.float64],
+    options: Options,
+    true_share: NDArray[np.float64] | None,
+) -> list[dict[str, Any]]:
+    """One row per domain value, in the mechanism's domain order."""
+    rows = []
+    n = counted.records
+    for i, value in enumerate(counted.mechanism_domain):
+        row: dict[str, Any] = {
+            "value": value,
+            "estimate": float(estimates[i]),
+            "stderr": float(stderr[i]),
+            "ci": interval(float(estimates[i]), float(stderr[i]), options.z),
+            "count": int(counted.counts[i]),
+            "raw_share": float(counted.counts[i] / n),
+        }
+        if true_share is not None:
+            row["true"] = float(true_share[i])
+        rows.append(row)
+    return rows
+
+
+def _true_share(truth: Truth | None) -> NDArray[np.float64] | None:
+    if isinstance(truth, CategoryTruth) and truth.counts.sum() > 0:
+        share: NDArray[np.float64] = truth.counts / truth.counts.sum()
+        return share
+    return None
+
+
+class UnaryCategoryCounts(DomainCounts):
+    """Released arrays of a categorical OUE field, counted per domain value they hold.
+
+    A release is a JSON array of distinct domain values (any number of them,
+    none included); anything else is skipped. ``records`` counts arrays.
+    """
+
+    def __init__(self, name: str, kind: str, mechanism: UnaryCategorical) -> None:
+        super().__init__(name, kind, mechanism)
+        self.unary = mechanism
+
+    def add(self, values: Sequence[Any]) -> None:
+        for value in values:
+            positions = self._positions(value)
+            if positions is None:
+                self._skip(value)
+                continue
+            self.counts[positions] += 1
+            self.records += 1
+
+    def _positions(self, value: object) -> list[int] | None:
+        if not isinstance(value, list):
+            return None
+        positions = []
+        for item in value:
+            try:
+                position = self.index.get((type(item), item))
+            except TypeError:  # unhashable: an array or object
+                return None
+            if position is None:
+                return None
+            positions.append(position)
+        return positions if len(set(positions)) == len(positions) else None
+
+    def report(self, options: Options, truth: Truth | None) -> dict[str, Any]:
+        entry = self._header()
+        entry["estimator"] = "unary encoding (optimized) inversion (c/n - q) / (p - q)"
+        if self.records == 0:
+            entry["frequencies"] = []
+            return entry
+        estimates, stderr = estimate_item_frequencies_from_counts(
+            self.counts, self.records, self.unary.epsilon, max_items=1
+        )
+        entry["frequencies"] = _domain_rows(self, estimates, stderr, options, _true_share(truth))
         if options.consistent:
             _add_consistent(entry, estimates)
         return entry

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from privstream.config.fields import FIELD_KINDS, FIELD_MODELS, mechanisms_of
 from privstream.errors import RegistryError
-from privstream.kinds import finite, ordinal, real_ldp, scalar, structured
+from privstream.kinds import finite, ordinal, real_ldp, scalar, structured, unary
 from privstream.kinds.base import FieldKind, MemoSupport
 
 __all__ = [
@@ -77,7 +77,7 @@ def check_registry(registry: dict[tuple[str, str | None], FieldKind]) -> None:
 
 
 #: the modules whose ``REGISTRATIONS`` make up the registry
-_MODULES = (scalar, real_ldp, finite, ordinal, structured)
+_MODULES = (scalar, real_ldp, finite, ordinal, structured, unary)
 REGISTRY = _index(entry for module in _MODULES for entry in module.REGISTRATIONS)
 check_registry(REGISTRY)
 

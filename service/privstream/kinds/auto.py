@@ -1,11 +1,13 @@
 """Resolve ``mechanism: auto`` of a categorical field before its registration is looked up.
 
 The choice (``privstream.mechanisms.selection``) uses the domain size and the
-field's resolved (epsilon, delta) only. What only randomized response can
-do narrows the candidates to it:
+field's resolved (epsilon, delta) only. What a candidate cannot do narrows
+the candidates:
 
-* ``delta > 0`` (local hashing is pure epsilon-DP);
-* a domain with integer values (local hashing hashes strings).
+* ``delta > 0``: randomized response only (local hashing and unary
+  encoding are pure epsilon-DP);
+* a domain with integer values: no local hashing (it hashes strings);
+  unary encoding releases the values themselves, integers included.
 
 Without a domain, ``auto`` is local hashing, the only mechanism for an open
 domain. With a domain, local hashing enforces it exactly as randomized
@@ -47,8 +49,8 @@ def auto_choice(spec: CategoricalField, share: Guarantee) -> AutoChoice:
     if share.delta > 0.0:
         restricted = "delta > 0: randomized_response only"
     elif any(not isinstance(value, str) for value in spec.domain):
-        restricted = "integer domain values: randomized_response only"
-        variances = {"randomized_response": variances["randomized_response"]}
+        restricted = "integer domain values: no local_hashing"
+        variances.pop("local_hashing")
     return AutoChoice(
         mechanism=least_variance(variances), variances=variances, restricted=restricted
     )

@@ -237,3 +237,61 @@ def test_table_fits_100_columns_and_wide_keeps_one_line_per_field(
     notes_wide = " ".join(wide[wide.index("") + 1 :]).split()
     notes_narrow = " ".join(narrow[narrow.index("") + 1 :]).split()
     assert notes_narrow == notes_wide
+
+
+WORDS = ", ".join(f"v{i}" for i in range(1000))
+OPTIMALITY_CONFIG = f"""\
+kafka: {{input_topic: raw, output_topic: clean, dead_letter_topic: dlq}}
+privacy: {{epsilon: 5}}
+fields:
+  - {{name: rr, kind: categorical, domain: [{WORDS}], epsilon: 1, mechanism: randomized_response}}
+  - {{name: x, kind: real, bounds: [0, 100], epsilon: 1}}
+"""
+
+
+def test_explain_shows_the_per_record_and_the_aggregate_view_side_by_side(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's example: RR at k = 1,000 is optimal per record and far off in aggregate."""
+    path = tmp_path / "c.yaml"
+    path.write_text(OPTIMALITY_CONFIG, encoding="utf-8")
+    rr, x = explain_json(path, capsys)["fields"]
+    assert rr["optimality"]["error_to_gamma"] == pytest.approx(1.0, rel=1e-9)
+    # RR / OLH summed variances, from the formulas: A + (k - 1) B at n = 1000 for each
+    k, e = 1000, math.e
+    p = 1 / (k - 1 + e)
+    rr_var = (e * p * (1 - e * p) + (k - 1) * p * (1 - p)) / (1000 * (e * p - p) ** 2)
+    g = 4
+    keep = e / (e + g - 1)
+    olh_var = (keep * (1 - keep) + (k - 1) / g * (1 - 1 / g)) / (1000 * (keep - 1 / g) ** 2)
+    assert rr["optimality"]["variance_to_auto"] == pytest.approx(rr_var / olh_var, rel=1e-9)
+    assert rr["optimality"]["auto_choice"] == "local_hashing"
+    # a real field has the per-record view only (until auto covers reals)
+    assert x["optimality"]["error_to_gamma"] == pytest.approx(
+        x["expected_error"] / x["gamma_lower_bound"]
+    )
+    assert x["optimality"]["variance_to_auto"] is None
+    assert main(["explain", "--config", str(path), "--wide"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    shown = "optimality: rr: E[error]/gamma LB 1; frequency-vector variance at n=1000 vs auto"
+    assert any(line.startswith(f"{shown} (local_hashing) ") for line in lines)
+    assert any(line.startswith("optimality: x: E[error]/gamma LB ") for line in lines)
+    assert any(line.startswith("optimality: E[error]/gamma LB is the per-record") for line in lines)
+    assert sum("WARNING: rr: randomized_response has" in line for line in lines) == 1
+
+
+def test_sanitize_warns_once_per_losing_field_at_start_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(OPTIMALITY_CONFIG, encoding="utf-8")
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"rr": "v1", "x": 3}\n', encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    args = ["sanitize", "--config", str(path), "--input", str(data), "--output", str(out)]
+    assert main(args) == 0
+    err = capsys.readouterr().err.splitlines()
+    warnings = [line for line in err if line.startswith("privstream: WARNING: ")]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "privstream: WARNING: rr: randomized_response has "
+    )

@@ -1,0 +1,162 @@
+r"""Calibration of unary encoding: the per-bit ``(p, q)`` making a whole set eps-DP.
+
+The mechanism (``privstream.mechanisms.unary_encoding``) encodes a set ``S``
+of at most ``k = max_items`` items of a universe ``U`` (``|U| = d``) as a
+bit vector and flips every bit independently with
+``P(out_j = 1 | b_j = 1) = p``, ``P(out_j = 1 | b_j = 0) = q``. This module
+derives ``(p, q)`` and the 64-bit integer thresholds that realise them.
+
+Derivation of epsilon. Neighbouring records are two arbitrary sets
+``A, B`` with ``|A|, |B| <= k``. For an output ``y`` the likelihood ratio
+factorises over the bits; bits outside ``A xor B`` cancel. Each bit of
+``A \ B`` contributes ``p/q`` (if ``y_j = 1``) or ``(1-p)/(1-q)`` (if
+``y_j = 0``), at most ``e^alpha`` with ``alpha = ln(p/q)``; each bit of
+``B \ A`` at most ``e^beta`` with ``beta = ln((1-q)/(1-p))`` (both > 0 for
+``p > q``). So, attained by the output ``y = 1`` on ``A \ B`` and ``0`` on
+``B \ A``::
+
+    max_y P(y | A) / P(y | B) = exp(|A \ B| alpha + |B \ A| beta)
+
+The sizes satisfy ``|A \ B|, |B \ A| <= min(k, d)`` and their sum is at most
+``d``. With ``alpha >= beta`` the worst pair is disjoint with
+``|A \ B| = a = min(k, d)`` and ``|B \ A| = b = min(k, d - a)``; for
+``d >= 2k``, ``a = b = k``. Smaller sets differ in fewer bits, so they
+satisfy the same bound: the calibration ``a alpha + b beta = eps`` covers
+every pair of admissible sets, and it is tight. Pure eps-DP for singletons
+of outputs gives it for every output set by summation.
+
+* OUE: ``alpha = ln((e^e1 + 1)/2)``, ``beta = ln(2 e^e1 / (e^e1 + 1))``, so
+  ``alpha + beta = e1`` and ``alpha >= beta`` (AM-GM). For ``d >= 2k`` the
+  set costs ``k e1``: ``e1 = eps / k`` (changing one item into another costs
+  ``e1``, Wang et al.'s per-item epsilon). For ``k < d < 2k`` (or
+  ``d <= k``, then ``b = 0``), ``a alpha(e1) + b beta(e1)`` is increasing in
+  ``e1`` and lies between ``(a + b) e1 / 2`` and ``a e1``; we solve it by
+  bisection, keeping the end whose cost is ``<= eps``. ``p = 1/2`` is the
+  variance-optimal choice only for ``d >= 2k``; we keep it throughout.
+* symmetric: ``alpha = beta = c``, so the set costs ``(a + b) c`` with
+  ``a + b = min(2k, d)`` differing bits: ``c = eps / min(2k, d)``. In RAPPOR's
+  notation ``p = e^(e'/2)/(e^(e'/2) + 1)`` with ``e' = 2c = 2 eps / min(2k, d)``
+  per item changed (``e' = eps / k`` when ``d >= 2k``).
+
+
+The integer thresholds ``T1 = floor(p 2**64)``, ``T0 = ceil(q 2**64)`` (and
+symmetric's ``T0`` from 60-digit ``decimal``) are derived in
+``privstream.mechanisms.unary_encoding`` ("Sampling").
+
+References
+----------
+* T. Wang, J. Blocki, N. Li, S. Jha, *Locally differentially private
+  protocols for frequency estimation*, USENIX Security 2017, Sec. 4 (OUE).
+* U. Erlingsson, V. Pihur, A. Korolova, *RAPPOR: randomized aggregatable
+  privacy-preserving ordinal response*, CCS 2014 (basic one-time RR).
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import ROUND_CEILING, Context, Decimal
+from typing import Literal
+
+import numpy as np
+
+from privstream.errors import MechanismError
+from privstream.mechanisms.base import exp_neg
+from privstream.mechanisms.validation import check_epsilon
+
+Variant = Literal["optimized", "symmetric"]
+VARIANTS: tuple[Variant, ...] = ("optimized", "symmetric")
+
+_TWO_64 = 2**64
+_BISECTION_STEPS = 200
+
+
+def worst_case_differences(universe_size: int, max_items: int) -> tuple[int, int]:
+    """``(a, b)``: the largest ``|A \\ B|`` and then ``|B \\ A|`` of admissible sets."""
+    a = min(max_items, universe_size)
+    return a, min(max_items, universe_size - a)
+
+
+def _oue_alpha(e1: float) -> float:
+    """``ln((e^e1 + 1) / 2)``, the cost of a bit that is 1 under A and 0 under B."""
+    return float(np.logaddexp(e1, 0.0)) - math.log(2.0)
+
+
+def _oue_set_cost(e1: float, a: int, b: int) -> float:
+    alpha = _oue_alpha(e1)
+    return a * alpha + b * (e1 - alpha)
+
+
+def _oue_bit_epsilon(epsilon: float, a: int, b: int) -> float:
+    """Solve ``a alpha(e1) + b beta(e1) = eps`` for ``e1`` (never overshooting)."""
+    if a == b:
+        return epsilon / a
+    lo, hi = epsilon / a, 2.0 * epsilon / (a + b)  # cost(lo) <= eps <= cost(hi)
+    for _ in range(_BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        if _oue_set_cost(mid, a, b) <= epsilon:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def unary_calibration(
+    universe_size: int, max_items: int, epsilon: float, variant: Variant
+) -> tuple[float, float, float]:
+    """``(p, q, item_epsilon)`` making sets of ``<= max_items`` items eps-DP.
+
+    ``p = P(1 -> 1)``, ``q = P(0 -> 1)``; ``item_epsilon = alpha + beta`` is
+    the cost of swapping one item for another (``e1`` for OUE, ``2c`` for
+    symmetric).
+    """
+    eps = check_epsilon(epsilon)
+    a, b = worst_case_differences(universe_size, max_items)
+    if variant == "optimized":
+        e1 = _oue_bit_epsilon(eps, a, b)
+        e = exp_neg(e1)
+        return 0.5, e / (1.0 + e), e1
+    if variant == "symmetric":
+        c = eps / (a + b)
+        e = exp_neg(c)
+        return 1.0 / (1.0 + e), e / (1.0 + e), 2.0 * c
+    raise MechanismError(f"variant {variant!r} is not one of {', '.join(VARIANTS)}")
+
+
+def unary_probabilities(
+    universe_size: int, max_items: int, epsilon: float, variant: Variant
+) -> tuple[float, float]:
+    """``(p, q)`` = P(1 -> 1), P(0 -> 1) making sets of ``<= max_items`` items eps-DP."""
+    p, q, _ = unary_calibration(universe_size, max_items, epsilon, variant)
+    return p, q
+
+
+def set_epsilon(p: float, q: float, universe_size: int, max_items: int) -> float:
+    """The eps a bit-flip pair ``(p, q)`` gives sets of ``<= max_items`` items (exact max ratio)."""
+    alpha = math.log(p) - math.log(q)
+    beta = math.log1p(-q) - math.log1p(-p)
+    return set_cost(alpha, beta, universe_size, max_items)
+
+
+def set_cost(alpha: float, beta: float, universe_size: int, max_items: int) -> float:
+    a, b = worst_case_differences(universe_size, max_items)
+    return a * max(alpha, beta) + b * min(alpha, beta)
+
+
+def floor_to_words(probability: float) -> int:
+    num, den = probability.as_integer_ratio()
+    return min((num * _TWO_64) // den, _TWO_64 - 1)
+
+
+def ceil_to_words(probability: float) -> int:
+    num, den = probability.as_integer_ratio()
+    return min(max(-((-num * _TWO_64) // den), 1), _TWO_64 - 1)
+
+
+def symmetric_false_threshold(c: float) -> int:
+    """``T0 = ceil(2^64 / (1 + e^c))`` from 60-digit ``decimal``, never below the exact value."""
+    context = Context(prec=60)
+    q = context.divide(Decimal(1), Decimal(1) + context.exp(Decimal(min(c, 300.0))))
+    scaled = context.multiply(q, Decimal(_TWO_64) * (1 + Decimal(10) ** -50))
+    return max(1, int(scaled.to_integral_value(ROUND_CEILING)))
