@@ -132,6 +132,7 @@ def _optimality(entry: dict[str, Any]) -> dict[str, Any]:
         "variance_to_auto": own / chosen if own is not None and chosen else None,
         "auto_choice": auto.get("chosen"),
         "variance_n": auto.get("variances_n"),
+        "variance_kind": auto.get("criterion", "frequency-vector variance"),
     }
 
 
@@ -144,7 +145,7 @@ def _optimality_lines(fields: list[dict[str, Any]]) -> list[str]:
         text = f"optimality: {f['name']}: E[error]/gamma LB {_num(o['error_to_gamma'])}"
         if o["variance_to_auto"] is not None:
             text += (
-                f"; frequency-vector variance at n={o['variance_n']} vs auto "
+                f"; {o['variance_kind']} at n={o['variance_n']} vs auto "
                 f"({o['auto_choice']}) {_num(o['variance_to_auto'])}"
             )
         lines.append(text)

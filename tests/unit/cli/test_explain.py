@@ -266,11 +266,12 @@ def test_explain_shows_the_per_record_and_the_aggregate_view_side_by_side(
     olh_var = (keep * (1 - keep) + (k - 1) / g * (1 - 1 / g)) / (1000 * (keep - 1 / g) ** 2)
     assert rr["optimality"]["variance_to_auto"] == pytest.approx(rr_var / olh_var, rel=1e-9)
     assert rr["optimality"]["auto_choice"] == "local_hashing"
-    # a real field has the per-record view only (until auto covers reals)
+    # a real field without a mechanism is auto's own choice: 1 in the aggregate view
     assert x["optimality"]["error_to_gamma"] == pytest.approx(
         x["expected_error"] / x["gamma_lower_bound"]
     )
-    assert x["optimality"]["variance_to_auto"] is None
+    assert x["optimality"]["variance_to_auto"] == 1.0
+    assert x["optimality"]["variance_kind"] == "worst-case variance of the mean"
     assert main(["explain", "--config", str(path), "--wide"]) == 0
     lines = capsys.readouterr().out.splitlines()
     shown = "optimality: rr: E[error]/gamma LB 1; frequency-vector variance at n=1000 vs auto"
