@@ -315,6 +315,27 @@ MEAN_ANCHORS = {"Duchi": duchi, "PM": piecewise, "HM": hybrid, "Laplace (numpy)"
 BEST_OF = ("Duchi", "PM", "HM")
 
 
+def report_variance(name: str, t: Floats, eps: float) -> Floats:
+    """``Var[y | t]`` of one report, exact (Duchi 2018; Wang et al. 2019, Lemmas 1 and 4)."""
+    e, a = np.exp(eps), np.exp(eps / 2)
+    duchi_var = ((e + 1) / (e - 1)) ** 2 - t**2
+    pm_var = t**2 / (a - 1) + (a + 3) / (3 * (a - 1) ** 2)
+    if name == "Duchi":
+        return duchi_var
+    if name == "PM":
+        return pm_var
+    alpha = 1 - 1 / a if eps > 0.61 else 0.0
+    return alpha * pm_var + (1 - alpha) * duchi_var
+
+
+def exact_mean_mse(name: str, data: Floats, eps: float) -> float:
+    """The anchor's expected squared error of the mean on this very data (no draw noise)."""
+    half = UPPER / 2
+    t = data / half - 1
+    per_rep = report_variance(name, t, eps).mean(axis=1) / data.shape[1]
+    return float(half**2 * per_rep.mean())
+
+
 def mean_cell(work: Path, eps: float, reps: int, seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     data = UPPER * rng.beta(2.0, 5.0, size=(reps, MEAN_N))
@@ -336,6 +357,7 @@ def mean_cell(work: Path, eps: float, reps: int, seed: int) -> dict[str, Any]:
         "mechanism": report[0]["mechanism"],
         "privstream": float(np.mean((est - truth) ** 2)),
         "anchors": mse,
+        "exact": {name: exact_mean_mse(name, data, eps) for name in BEST_OF},
         "hits": hits,
         "total": reps,
     }
@@ -378,24 +400,27 @@ def frequencies(work: Path, reps: Reps, targets: Targets) -> None:
 
 def means(work: Path, reps: Reps, targets: Targets) -> None:
     print(f"\n## means: [0, {UPPER:g}], Beta(2, 5), n = {MEAN_N:,}, {reps.mean} repetitions")
-    print("| eps | mechanism | privstream / best of Duchi, PM, HM | best | / numpy Laplace "
-          "| coverage |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
+    print("| eps | mechanism | privstream / best of Duchi, PM, HM | best | / exact best "
+          "| / numpy Laplace | coverage |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     hits = total = 0
     for i, eps in enumerate(EPSILONS):
         cell = mean_cell(work, eps, reps.mean, seed=2000 + i)
         name, low = best(cell["anchors"], BEST_OF)
         ratio = cell["privstream"] / low
+        exact = cell["privstream"] / min(cell["exact"].values())
         own = cell["privstream"] / cell["anchors"]["Laplace (numpy)"]
         hits, total = hits + cell["hits"], total + cell["total"]
         print(
-            f"| {eps:g} | {cell['mechanism']} | {ratio:.2f}x | {name} | {own:.2f}x | "
-            f"{cell['hits'] / cell['total']:.3f} |",
+            f"| {eps:g} | {cell['mechanism']} | {ratio:.2f}x | {name} | {exact:.2f}x | "
+            f"{own:.2f}x | {cell['hits'] / cell['total']:.3f} |",
             flush=True,
         )
+        # against the exact MSE of the best anchor on the same data: the least of noisy
+        # anchor measurements is biased low (the frequency table does the same)
         enforced = cell["mechanism"] != "laplace"  # auto picks laplace only where delta pays
         targets.rows.append(
-            (f"mean MSE eps={eps:g} / best: {ratio:.2f}x (<= 1.1)", ratio <= 1.1, enforced)
+            (f"mean MSE eps={eps:g} / exact best: {exact:.2f}x (<= 1.1)", exact <= 1.1, enforced)
         )
     _coverage(targets, "means", hits, total)
 
