@@ -10,6 +10,7 @@ are signed 64-bit big-endian (``>q``)::
     01 'W' start_ms:q window_ms:q subject        eps_units:q delta_units:q
     01 'L' subject                               eps_units:q
     01 'C'                                       clock_ms:q
+    01 'E'                                       closed_ms:q
     01 'N'                                       canonical JSON {"released": n, <reason>: n}
 
 * ``W``: what a subject spent in the UTC window ``[start_ms, start_ms +
@@ -21,6 +22,11 @@ are signed 64-bit big-endian (``>q``)::
   charged the partition at. A replica charges at ``max(now, clock)``, so a
   window one replica expired (and tombstoned) stays expired on a replica
   whose clock is slower.
+* ``E``: where the closed past ends: every window that starts before
+  ``closed_ms`` is closed, whatever ``window`` and ``grace`` say now. It
+  only moves forward, so a longer window or a longer grace set later never
+  reopens a window whose spending was tombstoned (records of a window that
+  starts before it are ``late_record``).
 * ``N``: cumulative record counts (``released`` and each suppression reason).
 
 ``subject`` is the subject's canonical bytes (``privstream.pipeline.subjects``).
@@ -40,6 +46,8 @@ _V = bytes([VERSION])
 WINDOW = _V + b"W"
 LIFETIME = _V + b"L"
 CLOCK_KEY = _V + b"C"
+CLOSED_KEY = _V + b"E"
+_KINDS = (b"W", b"L", b"C", b"E", b"N")
 COUNTS_KEY = _V + b"N"
 _WINDOW_HEAD = struct.Struct(">qq")
 #: bytes before the subject in a window key
@@ -85,7 +93,7 @@ def decode_counts(value: bytes) -> dict[str, int]:
 
 
 def kind_of(key: bytes) -> bytes:
-    """The type byte (``W``, ``L``, ``C`` or ``N``); LedgerError for another version or type."""
+    """The type byte (``W``, ``L``, ``C``, ``E`` or ``N``); LedgerError otherwise."""
     if len(key) < 2 or key[0] != VERSION:
         found = key[0] if key else None
         raise LedgerError(
@@ -94,6 +102,8 @@ def kind_of(key: bytes) -> bytes:
             "privacy.ledger.changelog_topic a new topic (which restarts every subject's budget)"
         )
     kind = key[1:2]
-    if kind not in (b"W", b"L", b"C", b"N") or (kind == b"W" and len(key) < WINDOW_PREFIX_LEN):
+    if kind not in (b"W", b"L", b"C", b"E", b"N") or (
+        kind == b"W" and len(key) < WINDOW_PREFIX_LEN
+    ):
         raise LedgerError(f"ledger changelog: unknown record type {kind!r} in version {VERSION}")
     return kind

@@ -114,8 +114,8 @@ class SubjectLedger:
         if clock != state.clock:
             state.clock = clock
             updates.append((codec.CLOCK_KEY, codec.encode_int(clock)))
-        updates.extend(state.expire(self.policy.window_ms + self.policy.grace_ms, clock))
-        codes, starts = self._screen(subjects, keys, ts, clock)
+        updates.extend(state.close(self._closed(clock)))
+        codes, starts = self._screen(subjects, keys, ts, clock, cast(int, state.closed))
         ok = np.flatnonzero(codes == 0)
         if n and len(ok) == n:
             codes = self._spend(state, cast(list[bytes], list(subjects)), starts, updates)
@@ -128,19 +128,31 @@ class SubjectLedger:
         reasons = list(map(_REASON_OF.__getitem__, codes.tolist()))
         return Charge(admitted=codes == 0, reasons=reasons, updates=updates)
 
+    def _closed(self, clock: int) -> int:
+        """Where the closed past ends at ``clock`` under this policy.
+
+        Window ``s`` is closed once ``s + window + grace < clock``; the largest
+        such end ``s + window`` (a multiple of the window) is the largest multiple
+        below ``clock - grace``. The partition keeps the largest value it ever
+        had (``PartitionState.close``), so a later config cannot reopen a window.
+        """
+        edge = clock - self.policy.grace_ms - 1
+        return edge - edge % self.policy.window_ms
+
     def _screen(
         self,
         subjects: Sequence[bytes | None],
         keys: Sequence[bytes | None],
         ts: g.Int64s,
         clock: int,
+        closed: int,
     ) -> tuple[Codes, g.Int64s]:
         """Reason codes of what cannot be charged (0 elsewhere), and each record's window start."""
         policy = self.policy
         starts = ts - ts % policy.window_ms  # floor, also before 1970
         codes = np.zeros(len(subjects), dtype=np.intp)
         # the last assignment wins: the most basic reason is reported
-        codes[starts + (policy.window_ms + policy.grace_ms) < clock] = _CODE["late_record"]
+        codes[starts < closed] = _CODE["late_record"]
         codes[ts > clock + policy.max_future_ms] = _CODE["future_record"]
         if list(keys) != list(subjects):  # one C comparison in the usual batch
             mismatch = np.fromiter(map(operator.ne, keys, subjects), bool, len(subjects))

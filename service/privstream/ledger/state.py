@@ -15,7 +15,7 @@ from privstream.errors import LedgerError
 from privstream.ledger import codec
 
 #: the value length of each record type (``codec``)
-_VALUE_BYTES = {b"W": 16, b"L": 8, b"C": 8}
+_VALUE_BYTES = {b"W": 16, b"L": 8, b"C": 8, b"E": 8}
 
 
 @dataclass
@@ -26,6 +26,8 @@ class PartitionState:
     #: subject -> eps_units:q over the lifetime
     lifetime: dict[bytes, bytes] = field(default_factory=dict)
     clock: int | None = None
+    #: windows starting before this are closed for good (``codec``, record ``E``)
+    closed: int | None = None
     counts: dict[str, int] = field(default_factory=dict)
 
     def prefix(self, start: int) -> bytes:
@@ -41,17 +43,23 @@ class PartitionState:
         )
         if self.clock is not None:
             snap[codec.CLOCK_KEY] = codec.encode_int(self.clock)
+        if self.closed is not None:
+            snap[codec.CLOSED_KEY] = codec.encode_int(self.closed)
         if self.counts:
             snap[codec.COUNTS_KEY] = codec.encode_counts(self.counts)
         return snap
 
-    def expire(self, span_ms: int, clock: int) -> list[tuple[bytes, bytes | None]]:
-        """Drop every window with ``start + span < clock``; their tombstones."""
-        tombstones: list[tuple[bytes, bytes | None]] = []
-        for start in [s for s in self.windows if s + span_ms < clock]:
+    def close(self, closed: int) -> list[tuple[bytes, bytes | None]]:
+        """Move the closed past forward to ``closed``: the record, and the tombstones of every
+        window that starts before it."""
+        if self.closed is not None and closed <= self.closed:
+            return []
+        self.closed = closed
+        updates: list[tuple[bytes, bytes | None]] = [(codec.CLOSED_KEY, codec.encode_int(closed))]
+        for start in [s for s in self.windows if s < closed]:
             prefix = self.prefix(start)
-            tombstones.extend((prefix + subject, None) for subject in self.windows.pop(start))
-        return tombstones
+            updates.extend((prefix + subject, None) for subject in self.windows.pop(start))
+        return updates
 
 
 def restored(
@@ -95,6 +103,8 @@ def _apply(
         _set(state.lifetime, key[len(codec.LIFETIME) :], value)
     elif kind == b"C":
         state.clock = None if value is None else codec.decode_int(value)
+    elif kind == b"E":
+        state.closed = None if value is None else codec.decode_int(value)
     else:
         state.counts = {} if value is None else codec.decode_counts(value)
 

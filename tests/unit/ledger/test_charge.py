@@ -193,6 +193,50 @@ def test_a_slower_clock_on_another_replica_cannot_reopen_an_expired_window() -> 
     assert charge.reasons == ["late_record"]
 
 
+def _released_in_window(policy_after: LedgerPolicy, ts_after: int, now_after: int) -> int:
+    """Records of one subject released with timestamps in window [0, 1000): a first config
+    spends the cap there and closes the window; a second config takes over the changelog."""
+    first = SubjectLedger(policy=POLICY)
+    ones = [b"s"] * 3
+    charge = first.charge(0, subjects=ones, keys=ones, timestamps_ms=[500] * 3, now_ms=500)
+    released = sum(charge.admitted.tolist())
+    log = [*charge.updates]
+    log += first.charge(0, subjects=[], keys=[], timestamps_ms=[], now_ms=1_300).updates
+    second = SubjectLedger(policy=policy_after)
+    second.restore(0, log)
+    again = second.charge(
+        0, subjects=ones, keys=ones, timestamps_ms=[ts_after] * 3, now_ms=now_after
+    )
+    return released + sum(again.admitted.tolist())
+
+
+@pytest.mark.parametrize(
+    ("change", "policy_after", "ts_after"),
+    [
+        ("a longer grace", replace(POLICY, grace_ms=5_000), 600),
+        ("a longer window", replace(POLICY, window_ms=4_000), 1_400),
+    ],
+)
+def test_a_config_change_never_reopens_a_closed_window(
+    change: str, policy_after: LedgerPolicy, ts_after: int
+) -> None:
+    # the cap is 2 records per window (delta binds); under the first config window [0, 1000)
+    # released 2 and closed at 1300 (end 1000 + grace 200 < clock). Without the closed-through
+    # record, a longer grace reopens it, and a 4 s window [0, 4000) starts from zero.
+    assert _released_in_window(policy_after, ts_after, now_after=1_400) == 2, change
+
+
+def test_the_closed_past_survives_a_restore_and_only_moves_forward() -> None:
+    ledger = SubjectLedger(policy=POLICY)
+    ledger.charge(0, subjects=[], keys=[], timestamps_ms=[], now_ms=5_250)
+    closed = ledger.snapshot(0)[b"\x01E"]
+    assert struct.unpack(">q", closed) == (5_000,)  # the end of [4000, 5000): 5000 + 200 < 5250
+    wider = SubjectLedger(policy=replace(POLICY, grace_ms=3_000))
+    wider.restore(0, ledger.snapshot(0).items())
+    wider.charge(0, subjects=[], keys=[], timestamps_ms=[], now_ms=5_300)
+    assert wider.snapshot(0)[b"\x01E"] == closed  # 5300 - 3000 closes less: kept
+
+
 def test_restore_of_a_snapshot_equals_the_ledger_and_forget_drops_it() -> None:
     ledger = SubjectLedger(policy=POLICY)
     ledger.charge(
