@@ -146,8 +146,8 @@ EPSILON_UNITS = 10**9
 DELTA_UNITS = 10**18
 
 
-def cost_units(value: float, per: int) -> int:
-    """``ceil(value * per)``, computed exactly on the double's rational value."""
+def cost_units(value: float | Fraction, per: int) -> int:
+    """``ceil(value * per)``, computed exactly on the value's rational value."""
     return -((-Fraction(value) * per).__floor__())
 
 
@@ -156,17 +156,22 @@ def cap_units(value: float, per: int) -> int:
     return (Fraction(value) * per).__floor__()
 
 
-def record_cost(config: AppConfig) -> tuple[float, float]:
+def record_cost(config: AppConfig) -> tuple[Fraction, Fraction]:
     """What one released record costs its subject: the record's (epsilon, delta).
 
     The fields' event-level sum (basic composition), plus the clamped counts'
-    epsilon when they are on: a released record enters them too.
+    epsilon when they are on: a released record enters them too. Summed
+    exactly over the fields' shares (each a double the mechanism is calibrated
+    to), not as a rounded double: ``0.1 + 0.9`` is a little above 1.
     """
     from privstream.config.budget import resolve_budget
 
-    event = resolve_budget(config).event
+    shares = resolve_budget(config).fields.values()
     clamped = config.metrics.clamped_counts
-    return event.epsilon + (0.0 if clamped is None else clamped.epsilon), event.delta
+    eps = sum((Fraction(g.epsilon) for g in shares), Fraction(0))
+    if clamped is not None:
+        eps += Fraction(clamped.epsilon)
+    return eps, sum((Fraction(g.delta) for g in shares), Fraction(0))
 
 
 def ledger_problems(config: AppConfig) -> list[str]:
@@ -182,7 +187,8 @@ def ledger_problems(config: AppConfig) -> list[str]:
     if ledger.lifetime_epsilon is not None:
         caps.append(("lifetime_epsilon", eps, ledger.lifetime_epsilon, EPSILON_UNITS))
     return [
-        f"privacy.ledger.{name}: one record costs {name.removeprefix('lifetime_')} {cost:g} "
+        f"privacy.ledger.{name}: one record costs {name.removeprefix('lifetime_')} "
+        f"{float(cost):g} "
         f"> cap {cap:g}, so no record could ever be released; raise privacy.ledger.{name} "
         "or lower the record's budget (privacy.epsilon, the fields' shares)"
         for name, cost, cap, per in caps

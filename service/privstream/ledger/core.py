@@ -44,6 +44,8 @@ from privstream.ledger.state import PartitionState, restored
 #: reason codes: 0 admitted, i + 1 for REASONS[i]
 _CODE = {reason: i + 1 for i, reason in enumerate(REASONS)}
 _REASON_OF: list[str | None] = [None, *REASONS]
+#: codes at or above this (a key that is not the subject, no subject) are reported first
+_MISMATCH_FLOOR = _CODE["subject_key_mismatch"]
 Codes = npt.NDArray[np.intp]
 
 
@@ -97,8 +99,14 @@ class SubjectLedger:
         keys: Sequence[bytes | None],
         timestamps_ms: npt.ArrayLike,
         now_ms: int,
+        misplaced: npt.ArrayLike | None = None,
     ) -> Charge:
-        """Admit or suppress each record of a batch (offset order) and charge the admitted."""
+        """Admit or suppress each record of a batch (offset order) and charge the admitted.
+
+        ``misplaced`` marks records on another partition than the one their key is
+        partitioned to: their subject's ledger may live elsewhere, so charging them here
+        would give the subject one budget per partition.
+        """
         ts = np.asarray(timestamps_ms, dtype=np.int64).reshape(-1)
         n = len(subjects)
         if len(keys) != n or len(ts) != n:
@@ -116,6 +124,9 @@ class SubjectLedger:
             updates.append((codec.CLOCK_KEY, codec.encode_int(clock)))
         updates.extend(state.close(self._closed(clock)))
         codes, starts = self._screen(subjects, keys, ts, clock, cast(int, state.closed))
+        if misplaced is not None:
+            wrong = np.asarray(misplaced, dtype=bool).reshape(-1) & (codes < _MISMATCH_FLOOR)
+            codes[wrong] = _CODE["subject_partition_mismatch"]
         ok = np.flatnonzero(codes == 0)
         if n and len(ok) == n:
             codes = self._spend(state, cast(list[bytes], list(subjects)), starts, updates)

@@ -33,6 +33,7 @@ REASONS = (
     "lifetime_exhausted",
     "late_record",
     "future_record",
+    "subject_partition_mismatch",
     "subject_key_mismatch",
     "no_subject",
 )
@@ -78,11 +79,7 @@ class LedgerPolicy:
         ledger = config.privacy.ledger
         if ledger is None:
             raise MisuseError("LedgerPolicy.from_config: the config has no privacy.ledger")
-        eps, delta = record_cost(config)
-        if plan is not None:
-            clamped = config.metrics.clamped_counts
-            eps = plan.epsilon + (0.0 if clamped is None else clamped.epsilon)
-            delta = plan.delta
+        eps, delta = record_cost(config)  # the plan's budget is resolved from the same config
         life = ledger.lifetime_epsilon
         return cls(
             window_ms=ledger.window,
@@ -97,8 +94,8 @@ class LedgerPolicy:
             epsilon=ledger.epsilon,
             delta=ledger.delta,
             lifetime_epsilon=life,
-            record_epsilon=eps,
-            record_delta=delta,
+            record_epsilon=float(eps),
+            record_delta=float(delta),
         )
 
     @property
@@ -118,13 +115,19 @@ class LedgerPolicy:
     def guarantee_header(self) -> bytes:
         """``eps=4;delta=1e-06;window=1d[;lifetime_eps=200]``: the per-subject guarantee."""
         parts = [
-            f"eps={self.epsilon:g}",
-            f"delta={self.delta:g}",
+            f"eps={_exact(self.epsilon)}",
+            f"delta={_exact(self.delta)}",
             f"window={format_duration(self.window_ms)}",
         ]
         if self.lifetime_epsilon is not None:
-            parts.append(f"lifetime_eps={self.lifetime_epsilon:g}")
+            parts.append(f"lifetime_eps={_exact(self.lifetime_epsilon)}")
         return ";".join(parts).encode()
+
+
+def _exact(value: float) -> str:
+    """The shortest text that reads back as the same double (``:g`` would round 1.2345649
+    to 1.23456, claiming less than is enforced)."""
+    return repr(value).removesuffix(".0")
 
 
 #: "no limit" for a cap whose record cost is zero (a bound on any batch's length)

@@ -35,9 +35,10 @@ def changelog_topic(config: AppConfig) -> str:
     return named or f"{config.kafka.input_topic}{CHANGELOG_SUFFIX}"
 
 
-async def ensure_changelog(kafka: KafkaConfig, runtime: Runtime, topic: str) -> None:
+async def ensure_changelog(kafka: KafkaConfig, runtime: Runtime, topic: str) -> int | None:
     """Create ``topic`` like the input (partitions, replication) if missing; refuse one
-    of another partition count or cleanup policy."""
+    of another partition count or cleanup policy. Returns the input's partition count
+    (None while the input topic does not exist)."""
 
     admin = AIOKafkaAdminClient(
         **common_options(kafka, runtime), request_timeout_ms=ADMIN_TIMEOUT_MS
@@ -46,13 +47,13 @@ async def ensure_changelog(kafka: KafkaConfig, runtime: Runtime, topic: str) -> 
     try:
         source = await _describe(admin, kafka.input_topic)
         if source is None:
-            return  # the consumer reports a missing input topic as it always did
+            return None  # the consumer reports a missing input topic as it always did
         partitions, replicas = source
         existing = await _describe(admin, topic)
         if existing is None:
             await _create(admin, topic, partitions, replicas)
             log.info("created ledger changelog %s (%d partitions)", topic, partitions)
-            return
+            return partitions
         if existing[0] != partitions:
             raise LedgerError(
                 f"ledger changelog {topic!r} has {existing[0]} partitions but the "
@@ -68,6 +69,7 @@ async def ensure_changelog(kafka: KafkaConfig, runtime: Runtime, topic: str) -> 
                 f"kafka-configs --alter --topic {topic} --add-config "
                 "cleanup.policy=compact"
             )
+        return partitions
     finally:
         await admin.close()
 

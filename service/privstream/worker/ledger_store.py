@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -54,6 +54,7 @@ from privstream.pipeline.results import DeadLetter
 from privstream.pipeline.subjects import subject_column
 from privstream.worker.changelog import changelog_topic, ensure_changelog
 from privstream.worker.clients import common_options
+from privstream.worker.partitioner import partitions_of
 from privstream.worker.produce import BatchSender, Headers
 
 if TYPE_CHECKING:
@@ -68,7 +69,9 @@ GUARANTEE_HEADER = "privstream-subject-guarantee"
 COUNTS_HEADER = "privstream-ledger-counts"
 #: always dead-lettered: the operator must fix the keying; the other reasons follow
 #: ``over_budget`` (dropped and counted, or dead-lettered)
-ALWAYS_DEAD_LETTERED = frozenset({"subject_key_mismatch", "no_subject"})
+ALWAYS_DEAD_LETTERED = frozenset(
+    {"subject_partition_mismatch", "subject_key_mismatch", "no_subject"}
+)
 
 
 @dataclass
@@ -110,6 +113,8 @@ class LedgerStore:
         self._restored: set[int] = set()
         self._reader: AIOKafkaConsumer | None = None
         self._reader_lock = asyncio.Lock()
+        #: the input's partition count (from the changelog check)
+        self._input_partitions: int | None = None
 
     @classmethod
     def from_config(
@@ -137,7 +142,7 @@ class LedgerStore:
     async def open(self) -> None:
         """Session start: the changelog topic checked (created if missing), nothing in memory."""
         await self._forget_all()
-        await ensure_changelog(self._kafka, self._runtime, self.topic)
+        self._input_partitions = await ensure_changelog(self._kafka, self._runtime, self.topic)
 
     async def close(self) -> None:
         await self._forget_all()
@@ -188,7 +193,9 @@ class LedgerStore:
         now_ms = int(time.time() * 1000)
         for partition in np.unique(batch.partitions).tolist():
             rows = np.flatnonzero(batch.partitions == partition)
-            charge = self.ledger.charge(partition, **batch.rows(rows), now_ms=now_ms)
+            columns = batch.rows(rows)
+            misplaced = self._misplaced(partition, columns["keys"])
+            charge = self.ledger.charge(partition, **columns, now_ms=now_ms, misplaced=misplaced)
             admitted[rows] = charge.admitted
             verdict.updates[partition] = charge.updates
             if charge.admitted.any():
@@ -218,6 +225,23 @@ class LedgerStore:
             dead_letters=dead,
         )
         return verdict
+
+    def _misplaced(self, partition: int, keys: Sequence[bytes | None]) -> npt.NDArray[np.bool_]:
+        """Records whose key Kafka's default partitioner (murmur2) puts on another partition.
+
+        One partition holds each subject's ledger only if every writer partitions by
+        the key the way Kafka's Java client and aiokafka do (librdkafka clients: set
+        ``partitioner=murmur2_random``); a record elsewhere would be charged to a second
+        ledger of the same subject.
+        """
+        wrong = np.zeros(len(keys), dtype=bool)
+        count = self._input_partitions
+        keyed = [i for i, key in enumerate(keys) if key is not None]  # no key: subject check
+        if count is None or not keyed:
+            return wrong
+        homes = partitions_of([cast(bytes, keys[i]) for i in keyed], count)
+        wrong[keyed] = homes != partition
+        return wrong
 
     def _counts(self, partition: int) -> bytes:
         """The partition's cumulative counts, naming the input partition (several may
@@ -330,6 +354,11 @@ def _details(policy: LedgerPolicy, subject: str) -> Mapping[str, str]:
             f"{format_duration(policy.max_future_ms)} ahead of the worker's clock: fix the "
             "producer's clock or raise max_future"
         ),
+        "subject_partition_mismatch": (
+            "the record is not on the partition Kafka's default partitioner (murmur2) gives "
+            "its key: produce with the default partitioner (librdkafka clients: "
+            "partitioner=murmur2_random), so that one partition holds each subject's ledger"
+        ),
         "subject_key_mismatch": (
             f"the message key is not the value of the subject field {subject!r}: key the "
             "raw topic by the subject, so that one partition (one replica) holds each "
@@ -388,6 +417,7 @@ class LedgerSender:
         await self._store.ready({r.partition for r in records})
         verdict = self._store.charge(records, result)
         self.dropped = verdict.dropped
-        dead = await self._inner.send(records, verdict.result, verdict.headers)
+        # the charges first: without transactions, a crash between the two then loses
+        # budget (charged, not released) and never gains it (released, not charged)
         await self._store.send_updates(self._producer, verdict)
-        return dead
+        return await self._inner.send(records, verdict.result, verdict.headers)

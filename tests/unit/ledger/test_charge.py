@@ -288,3 +288,25 @@ def test_windows_are_utc_days() -> None:
         now_ms=midnight,
     )
     assert set(windows_of(ledger.snapshot(0))) == {(midnight - DAY, b"s"), (midnight, b"s")}
+
+
+def test_a_record_on_another_partition_than_its_key_is_never_charged() -> None:
+    ledger = SubjectLedger(policy=POLICY)
+    charge = ledger.charge(
+        0,
+        subjects=[b"s", b"s", b"t", None],
+        keys=[b"s", b"s", b"x", None],
+        timestamps_ms=[500, 500, 500, 500],
+        now_ms=500,
+        misplaced=[False, True, True, True],
+    )
+    # the key and subject checks are more basic: they are reported first
+    assert charge.reasons == [
+        None,
+        "subject_partition_mismatch",
+        "subject_key_mismatch",
+        "no_subject",
+    ]
+    assert ledger.counts(0)["subject_partition_mismatch"] == 1
+    spent = windows_of(ledger.snapshot(0))
+    assert list(spent) == [(0, b"s")]  # one record's cost: the misplaced one is not charged

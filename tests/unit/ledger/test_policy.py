@@ -36,6 +36,23 @@ def test_costs_round_up_and_caps_down() -> None:
     assert policy.records_per_window == 2  # three records of 0.1 are more than 0.3
 
 
+def test_the_record_cost_is_the_exact_sum_of_the_field_shares() -> None:
+    data = ledger_config({"subject": "device_id", "epsilon": 1.0}, epsilon=3.0)
+    data["fields"][2]["epsilon"] = 0.1
+    data["fields"].append({"name": "bpm", "kind": "integer", "bounds": [30, 220], "epsilon": 0.9})
+    policy = LedgerPolicy.from_config(parse_config(data))
+    # the doubles 0.1 + 0.9 sum to 1 + 2.8e-17 exactly (the rounded double sum is 1.0):
+    # three records would be over 3.0
+    assert policy.cost_units == 1_000_000_001
+    assert policy.records_per_window == 2
+
+
+def test_the_header_states_the_caps_exactly() -> None:
+    data = ledger_config({"subject": "device_id"}, epsilon=1.2345649)
+    header = LedgerPolicy.from_config(parse_config(data)).guarantee_header()
+    assert header.startswith(b"eps=1.2345649;")
+
+
 def test_clamped_counts_add_to_the_record_cost() -> None:
     data = ledger_config({"subject": "device_id"}, epsilon=4.0)
     data["metrics"] = {"clamped_counts": {"epsilon": 0.25}}

@@ -20,6 +20,7 @@ from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult, build_plan
 from privstream.pipeline.results import DeadLetter, Observation
 from privstream.worker.ledger_store import LedgerStore
+from privstream.worker.partitioner import partitions_of
 from prometheus_client import CollectorRegistry
 
 from tests.unit._support import config_dict
@@ -114,6 +115,7 @@ def test_a_batch_is_released_up_to_the_cap_and_the_rest_routed_by_policy(
         "lifetime_exhausted": 0,
         "late_record": 0,
         "future_record": 0,
+        "subject_partition_mismatch": 0,
         "no_subject": 0,
     }
     assert suppressed(s) == {"budget_exhausted": 2.0, "subject_key_mismatch": 1.0}
@@ -152,3 +154,23 @@ def test_the_quick_size_check_agrees_with_the_producers_estimate_with_counts_hea
         value = b"x" * length
         too_large = DefaultRecordBatchBuilder.estimate_size_in_bytes(None, value, headers) > limit
         assert (length > fits and sender._too_large(value, headers)) == too_large
+
+
+@pytest.mark.parametrize("over_budget", ["drop", "dead_letter"])
+def test_a_record_off_its_keys_partition_is_dead_lettered_not_charged(over_budget: str) -> None:
+    """One subject on two partitions would have two ledgers: one budget per partition."""
+    s = store(over_budget)
+    s._input_partitions = 4  # as the changelog check found the input
+    keys = [f"dev-{i}" for i in range(40)]
+    home = {key: int(partitions_of([key.encode()], 4)[0]) for key in keys}
+    here, elsewhere = [k for k in keys if home[k] == 1], [k for k in keys if home[k] != 1]
+    s.ledger.restore(1, [])
+    records = [record(0, here[0], here[0], partition=1), record(1, elsewhere[0], elsewhere[0], 1)]
+    result = BatchResult(outputs=[b"o0", b"o1"], output_index=[0, 1])
+    verdict = s.charge(records, result)
+    assert verdict.result.outputs == [b"o0"]
+    # dead-lettered under both policies: it is a writer's mistake, not a spent budget
+    assert [(d.index, d.reason) for d in verdict.result.dead_letters] == [
+        (1, "subject_partition_mismatch")
+    ]
+    assert s.ledger.counts(1)["released"] == 1

@@ -1,0 +1,25 @@
+"""The batch murmur2 partitioner against aiokafka's (Kafka's Java client's) one-key version."""
+
+from __future__ import annotations
+
+import random
+
+from aiokafka.partitioner import DefaultPartitioner, murmur2
+from privstream.worker.partitioner import murmur2 as batch_murmur2
+from privstream.worker.partitioner import partitions_of
+
+
+def test_every_key_length_hashes_as_the_java_client_does() -> None:
+    rng = random.Random(5)  # keys of every length 0..40, every tail length, random bytes
+    keys = [rng.randbytes(length) for length in range(41) for _ in range(50)]
+    keys += [b"", b"\x00", b"\xff" * 7, "Zürich".encode()]
+    assert batch_murmur2(keys).tolist() == [murmur2(key) & 0xFFFFFFFF for key in keys]
+
+
+def test_partitions_are_the_default_partitioners() -> None:
+    rng = random.Random(6)
+    keys = [f"device-{rng.randrange(10**9)}".encode() for _ in range(2_000)]
+    for count in (1, 3, 4, 12):
+        every = list(range(count))
+        expected = [DefaultPartitioner()(key, every, every) for key in keys]
+        assert partitions_of(keys, count).tolist() == expected
