@@ -225,8 +225,14 @@ async def test_two_workers_with_one_replica_id_one_stops_and_says_why(
     good_seqs = {i for i in range(TOTAL) if not is_bad(i)}
     first, second = (WorkerProcess(config, tmp_path / f"{n}.log") for n in ("first", "second"))
     async with Tail(kafka_bootstrap, kafka["output_topic"], identity=seq_of) as out:
+        # the second half waits for the second worker to hold partitions: a loaded machine
+        # may start it only after the first has drained everything fed so far, and two
+        # idle workers never touch the transaction coordinator, so neither is fenced
+        both_in = asyncio.Event()
 
         async def gate(start: int) -> None:  # keep both busy: at most 1,000 inputs ahead
+            if start >= TOTAL // 2:
+                await both_in.wait()
             need = sum(1 for i in range(start) if not is_bad(i)) - 1_000
             await out.wait_until(lambda: len(out.distinct) >= need, 90, f"{need} outputs")
 
@@ -236,8 +242,17 @@ async def test_two_workers_with_one_replica_id_one_stops_and_says_why(
         async with started(first):
             await out.wait_distinct(100, within_s=60)  # the first one is committing
             async with started(second):
+                await poll_until(
+                    lambda: _holds_partitions(second), 120, "the second worker holds partitions"
+                )
+                both_in.set()
                 stopped, survivor = await poll_until(
-                    lambda: _exited(first, second), 240, "one of two same-id workers stopped"
+                    lambda: _exited(first, second),
+                    240,
+                    "one of two same-id workers stopped",
+                    why=lambda: "\n".join(
+                        f"--- {w.log.name} tail:\n{w.log_text()[-3000:]}" for w in (first, second)
+                    ),
                 )
                 assert await stopped.wait(5) == 1
                 log = stopped.log_text()
@@ -259,6 +274,14 @@ async def test_two_workers_with_one_replica_id_one_stops_and_says_why(
         kafka_bootstrap, kafka["dead_letter_topic"], 2, isolation_level="read_committed"
     )
     assert_dead_once(dead, kafka["input_topic"], coords, f"{len(dead)} dead letters")
+
+
+async def _holds_partitions(worker: WorkerProcess) -> bool:
+    return any(
+        line.split("partitions assigned: ")[1].strip() != "none"
+        for line in worker.log_text().splitlines()
+        if "partitions assigned: " in line
+    )
 
 
 async def _exited(a: WorkerProcess, b: WorkerProcess) -> tuple[WorkerProcess, WorkerProcess] | None:
