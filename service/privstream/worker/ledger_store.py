@@ -37,7 +37,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, cast
@@ -46,7 +46,6 @@ import numpy as np
 import numpy.typing as npt
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
-from privstream.config.ledger import format_duration
 from privstream.errors import LedgerError
 from privstream.ledger import LedgerPolicy, SubjectLedger
 from privstream.pipeline import BatchResult
@@ -54,6 +53,7 @@ from privstream.pipeline.results import DeadLetter
 from privstream.pipeline.subjects import subject_column
 from privstream.worker.changelog import changelog_topic, ensure_changelog
 from privstream.worker.clients import common_options
+from privstream.worker.ledger_reasons import ALWAYS_DEAD_LETTERED, reason_details
 from privstream.worker.partitioner import partitions_of
 from privstream.worker.produce import BatchSender, Headers
 
@@ -67,11 +67,6 @@ log = logging.getLogger("privstream.worker")
 
 GUARANTEE_HEADER = "privstream-subject-guarantee"
 COUNTS_HEADER = "privstream-ledger-counts"
-#: always dead-lettered: the operator must fix the keying; the other reasons follow
-#: ``over_budget`` (dropped and counted, or dead-lettered)
-ALWAYS_DEAD_LETTERED = frozenset(
-    {"subject_partition_mismatch", "subject_key_mismatch", "no_subject"}
-)
 
 
 @dataclass
@@ -107,7 +102,7 @@ class LedgerStore:
         self._runtime = runtime
         self._metrics = metrics
         self._subject = subject_field
-        self._details = _details(self.policy, subject_field)
+        self._details = reason_details(self.policy, subject_field)
         self._restores: dict[int, asyncio.Task[None]] = {}
         #: partitions whose ledger is restored for the current assignment
         self._restored: set[int] = set()
@@ -326,49 +321,6 @@ class LedgerStore:
         )
         await self._reader.start()
         return self._reader
-
-
-def _details(policy: LedgerPolicy, subject: str) -> Mapping[str, str]:
-    """The dead-letter detail of each suppression reason (no raw value in any)."""
-    window = format_duration(policy.window_ms)
-    cost = f"each released record costs epsilon {policy.record_epsilon:g}"
-    return {
-        "budget_exhausted": (
-            f"the subject already spent its {window} window's cap (privacy.ledger.epsilon "
-            f"{policy.epsilon:g}, delta {policy.delta:g}; {cost}): not released. Its next "
-            "window opens a new budget; raise the caps to release more per subject"
-        ),
-        "lifetime_exhausted": (
-            f"the subject already spent privacy.ledger.lifetime_epsilon "
-            f"{policy.lifetime_epsilon:g} ({cost}): not released, now or later"
-            if policy.lifetime_epsilon is not None
-            else "lifetime cap reached"
-        ),
-        "late_record": (
-            f"the record's Kafka timestamp is older than its {window} window's end plus "
-            f"privacy.ledger.grace {format_duration(policy.grace_ms)}: that window may be "
-            "expired and cannot be charged again. Fix the producer's clock or raise grace"
-        ),
-        "future_record": (
-            "the record's Kafka timestamp is more than privacy.ledger.max_future "
-            f"{format_duration(policy.max_future_ms)} ahead of the worker's clock: fix the "
-            "producer's clock or raise max_future"
-        ),
-        "subject_partition_mismatch": (
-            "the record is not on the partition Kafka's default partitioner (murmur2) gives "
-            "its key: produce with the default partitioner (librdkafka clients: "
-            "partitioner=murmur2_random), so that one partition holds each subject's ledger"
-        ),
-        "subject_key_mismatch": (
-            f"the message key is not the value of the subject field {subject!r}: key the "
-            "raw topic by the subject, so that one partition (one replica) holds each "
-            "subject's ledger"
-        ),
-        "no_subject": (
-            f"the subject field {subject!r} is missing or null: a record without a subject "
-            "cannot be charged, so it is not released"
-        ),
-    }
 
 
 class _Columns:
