@@ -10,7 +10,7 @@ or domain value. The estimators are those of the mechanism modules.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -140,27 +140,13 @@ class UnaryCategoryCounts(DomainCounts):
         self.unary = mechanism
 
     def add(self, values: Sequence[Any]) -> None:
-        for value in values:
-            positions = self._positions(value)
-            if positions is None:
-                self._skip(value)
-                continue
-            self.counts[positions] += 1
-            self.records += 1
+        self.records += _count_arrays(values, self._lookup, self.counts, self._skip)
 
-    def _positions(self, value: object) -> list[int] | None:
-        if not isinstance(value, list):
+    def _lookup(self, item: object) -> int | None:
+        try:
+            return self.index.get((type(item), item))
+        except TypeError:  # unhashable: an array or object
             return None
-        positions = []
-        for item in value:
-            try:
-                position = self.index.get((type(item), item))
-            except TypeError:  # unhashable: an array or object
-                return None
-            if position is None:
-                return None
-            positions.append(position)
-        return positions if len(set(positions)) == len(positions) else None
 
     def report(self, options: Options, truth: Truth | None) -> dict[str, Any]:
         entry = self._header()
@@ -321,25 +307,10 @@ class SetReports(BaseAccumulator):
         self.counts = np.zeros(len(mechanism.universe), dtype=np.int64)
 
     def add(self, values: Sequence[Any]) -> None:
-        for value in values:
-            positions = self._positions(value)
-            if positions is None:
-                self._skip(value)
-                continue
-            self.counts[positions] += 1
-            self.records += 1
+        self.records += _count_arrays(values, self._lookup, self.counts, self._skip)
 
-    def _positions(self, value: object) -> list[int] | None:
-        if not isinstance(value, list):
-            return None
-        positions = []
-        for item in value:
-            if not isinstance(item, str) or item not in self.position:
-                return None
-            positions.append(self.position[item])
-        if len(set(positions)) != len(positions):
-            return None
-        return positions
+    def _lookup(self, item: object) -> int | None:
+        return self.position.get(item) if isinstance(item, str) else None
 
     def new_truth(self) -> SetTruth:
         return SetTruth(len(self.counts))
@@ -373,3 +344,35 @@ class SetReports(BaseAccumulator):
             rows.append(row)
         entry["frequencies"] = rows
         return entry
+
+
+def _distinct_positions(value: object, lookup: Callable[[object], int | None]) -> list[int] | None:
+    """The positions of a JSON array of distinct known items; None for anything else."""
+    if not isinstance(value, list):
+        return None
+    positions = []
+    for item in value:
+        position = lookup(item)
+        if position is None:
+            return None
+        positions.append(position)
+    return positions if len(set(positions)) == len(positions) else None
+
+
+def _count_arrays(
+    values: Sequence[Any],
+    lookup: Callable[[object], int | None],
+    counts: NDArray[np.int64],
+    skip: Callable[[object], None],
+) -> int:
+    """Add each array of distinct known items to ``counts`` (``skip`` the rest); how many
+    arrays were counted."""
+    counted = 0
+    for value in values:
+        found = _distinct_positions(value, lookup)
+        if found is None:
+            skip(value)
+            continue
+        counts[found] += 1
+        counted += 1
+    return counted
