@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -77,19 +78,27 @@ def producer(bootstrap: str, **extra: Any) -> AIOKafkaProducer:
     return AIOKafkaProducer(**options)
 
 
-async def preload(bootstrap: str, topic: str, count: int, chunk: int = 20_000) -> float:
-    """Produce ``count`` reference records to ``topic``; returns records/s of the load."""
+async def preload(
+    bootstrap: str, topic: str, count: int, chunk: int = 20_000, *, key_field: str | None = None
+) -> float:
+    """Produce ``count`` reference records to ``topic``, keyed by ``key_field``'s value if
+    given (the default partitioner then places them); returns records/s of the load."""
     started = time.perf_counter()
     client = producer(bootstrap)
     await client.start()
     try:
         for start in range(0, count, chunk):
             batch = messages(min(chunk, count - start), seed=start, start=start)
-            pending = [await client.send(topic, value) for value in batch]
+            keys = [_key(value, key_field) for value in batch]
+            pending = [await client.send(topic, v, key=k) for k, v in zip(keys, batch, strict=True)]
             await asyncio.gather(*pending)
     finally:
         await client.stop()
     return count / (time.perf_counter() - started)
+
+
+def _key(value: bytes, field: str | None) -> bytes | None:
+    return None if field is None else str(json.loads(value)[field]).encode()
 
 
 def write_config(path: Path, bootstrap: str, topics: Topics, **kafka: Any) -> Path:

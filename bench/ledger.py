@@ -38,29 +38,13 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.kafka import Topics, Worker, broker, drain_rate, new_topics, producer
-from bench.reference import BODY, Targets, config_dict, messages, print_environment
+from bench.kafka import Topics, Worker, broker, drain_rate, new_topics, preload
+from bench.reference import BODY, Targets, config_dict, print_environment
 
 THROUGHPUT_RATIO = 0.75
 MB_PER_MILLION = 400.0
 LEDGER: dict[str, Any] = {"window": "1d", "epsilon": 60.0, "over_budget": "drop"}
 CHARGE_BATCH = 10_000
-
-
-async def preload_keyed(bootstrap: str, topic: str, count: int, chunk: int = 20_000) -> float:
-    """``count`` reference records keyed by their ``device_id``; returns records/s."""
-    started = time.perf_counter()
-    client = producer(bootstrap)
-    await client.start()
-    try:
-        for start in range(0, count, chunk):
-            batch = messages(min(chunk, count - start), seed=start, start=start)
-            keys = [json.loads(value)["device_id"].encode() for value in batch]
-            pending = [await client.send(topic, v, key=k) for k, v in zip(keys, batch, strict=True)]
-            await asyncio.gather(*pending)
-    finally:
-        await client.stop()
-    return count / (time.perf_counter() - started)
 
 
 def write_config(path: Path, bootstrap: str, topics: Topics, ledger: dict[str, Any] | None) -> Path:
@@ -100,7 +84,7 @@ async def throughput(total: int, rounds: int) -> dict[str, float]:
     rates: dict[str, float] = {}
     with broker() as bootstrap, tempfile.TemporaryDirectory(prefix="privstream-bench-") as tmp:
         topics = await new_topics(bootstrap, "ledger")
-        load_rate = await preload_keyed(bootstrap, topics.raw, total)
+        load_rate = await preload(bootstrap, topics.raw, total, key_field="device_id")
         print(f"pre-loaded {total:,} subject-keyed records ({load_rate:,.0f} records/s)")
         for round_ in range(rounds):
             for name, on in (("ledger-off", False), ("ledger-on", True)):
