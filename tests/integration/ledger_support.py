@@ -18,14 +18,13 @@ points can follow progress.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaProducer, ConsumerRecord
+from aiokafka import ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient
 from privstream.ledger import LedgerPolicy, SubjectLedger
 
@@ -36,6 +35,7 @@ from tests.integration.faults import (
 from tests.integration.worker_proc import (
     Message,
     WorkerProcess,
+    produce,
     read_all,
 )
 
@@ -110,16 +110,7 @@ def expected_reasons(
 
 
 async def produce_timed(bootstrap: str, topic: str, messages: Sequence[Timed]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks="all")
-    await producer.start()
-    try:
-        pending = [
-            await producer.send(topic, value, key=key, timestamp_ms=ts)
-            for key, value, ts in messages
-        ]
-        await asyncio.gather(*pending)
-    finally:
-        await producer.stop()
+    await produce(bootstrap, topic, [(k, v, []) for k, v, _ in messages], [t for *_, t in messages])
 
 
 def seq(r: ConsumerRecord) -> int:

@@ -8,7 +8,7 @@ import json
 import secrets
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -153,14 +153,21 @@ class WorkerProcess:
 Message = tuple[bytes | None, bytes, list[tuple[str, bytes]]]
 
 
-async def produce(bootstrap: str, topic: str, messages: list[Message]) -> list[tuple[int, int]]:
-    """Produce (key, value, headers) messages; return each one's (partition, offset)."""
+async def produce(
+    bootstrap: str,
+    topic: str,
+    messages: Sequence[Message],
+    timestamps: Sequence[int | None] | None = None,
+) -> list[tuple[int, int]]:
+    """Produce (key, value, headers) messages, with Kafka timestamps if given (None: now);
+    return each one's (partition, offset)."""
+    stamps = [None] * len(messages) if timestamps is None else timestamps
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks="all")
     await producer.start()
     try:
         pending = [
-            await producer.send(topic, value, key=key, headers=headers)
-            for key, value, headers in messages
+            await producer.send(topic, value, key=key, headers=headers, timestamp_ms=ts)
+            for (key, value, headers), ts in zip(messages, stamps, strict=True)
         ]
         written = await asyncio.gather(*pending)
         return [(meta.partition, meta.offset) for meta in written]
