@@ -102,15 +102,12 @@ def regrets(laws: dict[str, tuple[float, float]]) -> dict[str, float]:
     return worst
 
 
-def real_variances(spec: RealField, share: Guarantee, n: int = VARIANCE_N) -> dict[str, float]:
-    """Worst-case noise variance of the mean at ``n`` records, of each candidate that runs here."""
-    variances: dict[str, float] = {}
-    for name, mechanism in _candidates(spec, share).items():
-        try:
-            variances[name] = mechanism.estimator_variance(n)
-        except OverflowError:  # bounds near the double range: no finite variance to compare
-            variances[name] = math.inf
-    return variances
+def _worst_variance(mechanism: Mechanism, n: int) -> float:
+    """Worst-case noise variance of the mean at ``n`` records."""
+    try:
+        return mechanism.estimator_variance(n)
+    except OverflowError:  # bounds near the double range: no finite variance to compare
+        return math.inf
 
 
 def _why(variances: dict[str, float], share: Guarantee) -> str | None:
@@ -126,20 +123,28 @@ def _why(variances: dict[str, float], share: Guarantee) -> str | None:
     return "laplace's variance is the least at this epsilon"
 
 
-def auto_real_choice(spec: RealField, share: Guarantee) -> AutoChoice:
-    """The mechanism ``auto`` gives this real field at its resolved share."""
-    variances = real_variances(spec, share)
+def _assess(spec: RealField, share: Guarantee) -> tuple[AutoChoice, dict[str, float]]:
+    """The choice and each candidate's regret, every candidate built once (each build
+    calibrates a sampler)."""
+    built = _candidates(spec, share)
+    variances = {name: _worst_variance(m, VARIANCE_N) for name, m in built.items()}
     ranked = [name for name in CANDIDATES if name in variances]
     if not ranked:  # pragma: no cover - Laplace runs at every epsilon the config accepts
-        return AutoChoice(mechanism="laplace", variances={}, restricted="no candidate")
-    regret = real_regrets(spec, share)
+        return AutoChoice(mechanism="laplace", variances={}, restricted="no candidate"), {}
+    regret = regrets({name: _law(m) for name, m in built.items()})
     chosen = min(ranked, key=lambda name: (regret[name], ranked.index(name)))
-    return AutoChoice(mechanism=chosen, variances=variances, restricted=_why(variances, share))
+    choice = AutoChoice(mechanism=chosen, variances=variances, restricted=_why(variances, share))
+    return choice, regret
+
+
+def auto_real_choice(spec: RealField, share: Guarantee) -> AutoChoice:
+    """The mechanism ``auto`` gives this real field at its resolved share."""
+    return _assess(spec, share)[0]
 
 
 def real_regrets(spec: RealField, share: Guarantee) -> dict[str, float]:
     """Each candidate's largest ratio to the best over every data spread (the criterion)."""
-    return regrets({name: _law(m) for name, m in _candidates(spec, share).items()})
+    return _assess(spec, share)[1]
 
 
 def resolve_auto_real(spec: RealField, share: Guarantee) -> RealField:
@@ -151,8 +156,7 @@ def resolve_auto_real(spec: RealField, share: Guarantee) -> RealField:
 
 def explain_auto_real(spec: RealField, share: Guarantee, warn_ratio: float) -> dict[str, Any]:
     """``explain``'s ``auto`` entry of a real field (same shape as the categorical one)."""
-    choice = auto_real_choice(spec, share)
-    regret = real_regrets(spec, share)
+    choice, regret = _assess(spec, share)
     declared = regret.get(spec.mechanism)  # gaussian is not compared
     best = regret[choice.mechanism]
     warning = None
