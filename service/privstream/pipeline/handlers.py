@@ -160,8 +160,8 @@ class IntegerHandler:
             raise Rejected(
                 "wrong_type", f"field {self.name!r}: expected an integer, got {json_type(value)}"
             )
-        if isinstance(value, float) and math.isinf(value):  # 1e999: clamped, as in RealHandler
-            value = math.copysign(sys.float_info.max, value)
+        if isinstance(value, float):  # 1e999 is clamped, as in RealHandler
+            value = clamped_number(self.name, value)
         if isinstance(value, float) and not value.is_integer():
             raise Rejected(
                 "wrong_type", f"field {self.name!r}: expected an integer, got a fraction"
