@@ -66,12 +66,18 @@ async def test_ten_thousand_records_sigterm_handover(kafka_bootstrap: str, tmp_p
     config = write_config(tmp_path / "config.yaml", kafka_bootstrap, kafka, PRIVACY)
     bad_expected = Counter({reason: GOOD // 200 for _, reason in BAD})
 
-    await produce(kafka_bootstrap, kafka["input_topic"], messages())
+    # the second half is produced only after the first worker stopped, so the second worker
+    # has records to take over (a fast first worker could otherwise drain everything and
+    # the second would be stopped while it still starts up)
+    every = messages()
+    half = len(every) // 2
+    await produce(kafka_bootstrap, kafka["input_topic"], every[:half])
     async with Collector(kafka_bootstrap, kafka["output_topic"]) as seen:
         first = WorkerProcess(config, tmp_path / "worker1.log")
         await first.start()
         await seen.wait_for(2_000, within_s=120)
         assert await first.terminate() == 0, first.log_text()
+        await produce(kafka_bootstrap, kafka["input_topic"], every[half:])
         second = WorkerProcess(config, tmp_path / "worker2.log")
         await second.start()
         await seen.wait_for(GOOD, within_s=180)
