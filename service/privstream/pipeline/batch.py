@@ -48,6 +48,7 @@ from privstream.pipeline.noise import Fresh, NoiseProvider, Replayable
 from privstream.pipeline.plan import RecordPlan, field_identity
 from privstream.pipeline.reference import parse_row, release_columns, with_keys
 from privstream.pipeline.results import BatchResult, DeadLetter
+from privstream.pipeline.subjects import subject_column, subject_values
 
 #: a record this short cannot nest deeper than half its length
 _SHALLOW_BYTES = 400
@@ -129,6 +130,8 @@ class _Parsed:
     tokens: list[list[bytes]]
     output_index: list[int]
     dead_letters: list[DeadLetter]
+    #: the subject of every accepted row, when asked for
+    subjects: list[bytes | None] | None = None
 
 
 def _parse_batch(
@@ -136,8 +139,12 @@ def _parse_batch(
     messages: Sequence[bytes],
     keys: Sequence[bytes | None],
     longest: int | None = None,
+    subject: str | None = None,
 ) -> _Parsed:
     records, where, slow = _decode_batch(messages, longest)
+    subjects = None
+    if subject is not None:
+        subjects = subject_values(records, [messages[index] for index in where], subject)
     columns: list[Values] = []
     bad: set[int] = set()
     raw_columns = _extract(records, [handler.name for handler in plan.handlers])
@@ -165,6 +172,7 @@ def _parse_batch(
         rows = np.asarray(keep, dtype=np.intp)
         columns = [c[rows] if isinstance(c, np.ndarray) else [c[p] for p in keep] for c in columns]
         memo_values = [None if m is None else [m[p] for p in keep] for m in memo_values]
+        subjects = None if subjects is None else [subjects[p] for p in keep]
         where = [where[p] for p in keep]
     tokens: list[list[bytes]] = []
     for planned, values, memo_col in zip(plan.fields, columns, memo_values, strict=True):
@@ -184,7 +192,7 @@ def _parse_batch(
         else:
             recovered.append((index, row, row_tokens))
     if not recovered:
-        return _Parsed(columns, tokens, where, dead)
+        return _Parsed(columns, tokens, where, dead, subjects)
     # a few records only the reference could parse: merge them in input order
     order = sorted(
         [(index, -1, p) for p, index in enumerate(where)]
@@ -201,7 +209,10 @@ def _parse_batch(
             merged_tokens.append(
                 [tokens[j][p] if k < 0 else recovered[k][2][j] for _, k, p in order]
             )
-    return _Parsed(merged_columns, merged_tokens, [index for index, _, _ in order], dead)
+    if subjects is not None and subject is not None:
+        late = subject_column([messages[index] for index, _, _ in recovered], subject)
+        subjects = [subjects[p] if k < 0 else late[k] for _, k, p in order]
+    return _Parsed(merged_columns, merged_tokens, [index for index, _, _ in order], dead, subjects)
 
 
 def process_batch(
@@ -209,6 +220,8 @@ def process_batch(
     messages: Sequence[bytes],
     noise: NoiseProvider | NoiseSource,
     keys: Sequence[bytes | None] | None = None,
+    *,
+    subject: str | None = None,
 ) -> BatchResult:
     """Sanitize a batch. Every input index ends up in exactly one of the two outputs.
 
@@ -216,15 +229,21 @@ def process_batch(
     or a plain source, which then serves every column. ``keys`` are the
     messages' Kafka keys (None for a record without one), the identity of
     fields memoized by the message key; without ``keys`` (file mode) such
-    fields are not memoized (``privstream.pipeline.plan.unkeyed``). Same bytes and reasons as
+    fields are not memoized (``privstream.pipeline.plan.unkeyed``). ``subject``: the
+    subject field, whose value per output ``result.subjects`` then holds (from this
+    decode: the ledger needs no second one). Same bytes and reasons as
     ``process_batch_reference``, computed column by column.
     """
     provider: NoiseProvider = noise if isinstance(noise, NoiseProvider) else Fresh(noise)
     plan, keys = with_keys(plan, messages, keys)
     # the worker's provider measured every message for the row seeds: reuse its lengths
     longest = provider.longest(messages) if isinstance(provider, Replayable) else None
-    parsed = _parse_batch(plan, messages, keys, longest)
-    result = BatchResult(output_index=parsed.output_index, dead_letters=parsed.dead_letters)
+    parsed = _parse_batch(plan, messages, keys, longest, subject)
+    result = BatchResult(
+        output_index=parsed.output_index,
+        dead_letters=parsed.dead_letters,
+        subjects=parsed.subjects,
+    )
     if not parsed.output_index:
         return result
     good = np.asarray(parsed.output_index, dtype=np.int64)

@@ -48,3 +48,5 @@ class BatchResult:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     #: by field name, for every field with a mechanism
     observations: dict[str, Observation] = field(default_factory=dict)
+    #: with ``process_batch(..., subject=)``: each output's subject (``subjects.subject_column``)
+    subjects: list[bytes | None] | None = None

@@ -11,8 +11,9 @@ expected to use as the Kafka message key:
 * anything else -- missing, null, empty string, another type, a message that
   is not a JSON object -- ``None``: the ledger suppresses it (``no_subject``).
 
-It reads the raw messages itself (one orjson pass, about a microsecond per
-message), so ``process_batch`` stays untouched. What orjson refuses or may
+``process_batch(..., subject=field)`` computes it from its own decode
+(``subject_values``, no second pass); ``subject_column`` reads raw messages
+itself (one orjson pass, about a microsecond per message). What orjson refuses or may
 read differently from the stdlib decoder the pipeline's reference uses
 (integers beyond 64 bits come back as floats) is decoded again by that
 reference decoder, so both paths agree with the record the pipeline parses.
@@ -35,9 +36,12 @@ _UNSURE = object()
 
 def subject_column(messages: Sequence[bytes], field: str) -> list[bytes | None]:
     """The subject's canonical bytes per message (None where it has none), in input order."""
-    common = _common_batch(messages, field)
-    if common is not None:
-        return common
+    try:
+        objs = list(map(orjson.loads, messages))
+    except (orjson.JSONDecodeError, TypeError):
+        objs = None
+    if objs is not None and set(map(type, objs)) <= {dict}:
+        return subject_values(cast(list[dict[str, Any]], objs), messages, field)
     values = list(map(_fast_value, messages, repeat(field)))
     subjects = list(map(_canonical, values))
     for index, value in enumerate(values):
@@ -46,19 +50,25 @@ def subject_column(messages: Sequence[bytes], field: str) -> list[bytes | None]:
     return subjects
 
 
-def _common_batch(messages: Sequence[bytes], field: str) -> list[bytes | None] | None:
-    """Every message an object with a non-empty string subject: C loops only (else None)."""
-    try:
-        objs = list(map(orjson.loads, messages))
-    except (orjson.JSONDecodeError, TypeError):
-        return None
-    if set(map(type, objs)) != {dict}:
-        return None
+def subject_values(
+    objs: Sequence[dict[str, Any]], messages: Sequence[bytes], field: str
+) -> list[bytes | None]:
+    """``subject_column`` of messages orjson decoded already into ``objs``.
+
+    The pipeline's own decode (``process_batch(..., subject=)``) passes its
+    objects here, so the subject costs no second decode. ``messages``: their
+    raw bytes, decoded again by the reference only for a float subject (an
+    integer beyond 64 bits that orjson rounded).
+    """
     values = list(map(dict.get, objs, repeat(field)))
-    if set(map(type, values)) != {str} or "" in values:
-        return None
-    # orjson refuses lone surrogates, so every string encodes
-    return list(map(str.encode, cast(list[str], values)))
+    if set(map(type, values)) <= {str} and "" not in values:
+        # the common batch, C loops only; orjson refuses lone surrogates, so every string encodes
+        return list(map(str.encode, cast(list[str], values)))
+    subjects = list(map(_canonical, values))
+    for index, value in enumerate(values):
+        if type(value) is float:
+            subjects[index] = _canonical(_slow_value(messages[index], field))
+    return subjects
 
 
 def _fast_value(raw: bytes, field: str) -> Any:

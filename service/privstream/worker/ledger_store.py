@@ -50,7 +50,6 @@ from privstream.errors import LedgerError
 from privstream.ledger import LedgerPolicy, SubjectLedger
 from privstream.pipeline import BatchResult
 from privstream.pipeline.results import DeadLetter
-from privstream.pipeline.subjects import subject_column
 from privstream.worker.changelog import changelog_topic, ensure_changelog
 from privstream.worker.clients import common_options
 from privstream.worker.ledger_reasons import ALWAYS_DEAD_LETTERED, reason_details
@@ -101,7 +100,8 @@ class LedgerStore:
         self._kafka = kafka
         self._runtime = runtime
         self._metrics = metrics
-        self._subject = subject_field
+        #: the subject field (``privacy.subject``): ``sanitize`` reads its column for the charge
+        self.subject_field = subject_field
         self._details = reason_details(self.policy, subject_field)
         self._restores: dict[int, asyncio.Task[None]] = {}
         #: partitions whose ledger is restored for the current assignment
@@ -181,7 +181,9 @@ class LedgerStore:
         index = np.asarray(result.output_index, dtype=np.int64)
         order = np.argsort(index, kind="stable")
         index = index[order]
-        batch = _Columns(list(map(records.__getitem__, index.tolist())), self._subject)
+        batch = _Columns(
+            list(map(records.__getitem__, index.tolist())), self._subjects(result, order)
+        )
         admitted = np.ones(len(index), dtype=bool)
         verdict = Verdict(result=result)
         dead = list(result.dead_letters)
@@ -220,6 +222,17 @@ class LedgerStore:
             dead_letters=dead,
         )
         return verdict
+
+    def _subjects(self, result: BatchResult, order: npt.NDArray[np.intp]) -> Sequence[bytes | None]:
+        """Each output's subject in input order, from the pipeline's decode when it read them."""
+        if result.subjects is None:  # sanitized without ``subject=``: a bug, never guessed
+            raise LedgerError(
+                f"a batch of {len(result.outputs)} outputs reached the ledger without its "
+                f"subject column ({self.subject_field!r}): refusing to charge it (please report)"
+            )
+        if len(order) and not (order[1:] > order[:-1]).all():
+            return [result.subjects[i] for i in order.tolist()]
+        return result.subjects
 
     def _misplaced(self, partition: int, keys: Sequence[bytes | None]) -> npt.NDArray[np.bool_]:
         """Records whose key Kafka's default partitioner (murmur2) puts on another partition.
@@ -326,13 +339,12 @@ class LedgerStore:
 class _Columns:
     """The columns ``SubjectLedger.charge`` reads, taken from the records once per batch."""
 
-    def __init__(self, records: list[ConsumerRecord], subject: str) -> None:
+    def __init__(self, records: list[ConsumerRecord], subjects: Sequence[bytes | None]) -> None:
         n = len(records)
         self.partitions = np.fromiter(map(_PARTITION, records), np.int64, n)
         self._timestamps = np.fromiter(map(_TIMESTAMP, records), np.int64, n)
         self._keys: list[bytes | None] = list(map(_KEY, records))
-        # a record with an output was decoded by the pipeline: its value is not None
-        self._subjects = subject_column(list(map(_VALUE, records)), subject)
+        self._subjects = subjects
 
     def rows(self, rows: npt.NDArray[np.intp]) -> dict[str, Any]:
         """``charge``'s keyword arguments for these rows (a slice when contiguous: usual)."""
@@ -349,7 +361,6 @@ class _Columns:
 _PARTITION = attrgetter("partition")
 _TIMESTAMP = attrgetter("timestamp")
 _KEY = attrgetter("key")
-_VALUE = attrgetter("value")
 
 
 class LedgerSender:

@@ -371,7 +371,8 @@ class Worker:
         return dead
 
     def _sanitize(self, records: Sequence[ConsumerRecord]) -> BatchResult:
-        return sanitize(self._plan, self._keys, records)
+        subject = None if self._ledger is None else self._ledger.subject_field
+        return sanitize(self._plan, self._keys, records, subject)
 
     def _observe(self, count: int, out: int, dead: list[DeadLetter], seconds: float) -> None:
         m = self._metrics

@@ -28,20 +28,29 @@ UNDECODABLE_DETAIL = (
 )
 
 
-def sanitize(plan: RecordPlan, keys: NoiseKeys, records: Sequence[ConsumerRecord]) -> BatchResult:
-    """Records the client could not decode are dead letters; the others are sanitized."""
+def sanitize(
+    plan: RecordPlan,
+    keys: NoiseKeys,
+    records: Sequence[ConsumerRecord],
+    subject: str | None = None,
+) -> BatchResult:
+    """Records the client could not decode are dead letters; the others are sanitized.
+
+    ``subject``: the subject field, whose value per output ``result.subjects`` holds.
+    """
     poison = [i for i, r in enumerate(records) if isinstance(r, UndecodableRecord)]
     if not poison:
-        return _sanitize_decoded(plan, keys, records)
+        return _sanitize_decoded(plan, keys, records, subject)
     for i in poison:
         log.error("record %s cannot be decoded (%s)", source_of(records[i]), records[i].problem)
     skipped = set(poison)
     keep = [i for i in range(len(records)) if i not in skipped]
-    part = _sanitize_decoded(plan, keys, [records[i] for i in keep])
+    part = _sanitize_decoded(plan, keys, [records[i] for i in keep], subject)
     result = BatchResult(
         outputs=part.outputs,
         output_index=[keep[i] for i in part.output_index],
         observations=part.observations,
+        subjects=part.subjects,
     )
     result.dead_letters.extend(
         DeadLetter(keep[d.index], d.reason, d.detail) for d in part.dead_letters
@@ -62,22 +71,26 @@ def _noise(
 
 
 def _sanitize_decoded(
-    plan: RecordPlan, keys: NoiseKeys, records: Sequence[ConsumerRecord]
+    plan: RecordPlan, keys: NoiseKeys, records: Sequence[ConsumerRecord], subject: str | None
 ) -> BatchResult:
     """``process_batch``; a record that breaks it is dead-lettered alone, never retried."""
     values = [r.value or b"" for r in records]
     ids = [r.key for r in records]  # the trusted device identity of key-memoized fields
     try:
-        return process_batch(plan, values, _noise(keys, records, values), ids)
+        return process_batch(plan, values, _noise(keys, records, values), ids, subject=subject)
     except Exception as exc:  # a bug in a handler must not block the partition
         log.error("batch failed (%s); sanitizing its records one by one", type(exc).__name__)
-    result = BatchResult()
+    result = BatchResult(subjects=None if subject is None else [])
     parts: list[dict[str, Observation]] = []
     for index, record in enumerate(records):
         try:
             one_value = values[index : index + 1]
             one = process_batch(
-                plan, one_value, _noise(keys, [record], one_value), ids[index : index + 1]
+                plan,
+                one_value,
+                _noise(keys, [record], one_value),
+                ids[index : index + 1],
+                subject=subject,
             )
         except Exception as exc:  # isolate the poison record
             log.error("record %s cannot be sanitized (%s)", source_of(record), type(exc).__name__)
@@ -86,6 +99,8 @@ def _sanitize_decoded(
             continue
         result.outputs.extend(one.outputs)
         result.output_index.extend(index for _ in one.outputs)
+        if result.subjects is not None:
+            result.subjects.extend(one.subjects or ())
         result.dead_letters.extend(DeadLetter(index, d.reason, d.detail) for d in one.dead_letters)
         parts.append(one.observations)
     result.observations.update(merge_observations(parts))

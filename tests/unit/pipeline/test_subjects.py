@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from privstream.config import parse_config
+from privstream.mechanisms import OsEntropy
+from privstream.pipeline import build_plan, process_batch
 from privstream.pipeline.subjects import subject_column
+
+from tests.unit._support import config_dict
 
 
 def test_strings_and_integers_become_the_bytes_a_collector_keys_with() -> None:
@@ -50,3 +55,32 @@ def test_the_all_strings_fast_path_gives_what_the_general_path_gives() -> None:
     mixed = [*batch, b'{"device_id": 50}']
     assert subject_column(batch, "device_id") == subject_column(mixed, "device_id")[:50]
     assert subject_column([], "device_id") == []
+
+
+def test_process_batch_reads_the_same_subjects_from_its_own_decode() -> None:
+    """``process_batch(..., subject=)``: per output, what ``subject_column`` reads of its
+    message, on the fast path, the reference path and a mix of both."""
+    config = parse_config(
+        config_dict(
+            [{"name": "device_id", "kind": "drop"}, {"name": "x", "kind": "public"}], epsilon=1.0
+        )
+    )
+    plan = build_plan(config)
+    messages = [
+        b'{"device_id": "dev-7", "x": 1}',
+        b'{"device_id": 7, "x": 2}',
+        b'{"device_id": 123456789012345678901234567890, "x": 3}',  # orjson rounds: reference
+        b'{"device_id": 1.5, "x": 4}',
+        b'{"x": 5}',
+        b'{"device_id": "", "x": 6}',
+        b'{"device_id": "\\ud800", "x": 7}',  # a lone surrogate: only the reference decodes it
+        b"not json",
+        b'{"device_id": "dev-8", "x": NaN}',  # refused by both decoders: a dead letter
+    ]
+    strings = [b'{"device_id": "d%d", "x": 1}' % i for i in range(20)]
+    for batch in (messages, strings, strings + messages):
+        result = process_batch(plan, batch, OsEntropy(), subject="device_id")
+        expected = subject_column([batch[i] for i in result.output_index], "device_id")
+        assert result.subjects == expected
+        assert len(result.subjects) == len(result.outputs) > 0
+    assert process_batch(plan, strings, OsEntropy()).subjects is None

@@ -6,6 +6,7 @@ broker in tests/integration/test_ledger.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Any
@@ -19,6 +20,7 @@ from privstream.errors import LedgerError
 from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult, build_plan
 from privstream.pipeline.results import DeadLetter, Observation
+from privstream.pipeline.subjects import subject_column
 from privstream.worker.ledger_store import LedgerStore
 from privstream.worker.partitioner import partitions_of
 from prometheus_client import CollectorRegistry
@@ -62,6 +64,12 @@ def record(offset: int, subject: str, key: str, partition: int = 0) -> ConsumerR
     )
 
 
+def subjects(records: list[ConsumerRecord[Any, Any]], result: BatchResult) -> BatchResult:
+    """``result`` with the subject column ``sanitize(..., subject=)`` gives the ledger."""
+    values = [records[i].value for i in result.output_index]
+    return dataclasses.replace(result, subjects=subject_column(values, "device_id"))
+
+
 def suppressed(s: LedgerStore) -> dict[str, float]:
     registry = s._metrics.registry
     return {
@@ -86,7 +94,7 @@ def test_a_batch_is_released_up_to_the_cap_and_the_rest_routed_by_policy(
         dead_letters=[DeadLetter(5, "invalid_json", "not JSON")],
         observations={"x": Observation(clamped=1)},
     )
-    verdict = s.charge(records, result)
+    verdict = s.charge(records, subjects(records, result))
     # suppressed records must not reach the clamped counts: the batch feeds them nothing
     assert result.observations == {} and verdict.result.observations == {}
     assert verdict.result.outputs == [b"out-0", b"out-1"]
@@ -128,15 +136,23 @@ def test_the_next_batch_sees_what_the_last_one_spent() -> None:
     s = store("dead_letter")
     s.ledger.restore(0, [])
     seen = {"x": Observation(clamped=1)}
+    one = [record(1, "a", "a")]
     first = s.charge(
-        [record(1, "a", "a")], BatchResult(outputs=[b"o"], output_index=[0], observations=seen)
+        one, subjects(one, BatchResult(outputs=[b"o"], output_index=[0], observations=seen))
     )
     assert first.result.outputs == [b"o"]
     assert first.result.observations == {"x": Observation(clamped=1)}  # all admitted: kept
     records = [record(2, "a", "a"), record(3, "a", "a")]
-    second = s.charge(records, BatchResult(outputs=[b"p", b"q"], output_index=[0, 1]))
+    second = s.charge(records, subjects(records, BatchResult([b"p", b"q"], [0, 1])))
     assert second.result.outputs == [b"p"]
     assert [d.reason for d in second.result.dead_letters] == ["budget_exhausted"]
+
+
+def test_a_result_without_its_subject_column_is_refused_not_charged() -> None:
+    s = store("drop")
+    s.ledger.restore(0, [])
+    with pytest.raises(LedgerError, match="without its subject column"):
+        s.charge([record(1, "a", "a")], BatchResult(outputs=[b"o"], output_index=[0]))
 
 
 async def test_a_partition_never_restored_is_refused_not_charged_from_empty() -> None:
@@ -167,7 +183,7 @@ def test_a_record_off_its_keys_partition_is_dead_lettered_not_charged(over_budge
     s.ledger.restore(1, [])
     records = [record(0, here[0], here[0], partition=1), record(1, elsewhere[0], elsewhere[0], 1)]
     result = BatchResult(outputs=[b"o0", b"o1"], output_index=[0, 1])
-    verdict = s.charge(records, result)
+    verdict = s.charge(records, subjects(records, result))
     assert verdict.result.outputs == [b"o0"]
     # dead-lettered under both policies: it is a writer's mistake, not a spent budget
     assert [(d.index, d.reason) for d in verdict.result.dead_letters] == [
