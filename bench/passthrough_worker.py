@@ -21,7 +21,12 @@ from privstream.pipeline.results import BatchResult
 
 
 def passthrough(
-    plan: object, messages: Sequence[bytes], noise: object, keys: object = None
+    plan: object,
+    messages: Sequence[bytes],
+    noise: object,
+    keys: object = None,
+    *,
+    subject: str | None = None,
 ) -> BatchResult:
     """``process_batch``'s signature (a mismatch would dead-letter every record)."""
     loads, dumps = orjson.loads, orjson.dumps
