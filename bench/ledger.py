@@ -38,7 +38,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.kafka import Topics, Worker, broker, drain_rate, new_topics, preload
+from bench.kafka import Drain, Topics, Worker, broker, new_topics, preload
+from bench.kafka import drain as drain_group
 from bench.reference import BODY, Targets, config_dict, print_environment
 
 THROUGHPUT_RATIO = 0.75
@@ -68,14 +69,14 @@ def write_config(path: Path, bootstrap: str, topics: Topics, ledger: dict[str, A
 
 async def drain(
     bootstrap: str, raw: str, total: int, workdir: Path, name: str, *, with_ledger: bool
-) -> float:
+) -> Drain:
     topics = await new_topics(bootstrap, name)
     topics.raw = raw  # every scenario drains the same pre-loaded topic as a new group
     ledger = {**LEDGER, "changelog_topic": f"{raw}-ledger-{name}"} if with_ledger else None
     config = write_config(workdir / f"{name}.yaml", bootstrap, topics, ledger)
     worker = Worker(config, workdir, name, passthrough=False)
     try:
-        return await drain_rate(bootstrap, topics.group, total, [worker], within_s=1800)
+        return await drain_group(bootstrap, topics.group, total, [worker], within_s=1800)
     finally:
         worker.stop()
 
@@ -88,11 +89,15 @@ async def throughput(total: int, rounds: int) -> dict[str, float]:
         print(f"pre-loaded {total:,} subject-keyed records ({load_rate:,.0f} records/s)")
         for round_ in range(rounds):
             for name, on in (("ledger-off", False), ("ledger-on", True)):
-                rate = await drain(
+                result = await drain(
                     bootstrap, topics.raw, total, Path(tmp), f"{name}-{round_}", with_ledger=on
                 )
-                rates[name] = max(rates.get(name, 0.0), rate)
-                print(f"{name:12} {rate:12,.0f} records/s", flush=True)
+                rates[name] = max(rates.get(name, 0.0), result.rate)
+                per_100k = result.cpu_s / max(result.records, 1) * 100_000
+                print(
+                    f"{name:12} {result.rate:12,.0f} records/s {per_100k:6.2f} CPU s/100k",
+                    flush=True,
+                )
     return rates
 
 

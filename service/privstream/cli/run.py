@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 
@@ -27,6 +28,7 @@ async def serve(
     is abandoned: its transaction is aborted by the broker or by this
     replica's next start, and the batch is replayed with the same noise.
     """
+    tune_collector()
     registry = CollectorRegistry()
     metrics = Metrics(registry, dead_letter_reasons=config.metrics.dead_letter_reasons)
     metrics.describe_plan(
@@ -52,6 +54,29 @@ async def serve(
     finally:
         await endpoint.stop()
     log.info("stopped cleanly")
+
+
+#: young objects between two collections of the youngest generation (CPython's default: 700)
+GC_THRESHOLD = (50_000, 20, 100)
+
+
+def tune_collector() -> None:
+    """Fewer, cheaper garbage collections in the long-running worker.
+
+    Every batch allocates tens of thousands of container objects (a record
+    object per consumed record, tuples, the decoded dicts) that die with the
+    batch; at CPython's default threshold a collection runs every 700 of
+    them, and every tenth of those rescans what survived, including the
+    modules, the plan and the ledger's tables. ``gc.freeze`` moves what
+    start-up built into a generation the collector never scans again (it
+    lives as long as the process anyway), and a threshold of 50,000 lets a
+    batch's objects die by reference counting before a collection sees
+    them. Cycles are still collected, later. Measured in
+    docs/benchmarks.md (the ledger's charge ran 1.8x to 2x faster).
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
 
 
 async def _until_stopped(task: asyncio.Task[None], stop: asyncio.Event, drain_s: float) -> None:
