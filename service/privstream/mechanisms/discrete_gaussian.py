@@ -47,6 +47,9 @@ integer weights:
 * ``W(0) = 2^128 - 2 sum_{z>0} W(z)``: the weights sum to ``2^128`` exactly and
   ``q`` is exactly symmetric.
 
+:mod:`privstream.mechanisms.discrete_gaussian_table` builds the table in exact
+integer arithmetic, vectorised (its docstring shows why no step rounds).
+
 :meth:`DiscreteGaussianSampler.delta` computes the exact profile of ``q``
 itself (not of ``p``), ``sum_z max(0, q(z) - e^eps q(z - Delta))``, including the
 support edge where ``q(z - Delta) = 0``. It is valid for every shift
@@ -102,19 +105,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import lru_cache
-from itertools import accumulate
 from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
 
 from privstream.errors import MechanismError
+from privstream.mechanisms.discrete_gaussian_table import RESOLUTION_BITS, build_table
 from privstream.mechanisms.rng import Words
 
 #: words drawn per sample: one 128-bit uniform
 WORDS_PER_SAMPLE: Final = 2
-#: the table's probability resolution is 2^-RESOLUTION_BITS
-RESOLUTION_BITS: Final = 128
 #: tables are built up to this sigma (about 24 sigma entries, 16 bytes each)
 MAX_TABLE_SIGMA: Final = 2.0**15
 #: ``sample`` looks a value up in a guide table over the top bits of its first word
@@ -272,17 +273,6 @@ def calibrate_discrete_gaussian(
     )
 
 
-def _log_concave_prefix(weights: list[int]) -> int:
-    """Largest ``T`` such that ``weights[0..T]`` (mirrored) is positive and log-concave."""
-    top = len(weights) - 1
-    while top > 0 and weights[top] == 0:
-        top -= 1
-    for z in range(1, top):
-        if weights[z] * weights[z] < weights[z - 1] * weights[z + 1]:
-            return z  # cutting at z makes weights[z+1] = 0, which restores the inequality
-    return top
-
-
 class DiscreteGaussianSampler:
     """``N_Z(0, sigma^2)`` by table inversion of one 128-bit uniform (two words) per value."""
 
@@ -302,24 +292,10 @@ class DiscreteGaussianSampler:
         normaliser = float(unnormalised[0]) + 2.0 * math.fsum(unnormalised[1:].tolist())
         #: ``p_f(z)`` for ``z = 0..T0``: the double-precision pmf the table is built from
         self.reference_pmf: NDArray[np.float64] = unnormalised / normaliser
-        weights = [int(w) for w in np.floor(np.ldexp(self.reference_pmf, RESOLUTION_BITS)).tolist()]
-        support = _log_concave_prefix(weights)
-        weights = weights[: support + 1]
-        weights[0] = _ONE - 2 * sum(weights[1:])
-        if (
-            weights[0] <= 0
-            or any(
-                weights[t] * weights[t] < weights[t - 1] * weights[t + 1] for t in range(1, support)
-            )
-            or (support >= 1 and weights[0] < weights[1])
-        ):  # pragma: no cover -- cannot happen
-            raise MechanismError(f"discrete Gaussian table for sigma {s!r} is not log-concave")
-        self.support = support
-        full = weights[:0:-1] + weights  # z = -T .. T
-        cdf = list(accumulate(full))
-        self._thresholds = np.frombuffer(
-            b"".join(c.to_bytes(16, "big") for c in cdf[:-1]), dtype="S16"
-        )
+        table = build_table(self.reference_pmf, sigma=s)
+        self.support = support = table.support
+        #: the cdf thresholds ``C_j`` as 16-byte big-endian strings (byte order = numeric order)
+        self._thresholds = table.thresholds
         #: the high 64 bits of each threshold, and one padding entry (``sample``)
         high = self._thresholds.view(">u8")[0::2].astype(np.uint64)
         self._high = np.append(high, np.uint64(0))
@@ -330,7 +306,7 @@ class DiscreteGaussianSampler:
         self._guide[-1] = len(high)
         self.values = np.arange(-support, support + 1, dtype=np.int64)
         #: the exact pmf of the sampler, rounded to doubles (relative error 2^-53)
-        self.pmf = np.ldexp(np.array([float(w) for w in full]), -RESOLUTION_BITS)
+        self.pmf = table.pmf
         self._log_pmf = np.log(self.pmf)
         self.variance = float(np.sum(self.pmf * self.values.astype(np.float64) ** 2))
         self._vector_constants(normaliser)
