@@ -18,8 +18,8 @@ from privstream.mechanisms.discrete_gaussian import (
     PMF_RELATIVE_ERROR,
     RESOLUTION_BITS,
     DiscreteGaussianSampler,
-    _gauss_tail_sum,
 )
+from privstream.mechanisms.discrete_gaussian_profile import gauss_tail_sum
 from privstream.mechanisms.discrete_gaussian_table import (
     first_violation,
     limbs,
@@ -82,13 +82,13 @@ class ReferenceTable:
         in_core = self.reference_pmf[: support + 1] >= unit / r * (1.0 + r)
         core = int(np.max(np.nonzero(in_core)[0]))
         normal = normaliser * (1.0 - r)
-        tail_support = 2.0 * _gauss_tail_sum(float(support), s) / normal
+        tail_support = 2.0 * gauss_tail_sum(float(support), s) / normal
         p0_low = (1.0 - 2.0 * r) / normaliser
         e0 = (r + tail_support + 2.0 * support * unit) / p0_low
         self._ratio_hi = 1.0 + max(r, e0)
         self._ratio_lo = 1.0 - max(3.0 * r, e0)
         self._core = core
-        self._core_tail = 2.0 * _gauss_tail_sum(float(core), s) / normal
+        self._core_tail = 2.0 * gauss_tail_sum(float(core), s) / normal
 
 
 # --- the comparison -----------------------------------------------------------------------
