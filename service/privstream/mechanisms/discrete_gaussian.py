@@ -6,27 +6,8 @@ mechanism in privstream: real values are first rounded to the power-of-two
 grid of :mod:`privstream.mechanisms.grid` and the integer ``Z`` is added to the
 grid index, so no continuous noise ever meets a raw value in floating point.
 
-Privacy profile (ideal distribution)
-------------------------------------
-For an integer shift ``Delta >= 1`` the privacy loss between ``p`` and
-``p(. - Delta)`` is ``l(z) = ln p(z)/p(z - Delta) = (Delta^2 - 2 Delta z) / (2 sigma^2)``
-(the normaliser cancels), and the tightest delta at ``eps`` (hockey-stick
-divergence) is::
-
-    delta(eps) = sum_z max(0, p(z) - e^eps p(z - Delta))
-               = sum_{z < Delta/2 - eps sigma^2/Delta} p(z) (1 - e^(eps - l(z)))
-
-:func:`discrete_gaussian_delta` evaluates this sum in log space (no overflow of
-``e^eps``) over the positive terms within ``12 sigma`` below the threshold;
-the omitted terms are each at most ``p(z)`` and are bounded by tail integrals
-(``sum_{z>T} f(z) <= integral_T^inf f``, at most ``e^-72``), which are added.
-This is Theorem 7 of Canonne, Kamath and Steinke
-(2020) written as a sum. Above ``MAX_EXACT_SIGMA`` (the sum would need millions
-of terms) it falls back to the zCDP conversion :func:`concentrated_delta` with
-``rho = Delta^2 / (2 sigma^2)``: the discrete Gaussian is ``rho``-zCDP exactly like
-the continuous one (CKS 2020, Prop. 5: ``D_alpha <= alpha Delta^2/(2 sigma^2)``,
-because ``sum_z exp(-(z - c)^2/(2 sigma^2)) <= N`` for every real ``c``), a
-valid but slightly looser bound.
+The ideal distribution's own profile, its zCDP conversion and sigma calibration
+are in :mod:`privstream.mechanisms.discrete_gaussian_profile`.
 
 The sampler actually used (fixed word budget)
 ---------------------------------------------
@@ -46,6 +27,9 @@ integer weights:
   ``11.3 sigma`` for ``sigma = 2048``), so the cut mass is below ``1e-28``.
 * ``W(0) = 2^128 - 2 sum_{z>0} W(z)``: the weights sum to ``2^128`` exactly and
   ``q`` is exactly symmetric.
+
+:mod:`privstream.mechanisms.discrete_gaussian_table` builds the table in exact
+integer arithmetic, vectorised (its docstring shows why no step rounds).
 
 :meth:`DiscreteGaussianSampler.delta` computes the exact profile of ``q``
 itself (not of ``p``), ``sum_z max(0, q(z) - e^eps q(z - Delta))``, including the
@@ -80,10 +64,6 @@ that calibration refuses. The zCDP step is looser than the exact analytic
 Gaussian by 4-10 % in sigma; an exact accountant for the product (its
 privacy-loss distribution) would recover that.
 
-Calibration. :func:`smallest_sigma` bisects (geometrically) on a profile that
-decreases in sigma and returns the upper end ``hi`` of the bracket, which always
-satisfies ``delta(hi) <= delta``; it stops once ``delta(hi) >= (1 - rtol) delta``.
-
 References
 ----------
 * C. Canonne, G. Kamath, T. Steinke, *The discrete Gaussian for differential
@@ -102,185 +82,55 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import lru_cache
-from itertools import accumulate
 from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
 
 from privstream.errors import MechanismError
+from privstream.mechanisms.discrete_gaussian_profile import (
+    MAX_EXACT_SIGMA,
+    TAIL_SIGMAS,
+    WINDOW_SIGMAS,
+    calibrate_discrete_gaussian,
+    check_sigma,
+    concentrated_delta,
+    discrete_gaussian_delta,
+    gauss_tail_sum,
+    rounding_margin,
+    smallest_sigma,
+)
+from privstream.mechanisms.discrete_gaussian_table import RESOLUTION_BITS, build_table
 from privstream.mechanisms.rng import Words
+
+__all__ = [
+    "GUIDE_BITS",
+    "MAX_EXACT_SIGMA",
+    "MAX_TABLE_SIGMA",
+    "PMF_RELATIVE_ERROR",
+    "RESOLUTION_BITS",
+    "WINDOW_SIGMAS",
+    "WORDS_PER_SAMPLE",
+    "DiscreteGaussianSampler",
+    "calibrate_discrete_gaussian",
+    "calibrated_sampler",
+    "concentrated_delta",
+    "discrete_gaussian_delta",
+    "sampler_for",
+    "smallest_sigma",
+    "vector_bound",
+]
 
 #: words drawn per sample: one 128-bit uniform
 WORDS_PER_SAMPLE: Final = 2
-#: the table's probability resolution is 2^-RESOLUTION_BITS
-RESOLUTION_BITS: Final = 128
 #: tables are built up to this sigma (about 24 sigma entries, 16 bytes each)
 MAX_TABLE_SIGMA: Final = 2.0**15
 #: ``sample`` looks a value up in a guide table over the top bits of its first word
 GUIDE_BITS: Final = 16
-#: above this sigma ``discrete_gaussian_delta`` uses the zCDP bound
-MAX_EXACT_SIGMA: Final = 2.0**16
 #: a-priori bound on the relative error of the double-precision pmf
 PMF_RELATIVE_ERROR: Final = 2.0**-40
-#: the exact profile never sums beyond |z| = WINDOW_SIGMAS * sigma (tail bound instead)
-WINDOW_SIGMAS: Final = 40.0
 
-_UNIT_ROUNDOFF: Final = 2.0**-53
 _ONE: Final = 1 << RESOLUTION_BITS
-_TAIL_SIGMAS: Final = 12.0
-
-
-def _rounding_margin(epsilon: float) -> float:
-    """Relative slack added to float-evaluated deltas (>= 40x the rounding error)."""
-    return 2.0**-40 + 8.0 * _UNIT_ROUNDOFF * abs(epsilon)
-
-
-def _check_sigma(sigma: float) -> float:
-    s = float(sigma)
-    if not math.isfinite(s) or s <= 0.0:
-        raise MechanismError(f"sigma {sigma!r} must be a finite number > 0")
-    return s
-
-
-def _gauss_tail_sum(t: float, sigma: float) -> float:
-    """Upper bound on ``sum_{z > t} exp(-z^2/(2 sigma^2))`` for ``t >= 0`` (integral bound)."""
-    return sigma * math.sqrt(math.pi / 2.0) * math.erfc(t / (sigma * math.sqrt(2.0)))
-
-
-def _log_normaliser(sigma: float) -> float:
-    """``ln N`` with ``N = sum_z exp(-z^2 / (2 sigma^2))`` (Poisson summation for sigma >= 1)."""
-    if sigma >= 1.0:
-        # N = sigma sqrt(2 pi) * sum_k exp(-2 pi^2 sigma^2 k^2), exact identity
-        k = np.arange(1, 4, dtype=np.float64)
-        series = 1.0 + 2.0 * float(np.sum(np.exp(-2.0 * math.pi**2 * sigma**2 * k * k)))
-        return math.log(sigma * math.sqrt(2.0 * math.pi) * series)
-    reach = math.ceil(WINDOW_SIGMAS * sigma) + 2
-    z = np.arange(1, reach + 1, dtype=np.float64)
-    return math.log(1.0 + 2.0 * math.fsum(np.exp(-(z * z) / (2.0 * sigma * sigma)).tolist()))
-
-
-def concentrated_delta(rho: float, epsilon: float) -> float:
-    """Delta implied by ``rho``-zCDP at ``epsilon`` (CKS 2020, Corollary 13).
-
-    ``delta = inf_{alpha > 1} exp((alpha-1)(alpha rho - eps)) (1 - 1/alpha)^alpha / (alpha - 1)``.
-    Every ``alpha`` gives a valid bound; the derivative of the exponent,
-    ``(2 alpha - 1) rho - eps + ln(1 - 1/alpha)``, increases in ``alpha`` and is
-    bisected for its root. A relative slack of ``2^-36`` covers float rounding.
-    """
-    if rho < 0.0 or not math.isfinite(rho):
-        raise MechanismError(f"rho {rho!r} must be a finite number >= 0")
-    if rho == 0.0:
-        return 0.0
-    lo, hi = 1.0 + 1e-12, (epsilon + 1.0) / (2.0 * rho) + 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if (2.0 * mid - 1.0) * rho - epsilon + math.log1p(-1.0 / mid) < 0.0:
-            lo = mid
-        else:
-            hi = mid
-    alpha = hi
-    exponent = (alpha - 1.0) * (alpha * rho - epsilon) + alpha * math.log1p(-1.0 / alpha)
-    exponent -= math.log(alpha - 1.0)
-    if exponent >= 0.0:
-        return 1.0
-    return min(1.0, math.exp(exponent) * (1.0 + 2.0**-36))
-
-
-def discrete_gaussian_delta(epsilon: float, sigma: float, sensitivity: int) -> float:
-    """Exact ``delta(eps)`` of the ideal ``N_Z(0, sigma^2)`` for integer ``sensitivity``.
-
-    ``sum_z max(0, p(z) - e^eps p(z - Delta))`` (see the module docstring), an
-    upper bound including float rounding and the omitted tails.
-    Monotone in ``Delta`` (log-concave ``p``), so it covers every smaller shift.
-    """
-    s = _check_sigma(sigma)
-    delta_int = int(sensitivity)
-    if delta_int < 0:
-        raise MechanismError(f"sensitivity {sensitivity!r} must be >= 0")
-    if delta_int == 0:
-        return 0.0
-    if s > MAX_EXACT_SIGMA:
-        return concentrated_delta(delta_int**2 / (2.0 * s * s), epsilon)
-    reach = math.ceil(WINDOW_SIGMAS * s) + 1
-    boundary = delta_int / 2.0 - epsilon * s * s / delta_int  # loss > eps iff z < boundary
-    top = min(math.ceil(boundary) - 1, reach)
-    log_norm = _log_normaliser(s)
-    # terms are <= p(z): the omitted z > reach and z < lower are bounded by tail sums
-    lower = max(-reach, min(top, 0) - math.ceil(_TAIL_SIGMAS * s) - 1)
-    omitted = (_gauss_tail_sum(float(reach), s) + _gauss_tail_sum(float(-lower), s)) * math.exp(
-        -log_norm
-    )
-    if top < lower:
-        return min(1.0, omitted)
-    z = np.arange(lower, top + 1, dtype=np.float64)
-    p = np.exp(-(z * z) / (2.0 * s * s) - log_norm)
-    loss = (delta_int * delta_int - 2.0 * delta_int * z) / (2.0 * s * s)
-    terms = p * -np.expm1(np.minimum(epsilon - loss, 0.0))
-    mass = float(np.sum(p))  # every z in the window has loss > eps: the positive region
-    total = float(np.sum(terms)) + mass * _rounding_margin(epsilon) + omitted
-    return min(1.0, total)
-
-
-def smallest_sigma(
-    profile: Callable[[float], float], delta: float, start: float, *, rtol: float = 1e-10
-) -> float:
-    """Smallest sigma (to ``rtol`` in delta) with ``profile(sigma) <= delta``, safe side.
-
-    ``profile`` must decrease in sigma. Returns ``hi`` with ``profile(hi) <= delta``
-    and ``profile(hi) >= (1 - rtol) delta`` or ``hi`` within ``1e-15`` of ``lo``.
-    """
-    if not 0.0 < delta < 1.0:
-        raise MechanismError(f"delta {delta!r} must lie in (0, 1) to calibrate sigma")
-    lo = hi = _check_sigma(start)
-    if profile(hi) <= delta:
-        for _ in range(2100):
-            lo = lo / 2.0
-            if profile(lo) > delta:
-                break
-        else:  # pragma: no cover -- profile(sigma) -> 1 as sigma -> 0
-            raise MechanismError("could not bracket sigma from below")
-        hi = lo * 2.0
-    else:
-        for _ in range(2100):
-            hi = hi * 2.0
-            if profile(hi) <= delta:
-                break
-        else:
-            raise MechanismError(f"no sigma reaches delta {delta!r}")
-        lo = hi / 2.0
-    value = profile(hi)
-    for _ in range(400):
-        if value >= (1.0 - rtol) * delta or hi / lo - 1.0 <= 1e-15:
-            break
-        mid = lo * math.sqrt(hi / lo)  # geometric mean without overflow
-        at_mid = profile(mid)
-        if at_mid <= delta:
-            hi, value = mid, at_mid
-        else:
-            lo = mid
-    return hi
-
-
-def calibrate_discrete_gaussian(
-    epsilon: float, delta: float, sensitivity: int, *, rtol: float = 1e-9
-) -> float:
-    """Smallest sigma with ``discrete_gaussian_delta(eps, sigma, Delta) <= delta`` (bisection)."""
-    start = max(math.sqrt(2.0 * math.log(1.25 / delta)) * sensitivity / epsilon, 1e-3)
-    return smallest_sigma(
-        lambda s: discrete_gaussian_delta(epsilon, s, sensitivity), delta, start, rtol=rtol
-    )
-
-
-def _log_concave_prefix(weights: list[int]) -> int:
-    """Largest ``T`` such that ``weights[0..T]`` (mirrored) is positive and log-concave."""
-    top = len(weights) - 1
-    while top > 0 and weights[top] == 0:
-        top -= 1
-    for z in range(1, top):
-        if weights[z] * weights[z] < weights[z - 1] * weights[z + 1]:
-            return z  # cutting at z makes weights[z+1] = 0, which restores the inequality
-    return top
 
 
 class DiscreteGaussianSampler:
@@ -289,37 +139,23 @@ class DiscreteGaussianSampler:
     words_per_sample: Final = WORDS_PER_SAMPLE
 
     def __init__(self, sigma: float) -> None:
-        s = _check_sigma(sigma)
+        s = check_sigma(sigma)
         if s > MAX_TABLE_SIGMA:
             raise MechanismError(
                 f"sigma {s:.6g} needs a table of more than {24 * MAX_TABLE_SIGMA:.0f} entries; "
                 "use a coarser grid"
             )
         self.sigma = s
-        start = math.ceil(_TAIL_SIGMAS * s) + 1
+        start = math.ceil(TAIL_SIGMAS * s) + 1
         z = np.arange(start + 1, dtype=np.float64)
         unnormalised = np.exp(-(z * z) / (2.0 * s * s))
         normaliser = float(unnormalised[0]) + 2.0 * math.fsum(unnormalised[1:].tolist())
         #: ``p_f(z)`` for ``z = 0..T0``: the double-precision pmf the table is built from
         self.reference_pmf: NDArray[np.float64] = unnormalised / normaliser
-        weights = [int(w) for w in np.floor(np.ldexp(self.reference_pmf, RESOLUTION_BITS)).tolist()]
-        support = _log_concave_prefix(weights)
-        weights = weights[: support + 1]
-        weights[0] = _ONE - 2 * sum(weights[1:])
-        if (
-            weights[0] <= 0
-            or any(
-                weights[t] * weights[t] < weights[t - 1] * weights[t + 1] for t in range(1, support)
-            )
-            or (support >= 1 and weights[0] < weights[1])
-        ):  # pragma: no cover -- cannot happen
-            raise MechanismError(f"discrete Gaussian table for sigma {s!r} is not log-concave")
-        self.support = support
-        full = weights[:0:-1] + weights  # z = -T .. T
-        cdf = list(accumulate(full))
-        self._thresholds = np.frombuffer(
-            b"".join(c.to_bytes(16, "big") for c in cdf[:-1]), dtype="S16"
-        )
+        table = build_table(self.reference_pmf, sigma=s)
+        self.support = support = table.support
+        #: the cdf thresholds ``C_j`` as 16-byte big-endian strings (byte order = numeric order)
+        self._thresholds = table.thresholds
         #: the high 64 bits of each threshold, and one padding entry (``sample``)
         high = self._thresholds.view(">u8")[0::2].astype(np.uint64)
         self._high = np.append(high, np.uint64(0))
@@ -330,7 +166,7 @@ class DiscreteGaussianSampler:
         self._guide[-1] = len(high)
         self.values = np.arange(-support, support + 1, dtype=np.int64)
         #: the exact pmf of the sampler, rounded to doubles (relative error 2^-53)
-        self.pmf = np.ldexp(np.array([float(w) for w in full]), -RESOLUTION_BITS)
+        self.pmf = table.pmf
         self._log_pmf = np.log(self.pmf)
         self.variance = float(np.sum(self.pmf * self.values.astype(np.float64) ** 2))
         self._vector_constants(normaliser)
@@ -343,13 +179,13 @@ class DiscreteGaussianSampler:
         in_core = self.reference_pmf[: support + 1] >= unit / r * (1.0 + r)
         core = int(np.max(np.nonzero(in_core)[0]))
         normal = normaliser * (1.0 - r)  # N_true >= this (the table covers |z| <= T0)
-        tail_support = 2.0 * _gauss_tail_sum(float(support), s) / normal
+        tail_support = 2.0 * gauss_tail_sum(float(support), s) / normal
         p0_low = (1.0 - 2.0 * r) / normaliser
         e0 = (r + tail_support + 2.0 * support * unit) / p0_low
         self._ratio_hi = 1.0 + max(r, e0)
         self._ratio_lo = 1.0 - max(3.0 * r, e0)
         self._core = core
-        self._core_tail = 2.0 * _gauss_tail_sum(float(core), s) / normal
+        self._core_tail = 2.0 * gauss_tail_sum(float(core), s) / normal
 
     def sample(self, words: Words) -> NDArray[np.int64]:
         """Map ``(..., 2)`` words to integers: ``Z = -T + #{j : C_j <= w0 2^64 + w1}``."""
@@ -392,7 +228,7 @@ class DiscreteGaussianSampler:
         terms = self.pmf * -np.expm1(np.minimum(exponent, 0.0))
         near = exponent < 2.0**-30
         mass = float(np.sum(self.pmf[near]))
-        total = math.fsum(terms.tolist()) + mass * _rounding_margin(epsilon)
+        total = math.fsum(terms.tolist()) + mass * rounding_margin(epsilon)
         return min(1.0, total)
 
     def correction_constants(self) -> tuple[float, float, float]:
