@@ -14,6 +14,4 @@ def test_the_passthrough_worker_takes_what_the_worker_passes_process_batch() -> 
     worker then sanitizes record by record: the baseline would measure that, not JSON."""
     ours = inspect.signature(process_batch).parameters
     theirs = inspect.signature(passthrough).parameters
-    assert [(p.name, p.kind) for p in theirs.values()] == [
-        (p.name, p.kind) for p in ours.values()
-    ]
+    assert [(p.name, p.kind) for p in theirs.values()] == [(p.name, p.kind) for p in ours.values()]

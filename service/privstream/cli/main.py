@@ -126,6 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(json.dumps(config_schema(), indent=2))
         return EXIT_OK
+    if args.command in ("sanitize", "run"):
+        from privstream.cli.allocator import tune_allocator
+
+        tune_allocator()
     config, plan = _load(args.config)
     try:
         if args.command == "explain":

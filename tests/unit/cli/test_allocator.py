@@ -1,0 +1,26 @@
+"""The allocator thresholds: set on glibc, left alone elsewhere or when the operator set them."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+from privstream.cli import allocator
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only: mallopt")
+def test_glibc_takes_the_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    assert allocator.tune_allocator() is True
+
+
+@pytest.mark.parametrize("variable", ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"])
+def test_the_operators_environment_wins(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    monkeypatch.setenv(variable, "131072")
+    assert allocator.tune_allocator() is False
+
+
+def test_another_c_library_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(allocator.platform, "libc_ver", lambda: ("musl", "1.2"))
+    assert allocator.tune_allocator() is False
