@@ -154,10 +154,20 @@ MESSAGES = [
     b'{"device_id": "e", "x": 10000000000000000000000000000000, "m": "u", "id": 5, "pub": 0}',
     b'{"x": 4, "m": "u", "id": 6, "pub": 0}',
     b'{"device_id": "g", "x": 4, "m": "v", "id": 7, "pub": 0}',
+    b'{"device_id": -0, "x": 4, "m": "v", "id": 8, "pub": 0}',
+    b'{"device_id": "\xff", "x": 4, "m": "v", "id": 9, "pub": 0}',  # not UTF-8: refused
+    b'{"device_id": "j", "x": 4, "m": "v", "id": 10, "pub": 0, "deep": '
+    + b"[" * 3000
+    + b"]" * 3000
+    + b"}",  # deeper than either decoder follows: refused
+    b'{"device_id": "k", "x": 4, "m": "v", "id": 11, "pub": 0, "deep": '
+    + b"[" * 300
+    + b"]" * 300
+    + b"}",  # the reference path
 ]
 
 
-@pytest.mark.parametrize("poisoned", [(), (0,), (2, 5), (7,)])
+@pytest.mark.parametrize("poisoned", [(), (0,), (2, 5), (7, 11)])
 @pytest.mark.parametrize("handler_fails", [False, True])
 def test_sanitize_keeps_subjects_aligned_with_poison_and_per_record_fallback(
     plan: RecordPlan,
@@ -181,5 +191,5 @@ def test_sanitize_keeps_subjects_aligned_with_poison_and_per_record_fallback(
     assert result.subjects is not None
     assert len(result.subjects) == len(result.outputs) == len(result.output_index)
     assert result.subjects == [oracle(MESSAGES[i]) for i in result.output_index]
-    expected = [i for i in (0, 1, 3, 5, 6, 7) if i not in poisoned]
+    expected = [i for i in (0, 1, 3, 5, 6, 7, 8, 11) if i not in poisoned]
     assert result.output_index == expected
