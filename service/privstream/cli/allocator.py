@@ -14,7 +14,9 @@ predictable; the process keeps at most the trim threshold of free heap.
 
 Only glibc is tuned; elsewhere (musl, macOS) this does nothing. The
 ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` environment
-variables, if set, win: the operator's choice stands.
+variables and their ``GLIBC_TUNABLES`` spellings (``glibc.malloc.mmap_threshold``,
+``glibc.malloc.trim_threshold``), if set, win: the operator's choice stands
+(``mallopt`` would override them).
 """
 
 from __future__ import annotations
@@ -28,13 +30,17 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 8 * 2**20
 TRIM_THRESHOLD_BYTES = 32 * 2**20
+#: the operator's settings of either threshold, as environment variables and as tunables
+_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+_TUNABLES = ("glibc.malloc.mmap_threshold=", "glibc.malloc.trim_threshold=")
 
 
 def tune_allocator() -> bool:
     """Fix the thresholds on glibc; True if they were set here."""
     if platform.libc_ver()[0] != "glibc":
         return False
-    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
+    tunables = os.environ.get("GLIBC_TUNABLES", "").split(":")
+    if any(v in os.environ for v in _VARIABLES) or any(t.startswith(_TUNABLES) for t in tunables):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt

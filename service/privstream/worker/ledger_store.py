@@ -230,6 +230,11 @@ class LedgerStore:
                 f"a batch of {len(result.outputs)} outputs reached the ledger without its "
                 f"subject column ({self.subject_field!r}): refusing to charge it (please report)"
             )
+        if len(result.subjects) != len(order):  # a shifted column charges the wrong subjects
+            raise LedgerError(
+                f"a batch of {len(order)} outputs came with {len(result.subjects)} subjects "
+                f"({self.subject_field!r}): refusing to charge it (please report)"
+            )
         if len(order) and not (order[1:] > order[:-1]).all():
             return [result.subjects[i] for i in order.tolist()]
         return result.subjects

@@ -12,6 +12,7 @@ from privstream.cli import allocator
 def test_glibc_takes_the_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")  # another tunable
     assert allocator.tune_allocator() is True
 
 
@@ -23,4 +24,19 @@ def test_the_operators_environment_wins(monkeypatch: pytest.MonkeyPatch, variabl
 
 def test_another_c_library_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(allocator.platform, "libc_ver", lambda: ("musl", "1.2"))
+    assert allocator.tune_allocator() is False
+
+
+@pytest.mark.parametrize(
+    "tunables",
+    [
+        "glibc.malloc.mmap_threshold=131072",
+        "glibc.malloc.arena_max=2:glibc.malloc.trim_threshold=0",
+    ],
+)
+def test_the_operators_glibc_tunables_win(monkeypatch: pytest.MonkeyPatch, tunables: str) -> None:
+    """``GLIBC_TUNABLES`` is glibc's own spelling of the same thresholds."""
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    monkeypatch.setenv("GLIBC_TUNABLES", tunables)
     assert allocator.tune_allocator() is False

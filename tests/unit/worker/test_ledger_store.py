@@ -155,6 +155,34 @@ def test_a_result_without_its_subject_column_is_refused_not_charged() -> None:
         s.charge([record(1, "a", "a")], BatchResult(outputs=[b"o"], output_index=[0]))
 
 
+def test_a_subject_column_of_another_length_is_refused_not_charged() -> None:
+    """A column one subject short or long is shifted against the outputs somewhere."""
+    s = store("drop")
+    s.ledger.restore(0, [])
+    records = [record(1, "a", "a"), record(2, "b", "b")]
+    for column in ([b"a"], [b"a", b"b", b"c"]):
+        result = BatchResult(outputs=[b"o", b"p"], output_index=[0, 1], subjects=column)
+        with pytest.raises(LedgerError, match=r"2 outputs came with \d subjects"):
+            s.charge(records, result)
+
+
+def test_outputs_out_of_input_order_are_charged_to_their_own_subjects() -> None:
+    """``charge`` sorts the outputs by input index: their subjects move with them."""
+    s = store("dead_letter")
+    s.ledger.restore(0, [])
+    records = [record(1, "a", "a"), record(2, "a", "a"), record(3, "b", "b")]
+    result = BatchResult(
+        outputs=[b"ob", b"oa1", b"oa2"], output_index=[2, 0, 1], subjects=[b"b", b"a", b"a"]
+    )
+    verdict = s.charge(records, result)
+    assert verdict.result.dead_letters == [] and verdict.result.output_index == [2, 0, 1]
+    more = [record(4, "a", "a"), record(5, "b", "b")]
+    after = s.charge(more, subjects(more, BatchResult([b"oa3", b"ob2"], [0, 1])))
+    # a has spent its two releases, b one
+    assert after.result.outputs == [b"ob2"]
+    assert [(d.index, d.reason) for d in after.result.dead_letters] == [(0, "budget_exhausted")]
+
+
 async def test_a_partition_never_restored_is_refused_not_charged_from_empty() -> None:
     with pytest.raises(LedgerError, match=r"partitions \[3\] not restored"):
         await store("drop").ready([3])
