@@ -8,15 +8,41 @@ The formulas here are transcribed from /work/shared/DESIGN.md section 1
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import numpy as np
+from aiokafka import ConsumerRecord
 
 KAFKA: dict[str, Any] = {
     "input_topic": "raw",
     "output_topic": "sanitized",
     "dead_letter_topic": "dlq",
 }
+
+
+def consumer_record(
+    offset: int,
+    value: bytes,
+    key: bytes | None,
+    *,
+    partition: int = 0,
+    kind: type[ConsumerRecord[Any, Any]] = ConsumerRecord,
+) -> ConsumerRecord[Any, Any]:
+    """A record of topic ``raw`` as aiokafka's consumer hands it over, stamped now."""
+    return kind(
+        topic="raw",
+        partition=partition,
+        offset=offset,
+        timestamp=int(time.time() * 1000),
+        timestamp_type=0,
+        key=key,
+        value=value,
+        checksum=None,
+        serialized_key_size=len(key or b""),
+        serialized_value_size=len(value),
+        headers=[],
+    )
 
 
 def config_dict(

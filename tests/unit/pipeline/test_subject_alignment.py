@@ -13,7 +13,6 @@ a handler failure that sends the batch record by record.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import numpy as np
@@ -31,7 +30,7 @@ from privstream.worker import sanitize as sanitize_module
 from privstream.worker.decode import UndecodableRecord
 from privstream.worker.sanitize import sanitize
 
-from tests.unit._support import config_dict
+from tests.unit._support import config_dict, consumer_record
 
 SECRET = bytes(range(3, 35))
 FIELDS: list[dict[str, Any]] = [
@@ -128,21 +127,9 @@ def test_each_output_carries_its_own_messages_subject(
     assert result.subjects == subject_column([batch[i] for i in result.output_index], "device_id")
 
 
-def consumer_record(offset: int, value: bytes, *, poison: bool = False) -> ConsumerRecord[Any, Any]:
+def poisonable(offset: int, value: bytes, *, poison: bool = False) -> ConsumerRecord[Any, Any]:
     kind = UndecodableRecord if poison else ConsumerRecord
-    return kind(
-        topic="raw",
-        partition=0,
-        offset=offset,
-        timestamp=int(time.time() * 1000),
-        timestamp_type=0,
-        key=b"k%d" % offset,
-        value=value,
-        checksum=None,
-        serialized_key_size=3,
-        serialized_value_size=len(value),
-        headers=[],
-    )
+    return consumer_record(offset, value, b"k%d" % offset, kind=kind)
 
 
 MESSAGES = [
@@ -186,7 +173,7 @@ def test_sanitize_keeps_subjects_aligned_with_poison_and_per_record_fallback(
             return real(*args, **kwargs)
 
         monkeypatch.setattr(sanitize_module, "process_batch", breaks_on_batches)
-    records = [consumer_record(i, m, poison=i in poisoned) for i, m in enumerate(MESSAGES)]
+    records = [poisonable(i, m, poison=i in poisoned) for i, m in enumerate(MESSAGES)]
     result = sanitize(plan, NoiseKeys(SECRET, "raw"), records, "device_id")
     assert result.subjects is not None
     assert len(result.subjects) == len(result.outputs) == len(result.output_index)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,7 +25,7 @@ from privstream.mechanisms.rng import NoiseKeys
 from privstream.pipeline import build_plan
 from privstream.worker.sanitize import sanitize
 
-from tests.unit._support import config_dict
+from tests.unit._support import config_dict, consumer_record
 from tests.unit.worker.test_ledger_store import FIELDS, store
 from tests.unit.worker.test_pipeline import TP, ScriptedConsumer, TransactionalProducer
 from tests.unit.worker.test_units import batch, sender_for, worker
@@ -44,19 +43,7 @@ def collector_off() -> Iterator[None]:
 
 def keyed(offset: int, subject: str) -> ConsumerRecord[Any, Any]:
     value = json.dumps({"device_id": subject, "x": offset % 11}).encode()
-    return ConsumerRecord(
-        topic="raw",
-        partition=0,
-        offset=offset,
-        timestamp=int(time.time() * 1000),
-        timestamp_type=0,
-        key=subject.encode(),
-        value=value if offset % 7 else b"not json",
-        checksum=None,
-        serialized_key_size=len(subject),
-        serialized_value_size=len(value),
-        headers=[],
-    )
+    return consumer_record(offset, value if offset % 7 else b"not json", subject.encode())
 
 
 @pytest.mark.usefixtures("collector_off")

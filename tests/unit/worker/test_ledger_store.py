@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from typing import Any
 
 import pytest
@@ -25,7 +24,7 @@ from privstream.worker.ledger_store import LedgerStore
 from privstream.worker.partitioner import partitions_of
 from prometheus_client import CollectorRegistry
 
-from tests.unit._support import config_dict
+from tests.unit._support import config_dict, consumer_record
 from tests.unit.worker.test_units import SizeLimitedProducer, sender_for, worker
 
 FIELDS = [
@@ -49,19 +48,7 @@ def store(over_budget: str) -> LedgerStore:
 
 def record(offset: int, subject: str, key: str, partition: int = 0) -> ConsumerRecord[Any, Any]:
     value = json.dumps({"device_id": subject, "x": 1.0}).encode()
-    return ConsumerRecord(
-        topic="raw",
-        partition=partition,
-        offset=offset,
-        timestamp=int(time.time() * 1000),
-        timestamp_type=0,
-        key=key.encode(),
-        value=value,
-        checksum=None,
-        serialized_key_size=len(key),
-        serialized_value_size=len(value),
-        headers=[],
-    )
+    return consumer_record(offset, value, key.encode(), partition=partition)
 
 
 def subjects(records: list[ConsumerRecord[Any, Any]], result: BatchResult) -> BatchResult:
