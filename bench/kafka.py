@@ -101,7 +101,15 @@ def _key(value: bytes, field: str | None) -> bytes | None:
     return None if field is None else str(json.loads(value)[field]).encode()
 
 
-def write_config(path: Path, bootstrap: str, topics: Topics, **kafka: Any) -> Path:
+def write_config(
+    path: Path,
+    bootstrap: str,
+    topics: Topics,
+    *,
+    body: dict[str, Any] | None = None,
+    **kafka: Any,
+) -> Path:
+    """A worker config on ``topics`` (``body``: privacy and fields; default the reference)."""
     config = {
         "kafka": {
             "bootstrap_servers": bootstrap,
@@ -112,7 +120,7 @@ def write_config(path: Path, bootstrap: str, topics: Topics, **kafka: Any) -> Pa
             "transactional_id_prefix": topics.group,
             **kafka,
         },
-        **BODY,
+        **(BODY if body is None else body),
         "http": {"host": "127.0.0.1", "port": 0},
     }
     path.write_text(yaml.safe_dump(config))

@@ -34,12 +34,12 @@ from typing import Any
 
 import numpy as np
 import psutil
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.kafka import Drain, Topics, Worker, broker, new_topics, preload
 from bench.kafka import drain as drain_group
+from bench.kafka import write_config as worker_config
 from bench.reference import BODY, Targets, config_dict, print_environment
 
 THROUGHPUT_RATIO = 0.75
@@ -52,19 +52,9 @@ def write_config(path: Path, bootstrap: str, topics: Topics, ledger: dict[str, A
     body = json.loads(json.dumps(BODY))
     if ledger is not None:
         body["privacy"].update({"subject": "device_id", "ledger": ledger})
-    kafka = {
-        "bootstrap_servers": bootstrap,
-        "input_topic": topics.raw,
-        "output_topic": topics.out,
-        "dead_letter_topic": topics.dlq,
-        "group_id": topics.group,
-        "transactional_id_prefix": topics.group,
-        "max_batch_records": 10_000,
-        "poll_timeout_ms": 100,
-    }
-    config = {"kafka": kafka, **body, "http": {"host": "127.0.0.1", "port": 0}}
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return worker_config(
+        path, bootstrap, topics, body=body, max_batch_records=10_000, poll_timeout_ms=100
+    )
 
 
 async def drain(

@@ -100,7 +100,7 @@ from privstream.mechanisms.discrete_gaussian_profile import (
     rounding_margin,
     smallest_sigma,
 )
-from privstream.mechanisms.discrete_gaussian_table import RESOLUTION_BITS, build_table
+from privstream.mechanisms.discrete_gaussian_table import ONE, RESOLUTION_BITS, build_table
 from privstream.mechanisms.rng import Words
 
 __all__ = [
@@ -129,8 +129,6 @@ MAX_TABLE_SIGMA: Final = 2.0**15
 GUIDE_BITS: Final = 16
 #: a-priori bound on the relative error of the double-precision pmf
 PMF_RELATIVE_ERROR: Final = 2.0**-40
-
-_ONE: Final = 1 << RESOLUTION_BITS
 
 
 class DiscreteGaussianSampler:
@@ -250,7 +248,7 @@ class DiscreteGaussianSampler:
         decoded from the thresholds the sampler searches."""
         raw = self._thresholds.tobytes()  # item access would strip trailing NUL bytes
         cdf = [int.from_bytes(raw[i : i + 16], "big") for i in range(0, len(raw), 16)]
-        cdf.append(_ONE)
+        cdf.append(ONE)
         return tuple(b - a for a, b in zip([0, *cdf[:-1]], cdf, strict=True))
 
 

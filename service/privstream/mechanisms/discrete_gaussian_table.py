@@ -46,7 +46,8 @@ from privstream.errors import MechanismError
 
 #: the table's probability resolution is 2^-RESOLUTION_BITS
 RESOLUTION_BITS: Final = 128
-_ONE: Final = 1 << RESOLUTION_BITS
+#: the weights of a table sum to this exactly
+ONE: Final = 1 << RESOLUTION_BITS
 _LIMB_BITS: Final = 32
 _LIMBS: Final = RESOLUTION_BITS // _LIMB_BITS
 _LIMB_MASK: Final = np.uint64((1 << _LIMB_BITS) - 1)
@@ -135,7 +136,7 @@ def build_table(reference_pmf: NDArray[np.float64], *, sigma: float) -> ExactTab
     support = log_concave_prefix(floors)
     weights = floors[: support + 1].copy()
     half = limbs(weights[1:])  # p_f(z) < 1/2 off the centre, so W(z) < 2^128
-    head = _ONE - 2 * sum(
+    head = ONE - 2 * sum(
         int(c) << (_LIMB_BITS * k) for k, c in enumerate(half.sum(axis=1).tolist())
     )
     if (
