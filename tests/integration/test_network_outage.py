@@ -162,11 +162,14 @@ async def test_outages_resets_latency_and_an_expired_transaction(
         before = len(out.distinct)
         proxy.slow(LATENCY_S, SLOW_S)
         await feed(2)
-        while proxy.faulty:
+
+        async def ready_until_healed() -> bool:
             assert worker.alive, worker.log_text()[-5000:]
             code, _ = await http_get(port, "/readyz")
             assert code == 200, f"/readyz {code} under {LATENCY_S} s latency"
-            await asyncio.sleep(0.1)  # a polling interval for the duration of the fault
+            return not proxy.faulty
+
+        await poll_until(ready_until_healed, SLOW_S + 30, "the latency fault over", every_s=0.1)
         seen["committed_while_slow"] = len(out.distinct) - before
         assert seen["committed_while_slow"] > 0, seen
         await out.wait_distinct(good_in(3), within_s=60)
