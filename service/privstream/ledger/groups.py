@@ -25,7 +25,10 @@ def objects(items: list[bytes]) -> Objects:
 
 def group(items: list[bytes]) -> tuple[Objects, Intps]:
     """Distinct items (first-seen order) and each item's group index: hashing, no sort."""
-    ids = dict(zip(dict.fromkeys(items), count(), strict=False))
+    distinct = dict.fromkeys(items)
+    if len(distinct) == len(items):  # usual: no subject twice in a batch's window
+        return objects(items), np.arange(len(items), dtype=np.intp)
+    ids = dict(zip(distinct, count(), strict=False))
     inverse = np.fromiter(map(ids.__getitem__, items), dtype=np.intp, count=len(items))
     return objects(list(ids)), inverse
 
@@ -84,10 +87,9 @@ def store(
     """``table[name] = row`` (big-endian int64s) and the update ``(prefix + name, row)``."""
     if not len(names):
         return
-    raw = values.astype(">i8").tobytes()
-    size = len(raw) // len(names)
-    cuts = map(slice, range(0, len(raw), size), range(size, len(raw) + 1, size))
-    rows = list(map(raw.__getitem__, cuts))
+    wide = values.reshape(len(names), -1).astype(">i8")
+    # one bytes object per row (a void view's tolist), without slicing a joined buffer
+    rows: list[bytes] = wide.view(f"V{wide.shape[1] * 8}").ravel().tolist()
     listed = names.tolist()
     table.update(zip(listed, rows, strict=True))
     updates.extend(zip(map(prefix.__add__, listed), rows, strict=True))

@@ -188,8 +188,7 @@ class LedgerStore:
         verdict = Verdict(result=result)
         dead = list(result.dead_letters)
         now_ms = int(time.time() * 1000)
-        for partition in np.unique(batch.partitions).tolist():
-            rows = np.flatnonzero(batch.partitions == partition)
+        for partition, rows in batch.by_partition():
             columns = batch.rows(rows)
             misplaced = self._misplaced(partition, columns["keys"])
             charge = self.ledger.charge(partition, **columns, now_ms=now_ms, misplaced=misplaced)
@@ -249,8 +248,15 @@ class LedgerStore:
         """
         wrong = np.zeros(len(keys), dtype=bool)
         count = self._input_partitions
+        if count is None or not keys:
+            return wrong
+        if None not in keys:  # usual: every record keyed
+            return cast(
+                npt.NDArray[np.bool_],
+                partitions_of(cast(Sequence[bytes], keys), count) != partition,
+            )
         keyed = [i for i, key in enumerate(keys) if key is not None]  # no key: subject check
-        if count is None or not keyed:
+        if not keyed:
             return wrong
         homes = partitions_of([cast(bytes, keys[i]) for i in keyed], count)
         wrong[keyed] = homes != partition
@@ -350,6 +356,18 @@ class _Columns:
         self._timestamps = np.fromiter(map(_TIMESTAMP, records), np.int64, n)
         self._keys: list[bytes | None] = list(map(_KEY, records))
         self._subjects = subjects
+
+    def by_partition(self) -> list[tuple[int, npt.NDArray[np.intp]]]:
+        """(partition, its rows) in partition order; a fetch gives each partition as one run."""
+        n = len(self.partitions)
+        cuts = np.flatnonzero(self.partitions[1:] != self.partitions[:-1]) + 1
+        heads = np.r_[0, cuts][:n]
+        firsts = self.partitions[heads]
+        if len(np.unique(firsts)) == len(firsts):  # one run per partition: no masks
+            ends = np.r_[cuts, n][:n].tolist()
+            runs = zip(firsts.tolist(), heads.tolist(), ends, strict=True)
+            return [(p, np.arange(a, b)) for p, a, b in sorted(runs)]
+        return [(p, np.flatnonzero(self.partitions == p)) for p in np.unique(firsts).tolist()]
 
     def rows(self, rows: npt.NDArray[np.intp]) -> dict[str, Any]:
         """``charge``'s keyword arguments for these rows (a slice when contiguous: usual)."""

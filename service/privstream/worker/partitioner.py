@@ -9,7 +9,6 @@ Java's ``int``), one pass per 4-byte word.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,14 +20,31 @@ _R = np.uint32(24)
 
 
 def murmur2(keys: Sequence[bytes]) -> npt.NDArray[np.uint32]:
-    """Java's ``Utils.murmur2`` of each key (as unsigned 32-bit)."""
+    """Java's ``Utils.murmur2`` of each key (as unsigned 32-bit).
+
+    Keys are ordered by length (stable) and joined once; each run of one
+    length is then a 2-d byte array hashed column by column.
+    """
     out = np.empty(len(keys), dtype=np.uint32)
-    by_length: dict[int, list[int]] = defaultdict(list)
-    for i, key in enumerate(keys):
-        by_length[len(key)].append(i)
-    for length, rows in by_length.items():
-        data = np.frombuffer(b"".join(keys[i] for i in rows), dtype=np.uint8)
-        out[rows] = _of_length(data.reshape(len(rows), length), length)
+    if not keys:
+        return out
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+    if lengths[0] == lengths.min() == lengths.max():  # usual: ids of one format
+        order = np.arange(len(keys))
+        joined = b"".join(keys)
+    else:
+        order = np.argsort(lengths, kind="stable")
+        joined = b"".join(map(keys.__getitem__, order.tolist()))
+    ordered = lengths[order]
+    data = np.frombuffer(joined, dtype=np.uint8)
+    heads = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    ends = np.r_[heads[1:], len(keys)]
+    offset = 0
+    for head, end in zip(heads.tolist(), ends.tolist(), strict=True):
+        length, rows = int(ordered[head]), end - head
+        block = data[offset : offset + rows * length].reshape(rows, length)
+        out[order[head:end]] = _of_length(block, length)
+        offset += rows * length
     return out
 
 

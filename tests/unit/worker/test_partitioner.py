@@ -23,3 +23,10 @@ def test_partitions_are_the_default_partitioners() -> None:
         every = list(range(count))
         expected = [DefaultPartitioner()(key, every, every) for key in keys]
         assert partitions_of(keys, count).tolist() == expected
+
+
+def test_keys_of_one_length_and_no_keys() -> None:
+    """The one-length fast path (one join, no reordering) and an empty batch."""
+    keys = [f"{i:08x}-4a3b".encode() for i in range(0, 10**6, 977)]
+    assert batch_murmur2(keys).tolist() == [murmur2(key) & 0xFFFFFFFF for key in keys]
+    assert batch_murmur2([]).tolist() == []
