@@ -47,9 +47,25 @@ def broker() -> Iterator[str]:
     print(f"# starting a local Kafka broker on {local.bootstrap} ...", flush=True)
     try:
         local.start()
+        pid = int((Path(local.work_dir) / "kafka.pid").read_text())
+        _BROKERS[local.bootstrap] = psutil.Process(pid)
         yield local.bootstrap
     finally:
+        _BROKERS.pop(local.bootstrap, None)
         local.close()
+
+
+#: the local brokers' processes by bootstrap address (a broker from the environment: none)
+_BROKERS: dict[str, psutil.Process] = {}
+
+
+def broker_cpu_seconds(bootstrap: str) -> float:
+    """User + system CPU seconds of the local broker so far (0.0 for an external one)."""
+    process = _BROKERS.get(bootstrap)
+    if process is None:
+        return 0.0
+    times = process.cpu_times()
+    return float(times.user + times.system)
 
 
 @dataclass
@@ -198,6 +214,8 @@ class Drain:
     #: CPU seconds (user + system) the workers spent between those two commits
     cpu_s: float
     records: int
+    #: the local broker's CPU seconds over the same span (0.0 for an external broker)
+    broker_cpu_s: float = 0.0
 
 
 def cpu_seconds(workers: list[Worker]) -> float:
@@ -219,15 +237,16 @@ async def drain(
     """
     async with admin(bootstrap) as client:
         deadline = time.monotonic() + within_s
-        first: tuple[float, int, float] | None = None
+        first: tuple[float, int, float, float] | None = None
         while True:
             done = await committed(client, group)
             now = time.perf_counter()
             if first is None and done > 0:
-                first = (now, done, cpu_seconds(workers))
+                first = (now, done, cpu_seconds(workers), broker_cpu_seconds(bootstrap))
             if done >= total and first is not None:
                 rate = (done - first[1]) / max(now - first[0], 1e-9)
-                return Drain(rate, cpu_seconds(workers) - first[2], done - first[1])
+                cpu, broker_cpu = cpu_seconds(workers), broker_cpu_seconds(bootstrap)
+                return Drain(rate, cpu - first[2], done - first[1], broker_cpu - first[3])
             if time.monotonic() > deadline:
                 raise TimeoutError(f"only {done:,} of {total:,} records committed")
             for worker in workers:
