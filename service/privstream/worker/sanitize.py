@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from operator import attrgetter
 
 import numpy as np
 from aiokafka import ConsumerRecord
@@ -62,11 +63,14 @@ def sanitize(
     return result
 
 
+_PARTITION, _OFFSET, _KEY = attrgetter("partition"), attrgetter("offset"), attrgetter("key")
+
+
 def _noise(
     keys: NoiseKeys, records: Sequence[ConsumerRecord], values: Sequence[bytes]
 ) -> Replayable:
-    partitions = np.fromiter((r.partition for r in records), np.int64, len(records))
-    offsets = np.fromiter((r.offset for r in records), np.int64, len(records))
+    partitions = np.fromiter(map(_PARTITION, records), np.int64, len(records))
+    offsets = np.fromiter(map(_OFFSET, records), np.int64, len(records))
     return Replayable(keys, partitions, offsets, values)
 
 
@@ -75,7 +79,7 @@ def _sanitize_decoded(
 ) -> BatchResult:
     """``process_batch``; a record that breaks it is dead-lettered alone, never retried."""
     values = [r.value or b"" for r in records]
-    ids = [r.key for r in records]  # the trusted device identity of key-memoized fields
+    ids = list(map(_KEY, records))  # the trusted device identity of key-memoized fields
     try:
         return process_batch(plan, values, _noise(keys, records, values), ids, subject=subject)
     except Exception as exc:  # a bug in a handler must not block the partition
