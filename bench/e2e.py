@@ -15,6 +15,9 @@ are left out) and the CPU seconds its processes spent over the same span:
 * `privstream run`, one process;
 * `privstream run`, two processes (two replicas of one group).
 
+``--ledger`` runs the per-subject ledger's scenario instead (``bench/ledger.py``):
+`privstream run` with ``privacy.ledger`` on and off, target on / off >= 0.75x.
+
 The contenders alternate, round after round (``--rounds``), each keeping its
 best drain. Targets: privstream >= 0.8x the librdkafka pass-through and >= 3x
 the Quix app; two workers' CPU per record <= 1.1x one worker's (stateless
@@ -35,6 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.kafka import Drain, Worker, broker, drain, new_topics, preload, write_config
+from bench.ledger import check_throughput
 from bench.reference import Targets, print_environment
 
 #: CPUs needed before the 2-worker throughput target is meaningful: two workers + broker/load
@@ -129,7 +133,18 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", nargs="*", choices=list(CONTENDERS), help="these only")
+    parser.add_argument(
+        "--ledger",
+        action="store_true",
+        help="the per-subject ledger scenario instead: privstream run with it on vs off "
+        "(bench/ledger.py without its memory part)",
+    )
     args = parser.parse_args()
+    if args.ledger:
+        print_environment("aiokafka")
+        targets = Targets()
+        check_throughput(100_000 if args.quick else args.records, args.rounds, targets)
+        sys.exit(targets.report())
     print_environment("aiokafka", "confluent-kafka", "quixstreams")
     sys.exit(asyncio.run(run(args)))
 

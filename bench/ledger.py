@@ -122,6 +122,12 @@ def ledger_memory(subjects: int) -> tuple[float, float]:
     return grown / (active / 1e6), subjects / seconds
 
 
+def check_throughput(total: int, rounds: int, targets: Targets) -> None:
+    """The on / off drains and their target (also ``bench/e2e.py --ledger``)."""
+    rates = asyncio.run(throughput(total, rounds))
+    targets.check("ledger on / off", rates["ledger-on"] / rates["ledger-off"], THROUGHPUT_RATIO)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100,000 records: a smoke run")
@@ -136,9 +142,8 @@ def main() -> None:
         f"({subjects:,} charged at {charge_rate:,.0f} records/s, one new subject each)"
     )
     total = 100_000 if args.quick else args.records
-    rates = asyncio.run(throughput(total, 1 if args.quick else args.rounds))
     targets = Targets()
-    targets.check("ledger on / off", rates["ledger-on"] / rates["ledger-off"], THROUGHPUT_RATIO)
+    check_throughput(total, 1 if args.quick else args.rounds, targets)
     targets.at_most("RSS per million active subjects", per_million, MB_PER_MILLION, "MB")
     sys.exit(targets.report())
 
