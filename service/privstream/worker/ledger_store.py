@@ -78,7 +78,10 @@ class Verdict:
     headers: dict[int, Headers] = field(default_factory=dict)
     #: input (= changelog) partition -> changelog records
     updates: dict[int, list[tuple[bytes, bytes | None]]] = field(default_factory=dict)
+    #: records dropped over budget (neither released nor dead-lettered)
     dropped: int = 0
+    #: suppressed records by reason (metrics, once the batch is committed)
+    suppressed: Counter[str] = field(default_factory=Counter)
 
 
 class LedgerStore:
@@ -199,8 +202,7 @@ class LedgerStore:
                 verdict.headers[last] = [(COUNTS_HEADER, self._counts(partition))]
             refused = np.flatnonzero(~charge.admitted).tolist()
             reasons = [str(charge.reasons[j]) for j in refused]
-            for reason, count in Counter(reasons).items():
-                self._metrics.ledger_suppressed.labels(reason).inc(count)
+            verdict.suppressed.update(reasons)
             drop = self.policy.over_budget == "drop"
             for j, reason in zip(refused, reasons, strict=True):
                 if drop and reason not in ALWAYS_DEAD_LETTERED:
@@ -221,6 +223,26 @@ class LedgerStore:
             dead_letters=dead,
         )
         return verdict
+
+    def committed(self, verdict: Verdict) -> None:
+        """Count a committed batch's suppressions (a batch charged but never committed
+        is charged again when it is fetched again: counted then)."""
+        for reason, count in verdict.suppressed.items():
+            self._metrics.ledger_suppressed.labels(reason).inc(count)
+
+    async def send(
+        self,
+        producer: AIOKafkaProducer,
+        sender: BatchSender,
+        records: Sequence[ConsumerRecord],
+        verdict: Verdict,
+    ) -> list[DeadLetter]:
+        """Queue a charged batch: its changelog records, then what it releases (the caller's
+        transaction holds both)."""
+        # the charges first: without transactions, a crash between the two then loses
+        # budget (charged, not released) and never gains it (released, not charged)
+        await self.send_updates(producer, verdict)
+        return await sender.send(records, verdict.result, verdict.headers)
 
     def _subjects(self, result: BatchResult, order: npt.NDArray[np.intp]) -> Sequence[bytes | None]:
         """Each output's subject in input order, from the pipeline's decode when it read them."""
@@ -384,26 +406,3 @@ class _Columns:
 _PARTITION = attrgetter("partition")
 _TIMESTAMP = attrgetter("timestamp")
 _KEY = attrgetter("key")
-
-
-class LedgerSender:
-    """A ``BatchSender`` whose batches are charged first; the changelog goes in the same
-    transaction as the outputs (the caller's)."""
-
-    def __init__(self, inner: BatchSender, store: LedgerStore, producer: AIOKafkaProducer) -> None:
-        self._inner = inner
-        self._store = store
-        self._producer = producer
-        #: records of the last batch dropped over budget (neither released nor dead-lettered)
-        self.dropped = 0
-
-    async def send(
-        self, records: Sequence[ConsumerRecord], result: BatchResult
-    ) -> list[DeadLetter]:
-        await self._store.ready({r.partition for r in records})
-        verdict = self._store.charge(records, result)
-        self.dropped = verdict.dropped
-        # the charges first: without transactions, a crash between the two then loses
-        # budget (charged, not released) and never gains it (released, not charged)
-        await self._store.send_updates(self._producer, verdict)
-        return await self._inner.send(records, verdict.result, verdict.headers)

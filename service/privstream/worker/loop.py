@@ -51,6 +51,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from privstream.config import KafkaConfig
 from privstream.config.runtime import Runtime
+from privstream.errors import LedgerError
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult, RecordPlan
@@ -68,7 +69,7 @@ from privstream.worker.clients import (
 )
 from privstream.worker.decode import tolerate_undecodable_records
 from privstream.worker.http import Health
-from privstream.worker.ledger_store import LedgerSender, LedgerStore
+from privstream.worker.ledger_store import LedgerStore, Verdict
 from privstream.worker.produce import BatchSender
 from privstream.worker.rebalance import Rebalance, names
 from privstream.worker.sanitize import sanitize
@@ -94,6 +95,8 @@ class Prepared:
     #: the assignment it was fetched under (``Worker._generation``)
     generation: int
     started: float
+    #: the ledger's charge of it (``Worker._charge``); None without a ledger or once voided
+    verdict: Verdict | None = None
 
     @property
     def offsets(self) -> dict[TopicPartition, int]:
@@ -235,15 +238,14 @@ class Worker:
                 max_message_bytes=self._kafka.max_message_bytes,
                 extra_headers=self._ledger.output_headers if self._ledger else (),
             )
-            sender = plain if self._ledger is None else LedgerSender(plain, self._ledger, producer)
-            await self._pipeline(stop, consumer, producer, sender)
+            await self._pipeline(stop, consumer, producer, plain)
 
     async def _pipeline(
         self,
         stop: asyncio.Event,
         consumer: AIOKafkaConsumer,
         producer: AIOKafkaProducer,
-        sender: BatchSender | LedgerSender,
+        sender: BatchSender,
     ) -> None:
         """Fetch and sanitize the next batch while the previous one's transaction runs."""
         inflight: asyncio.Task[None] | None = None
@@ -275,7 +277,29 @@ class Worker:
             return None
         records = [record for msgs in owned.values() for record in msgs]
         result = await asyncio.to_thread(self._sanitize, records)
-        return Prepared(owned, records, result, generation, started)
+        verdict = await self._charge(records, result, generation)
+        return Prepared(owned, records, result, generation, started, verdict)
+
+    async def _charge(
+        self, records: list[ConsumerRecord], result: BatchResult, generation: int
+    ) -> Verdict | None:
+        """The ledger's charge of a sanitized batch, made while the previous one commits.
+
+        It runs on the event loop, right after checking that the assignment is
+        still the batch's: no rebalance callback can run in between. A batch
+        charged and then not committed leaves its charge only in memory that is
+        forgotten with it: a failed transaction ends the session (the next one
+        restores every partition from the changelog), and the rebalance that
+        voids a batch revokes its partitions first, which forgets their ledgers
+        (aiokafka revokes every partition; a partial revoke would leave the
+        retained partitions over-charged, never under-charged).
+        """
+        if self._ledger is None or generation != self._generation:
+            return None  # voided: ``_commit`` drops it
+        await self._ledger.ready({r.partition for r in records})
+        if generation != self._generation:
+            return None
+        return self._ledger.charge(records, result)
 
     async def _probe(self, producer: AIOKafkaProducer) -> None:
         """Readiness: does a broker answer a small request right now?
@@ -306,7 +330,7 @@ class Worker:
         self,
         consumer: AIOKafkaConsumer,
         producer: AIOKafkaProducer,
-        sender: BatchSender | LedgerSender,
+        sender: BatchSender,
         batch: Prepared,
     ) -> None:
         """Release ``batch`` in its own transaction, unless its partitions moved meanwhile.
@@ -321,13 +345,13 @@ class Worker:
                 return
             offsets = batch.offsets
             if self._kafka.transactions:
-                dead = await self._transaction(
-                    producer, sender, batch.records, batch.result, offsets
-                )
+                dead = await self._transaction(producer, sender, batch, offsets)
             else:
-                dead = await sender.send(batch.records, batch.result)
+                dead = await self._send(producer, sender, batch)
                 await consumer.commit(offsets)
-            dropped = sender.dropped if isinstance(sender, LedgerSender) else 0  # over budget
+            dropped = 0 if batch.verdict is None else batch.verdict.dropped  # over budget
+            if self._ledger is not None and batch.verdict is not None:
+                self._ledger.committed(batch.verdict)
         self._backoff.reset()
         count, seconds = len(batch.records), time.perf_counter() - batch.started
         self._observe(count, count - len(dead) - dropped, dead, seconds)
@@ -346,16 +370,15 @@ class Worker:
     async def _transaction(
         self,
         producer: AIOKafkaProducer,
-        sender: BatchSender | LedgerSender,
-        records: Sequence[ConsumerRecord],
-        result: BatchResult,
+        sender: BatchSender,
+        batch: Prepared,
         offsets: dict[TopicPartition, int],
     ) -> list[DeadLetter]:
         links = live_connections(self._producer_client)
         began = time.monotonic()
         await producer.begin_transaction()
         try:
-            dead = await sender.send(records, result)
+            dead = await self._send(producer, sender, batch)
             await producer.send_offsets_to_transaction(offsets, self._kafka.group_id)
             await producer.commit_transaction()
         except BaseException:
@@ -369,6 +392,19 @@ class Worker:
             raise
         self._metrics.transactions.labels("committed").inc()
         return dead
+
+    async def _send(
+        self, producer: AIOKafkaProducer, sender: BatchSender, batch: Prepared
+    ) -> list[DeadLetter]:
+        """Queue a batch's messages (with a ledger: its changelog records first)."""
+        if self._ledger is None:
+            return await sender.send(batch.records, batch.result)
+        if batch.verdict is None:  # never charged: releasing it would bypass every cap
+            raise LedgerError(
+                f"a batch of {len(batch.records)} records reached its transaction uncharged; "
+                "refusing to release it (please report)"
+            )
+        return await self._ledger.send(producer, sender, batch.records, batch.verdict)
 
     def _sanitize(self, records: Sequence[ConsumerRecord]) -> BatchResult:
         subject = None if self._ledger is None else self._ledger.subject_field

@@ -113,6 +113,9 @@ def test_a_batch_is_released_up_to_the_cap_and_the_rest_routed_by_policy(
         "subject_partition_mismatch": 0,
         "no_subject": 0,
     }
+    # suppressions are counted once the batch commits (a voided batch is charged again)
+    assert suppressed(s) == {"budget_exhausted": 0.0, "subject_key_mismatch": 0.0}
+    s.committed(verdict)
     assert suppressed(s) == {"budget_exhausted": 2.0, "subject_key_mismatch": 1.0}
     assert s._metrics.registry.get_sample_value("privstream_ledger_subjects") == 1.0
     assert verdict.updates[0], "the charge must be written to the changelog"

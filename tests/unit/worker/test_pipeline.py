@@ -11,11 +11,14 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from aiokafka import ConsumerRecord, TopicPartition
+from privstream.errors import LedgerError
 from privstream.pipeline import BatchResult
 from privstream.worker.loop import Prepared, Worker
 
 from tests.integration.faults import poll_until
+from tests.unit.worker.test_ledger_store import record, store, subjects
 from tests.unit.worker.test_units import SizeLimitedProducer, batch, sender_for, worker
 
 TP = TopicPartition("raw", 0)
@@ -146,6 +149,42 @@ async def test_a_failed_commit_ends_the_session_and_the_batch_sanitized_meanwhil
     # one transaction, aborted; the second batch was sanitized but never began one
     assert producer.log.count("begin") == 1 and "abort" in producer.log
     assert "sanitize 101" in producer.log and "offsets 102" not in producer.log
+
+
+async def test_a_batch_is_charged_as_prepared_unless_a_rebalance_voided_it() -> None:
+    """The charge runs before the batch's transaction, under the assignment it was fetched
+    under only: a rebalance before it, or while the ledger is still being restored, leaves
+    the ledger untouched (``_commit`` then drops the batch)."""
+    w, ledger = worker(), store("drop")  # a subject may have 2 records released per day
+    ledger.ledger.restore(0, [])
+    ledger._restored.add(0)
+    w._ledger = ledger
+    records = [record(100 + i, "a", "a") for i in range(3)]
+    result = subjects(records, BatchResult(outputs=[b"o"] * 3, output_index=[0, 1, 2]))
+    fetched_under = w._generation
+    w._generation += 1
+    assert await w._charge(records, result, fetched_under) is None
+
+    async def restoring() -> None:  # the partition moves while its ledger is restored
+        w._generation += 1
+
+    ledger._restores[0] = asyncio.create_task(restoring())
+    assert await w._charge(records, result, w._generation) is None
+    assert ledger.ledger.snapshot(0) == {}, "a voided batch charged the ledger"
+    verdict = await w._charge(records, result, w._generation)
+    assert verdict is not None and verdict.result.output_index == [0, 1]
+    assert ledger.ledger.counts(0)["released"] == 2
+
+
+async def test_a_ledger_batch_without_its_charge_is_refused_not_released() -> None:
+    w, producer, ledger = worker(), TransactionalProducer(), store("drop")
+    w._ledger = ledger
+    records = [record(100, "a", "a")]
+    result = subjects(records, BatchResult(outputs=[b"o"], output_index=[0]))
+    uncharged = Prepared({TP: records}, records, result, w._generation, 0.0)
+    with pytest.raises(LedgerError, match="uncharged"):
+        await w._send(producer, sender_for(w, producer), uncharged)  # type: ignore[arg-type]
+    assert producer.sent == [] and producer.batches == []
 
 
 async def _true(value: bool) -> bool:

@@ -525,7 +525,8 @@ async def test_an_outage_is_judged_when_the_transaction_fails_not_after(outage: 
     producer = FencedProducer(during)
     sender = SimpleNamespace(send=lambda records, result: asyncio.sleep(0, []))
     with pytest.raises(ProducerFenced) as fenced_by:
-        await w._transaction(producer, sender, [], None, {})  # type: ignore[arg-type]
+        batch = loop.Prepared({}, [], None, w._generation, 0.0)  # type: ignore[arg-type]
+        await w._transaction(producer, sender, batch, {})  # type: ignore[arg-type]
     assert producer.aborted
     first.up = second.up = False  # the session closes every connection on its way out
     fencing = w._fencing(fenced_by.value)
