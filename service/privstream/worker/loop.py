@@ -5,7 +5,8 @@ holds its sanitized messages, its dead letters and the consumed offsets
 (aiokafka's transactional producer, ``send_offsets_to_transaction``), so a
 reader with ``isolation_level=read_committed`` sees every raw record's release
 once or not at all. Batches overlap by one step: the next batch is fetched and
-sanitized (in a thread: ``sanitize`` is pure) while the previous one's
+sanitized (in a thread: ``sanitize`` is pure), and charged to the subject
+ledger if there is one, while the previous one's
 transaction runs; its own transaction begins only once that one has committed,
 so the producer never has two open. A failed transaction ends the session, and
 the batch sanitized meanwhile is dropped unreleased (the next session fetches
@@ -35,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random  # csprng-ok: backoff jitter only, never noise
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,6 +72,7 @@ from privstream.worker.http import Health
 from privstream.worker.ledger_store import LedgerStore, Verdict
 from privstream.worker.produce import BatchSender
 from privstream.worker.rebalance import Rebalance, names
+from privstream.worker.restart import Backoff, describe
 from privstream.worker.sanitize import sanitize
 
 log = logging.getLogger("privstream.worker")
@@ -101,31 +102,6 @@ class Prepared:
     @property
     def offsets(self) -> dict[TopicPartition, int]:
         return {tp: msgs[-1].offset + 1 for tp, msgs in self.owned.items()}
-
-
-def describe(exc: BaseException) -> str:
-    """``Name: message`` once (aiokafka's messages often start with their class name)."""
-    name, text = type(exc).__name__, str(exc)
-    if not text:
-        return name
-    return text if text.startswith(name) else f"{name}: {text}"
-
-
-class Backoff:
-    """Exponential delays with full jitter, reset after a committed batch."""
-
-    def __init__(self, initial_s: float = 0.2, cap_s: float = 30.0) -> None:
-        self._initial = initial_s
-        self._cap = cap_s
-        self._next = initial_s
-
-    def next_delay(self) -> float:
-        delay = self._next
-        self._next = min(self._next * 2, self._cap)
-        return random.uniform(delay / 2, delay)  # noqa: S311 -- jitter, not noise
-
-    def reset(self) -> None:
-        self._next = self._initial
 
 
 class Worker:

@@ -42,8 +42,9 @@ from privstream.worker.clients import (
     live_connections,
 )
 from privstream.worker.http import Health
-from privstream.worker.loop import Backoff, Worker
+from privstream.worker.loop import Worker
 from privstream.worker.produce import BatchSender, output_headers
+from privstream.worker.restart import Backoff
 from prometheus_client import CollectorRegistry
 
 from tests.integration.faults import poll_until
