@@ -223,15 +223,25 @@ class Worker:
         producer: AIOKafkaProducer,
         sender: BatchSender,
     ) -> None:
-        """Fetch and sanitize the next batch while the previous one's transaction runs."""
+        """Fetch and sanitize the next batch while the previous one's transaction runs.
+
+        Only while behind, though: once a batch took everything the broker had, the
+        next fetch waits for its transaction, so what arrives meanwhile goes out in
+        the next transaction rather than waiting one more in a prefetched batch.
+        """
         inflight: asyncio.Task[None] | None = None
+        behind = True
         try:
             while not stop.is_set():
+                if inflight is not None and not behind:
+                    await inflight  # caught up: fetch once it has committed
+                    inflight = None
                 prepared = await self._prepare(consumer)
                 if inflight is not None and (prepared is not None or inflight.done()):
                     await inflight  # its failure ends the session; ``prepared`` is replayed
                     inflight = None
                 if prepared is not None:
+                    behind = self._behind(consumer, prepared)
                     commit = self._commit(consumer, producer, sender, prepared)
                     inflight = asyncio.create_task(commit)
             if inflight is not None:
@@ -240,6 +250,12 @@ class Worker:
             if inflight is not None:  # cancelled or failed: settle it before the clients close
                 inflight.cancel()
                 await asyncio.gather(inflight, return_exceptions=True)
+
+    def _behind(self, consumer: AIOKafkaConsumer, batch: Prepared) -> bool:
+        """A full batch, or records past it on the broker (as of the last fetch)."""
+        if len(batch.records) >= self._kafka.max_batch_records:
+            return True
+        return any((consumer.highwater(tp) or 0) > end for tp, end in batch.offsets.items())
 
     async def _prepare(self, consumer: AIOKafkaConsumer) -> Prepared | None:
         """The next batch, sanitized in a thread (the previous transaction runs meanwhile)."""

@@ -25,21 +25,36 @@ TP = TopicPartition("raw", 0)
 
 
 class ScriptedConsumer:
-    """Returns the given batches one poll each, then sets ``stop`` and returns nothing."""
+    """Returns the given batches one poll each, then sets ``stop`` and returns nothing.
 
-    def __init__(self, batches: list[list[ConsumerRecord[bytes, bytes]]], stop: asyncio.Event):
+    Its high watermark is the end of the last batch: the worker is behind until it
+    fetched that (``caught_up``: the end of each batch as it is fetched).
+    """
+
+    def __init__(
+        self,
+        batches: list[list[ConsumerRecord[bytes, bytes]]],
+        stop: asyncio.Event,
+        *,
+        caught_up: bool = False,
+    ):
         self._batches = list(batches)
         self._stop = stop
+        self._caught_up = caught_up
+        self._end = max((b[-1].offset + 1 for b in batches), default=None)
         self.commits: list[dict[TopicPartition, int]] = []
 
     async def getmany(self, **_: Any) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
         if not self._batches:
             self._stop.set()
             return {}
-        return {TP: self._batches.pop(0)}
+        fetched = self._batches.pop(0)
+        if self._caught_up:
+            self._end = fetched[-1].offset + 1
+        return {TP: fetched}
 
     def highwater(self, tp: TopicPartition) -> int | None:
-        return None
+        return self._end
 
 
 class TransactionalProducer(SizeLimitedProducer):
@@ -105,6 +120,27 @@ async def test_the_next_batch_is_sanitized_while_the_previous_one_commits() -> N
         *w._sanitize(first).outputs,
         *w._sanitize(second).outputs,
     ]
+
+
+async def test_once_caught_up_the_next_fetch_waits_for_the_commit() -> None:
+    """A batch that took everything the broker had: the records that arrive while it
+    commits go out in the next transaction, not in a batch fetched before they arrived."""
+    w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
+    w._assigned = {TP}
+    traced(w, producer.log)
+    first, second = batch([1.0, 2.0], start=100), batch([3.0], start=102)
+    consumer = ScriptedConsumer([first, second], stop, caught_up=True)
+    run = asyncio.create_task(
+        w._pipeline(stop, consumer, producer, sender_for(w, producer))  # type: ignore[arg-type]
+    )
+    await poll_until(lambda: _true("offsets 102" in producer.log), 5, "first batch queued")
+    assert "sanitize 102" not in producer.log, "fetched before the commit"
+    producer.release.set()
+    await asyncio.wait_for(run, 5)
+    assert producer.log == [
+        "sanitize 100", "begin", "offsets 102", "commit",
+        "sanitize 102", "begin", "offsets 103", "commit",
+    ]  # fmt: skip
 
 
 async def test_a_batch_fetched_before_a_rebalance_is_dropped_not_released() -> None:
