@@ -38,7 +38,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import (
@@ -73,7 +72,7 @@ from privstream.worker.ledger_store import LedgerStore, Verdict
 from privstream.worker.produce import BatchSender
 from privstream.worker.rebalance import Rebalance, names
 from privstream.worker.restart import Backoff, describe
-from privstream.worker.sanitize import sanitize
+from privstream.worker.sanitize import Prepared, sanitize
 
 log = logging.getLogger("privstream.worker")
 
@@ -84,24 +83,6 @@ RETRIABLE = (KafkaError, OSError, TimeoutError)
 PROBE_INTERVAL_S = 1.0
 PROBE_TIMEOUT_S = 2.0
 CLOSE_TIMEOUT_S = 10.0
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A fetched and sanitized batch, waiting for its transaction."""
-
-    owned: dict[TopicPartition, list[ConsumerRecord]]
-    records: list[ConsumerRecord]
-    result: BatchResult
-    #: the assignment it was fetched under (``Worker._generation``)
-    generation: int
-    started: float
-    #: the ledger's charge of it (``Worker._charge``); None without a ledger or once voided
-    verdict: Verdict | None = None
-
-    @property
-    def offsets(self) -> dict[TopicPartition, int]:
-        return {tp: msgs[-1].offset + 1 for tp, msgs in self.owned.items()}
 
 
 class Worker:

@@ -4,16 +4,19 @@ Pure (no Kafka calls, no metrics): the worker runs it in a thread while the
 previous batch's transaction commits (``loop``). Each record's noise is
 keyed on (secret, topic, partition, offset, raw bytes, field release), so a
 record sanitized again, alone or in any batch, gets the very same bytes.
+``Prepared`` is such a batch waiting for its transaction.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 import numpy as np
-from aiokafka import ConsumerRecord
+from aiokafka import ConsumerRecord, TopicPartition
 
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.pipeline import BatchResult, RecordPlan, process_batch
@@ -22,11 +25,32 @@ from privstream.pipeline.results import DeadLetter, Observation, merge_observati
 from privstream.worker.decode import UndecodableRecord
 from privstream.worker.produce import source_of
 
+if TYPE_CHECKING:
+    from privstream.worker.ledger_store import Verdict
+
 log = logging.getLogger("privstream.worker")
 UNDECODABLE_DETAIL = (
     "a header key is not UTF-8, so the Kafka client cannot decode the record; its headers "
     "are copied here with such keys escaped (\\xNN), key and value as they are"
 )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A fetched and sanitized batch, waiting for its transaction."""
+
+    owned: dict[TopicPartition, list[ConsumerRecord]]
+    records: list[ConsumerRecord]
+    result: BatchResult
+    #: the assignment it was fetched under (``Worker._generation``)
+    generation: int
+    started: float
+    #: the ledger's charge of it (``Worker._charge``); None without a ledger or once voided
+    verdict: Verdict | None = None
+
+    @property
+    def offsets(self) -> dict[TopicPartition, int]:
+        return {tp: msgs[-1].offset + 1 for tp, msgs in self.owned.items()}
 
 
 def sanitize(

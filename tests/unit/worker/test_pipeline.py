@@ -15,7 +15,8 @@ import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 from privstream.errors import LedgerError
 from privstream.pipeline import BatchResult
-from privstream.worker.loop import Prepared, Worker
+from privstream.worker.loop import Worker
+from privstream.worker.sanitize import Prepared
 
 from tests.integration.faults import poll_until
 from tests.unit.worker.test_ledger_store import record, store, subjects

@@ -45,6 +45,7 @@ from privstream.worker.http import Health
 from privstream.worker.loop import Worker
 from privstream.worker.produce import BatchSender, output_headers
 from privstream.worker.restart import Backoff
+from privstream.worker.sanitize import Prepared
 from prometheus_client import CollectorRegistry
 
 from tests.integration.faults import poll_until
@@ -526,7 +527,7 @@ async def test_an_outage_is_judged_when_the_transaction_fails_not_after(outage: 
     producer = FencedProducer(during)
     sender = SimpleNamespace(send=lambda records, result: asyncio.sleep(0, []))
     with pytest.raises(ProducerFenced) as fenced_by:
-        batch = loop.Prepared({}, [], None, w._generation, 0.0)  # type: ignore[arg-type]
+        batch = Prepared({}, [], None, w._generation, 0.0)  # type: ignore[arg-type]
         await w._transaction(producer, sender, batch, {})  # type: ignore[arg-type]
     assert producer.aborted
     first.up = second.up = False  # the session closes every connection on its way out
