@@ -6,7 +6,6 @@ import json
 import textwrap
 from typing import Any
 
-from privstream.clamped_counts import clamping_fields
 from privstream.config import AppConfig, FieldConfig, Guarantee
 from privstream.config.fields import FORGEABLE, CategoricalField, RealField
 from privstream.kinds.auto import WARN_RATIO, auto_choice
@@ -69,6 +68,9 @@ def _metrics_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
         "epsilon": 0.0,
     }
     if clamped is not None:
+        # here, not at the top: it imports prometheus_client, which sanitize never needs
+        from privstream.clamped_counts import clamping_fields
+
         entry.update(
             clamped_counts={
                 "epsilon": clamped.epsilon,
