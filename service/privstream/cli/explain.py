@@ -11,6 +11,7 @@ from privstream.config.fields import FORGEABLE, CategoricalField, RealField
 from privstream.kinds.auto import WARN_RATIO, auto_choice
 from privstream.kinds.auto_real import explain_auto_real
 from privstream.ledger.guarantee import ledger_guarantee, ledger_lines
+from privstream.mechanisms import Mechanism
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.plan import MemoPlan
 
@@ -31,7 +32,8 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
             entry.update(declared_epsilon=declared.epsilon, declared_delta=declared.delta)
             entry.update(described)
             entry.update(_memo_entry(planned.memo))
-            entry.update(_auto_entry(spec, plan.budget.fields.get(spec.name)))
+            share = plan.budget.fields.get(spec.name)
+            entry.update(_auto_entry(spec, share, planned.handler.mechanism))
             entry["optimality"] = _optimality(entry)
         else:
             entry.update(
@@ -84,10 +86,15 @@ def _metrics_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
     return entry
 
 
-def _auto_entry(spec: FieldConfig, share: Guarantee | None) -> dict[str, Any]:
-    """A categorical field's ``auto`` choice, each candidate's variance, and any warning."""
+def _auto_entry(
+    spec: FieldConfig, share: Guarantee | None, planned: Mechanism | None
+) -> dict[str, Any]:
+    """A field's ``auto`` choice, each candidate's variance, and any warning.
+
+    ``planned``: the field's mechanism in the plan (a real field's candidates reuse it).
+    """
     if isinstance(spec, RealField) and share is not None:
-        return explain_auto_real(spec, share, WARN_RATIO)
+        return explain_auto_real(spec, share, WARN_RATIO, planned)
     if not isinstance(spec, CategoricalField) or share is None:
         return {}
     choice = auto_choice(spec, share)
@@ -159,9 +166,11 @@ def declared_warnings(config: AppConfig, plan: RecordPlan) -> list[str]:
 
     What ``explain`` warns about, for the start-up of ``run`` and ``sanitize``.
     """
+    planned = {f.name: f.handler.mechanism for f in plan.fields}
     warnings = []
     for spec in config.fields:
-        warning = _auto_entry(spec, plan.budget.fields.get(spec.name)).get("auto_warning")
+        share = plan.budget.fields.get(spec.name)
+        warning = _auto_entry(spec, share, planned.get(spec.name)).get("auto_warning")
         if warning:
             warnings.append(str(warning))
     return warnings
