@@ -10,7 +10,6 @@ from privstream.config import AppConfig, FieldConfig, Guarantee
 from privstream.config.fields import FORGEABLE, CategoricalField, RealField
 from privstream.kinds.auto import WARN_RATIO, auto_choice
 from privstream.kinds.auto_real import explain_auto_real
-from privstream.ledger.guarantee import ledger_guarantee, ledger_lines
 from privstream.mechanisms import Mechanism
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.plan import MemoPlan
@@ -18,6 +17,9 @@ from privstream.pipeline.plan import MemoPlan
 
 def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
     """The machine-readable explanation, read from the plan's mechanism objects."""
+    # here, not at the top: run and sanitize import this module for declared_warnings only
+    from privstream.ledger.guarantee import ledger_guarantee
+
     by_name = {f.name: f for f in plan.fields}
     fields: list[dict[str, Any]] = []
     for spec in config.fields:
@@ -282,6 +284,8 @@ def render_table(data: dict[str, Any], width: int | None = None) -> str:
     notes.append(
         f"declared budget: epsilon={_num(rec['budget_epsilon'])} delta={_num(rec['budget_delta'])}"
     )
+    from privstream.ledger.guarantee import ledger_lines  # as in explain_data
+
     notes.extend(ledger_lines(data["ledger"]))
     notes.append(f"config sha256: {data['config_sha256']}")
     notes.append(_metrics_line(data["metrics"]))

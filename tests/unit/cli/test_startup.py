@@ -40,6 +40,7 @@ FORBIDDEN = (
     "privstream.metrics",
     "privstream.canary_metrics",
     "privstream.clamped_counts",
+    "privstream.ledger",
     "privstream.audit.engine",
     "privstream.audit.run",
     "privstream.audit.report",
