@@ -114,3 +114,22 @@ def test_the_expected_error_table_is_built_on_first_use(
     assert built.expected_error == 40.0 * float(errors.max())
     assert built.worst_t == float(points[int(np.argmax(errors))])
     assert "_worst_error" in vars(built)  # built once, kept
+
+
+def test_bounds_near_the_double_range_get_a_finite_laplace_law() -> None:
+    # g^2 overflows at [0, 1e280]; half^2 at [0, 3e154] (g small at epsilon 1000): the law
+    # used to raise OverflowError (a traceback from build_plan) or come out as 0
+    for bounds, epsilon in (((0.0, 1e280), 1.0), ((0.0, 3e154), 1000.0)):
+        mechanism = LaplaceMechanism(bounds=bounds, epsilon=epsilon)
+        slope, constant = auto_real._law(mechanism)
+        half = bounds[1] / 2.0
+        assert slope == 0.0
+        assert mechanism.noise is not None
+        assert constant == (mechanism.granularity / half) ** 2 * mechanism.noise.variance
+        assert 0.0 < constant < float("inf")
+        # the same law, in t units, as at ordinary bounds with the same grid ratio
+        scaled = LaplaceMechanism(bounds=(0.0, bounds[1] * 2.0**-900), epsilon=epsilon)
+        assert auto_real._law(scaled)[1] == pytest.approx(constant, rel=1e-12)
+    spec = real(bounds=[0, 1e280])
+    choice = auto_real.auto_real_choice(spec, Guarantee(1.0, 0.0))
+    assert choice.mechanism == "hybrid"  # as at every width: the law does not see the bounds
