@@ -4,10 +4,10 @@ The config describes *what* to release. It knows nothing of Kafka clients or
 of mechanism objects; ``privstream.pipeline.plan`` turns it into mechanisms.
 """
 
-# no ``from __future__ import annotations``: pydantic would evaluate every field's
-# annotation string at import (a quarter of the models' build time, paid by every start-up)
+from __future__ import annotations
+
 from pathlib import Path
-from typing import Literal, Self
+from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -44,7 +44,7 @@ class SecurityConfig(Strict):
         return self.protocol.startswith("SASL_")
 
     @model_validator(mode="after")
-    def _consistent(self) -> Self:
+    def _consistent(self) -> SecurityConfig:
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("cert_file and key_file go together (mutual TLS needs both)")
         tls_only = [name for name in ("ca_file", "cert_file") if getattr(self, name) is not None]
@@ -85,7 +85,7 @@ class KafkaConfig(Strict):
     security: SecurityConfig = SecurityConfig()
 
     @model_validator(mode="after")
-    def _distinct_topics(self) -> Self:
+    def _distinct_topics(self) -> KafkaConfig:
         topics = [self.input_topic, self.output_topic, self.dead_letter_topic]
         if len(set(topics)) != 3:
             raise ValueError(
@@ -160,7 +160,7 @@ class AppConfig(Strict):
     metrics: MetricsConfig = MetricsConfig()
 
     @model_validator(mode="after")
-    def _memoize_by_names_a_device_field(self) -> Self:
+    def _memoize_by_names_a_device_field(self) -> AppConfig:
         # cross-field: memoize_by must name another field that can hold a device id
         from privstream.config.fields import check_memo_references
 
