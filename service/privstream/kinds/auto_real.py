@@ -133,14 +133,15 @@ def _law(mechanism: Mechanism) -> tuple[float, float]:
     if not isinstance(mechanism, LaplaceMechanism):  # pragma: no cover - CANDIDATES are these
         raise RegistryError(f"no variance law for {type(mechanism).__name__}")
     half = (mechanism.upper - mechanism.lower) / 2.0
-    if mechanism.noise is None:  # zero width: no noise
+    noise = mechanism.noise
+    if half <= 0.0 or noise is None:  # zero width: no noise
         return 0.0, 0.0
     square = half * half
     if math.isfinite(square):
         with contextlib.suppress(OverflowError):
             return 0.0, mechanism.estimator_variance(1) / square
     # bounds near the double range (g^2 or half^2 beyond it): g / half before squaring
-    return 0.0, (mechanism.granularity / half) ** 2 * mechanism.noise.variance
+    return 0.0, (mechanism.granularity / half) ** 2 * noise.variance
 
 
 def regrets(laws: dict[str, tuple[float, float]]) -> dict[str, float]:
