@@ -18,10 +18,30 @@ that broken mechanisms are caught. Modules:
 * ``run`` / ``report``: a whole run and its rendering.
 """
 
-from privstream.audit.engine import DEFAULT_CONFIDENCE, DEFAULT_SAMPLES, AuditResult
-from privstream.audit.report import render_json, render_table, report_data
-from privstream.audit.run import AuditReport, audit
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from privstream.errors import AuditError
+
+if TYPE_CHECKING:
+    from privstream.audit.engine import DEFAULT_CONFIDENCE, DEFAULT_SAMPLES, AuditResult
+    from privstream.audit.report import render_json, render_table, report_data
+    from privstream.audit.run import AuditReport, audit
+
+#: name -> module; imported on first use: the field-kind registry imports ``targets``
+#: on every start-up, which must not pay for the engine, the runs and their reports
+_LAZY = {
+    "DEFAULT_CONFIDENCE": "engine",
+    "DEFAULT_SAMPLES": "engine",
+    "AuditResult": "engine",
+    "render_json": "report",
+    "render_table": "report",
+    "report_data": "report",
+    "AuditReport": "run",
+    "audit": "run",
+}
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -34,3 +54,11 @@ __all__ = [
     "render_table",
     "report_data",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value

@@ -6,18 +6,20 @@ import json
 import textwrap
 from typing import Any
 
-from privstream.clamped_counts import clamping_fields
 from privstream.config import AppConfig, FieldConfig, Guarantee
 from privstream.config.fields import FORGEABLE, CategoricalField, RealField
 from privstream.kinds.auto import WARN_RATIO, auto_choice
 from privstream.kinds.auto_real import explain_auto_real
-from privstream.ledger.guarantee import ledger_guarantee, ledger_lines
+from privstream.mechanisms import Mechanism
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.plan import MemoPlan
 
 
 def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
     """The machine-readable explanation, read from the plan's mechanism objects."""
+    # here, not at the top: run and sanitize import this module for declared_warnings only
+    from privstream.ledger.guarantee import ledger_guarantee
+
     by_name = {f.name: f for f in plan.fields}
     fields: list[dict[str, Any]] = []
     for spec in config.fields:
@@ -32,7 +34,8 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
             entry.update(declared_epsilon=declared.epsilon, declared_delta=declared.delta)
             entry.update(described)
             entry.update(_memo_entry(planned.memo))
-            entry.update(_auto_entry(spec, plan.budget.fields.get(spec.name)))
+            share = plan.budget.fields.get(spec.name)
+            entry.update(_auto_entry(spec, share, planned.handler.mechanism))
             entry["optimality"] = _optimality(entry)
         else:
             entry.update(
@@ -69,6 +72,9 @@ def _metrics_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
         "epsilon": 0.0,
     }
     if clamped is not None:
+        # here, not at the top: it imports prometheus_client, which sanitize never needs
+        from privstream.clamped_counts import clamping_fields
+
         entry.update(
             clamped_counts={
                 "epsilon": clamped.epsilon,
@@ -82,10 +88,15 @@ def _metrics_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
     return entry
 
 
-def _auto_entry(spec: FieldConfig, share: Guarantee | None) -> dict[str, Any]:
-    """A categorical field's ``auto`` choice, each candidate's variance, and any warning."""
+def _auto_entry(
+    spec: FieldConfig, share: Guarantee | None, planned: Mechanism | None
+) -> dict[str, Any]:
+    """A field's ``auto`` choice, each candidate's variance, and any warning.
+
+    ``planned``: the field's mechanism in the plan (a real field's candidates reuse it).
+    """
     if isinstance(spec, RealField) and share is not None:
-        return explain_auto_real(spec, share, WARN_RATIO)
+        return explain_auto_real(spec, share, WARN_RATIO, planned)
     if not isinstance(spec, CategoricalField) or share is None:
         return {}
     choice = auto_choice(spec, share)
@@ -157,9 +168,11 @@ def declared_warnings(config: AppConfig, plan: RecordPlan) -> list[str]:
 
     What ``explain`` warns about, for the start-up of ``run`` and ``sanitize``.
     """
+    planned = {f.name: f.handler.mechanism for f in plan.fields}
     warnings = []
     for spec in config.fields:
-        warning = _auto_entry(spec, plan.budget.fields.get(spec.name)).get("auto_warning")
+        share = plan.budget.fields.get(spec.name)
+        warning = _auto_entry(spec, share, planned.get(spec.name)).get("auto_warning")
         if warning:
             warnings.append(str(warning))
     return warnings
@@ -271,6 +284,8 @@ def render_table(data: dict[str, Any], width: int | None = None) -> str:
     notes.append(
         f"declared budget: epsilon={_num(rec['budget_epsilon'])} delta={_num(rec['budget_delta'])}"
     )
+    from privstream.ledger.guarantee import ledger_lines  # as in explain_data
+
     notes.extend(ledger_lines(data["ledger"]))
     notes.append(f"config sha256: {data['config_sha256']}")
     notes.append(_metrics_line(data["metrics"]))

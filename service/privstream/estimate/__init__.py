@@ -5,8 +5,32 @@ in ``privstream.mechanisms``; this package only reads sanitized records, keeps
 what those functions need, and formats what they return.
 """
 
-from privstream.estimate.accumulators import Options
-from privstream.estimate.aggregate import StreamAggregate, TruthAggregate
-from privstream.estimate.report import build_report, render_table
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from privstream.estimate.accumulators import Options
+    from privstream.estimate.aggregate import StreamAggregate, TruthAggregate
+    from privstream.estimate.report import build_report, render_table
+
+#: name -> module; imported on first use: the field-kind registry imports the estimators
+#: on every start-up, which must not pay for the aggregation and the report
+_LAZY = {
+    "Options": "accumulators",
+    "StreamAggregate": "aggregate",
+    "TruthAggregate": "aggregate",
+    "build_report": "report",
+    "render_table": "report",
+}
 
 __all__ = ["Options", "StreamAggregate", "TruthAggregate", "build_report", "render_table"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value

@@ -36,6 +36,7 @@ chosen mechanism's own variance law.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from typing import Any, Literal
 
@@ -53,25 +54,75 @@ from privstream.mechanisms.selection import VARIANCE_N
 CANDIDATES = ("laplace", "piecewise", "hybrid")
 
 
-def _candidate(name: str, spec: RealField, share: Guarantee) -> Mechanism:
-    bounds = (float(spec.bounds[0]), float(spec.bounds[1]))
-    if name == "laplace":
-        calibration: Literal["tight", "thesis"] = (
-            "thesis" if spec.calibration == "thesis" else "tight"
-        )
-        return LaplaceMechanism(
-            bounds=bounds, epsilon=share.epsilon, delta=share.delta, calibration=calibration
-        )
-    local = PiecewiseMechanism if name == "piecewise" else HybridMechanism
-    return local(bounds=bounds, epsilon=share.epsilon, delta=share.delta)
+#: what builds a candidate: (name, lower, upper, epsilon, delta, laplace calibration or None)
+CandidateKey = tuple[str, float, float, float, float, str | None]
 
 
-def _candidates(spec: RealField, share: Guarantee) -> dict[str, Mechanism]:
-    """Each candidate that runs at this share (an epsilon too small for 64-bit thresholds not)."""
-    built: dict[str, Mechanism] = {}
+def _key(name: str, spec: RealField, share: Guarantee) -> CandidateKey:
+    calibration = (
+        ("thesis" if spec.calibration == "thesis" else "tight") if name == "laplace" else None
+    )
+    lower, upper = float(spec.bounds[0]), float(spec.bounds[1])
+    return name, lower, upper, share.epsilon, share.delta, calibration
+
+
+def _key_of(mechanism: Mechanism) -> CandidateKey | None:
+    """The key ``mechanism`` would have been built from, if it is a candidate."""
+    if isinstance(mechanism, LaplaceMechanism):
+        calibration: str | None = mechanism.calibration
+    elif isinstance(mechanism, PiecewiseMechanism | HybridMechanism):
+        calibration = None
+    else:
+        return None
+    lower, upper = mechanism.lower, mechanism.upper
+    return mechanism.name, lower, upper, mechanism.epsilon, mechanism.delta, calibration
+
+
+#: a candidate's variance law ``(s, c)`` and its worst-case variance of the mean at ``VARIANCE_N``
+Measures = tuple[tuple[float, float], float]
+
+
+def _measures(mechanism: Mechanism) -> Measures:
+    return _law(mechanism), _worst_variance(mechanism, VARIANCE_N)
+
+
+@functools.lru_cache(maxsize=256)
+def _candidate_measures(key: CandidateKey) -> Measures | None:
+    """One candidate's measures, None where it does not run (an epsilon too small for 64-bit
+    thresholds). A build calibrates a sampler (up to ~20 ms) and the plan's ``auto`` and the
+    declared-mechanism warnings ask for the same ones: the numbers are kept, not the build."""
+    name, lower, upper, epsilon, delta, calibration = key
+    bounds = (lower, upper)
+    mechanism: Mechanism
+    try:
+        if name == "laplace":
+            tight: Literal["tight", "thesis"] = "thesis" if calibration == "thesis" else "tight"
+            mechanism = LaplaceMechanism(
+                bounds=bounds, epsilon=epsilon, delta=delta, calibration=tight
+            )
+        else:
+            local = PiecewiseMechanism if name == "piecewise" else HybridMechanism
+            mechanism = local(bounds=bounds, epsilon=epsilon, delta=delta)
+    except MechanismError:
+        return None
+    return _measures(mechanism)
+
+
+def _candidates(
+    spec: RealField, share: Guarantee, planned: Mechanism | None
+) -> dict[str, Measures]:
+    """Each candidate that runs at this share; ``planned`` (the field's own mechanism, built
+    from the same inputs by the plan) is measured instead of a build of the same candidate."""
+    reuse = _key_of(planned) if planned is not None else None
+    built: dict[str, Measures] = {}
     for name in CANDIDATES:
-        with contextlib.suppress(MechanismError):
-            built[name] = _candidate(name, spec, share)
+        key = _key(name, spec, share)
+        if planned is not None and key == reuse:
+            measures: Measures | None = _measures(planned)
+        else:
+            measures = _candidate_measures(key)
+        if measures is not None:
+            built[name] = measures
     return built
 
 
@@ -82,7 +133,15 @@ def _law(mechanism: Mechanism) -> tuple[float, float]:
     if not isinstance(mechanism, LaplaceMechanism):  # pragma: no cover - CANDIDATES are these
         raise RegistryError(f"no variance law for {type(mechanism).__name__}")
     half = (mechanism.upper - mechanism.lower) / 2.0
-    return 0.0, (mechanism.estimator_variance(1) / (half * half) if half > 0.0 else 0.0)
+    noise = mechanism.noise
+    if half <= 0.0 or noise is None:  # zero width: no noise
+        return 0.0, 0.0
+    square = half * half
+    if math.isfinite(square):
+        with contextlib.suppress(OverflowError):
+            return 0.0, mechanism.estimator_variance(1) / square
+    # bounds near the double range (g^2 or half^2 beyond it): g / half before squaring
+    return 0.0, (mechanism.granularity / half) ** 2 * noise.variance
 
 
 def regrets(laws: dict[str, tuple[float, float]]) -> dict[str, float]:
@@ -123,15 +182,16 @@ def _why(variances: dict[str, float], share: Guarantee) -> str | None:
     return "laplace's variance is the least at this epsilon"
 
 
-def _assess(spec: RealField, share: Guarantee) -> tuple[AutoChoice, dict[str, float]]:
-    """The choice and each candidate's regret, every candidate built once (each build
-    calibrates a sampler)."""
-    built = _candidates(spec, share)
-    variances = {name: _worst_variance(m, VARIANCE_N) for name, m in built.items()}
+def _assess(
+    spec: RealField, share: Guarantee, planned: Mechanism | None = None
+) -> tuple[AutoChoice, dict[str, float]]:
+    """The choice and each candidate's regret (``_candidate_measures``: measured once)."""
+    built = _candidates(spec, share, planned)
+    variances = {name: variance for name, (_, variance) in built.items()}
     ranked = [name for name in CANDIDATES if name in variances]
     if not ranked:  # pragma: no cover - Laplace runs at every epsilon the config accepts
         return AutoChoice(mechanism="laplace", variances={}, restricted="no candidate"), {}
-    regret = regrets({name: _law(m) for name, m in built.items()})
+    regret = regrets({name: law for name, (law, _) in built.items()})
     chosen = min(ranked, key=lambda name: (regret[name], ranked.index(name)))
     choice = AutoChoice(mechanism=chosen, variances=variances, restricted=_why(variances, share))
     return choice, regret
@@ -154,9 +214,14 @@ def resolve_auto_real(spec: RealField, share: Guarantee) -> RealField:
     return spec.model_copy(update={"mechanism": chosen})
 
 
-def explain_auto_real(spec: RealField, share: Guarantee, warn_ratio: float) -> dict[str, Any]:
-    """``explain``'s ``auto`` entry of a real field (same shape as the categorical one)."""
-    choice, regret = _assess(spec, share)
+def explain_auto_real(
+    spec: RealField, share: Guarantee, warn_ratio: float, planned: Mechanism | None = None
+) -> dict[str, Any]:
+    """``explain``'s ``auto`` entry of a real field (same shape as the categorical one).
+
+    ``planned``: the field's mechanism in the plan, reused if it is one of the candidates.
+    """
+    choice, regret = _assess(spec, share, planned)
     declared = regret.get(spec.mechanism)  # gaussian is not compared
     best = regret[choice.mechanism]
     warning = None

@@ -82,7 +82,6 @@ from privstream.mechanisms.piecewise import (
     PiecewiseGrid,
     UnitIntervalMechanism,
     calibrate,
-    error_points,
     round_up,
 )
 from privstream.mechanisms.rng import Words
@@ -156,12 +155,6 @@ class HybridMechanism(UnitIntervalMechanism):
         self.coin = duchi_coin(self.epsilon)
         self.mix_threshold = min(math.floor(Fraction(pm_share(self.epsilon)) * TWO_64), TWO_64 - 1)
         self._outputs = self.grid.outputs()
-        points = error_points()
-        share = self.pm_probability
-        b = self.coin.magnitude
-        error = share * self.grid.mean_abs_error(points) + (1.0 - share) * (b - points**2 / b)
-        self._error = self.half * float(error.max())
-        self.worst_t = float(points[int(np.argmax(error))])
         self.check_reach()
 
     @property
@@ -199,9 +192,13 @@ class HybridMechanism(UnitIntervalMechanism):
     def unit_bias(self) -> float:
         return max(self.grid.bias_bound(), self.coin.bias())
 
-    @property
-    def expected_error(self) -> float:
-        return self._error if self.diameter > 0 else 0.0
+    def unit_errors(self, t: NDArray[np.float64]) -> NDArray[np.float64]:
+        share = self.pm_probability
+        b = self.coin.magnitude
+        out: NDArray[np.float64] = share * self.grid.mean_abs_error(t) + (1.0 - share) * (
+            b - t**2 / b
+        )
+        return out
 
     def sample(self, t: NDArray[np.float64], words: Words) -> NDArray[np.float64]:
         piecewise = words[:, 0] < np.uint64(self.mix_threshold)
