@@ -15,7 +15,6 @@ import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 from privstream.errors import LedgerError
 from privstream.pipeline import BatchResult
-from privstream.worker.fetch import TOP_UP_MS
 from privstream.worker.loop import Worker
 from privstream.worker.sanitize import Prepared
 
@@ -46,11 +45,7 @@ class ScriptedConsumer:
         self._end = max((b[-1].offset + 1 for b in batches), default=None)
         self.commits: list[dict[TopicPartition, int]] = []
 
-    async def getmany(
-        self, timeout_ms: int, **_: Any
-    ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
-        if timeout_ms == TOP_UP_MS:  # the top-up poll: nothing arrived since
-            return {}
+    async def getmany(self, **_: Any) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
         if not self._batches:
             self._stop.set()
             return {}
