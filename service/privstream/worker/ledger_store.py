@@ -169,11 +169,16 @@ class LedgerStore:
         """Wait until these partitions are restored; a failed restore raises here.
 
         A partition that was never restored is a bug, and charging it from an
-        empty ledger would reopen every subject's budget: LedgerError.
+        empty ledger would reopen every subject's budget: LedgerError (so is one
+        revoked meanwhile: the caller, which saw the revoke, voids its batch).
         """
         wanted = set(partitions)
-        for task in {self._restores[p] for p in wanted if p in self._restores}:
-            await asyncio.shield(task)
+        tasks = {self._restores[p] for p in wanted if p in self._restores}
+        if tasks:  # not shield: a restore a revoke cancels must not cancel the caller
+            await asyncio.wait(tasks)
+        for task in tasks:
+            if not task.cancelled() and (error := task.exception()) is not None:
+                raise error
         missing = wanted - self._restored
         if missing:
             raise LedgerError(

@@ -258,18 +258,21 @@ class Worker:
     ) -> Verdict | None:
         """The ledger's charge of a sanitized batch, made while the previous one commits.
 
-        It runs on the event loop, right after checking that the assignment is
-        still the batch's: no rebalance callback can run in between. A batch
-        charged and then not committed leaves its charge only in memory that is
-        forgotten with it: a failed transaction ends the session (the next one
-        restores every partition from the changelog), and the rebalance that
-        voids a batch revokes its partitions first, which forgets their ledgers
-        (aiokafka revokes every partition; a partial revoke would leave the
-        retained partitions over-charged, never under-charged).
+        On the event loop, right after checking that the assignment is still the
+        batch's (no rebalance callback runs in between; one during the restore
+        voids it). A batch charged but not committed leaves its charge only in
+        memory forgotten with it: a failed transaction ends the session (the next
+        restores every partition from the changelog), and the rebalance that voids
+        a batch revokes its partitions first, forgetting their ledgers (aiokafka
+        revokes all; a partial revoke would over-charge the rest, never under-).
         """
         if self._ledger is None or generation != self._generation:
             return None  # voided: ``_commit`` drops it
-        await self._ledger.ready({r.partition for r in records})
+        try:
+            await self._ledger.ready({r.partition for r in records})
+        except LedgerError:  # revoked while restoring: voided (checked below)
+            if generation == self._generation:
+                raise
         if generation != self._generation:
             return None
         return self._ledger.charge(records, result)

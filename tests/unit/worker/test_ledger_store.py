@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 from aiokafka import ConsumerRecord
+from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from privstream.config import parse_config
 from privstream.config.runtime import Runtime
 from privstream.errors import LedgerError
@@ -242,6 +245,69 @@ def test_interleaved_partitions_are_charged_as_each_partition_alone() -> None:
         expected.update({own[d.index].offset: d.reason for d in one.result.dead_letters})
     assert released == kept and reasons == expected
     assert {"subject_key_mismatch", "budget_exhausted"} <= set(reasons.values())
+    clock = b"\x01C"  # the wall-clock time of each charge differs
+    for p in range(3):
+        assert {k: v for k, v in whole.ledger.snapshot(p).items() if k != clock} == {
+            k: v for k, v in alone.ledger.snapshot(p).items() if k != clock
+        }
+
+
+DAY_MS = 86_400_000
+#: (partition, subject, key: None / "=" the subject / another, timestamp shift in days)
+ROWS = st.lists(
+    st.tuples(
+        st.integers(0, 2),
+        st.sampled_from(["a", "bb", "dev-7", "dev-123456", "zz"]),
+        st.sampled_from([None, "=", "", "a", "dev-123456"]),
+        st.sampled_from([0, 0, 0, -2, 1]),  # now, late (window closed), future
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=120, deadline=None, derandomize=True, database=None)
+@given(ROWS)
+def test_any_batch_is_charged_as_each_partition_alone_and_none_released_off_its_keys_partition(
+    rows: list[tuple[int, str, str | None, int]],
+) -> None:
+    """Random batches: interleaved partitions, missing keys, keys of mixed lengths (and
+    empty), repeated subjects, late and future records. The batch's verdict and ledgers
+    are each partition's records charged alone; no released keyed record is off the
+    partition aiokafka's own partitioner gives its key."""
+    offsets = [0, 0, 0]
+    records = []
+    for partition, subject, key, days in rows:
+        r = record(offsets[partition], subject, subject if key == "=" else key or "", partition)
+        offsets[partition] += 1
+        object.__setattr__(r, "timestamp", r.timestamp + days * DAY_MS)
+        if key is None:
+            object.__setattr__(r, "key", None)
+        records.append(r)
+    whole, alone = store("dead_letter"), store("dead_letter")
+    for s in (whole, alone):
+        s._input_partitions = 3
+        for p in range(3):
+            s.ledger.restore(p, [])
+    batch = BatchResult(outputs=[b"o"] * len(records), output_index=list(range(len(records))))
+    verdict = whole.charge(records, subjects(records, batch))
+    ids = [(r.partition, r.offset) for r in records]
+    released = {ids[i] for i in verdict.result.output_index}
+    reasons = {ids[d.index]: d.reason for d in verdict.result.dead_letters}
+    kept: set[tuple[int, int]] = set()
+    expected: dict[tuple[int, int], str] = {}
+    for p in range(3):
+        own = [r for r in records if r.partition == p]
+        one = alone.charge(
+            own, subjects(own, BatchResult([b"o"] * len(own), list(range(len(own)))))
+        )
+        kept.update((p, own[i].offset) for i in one.result.output_index)
+        expected.update({(p, own[d.index].offset): d.reason for d in one.result.dead_letters})
+    assert released == kept and reasons == expected
+    assert len(released) + len(reasons) == len(records)
+    every = [0, 1, 2]
+    for r in records:
+        if (r.partition, r.offset) in released and r.key is not None:
+            assert DefaultPartitioner()(r.key, every, every) == r.partition
     clock = b"\x01C"  # the wall-clock time of each charge differs
     for p in range(3):
         assert {k: v for k, v in whole.ledger.snapshot(p).items() if k != clock} == {

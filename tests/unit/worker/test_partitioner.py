@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 from aiokafka.partitioner import DefaultPartitioner, murmur2
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from privstream.worker.partitioner import murmur2 as batch_murmur2
 from privstream.worker.partitioner import partitions_of
 
@@ -30,3 +32,12 @@ def test_keys_of_one_length_and_no_keys() -> None:
     keys = [f"{i:08x}-4a3b".encode() for i in range(0, 10**6, 977)]
     assert batch_murmur2(keys).tolist() == [murmur2(key) & 0xFFFFFFFF for key in keys]
     assert batch_murmur2([]).tolist() == []
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.binary(max_size=13), max_size=60))
+def test_keys_of_mixed_lengths_in_any_order_hash_as_the_java_client_does(
+    keys: list[bytes],
+) -> None:
+    """Reordered by length and joined once: each hash must still land on its own key."""
+    assert batch_murmur2(keys).tolist() == [murmur2(key) & 0xFFFFFFFF for key in keys]

@@ -16,6 +16,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 from privstream.errors import LedgerError
 from privstream.pipeline import BatchResult
 from privstream.worker.loop import Worker
+from privstream.worker.rebalance import Rebalance
 from privstream.worker.sanitize import Prepared
 
 from tests.integration.faults import poll_until
@@ -226,3 +227,54 @@ async def test_a_ledger_batch_without_its_charge_is_refused_not_released() -> No
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def _charging_while_restoring(w: Worker) -> tuple[asyncio.Task[Any], asyncio.Event]:
+    """A batch of partition 0 charged while its ledger is restored: returns the charge (it
+    waits for the restore) and the gate that lets the restore finish."""
+    ledger = store("drop")
+    w._ledger, w._assigned = ledger, {TP}
+    gate = asyncio.Event()
+
+    async def restoring() -> None:
+        await gate.wait()
+        ledger.ledger.restore(0, [])
+        ledger._restored.add(0)
+
+    ledger._restores[0] = asyncio.create_task(restoring())
+    entered = asyncio.Event()
+    ready = ledger.ready
+
+    async def spy(partitions: set[int]) -> None:
+        entered.set()  # ``ready`` then runs up to its wait for the restore without yielding
+        await ready(partitions)
+
+    ledger.ready = spy  # type: ignore[method-assign]
+    records = [record(100 + i, "a", "a") for i in range(3)]
+    result = subjects(records, BatchResult(outputs=[b"o"] * 3, output_index=[0, 1, 2]))
+    charging = asyncio.create_task(w._charge(records, result, w._generation))
+    await entered.wait()
+    return charging, gate
+
+
+async def test_a_revoke_while_the_charge_waits_for_the_restore_voids_the_batch() -> None:
+    """The revoke cancels the restore the charge waits for: the batch is voided (None),
+    the ledger untouched, and the session goes on (no CancelledError, no LedgerError)."""
+    w = worker()
+    charging, _ = await _charging_while_restoring(w)
+    await Rebalance(w, None).on_partitions_revoked({TP})  # the consumer is not used
+    assert await charging is None
+    assert w._ledger is not None and w._ledger.ledger.snapshot(0) == {}
+
+
+async def test_a_revoke_right_after_the_restore_voids_the_batch() -> None:
+    """The restore finished, then the partition is revoked before the charge resumes."""
+    w = worker()
+    charging, gate = await _charging_while_restoring(w)
+    assert w._ledger is not None
+    restore = w._ledger._restores[0]
+    gate.set()
+    await restore  # the charge is woken after this test: the revoke runs first
+    await Rebalance(w, None).on_partitions_revoked({TP})  # the consumer is not used
+    assert await charging is None
+    assert w._ledger.ledger.snapshot(0) == {}
