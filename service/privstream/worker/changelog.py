@@ -1,4 +1,4 @@
-"""The ledger's changelog topic: checked at start, created co-partitioned and compacted.
+"""The ledger's changelog topic: checked at start, created co-partitioned and compacted, read back.
 
 A changelog that is not co-partitioned with the input would put a subject's
 spending on another replica than its records; one that is not exactly
@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
@@ -113,3 +114,25 @@ async def _cleanup_policy(admin: AIOKafkaAdminClient, topic: str) -> str:
                 if entry[0] == "cleanup.policy":
                     return str(entry[1])
     return "delete"  # Kafka's default
+
+
+async def read_partitions(
+    reader: AIOKafkaConsumer, topic: str, partitions: list[int]
+) -> dict[int, list[tuple[bytes, bytes | None]]]:
+    """Every (key, value) of these changelog partitions, in offset order, up to their end
+    offsets at this moment (``reader``: no group, ``read_committed``)."""
+    tps = [TopicPartition(topic, p) for p in partitions]
+    reader.assign(tps)
+    await reader.seek_to_beginning(*tps)
+    end = await reader.end_offsets(tps)
+    entries: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in partitions}
+    behind = [tp for tp in tps if await reader.position(tp) < end[tp]]
+    while behind:
+        batches = await reader.getmany(*behind, timeout_ms=500)
+        for tp, msgs in batches.items():
+            entries[tp.partition].extend(
+                (m.key or b"", m.value) for m in msgs if m.offset < end[tp]
+            )
+        behind = [tp for tp in behind if await reader.position(tp) < end[tp]]
+    reader.assign([])
+    return entries

@@ -52,7 +52,7 @@ from privstream.errors import LedgerError
 from privstream.ledger import LedgerPolicy, SubjectLedger
 from privstream.pipeline import BatchResult
 from privstream.pipeline.results import DeadLetter
-from privstream.worker.changelog import changelog_topic, ensure_changelog
+from privstream.worker.changelog import changelog_topic, ensure_changelog, read_partitions
 from privstream.worker.clients import common_options
 from privstream.worker.ledger_reasons import ALWAYS_DEAD_LETTERED, reason_details
 from privstream.worker.partitioner import partitions_of
@@ -334,20 +334,7 @@ class LedgerStore:
         started = time.perf_counter()
         async with self._reader_lock:
             reader = self._reader or await self._start_reader()
-            tps = [TopicPartition(self.topic, p) for p in partitions]
-            reader.assign(tps)
-            await reader.seek_to_beginning(*tps)
-            end = await reader.end_offsets(tps)
-            entries: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in partitions}
-            behind = [tp for tp in tps if await reader.position(tp) < end[tp]]
-            while behind:
-                batches = await reader.getmany(*behind, timeout_ms=500)
-                for tp, msgs in batches.items():
-                    entries[tp.partition].extend(
-                        (m.key or b"", m.value) for m in msgs if m.offset < end[tp]
-                    )
-                behind = [tp for tp in behind if await reader.position(tp) < end[tp]]
-            reader.assign([])
+            entries = await read_partitions(reader, self.topic, partitions)
         me = asyncio.current_task()
         for partition in partitions:
             if self._restores.get(partition) is me:  # not revoked meanwhile

@@ -217,6 +217,7 @@ class Worker:
                 if inflight is not None and not behind:
                     await inflight  # caught up: fetch once it has committed
                     inflight = None
+                    continue  # ``stop`` may have come meanwhile
                 prepared = await self._prepare(consumer)
                 if inflight is not None and (prepared is not None or inflight.done()):
                     await inflight  # its failure ends the session; ``prepared`` is replayed
@@ -233,10 +234,11 @@ class Worker:
                 await asyncio.gather(inflight, return_exceptions=True)
 
     def _behind(self, consumer: AIOKafkaConsumer, batch: Prepared) -> bool:
-        """A full batch, or records past it on the broker (as of the last fetch)."""
+        """A full batch, or records past it on the broker (as of the last fetch; the
+        one offset past a transactional producer's last record is its commit marker)."""
         if len(batch.records) >= self._kafka.max_batch_records:
             return True
-        return any((consumer.highwater(tp) or 0) > end for tp, end in batch.offsets.items())
+        return any((consumer.highwater(tp) or 0) > end + 1 for tp, end in batch.offsets.items())
 
     async def _prepare(self, consumer: AIOKafkaConsumer) -> Prepared | None:
         """The next batch, sanitized in a thread (the previous transaction runs meanwhile)."""

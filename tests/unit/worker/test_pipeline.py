@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,8 +30,8 @@ TP = TopicPartition("raw", 0)
 class ScriptedConsumer:
     """Returns the given batches one poll each, then sets ``stop`` and returns nothing.
 
-    Its high watermark is the end of the last batch: the worker is behind until it
-    fetched that (``caught_up``: the end of each batch as it is fetched).
+    Its high watermark is two records past the last batch: the worker is always
+    behind (``caught_up``: the end of each batch as it is fetched).
     """
 
     def __init__(
@@ -43,7 +44,7 @@ class ScriptedConsumer:
         self._batches = list(batches)
         self._stop = stop
         self._caught_up = caught_up
-        self._end = max((b[-1].offset + 1 for b in batches), default=None)
+        self._end = max((b[-1].offset + 3 for b in batches), default=None)
         self.commits: list[dict[TopicPartition, int]] = []
 
     async def getmany(self, **_: Any) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
@@ -143,6 +144,18 @@ async def test_once_caught_up_the_next_fetch_waits_for_the_commit() -> None:
         "sanitize 100", "begin", "offsets 102", "commit",
         "sanitize 102", "begin", "offsets 103", "commit",
     ]  # fmt: skip
+
+
+def test_behind_means_a_full_batch_or_a_record_past_it_not_a_commit_marker() -> None:
+    w, records = worker(), batch([1.0, 2.0], start=100)
+    fetched = Prepared({TP: records}, records, BatchResult(), w._generation, 0.0)
+    behind = {}
+    for highwater in (None, 102, 103, 104):  # 103: a transactional writer's commit marker
+        consumer = SimpleNamespace(highwater=lambda tp, h=highwater: h)
+        behind[highwater] = w._behind(consumer, fetched)  # type: ignore[arg-type]
+    assert behind == {None: False, 102: False, 103: False, 104: True}
+    w._kafka = w._kafka.model_copy(update={"max_batch_records": 2})
+    assert w._behind(SimpleNamespace(highwater=lambda tp: None), fetched)  # type: ignore[arg-type]
 
 
 async def test_a_batch_fetched_before_a_rebalance_is_dropped_not_released() -> None:
