@@ -62,7 +62,7 @@ def real_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
     # orjson numbers are finite (it refuses 1e999) and read like the stdlib's (correctly
     # rounded, big integers included); float(int) is what ``json_number`` does
     if set(map(type, col)) <= _NUMBERS:
-        return np.array(col, dtype=np.float64), []
+        return np.fromiter(col, dtype=np.float64, count=len(col)), []
     bad = [p for p, value in enumerate(col) if type(value) not in _NUMBERS]
     clean = [0.0 if type(value) not in _NUMBERS else value for value in col]
     return np.array(clean, dtype=np.float64), bad
@@ -92,6 +92,14 @@ def integer_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]
 
 
 def categorical_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    if handler.unknown_as is None:
+        # no type check first: only a string equals a string, so anything else (or a
+        # string outside the domain) finds None, which the int64 conversion refuses
+        try:
+            table = handler.positions(str)
+            return np.fromiter(map(table.get, col), dtype=np.int64, count=len(col)), []
+        except TypeError:  # None or an unhashable value: sorted out below
+            pass
     unknown = None if handler.unknown_as is None else handler.position_of(handler.unknown_as)
     kinds = set(map(type, col))
     if len(kinds) == 1 and kinds <= {str, int}:
