@@ -72,7 +72,7 @@ def integer_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]
     lower, upper = handler.mechanism.lower - 1, handler.mechanism.upper + 1
     if set(map(type, col)) == {int} and _INT64[0] <= lower and upper <= _INT64[1]:
         try:
-            column = np.array(col, dtype=np.int64)
+            column = np.fromiter(col, dtype=np.int64, count=len(col))
         except OverflowError:  # beyond int64: clamped value by value below
             pass
         else:
@@ -125,7 +125,7 @@ def categorical_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[i
 
 def boolean_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
     if set(map(type, col)) == {bool}:
-        return np.array(col, dtype=np.int64), []
+        return np.fromiter(col, dtype=np.bool_, count=len(col)).astype(np.int64), []
     bad = [p for p, value in enumerate(col) if type(value) is not bool]
     return np.array([value is True for value in col], dtype=np.int64), bad
 
