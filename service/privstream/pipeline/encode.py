@@ -292,9 +292,9 @@ def _choices_texts(
 ) -> list[bytes]:
     """Each row's text of a group of finite columns: one lookup in their combined table."""
     table = _combined_table(prefix, tuple((key, c.texts) for key, c in group), suffix)
-    index = group[0][1].positions
-    for _, choices in group[1:]:
-        index = index * len(choices.texts) + choices.positions
+    index = np.zeros(len(group[0][1].positions), dtype=np.int64)
+    for _, choices in group:
+        index = index * len(choices.texts) + choices.positions.astype(np.int64, copy=False)
     texts: list[bytes] = table[index].tolist()
     return texts
 
@@ -308,4 +308,5 @@ def _combined_table(
     table = [prefix + b"".join(combination) + suffix for combination in itertools.product(*texts)]
     array = np.empty(len(table), dtype=object)
     array[:] = table
+    array.flags.writeable = False  # shared by every batch (the cache)
     return array
