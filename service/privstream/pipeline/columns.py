@@ -47,7 +47,15 @@ def _plain(value: Any) -> bool:
 
 
 def public_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
-    if set(map(type, col)) <= _SCALARS:
+    kinds = set(map(type, col))
+    if kinds == {int}:
+        # integers (timestamps, counters) as one int64 array, which orjson writes in one
+        # call (``PublicHandler.release``); the 64-bit overflow keeps the Python ints
+        try:
+            return np.fromiter(col, dtype=np.int64, count=len(col)), []
+        except OverflowError:
+            return col, []
+    if kinds <= _SCALARS:
         return col, []
     # objects and arrays without allow_nested: the reference rejects them (nested_public)
     nested = () if handler.allow_nested else (dict, list)

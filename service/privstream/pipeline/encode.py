@@ -17,8 +17,8 @@ domains: categorical, boolean) become one piece through a table of every
 combination of their texts with the keys between them, indexed by one numpy
 expression over their positions. Any other column is its kind's ``texts``
 behind a separate key piece, and so is a ``Numbers`` column orjson would not
-write as ``json.dumps`` does (a float below ``1e-4``, an integer beyond 64
-bits): the kind's ``texts`` stay the specification and the fallback.
+write as ``json.dumps`` does (a float below ``1e-4``, inf, nan): the kind's
+``texts`` stay the specification and the fallback.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ COMBINED_TEXTS_MAX = 1024
 
 @dataclass(frozen=True)
 class Numbers:
-    """A released column of JSON numbers: a float64 or int64 array, or a list of ints."""
+    """A released column of JSON numbers: a float64 or int64 array."""
 
-    values: NDArray[np.float64] | NDArray[np.int64] | list[int]
+    values: NDArray[np.float64] | NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -269,22 +269,28 @@ def _render(prefix: bytes, part: _Part, suffix: bytes) -> list[Iterable[bytes]]:
 
 
 def number_texts(
-    values: NDArray[np.float64] | NDArray[np.int64] | list[int], prefix: bytes, suffix: bytes
+    values: NDArray[np.float64] | NDArray[np.int64], prefix: bytes, suffix: bytes
 ) -> list[bytes] | None:
     """``prefix + text + suffix`` of each number from one ``orjson.dumps``; None where orjson
-    would not write what ``json.dumps`` does (a float below 1e-4, an integer beyond 64 bits).
+    would not write what ``json.dumps`` does (a float below 1e-4, inf, nan).
 
-    Number texts hold no newline: the separators become ``suffix \n prefix`` in one
-    ``bytes.replace`` and the records one ``split``.
+    orjson writes int64 as ``repr`` does; any other dtype (a float32's shortest digits are
+    not its float64 value's) is left to the kind's texts too. Number texts hold no newline:
+    the separators become ``suffix \\n prefix`` in one ``bytes.replace`` and the records
+    one ``split``.
     """
-    floats = isinstance(values, np.ndarray) and values.dtype.kind == "f"
-    if floats and not np.all(_orjson_exact(cast(NDArray[np.float64], values))):
+    if not _as_repr(values):
         return None
-    try:
-        body = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
-    except TypeError:  # an integer beyond 64 bits (orjson.JSONEncodeError)
-        return None
+    body = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
     return (prefix + body.replace(b",", suffix + b"\n" + prefix) + suffix).split(b"\n")
+
+
+def _as_repr(values: NDArray[np.float64] | NDArray[np.int64]) -> bool:
+    """Whether orjson writes every value of the array as ``repr`` (and json.dumps) does."""
+    if values.dtype == np.int64:
+        return True
+    floats = cast(NDArray[np.float64], values)
+    return values.dtype == np.float64 and bool(np.all(_orjson_exact(floats)))
 
 
 def _choices_texts(

@@ -144,9 +144,9 @@ class PublicHandler:
         return value
 
     def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
-        copied = list(values)
-        # integers (never bools) are what a public column mostly holds: timestamps, counters
-        return Column(copied, encoded=Numbers(copied) if set(map(type, copied)) == {int} else None)
+        if isinstance(values, np.ndarray):  # integers, as the fast path parses them
+            return Column(values.tolist, encoded=Numbers(values))
+        return Column(list(values))
 
 
 @dataclass(frozen=True)
