@@ -72,25 +72,28 @@ def _line_chunks(lines: Iterable[bytes]) -> Iterator[Chunk]:
 def _block_chunks(stream: io.BufferedIOBase) -> Iterator[Chunk]:
     """The stream's lines, ``BLOCK_BYTES`` at a time, split by ``bytes.split`` (no loop).
 
-    A line longer than a block is carried over until its newline arrives.
+    A line longer than a block is carried over until its newline arrives; the
+    partial line a block ends with is joined to the next block's first line alone
+    (no copy of the block).
     """
     first, carry = 1, b""
     while data := stream.read(BLOCK_BYTES):
-        end = data.rfind(b"\n")
-        if end < 0:
+        lines = data.split(b"\n")
+        if len(lines) == 1:
             carry += data
             continue
-        block, carry = carry + data[:end], data[end + 1 :]
-        lines = block.split(b"\n")
-        yield first, _strip_cr(block, lines)
+        lines[0] = carry + lines[0]
+        carry = lines.pop()
+        # a carriage return in the carried line shows in the line it ends up in
+        yield first, _strip_cr(b"\r" in data or b"\r" in lines[0], lines)
         first += len(lines)
     if carry:
-        yield first, _strip_cr(carry, [carry])
+        yield first, _strip_cr(b"\r" in carry, [carry])
 
 
-def _strip_cr(block: bytes, lines: list[bytes]) -> list[bytes]:
+def _strip_cr(any_cr: bool, lines: list[bytes]) -> list[bytes]:
     """What ``rstrip(b"\\r\\n")`` leaves of each line; only Windows line ends need a loop."""
-    if b"\r" not in block:
+    if not any_cr:
         return lines
     return [line.rstrip(b"\r") for line in lines]
 
@@ -207,8 +210,9 @@ def _sanitize_chunk(
         records = [lines[i] for i in kept]
     summary.blank_lines += len(lines) - len(records)
     result = process_batch(plan, records, source)
-    if result.outputs:
-        out.write(b"\n".join(result.outputs) + b"\n")
+    if result.outputs:  # two writes: no copy of the joined text to append a newline
+        out.write(b"\n".join(result.outputs))
+        out.write(b"\n")
     for dead in result.dead_letters:
         index = dead.index if kept is None else kept[dead.index]
         raw = lines[index]

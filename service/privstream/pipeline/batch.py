@@ -246,8 +246,14 @@ def process_batch(
     )
     if not parsed.output_index:
         return result
-    good = np.asarray(parsed.output_index, dtype=np.int64)
+    count = len(parsed.output_index)
+    # distinct input positions in order: as many as messages means all of them
+    good = (
+        np.arange(count, dtype=np.int64)
+        if count == len(messages)
+        else np.asarray(parsed.output_index, dtype=np.int64)
+    )
     columns = cast(list[Sequence[Any]], parsed.columns)
     released = release_columns(plan, provider, good, columns, parsed.tokens, result.observations)
-    result.outputs.extend(encode_records(plan.fields, released, len(parsed.output_index)))
+    result.outputs.extend(encode_records(plan.fields, released, count))
     return result

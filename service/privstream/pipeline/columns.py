@@ -47,7 +47,15 @@ def _plain(value: Any) -> bool:
 
 
 def public_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
-    if set(map(type, col)) <= _SCALARS:
+    kinds = set(map(type, col))
+    if kinds == {int}:
+        # integers (timestamps, counters) as one int64 array, which orjson writes in one
+        # call (``PublicHandler.release``); the 64-bit overflow keeps the Python ints
+        try:
+            return np.fromiter(col, dtype=np.int64, count=len(col)), []
+        except OverflowError:
+            return col, []
+    if kinds <= _SCALARS:
         return col, []
     # objects and arrays without allow_nested: the reference rejects them (nested_public)
     nested = () if handler.allow_nested else (dict, list)
@@ -62,7 +70,7 @@ def real_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
     # orjson numbers are finite (it refuses 1e999) and read like the stdlib's (correctly
     # rounded, big integers included); float(int) is what ``json_number`` does
     if set(map(type, col)) <= _NUMBERS:
-        return np.array(col, dtype=np.float64), []
+        return np.fromiter(col, dtype=np.float64, count=len(col)), []
     bad = [p for p, value in enumerate(col) if type(value) not in _NUMBERS]
     clean = [0.0 if type(value) not in _NUMBERS else value for value in col]
     return np.array(clean, dtype=np.float64), bad
@@ -72,7 +80,7 @@ def integer_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]
     lower, upper = handler.mechanism.lower - 1, handler.mechanism.upper + 1
     if set(map(type, col)) == {int} and _INT64[0] <= lower and upper <= _INT64[1]:
         try:
-            column = np.array(col, dtype=np.int64)
+            column = np.fromiter(col, dtype=np.int64, count=len(col))
         except OverflowError:  # beyond int64: clamped value by value below
             pass
         else:
@@ -92,6 +100,14 @@ def integer_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]
 
 
 def categorical_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    if handler.unknown_as is None:
+        # no type check first: only a string equals a string, so anything else (or a
+        # string outside the domain) finds None, which the int64 conversion refuses
+        try:
+            table = handler.positions(str)
+            return np.fromiter(map(table.get, col), dtype=np.int64, count=len(col)), []
+        except TypeError:  # None or an unhashable value: sorted out below
+            pass
     unknown = None if handler.unknown_as is None else handler.position_of(handler.unknown_as)
     kinds = set(map(type, col))
     if len(kinds) == 1 and kinds <= {str, int}:
@@ -117,7 +133,7 @@ def categorical_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[i
 
 def boolean_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
     if set(map(type, col)) == {bool}:
-        return np.array(col, dtype=np.int64), []
+        return np.fromiter(col, dtype=np.bool_, count=len(col)).astype(np.int64), []
     bad = [p for p, value in enumerate(col) if type(value) is not bool]
     return np.array([value is True for value in col], dtype=np.int64), bad
 

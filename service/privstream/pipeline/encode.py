@@ -4,27 +4,65 @@ Every function here gives exactly the bytes of
 ``json.dumps(value, separators=(",", ":")).encode()`` (ASCII, compact), only
 faster: orjson writes whole numeric columns where its notation and digits
 agree with ``repr``, and records are assembled from per-column texts.
+
+Per-record cost
+---------------
+A record is one ``b"".join`` of its pieces, and each piece of each record
+costs a Python object, so ``encode_records`` makes as few as it can. A
+released column may come in an encoded form (``Column.encoded``, set by its
+handler): ``Numbers`` are written by one ``orjson.dumps`` with the field's key
+(and the closing brace, for the last field) spliced into the text before it
+is split, so key and value are one piece; consecutive ``Choices`` (finite
+domains: categorical, boolean) become one piece through a table of every
+combination of their texts with the keys between them, indexed by one numpy
+expression over their positions. Any other column is its kind's ``texts``
+behind a separate key piece, and so is a ``Numbers`` column orjson would not
+write as ``json.dumps`` does (a float below ``1e-4``, inf, nan): the kind's
+``texts`` stay the specification and the fallback.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii  # what json.dumps uses (ensure_ascii)
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import orjson
 from numpy.typing import NDArray
 
 if TYPE_CHECKING:
+    from privstream.pipeline.handlers import Column
     from privstream.pipeline.plan import PlannedField
 
 #: from here on up, orjson writes a finite float exactly as ``float.__repr__`` does
 _ORJSON_FLOAT_MIN = 1e-4
 _LITERALS = {True: b"true", False: b"false"}
+#: combined tables of consecutive finite columns hold at most this many entries
+COMBINED_TEXTS_MAX = 1024
+
+
+@dataclass(frozen=True)
+class Numbers:
+    """A released column of JSON numbers: a float64 or int64 array."""
+
+    values: NDArray[np.float64] | NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Choices:
+    """Released positions into a finite domain, with the JSON text of each domain value."""
+
+    positions: NDArray[np.int64]
+    texts: tuple[bytes, ...]
+
+
+Encoded = Numbers | Choices
 
 
 def _orjson_texts(values: list[Any]) -> list[bytes]:
@@ -145,20 +183,136 @@ def domain_texts(domain: Sequence[Any], values: list[Any]) -> list[bytes]:
     return list(map(table.__getitem__, values))
 
 
-def encode_records(
-    fields: Sequence[PlannedField], columns: Sequence[list[Any]], count: int
-) -> list[bytes]:
-    """``json.dumps({name: column[i] ...}, separators=(",", ":")).encode()`` for every row.
+def value_texts(values: Iterable[Any]) -> tuple[bytes, ...]:
+    """The JSON text of each value (a domain's, for ``Choices``)."""
+    return tuple(map(_value_text, values))
 
-    Each column is written by its kind's ``texts`` (``privstream.kinds``), which
-    knows the types its release gives.
+
+def encode_records(
+    fields: Sequence[PlannedField], columns: Sequence[Column], count: int
+) -> list[bytes]:
+    """``json.dumps({name: column.values[i] ...}, separators=(",", ":")).encode()`` for every row.
+
+    Each column is written from its encoded form, or else by its kind's ``texts``
+    (``privstream.kinds``), which knows the types its release gives.
     """
     if not fields:
         return [b"{}"] * count
-    # per record: key, value, key, value, ..., "}", joined in one C loop over the batch
+    if not count:
+        return []
+    segments = _segments(fields, columns)
     pieces: list[Iterable[bytes]] = []
+    for at, (prefix, part) in enumerate(segments):
+        suffix = b"}" if at == len(segments) - 1 else b""
+        pieces += _render(prefix, part, suffix)
+    if len(pieces) == 1:
+        return list(pieces[0])
+    return list(map(b"".join, zip(*pieces, strict=False)))  # constant pieces repeat forever
+
+
+@dataclass
+class _Group:
+    """Consecutive finite columns written as one piece (``_choices_texts``)."""
+
+    #: each column with the key text before it (the first's is the segment's prefix: empty)
+    columns: list[tuple[bytes, Choices]]
+    #: entries of their combined table
+    size: int
+
+
+#: a segment's content: finite columns, a column of numbers (with what its kind's
+#: ``texts`` need, should orjson's text differ), or a column's texts
+_Part = _Group | tuple[Numbers, "PlannedField", "Column"] | list[bytes]
+
+
+def _segments(
+    fields: Sequence[PlannedField], columns: Sequence[Column]
+) -> list[tuple[bytes, _Part]]:
+    """(text before the segment's first value, its content), consecutive finite columns merged."""
+    segments: list[tuple[bytes, _Part]] = []
     for j, (planned, column) in enumerate(zip(fields, columns, strict=True)):
-        key = ("{" if j == 0 else ",") + encode_basestring_ascii(planned.name) + ":"
-        pieces += [itertools.repeat(key.encode()), planned.entry.texts(planned.handler, column)]
-    pieces.append(itertools.repeat(b"}"))
-    return list(map(b"".join, zip(*pieces, strict=False)))  # the keys repeat forever
+        key = (("{" if j == 0 else ",") + encode_basestring_ascii(planned.name) + ":").encode()
+        form = column.encoded
+        if isinstance(form, Choices) and _in_domain(form):
+            last = segments[-1][1] if segments else None
+            size = len(form.texts)
+            if isinstance(last, _Group) and last.size * size <= COMBINED_TEXTS_MAX:
+                last.columns.append((key, form))
+                last.size *= size
+            else:
+                segments.append((key, _Group([(b"", form)], size)))
+        elif isinstance(form, Numbers):
+            segments.append((key, (form, planned, column)))
+        else:
+            segments.append((key, planned.entry.texts(planned.handler, column.values)))
+    return segments
+
+
+def _in_domain(choices: Choices) -> bool:
+    """Every position indexes a text (else the kind's ``texts`` fail as they always did)."""
+    positions, size = choices.positions, len(choices.texts)
+    return bool(size and (not len(positions) or (positions.min() >= 0 and positions.max() < size)))
+
+
+def _render(prefix: bytes, part: _Part, suffix: bytes) -> list[Iterable[bytes]]:
+    """The record pieces of one segment (constant pieces as ``itertools.repeat``)."""
+    if isinstance(part, _Group):
+        return [_choices_texts(prefix, part.columns, suffix)]
+    if isinstance(part, tuple):
+        numbers, planned, column = part
+        texts = number_texts(numbers.values, prefix, suffix)
+        if texts is not None:
+            return [texts]
+        part = planned.entry.texts(planned.handler, column.values)
+    pieces: list[Iterable[bytes]] = [itertools.repeat(prefix), part]
+    return [*pieces, itertools.repeat(suffix)] if suffix else pieces
+
+
+def number_texts(
+    values: NDArray[np.float64] | NDArray[np.int64], prefix: bytes, suffix: bytes
+) -> list[bytes] | None:
+    """``prefix + text + suffix`` of each number from one ``orjson.dumps``; None where orjson
+    would not write what ``json.dumps`` does (a float below 1e-4, inf, nan).
+
+    orjson writes int64 as ``repr`` does; any other dtype (a float32's shortest digits are
+    not its float64 value's) is left to the kind's texts too. Number texts hold no newline:
+    the separators become ``suffix \\n prefix`` in one ``bytes.replace`` and the records
+    one ``split``.
+    """
+    if not _as_repr(values):
+        return None
+    body = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+    return (prefix + body.replace(b",", suffix + b"\n" + prefix) + suffix).split(b"\n")
+
+
+def _as_repr(values: NDArray[np.float64] | NDArray[np.int64]) -> bool:
+    """Whether orjson writes every value of the array as ``repr`` (and json.dumps) does."""
+    if values.dtype == np.int64:
+        return True
+    floats = cast(NDArray[np.float64], values)
+    return values.dtype == np.float64 and bool(np.all(_orjson_exact(floats)))
+
+
+def _choices_texts(
+    prefix: bytes, group: Sequence[tuple[bytes, Choices]], suffix: bytes
+) -> list[bytes]:
+    """Each row's text of a group of finite columns: one lookup in their combined table."""
+    table = _combined_table(prefix, tuple((key, c.texts) for key, c in group), suffix)
+    index = np.zeros(len(group[0][1].positions), dtype=np.int64)
+    for _, choices in group:
+        index = index * len(choices.texts) + choices.positions.astype(np.int64, copy=False)
+    texts: list[bytes] = table[index].tolist()
+    return texts
+
+
+@functools.lru_cache(maxsize=64)
+def _combined_table(
+    prefix: bytes, group: tuple[tuple[bytes, tuple[bytes, ...]], ...], suffix: bytes
+) -> NDArray[np.object_]:
+    """``prefix + t0 + key1 + t1 + ... + suffix`` for every combination, first column slowest."""
+    texts = [[key + text for text in texts] for key, texts in group]
+    table = [prefix + b"".join(combination) + suffix for combination in itertools.product(*texts)]
+    array = np.empty(len(table), dtype=object)
+    array[:] = table
+    array.flags.writeable = False  # shared by every batch (the cache)
+    return array

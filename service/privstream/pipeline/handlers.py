@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 import numpy as np
@@ -24,6 +25,7 @@ from privstream.mechanisms import Mechanism, NoiseSource
 from privstream.mechanisms.base import FiniteMechanism
 from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from privstream.mechanisms.randomized_response import DomainValue
+from privstream.pipeline.encode import Choices, Encoded, Numbers, value_texts
 
 
 def json_type(value: object) -> str:
@@ -67,16 +69,34 @@ def non_finite_inside(value: object) -> bool:
     return False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Column:
-    """One released column of a batch."""
+    """One released column of a batch.
 
-    values: list[Any]
+    Values and error may be given as functions of no argument, called when first
+    read: the fast path writes ``encoded`` and never needs a Python object per
+    value, and only the canary reads the error (``privstream.pipeline.canary``).
+    """
+
+    #: the JSON-ready values (read them as ``values``), or a function giving them
+    given_values: list[Any] | Callable[[], list[Any]]
     #: ``rho(Y, d)`` per row as a function of the noise alone (``Mechanism.noise_error``);
-    #: None where the kind has none or the field is public
-    error: NDArray[np.float64] | None = None
+    #: None where the kind has none or the field is public (read it as ``error``)
+    given_error: NDArray[np.float64] | Callable[[], NDArray[np.float64] | None] | None = None
     #: raw values that fell outside the declared bounds and were clamped
     clamped: int = 0
+    #: the values as the fast encoder writes them (``privstream.pipeline.encode``), if it can
+    encoded: Encoded | None = None
+
+    @cached_property
+    def values(self) -> list[Any]:
+        given = self.given_values
+        return given() if callable(given) else given
+
+    @cached_property
+    def error(self) -> NDArray[np.float64] | None:
+        given = self.given_error
+        return given() if callable(given) else given
 
 
 def outside(column: NDArray[Any], lower: float, upper: float) -> int:
@@ -124,6 +144,8 @@ class PublicHandler:
         return value
 
     def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
+        if isinstance(values, np.ndarray):  # integers, as the fast path parses them
+            return Column(values.tolist, encoded=Numbers(values))
         return Column(list(values))
 
 
@@ -142,9 +164,10 @@ class RealHandler:
         column = np.asarray(values, dtype=np.float64)
         released = self.mechanism.release(column, source)
         return Column(
-            released.tolist(),
-            self.mechanism.noise_error(column, released),
+            released.tolist,
+            lambda: self.mechanism.noise_error(column, released),
             outside(column, *self.bounds),
+            Numbers(released),
         )
 
 
@@ -175,9 +198,10 @@ class IntegerHandler:
         column = np.asarray(values, dtype=np.int64)
         released = self.mechanism.release(column, source)
         return Column(
-            released.tolist(),
-            self.mechanism.noise_error(column, released),
+            released.tolist,
+            lambda: self.mechanism.noise_error(column, released),
             outside(column, self.mechanism.lower, self.mechanism.upper),
+            Numbers(released),
         )
 
 
@@ -189,10 +213,13 @@ class CategoricalHandler:
     mechanism: FiniteMechanism
     unknown_as: DomainValue | None = None
     _index: dict[tuple[type, object], int] = field(init=False, repr=False)
+    #: the JSON text of each domain value, in domain order
+    _texts: tuple[bytes, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         index = {(type(v), v): i for i, v in enumerate(self.mechanism.domain)}
         object.__setattr__(self, "_index", index)
+        object.__setattr__(self, "_texts", value_texts(self.mechanism.domain))
 
     def positions(self, kind: type) -> dict[object, int]:
         """Domain position of each domain value of JSON type ``kind`` (``str`` or ``int``)."""
@@ -225,9 +252,14 @@ class CategoricalHandler:
         released = self.mechanism.release(indices, source)
         domain = self.mechanism.domain
         return Column(
-            list(map(domain.__getitem__, released.tolist())),
-            self.mechanism.noise_error(indices, released),
+            lambda: list(map(domain.__getitem__, released.tolist())),
+            lambda: self.mechanism.noise_error(indices, released),
+            encoded=Choices(released, self._texts),
         )
+
+
+#: false and true, the boolean domain in position order
+_BOOLEAN_TEXTS = (b"false", b"true")
 
 
 @dataclass(frozen=True)
@@ -247,4 +279,8 @@ class BooleanHandler:
     def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
         indices = np.asarray(values, dtype=np.int64)
         released = self.mechanism.release(indices, source)
-        return Column(released.astype(bool).tolist(), self.mechanism.noise_error(indices, released))
+        return Column(
+            lambda: released.astype(bool).tolist(),
+            lambda: self.mechanism.noise_error(indices, released),
+            encoded=Choices(released, _BOOLEAN_TEXTS),
+        )

@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 from privstream.errors import MisuseError
 from privstream.mechanisms import NoiseSource
 from privstream.mechanisms.rng import SplicedSource
-from privstream.pipeline.handlers import Rejected, json_type
+from privstream.pipeline.handlers import Column, Rejected, json_type
 from privstream.pipeline.noise import Fresh, NoiseProvider
 from privstream.pipeline.plan import MemoPlan, RecordPlan, field_identity, unkeyed
 from privstream.pipeline.results import BatchResult, DeadLetter, Observation
@@ -139,13 +139,13 @@ def release_columns(
     columns: Sequence[Sequence[Any]],
     tokens: Sequence[Sequence[bytes]],
     observations: dict[str, Observation],
-) -> list[list[Any]]:
+) -> list[Column]:
     """Each parsed column through its handler's mechanism; records the observations.
 
     ``good`` holds the input positions of the rows, ``tokens[j]`` the memo token of
     every row of column ``j`` (read only where the field is memoized).
     """
-    released: list[list[Any]] = []
+    released: list[Column] = []
     for j, planned in enumerate(plan.fields):
         handler, memo = planned.handler, planned.memo
         if memo is None:
@@ -153,7 +153,7 @@ def release_columns(
         else:  # memoized: each row's words are a function of its (identity, true value)
             source = memo_source(provider, memo, tokens[j])
         column = handler.release(columns[j], source)
-        released.append(column.values)
+        released.append(column)
         if handler.mechanism is not None:  # never the error: y is public (canary.py)
             observations[handler.name] = Observation(column.clamped)
     return released
@@ -189,7 +189,7 @@ def process_batch_reference(
         return result
     good = np.asarray(result.output_index, dtype=np.int64)
     width = range(len(plan.handlers))
-    columns = release_columns(
+    released = release_columns(
         plan,
         provider,
         good,
@@ -197,6 +197,7 @@ def process_batch_reference(
         [[t[j] for t in tokens] for j in width],
         result.observations,
     )
+    columns = [column.values for column in released]
     names = [handler.name for handler in plan.handlers]
     for i in range(len(rows)):
         record = {name: column[i] for name, column in zip(names, columns, strict=True)}
