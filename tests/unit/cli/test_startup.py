@@ -9,6 +9,7 @@ start-up time on every file run (prometheus_client alone about 20 ms).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +86,19 @@ def test_sanitize_imports_nothing_of_the_other_commands(tmp_path: Path) -> None:
     # the registry's parts of audit and estimate are there: the check above is not vacuous
     assert "privstream.audit.targets" in modules
     assert "privstream.estimate.accumulators" in modules
+
+
+def test_blas_gets_one_thread_before_numpy_loads_unless_the_environment_says() -> None:
+    """OpenBLAS reads its thread count when numpy loads: the cli package sets it first."""
+    probe = (
+        "import os, sys; import privstream.cli; loaded = 'numpy' in sys.modules; "
+        "import privstream.cli.main; print(loaded, os.environ['OPENBLAS_NUM_THREADS'])"
+    )
+    variables = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    clean = {k: v for k, v in os.environ.items() if k not in variables}
+    for preset, expected in ((None, "False 1"), ("3", "False 3")):
+        env = clean if preset is None else {**clean, "OPENBLAS_NUM_THREADS": preset}
+        ran = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+        )
+        assert ran.stdout.split() == expected.split(), ran.stderr
