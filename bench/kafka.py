@@ -95,22 +95,39 @@ def producer(bootstrap: str, **extra: Any) -> AIOKafkaProducer:
 
 
 async def preload(
-    bootstrap: str, topic: str, count: int, chunk: int = 20_000, *, key_field: str | None = None
+    bootstrap: str,
+    topic: str,
+    count: int,
+    chunk: int = 20_000,
+    *,
+    key_field: str | None = None,
+    devices: int | None = None,
 ) -> float:
     """Produce ``count`` reference records to ``topic``, keyed by ``key_field``'s value if
-    given (the default partitioner then places them); returns records/s of the load."""
+    given (the default partitioner then places them); returns records/s of the load.
+
+    ``devices``: fold the reference ``device_id`` (one of 1,000,000) onto this many.
+    """
     started = time.perf_counter()
     client = producer(bootstrap)
     await client.start()
     try:
         for start in range(0, count, chunk):
             batch = messages(min(chunk, count - start), seed=start, start=start)
+            if devices is not None:
+                batch = [_fold_device(value, devices) for value in batch]
             keys = [_key(value, key_field) for value in batch]
             pending = [await client.send(topic, v, key=k) for k, v in zip(keys, batch, strict=True)]
             await asyncio.gather(*pending)
     finally:
         await client.stop()
     return count / (time.perf_counter() - started)
+
+
+def _fold_device(value: bytes, devices: int) -> bytes:
+    record = json.loads(value)
+    record["device_id"] = f"dev-{int(record['device_id'][4:]) % devices:06d}"
+    return json.dumps(record, separators=(",", ":")).encode()
 
 
 def _key(value: bytes, field: str | None) -> bytes | None:

@@ -73,12 +73,17 @@ async def drain(
         worker.stop()
 
 
-async def throughput(total: int, rounds: int) -> dict[str, float]:
+async def throughput(total: int, rounds: int, devices: int | None = None) -> dict[str, float]:
     rates: dict[str, float] = {}
     with broker() as bootstrap, tempfile.TemporaryDirectory(prefix="privstream-bench-") as tmp:
         topics = await new_topics(bootstrap, "ledger")
-        load_rate = await preload(bootstrap, topics.raw, total, key_field="device_id")
-        print(f"pre-loaded {total:,} subject-keyed records ({load_rate:,.0f} records/s)")
+        load_rate = await preload(
+            bootstrap, topics.raw, total, key_field="device_id", devices=devices
+        )
+        print(
+            f"pre-loaded {total:,} subject-keyed records from "
+            f"{devices or 1_000_000:,} devices ({load_rate:,.0f} records/s)"
+        )
         for round_ in range(rounds):
             for name, on in (("ledger-off", False), ("ledger-on", True)):
                 result = await drain(
@@ -122,9 +127,9 @@ def ledger_memory(subjects: int) -> tuple[float, float]:
     return grown / (active / 1e6), subjects / seconds
 
 
-def check_throughput(total: int, rounds: int, targets: Targets) -> None:
+def check_throughput(total: int, rounds: int, targets: Targets, devices: int | None = None) -> None:
     """The on / off drains and their target (also ``bench/e2e.py --ledger``)."""
-    rates = asyncio.run(throughput(total, rounds))
+    rates = asyncio.run(throughput(total, rounds, devices))
     targets.check("ledger on / off", rates["ledger-on"] / rates["ledger-off"], THROUGHPUT_RATIO)
 
 
@@ -133,6 +138,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="100,000 records: a smoke run")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3, help="alternated drains of each")
+    parser.add_argument(
+        "--devices",
+        type=int,
+        help="fold the device ids onto this many subjects (default: 1,000,000 ids, nearly "
+        "every record a new subject: the ledger's worst case)",
+    )
     args = parser.parse_args()
     print_environment("aiokafka", "psutil")
     subjects = 200_000 if args.quick else 1_000_000
@@ -143,7 +154,7 @@ def main() -> None:
     )
     total = 100_000 if args.quick else args.records
     targets = Targets()
-    check_throughput(total, 1 if args.quick else args.rounds, targets)
+    check_throughput(total, 1 if args.quick else args.rounds, targets, args.devices)
     targets.at_most("RSS per million active subjects", per_million, MB_PER_MILLION, "MB")
     sys.exit(targets.report())
 
