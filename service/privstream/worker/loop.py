@@ -67,6 +67,7 @@ from privstream.worker.clients import (
     transactional_id,
 )
 from privstream.worker.decode import tolerate_undecodable_records
+from privstream.worker.fetch import poll
 from privstream.worker.http import Health
 from privstream.worker.ledger_store import LedgerStore, Verdict
 from privstream.worker.produce import BatchSender
@@ -242,10 +243,8 @@ class Worker:
 
     async def _prepare(self, consumer: AIOKafkaConsumer) -> Prepared | None:
         """The next batch, sanitized in a thread (the previous transaction runs meanwhile)."""
-        batches = await consumer.getmany(
-            timeout_ms=self._kafka.poll_timeout_ms, max_records=self._kafka.max_batch_records
-        )
-        started, generation = time.perf_counter(), self._generation
+        batches, generation = await poll(consumer, self._kafka, lambda: self._generation)
+        started = time.perf_counter()
         # records of a partition revoked meanwhile are left to its new owner
         owned = {tp: msgs for tp, msgs in batches.items() if tp in self._assigned and msgs}
         if not owned:  # an empty poll is normal: nothing to produce or commit

@@ -16,6 +16,7 @@ import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 from privstream.errors import LedgerError
 from privstream.pipeline import BatchResult
+from privstream.worker.fetch import TOP_UP_MS
 from privstream.worker.loop import Worker
 from privstream.worker.rebalance import Rebalance
 from privstream.worker.sanitize import Prepared
@@ -47,7 +48,11 @@ class ScriptedConsumer:
         self._end = max((b[-1].offset + 3 for b in batches), default=None)
         self.commits: list[dict[TopicPartition, int]] = []
 
-    async def getmany(self, **_: Any) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+    async def getmany(
+        self, timeout_ms: int, **_: Any
+    ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+        if timeout_ms == TOP_UP_MS:  # the top-up poll: nothing arrived since
+            return {}
         if not self._batches:
             self._stop.set()
             return {}

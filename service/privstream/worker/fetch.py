@@ -1,0 +1,59 @@
+"""One poll of the input: a batch, topped up once when it is far from full.
+
+aiokafka fetches a partition again only once the records it buffered for it
+have been taken. So the first poll after a transaction returns what the
+fetch in flight brought (the first records that arrived while it committed)
+and leaves the rest on the broker for one whole transaction more. A batch
+far from full (under half of ``max_batch_records`` and of
+``max_batch_bytes``) therefore takes one more short poll, which the broker
+answers as soon as it holds records: at 10,000 records/s this halves how
+long a record waits before it is fetched. A full batch (the worker is
+behind) never waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+
+from privstream.config import KafkaConfig
+
+Batches = dict[TopicPartition, list[ConsumerRecord]]
+#: the most the second poll waits for a fetch in flight
+TOP_UP_MS = 10
+
+
+async def poll(
+    consumer: AIOKafkaConsumer, kafka: KafkaConfig, generation: Callable[[], int]
+) -> tuple[Batches, int]:
+    """The batch, and the assignment (``generation()``) it was fetched under.
+
+    A rebalance during the second poll voids both: the records of the first
+    are fetched again from the committed offsets (returns an empty batch).
+    """
+    first = await consumer.getmany(
+        timeout_ms=kafka.poll_timeout_ms, max_records=kafka.max_batch_records
+    )
+    fetched_under = generation()
+    room = _room(first, kafka)
+    if not room:
+        return first, fetched_under
+    more = await consumer.getmany(
+        timeout_ms=min(TOP_UP_MS, kafka.poll_timeout_ms), max_records=room
+    )
+    if generation() != fetched_under:
+        return {}, generation()
+    merged = {tp: list(msgs) for tp, msgs in first.items()}
+    for tp, msgs in more.items():  # after the first poll's records of each partition
+        merged.setdefault(tp, []).extend(msgs)
+    return merged, fetched_under
+
+
+def _room(batches: Batches, kafka: KafkaConfig) -> int:
+    """How many more records a batch far from full may take (0: it takes none)."""
+    count = sum(map(len, batches.values()))
+    if not count or 2 * count > kafka.max_batch_records:
+        return 0
+    size = sum(len(r.value or b"") for msgs in batches.values() for r in msgs)
+    return 0 if 2 * size > kafka.max_batch_bytes else kafka.max_batch_records - count
