@@ -37,7 +37,7 @@ import numpy as np
 
 from privstream.estimate.accumulators import BaseAccumulator, Options, Truth, interval
 from privstream.estimate.numeric import Moments, _clean, _fast_column, _number
-from privstream.mechanisms.piecewise import UnitIntervalMechanism
+from privstream.mechanisms.unit_interval import UnitIntervalMechanism
 
 #: below this ``1 + s``, ``E[y^2]`` says (almost) nothing of ``t^2`` (Duchi's mechanism alone)
 _IDENTIFIABLE = 1e-6

@@ -16,7 +16,8 @@ from privstream.estimate.accumulators import Accumulator, Options
 from privstream.estimate.unit_mean import UnitMeanReleases
 from privstream.kinds.base import FieldKind, calibrated, describe
 from privstream.mechanisms.hybrid import HybridMechanism
-from privstream.mechanisms.piecewise import PiecewiseMechanism, UnitIntervalMechanism
+from privstream.mechanisms.piecewise import PiecewiseMechanism
+from privstream.mechanisms.unit_interval import UnitIntervalMechanism
 from privstream.pipeline import canary, columns, encode
 from privstream.pipeline.handlers import RealHandler
 

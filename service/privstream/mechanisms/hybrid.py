@@ -80,11 +80,11 @@ from privstream.mechanisms.piecewise import (
     PICK_SLACK,
     SMALLEST_EPSILON,
     PiecewiseGrid,
-    UnitIntervalMechanism,
     calibrate,
     round_up,
 )
 from privstream.mechanisms.rng import Words
+from privstream.mechanisms.unit_interval import UnitIntervalMechanism
 
 #: below this HM is Duchi's mechanism alone (the worst-case variances cross here)
 EPS_STAR = 0.6093524930273092

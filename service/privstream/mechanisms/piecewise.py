@@ -94,9 +94,7 @@ References
 
 from __future__ import annotations
 
-import functools
 import math
-from abc import abstractmethod
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import ClassVar
@@ -107,22 +105,17 @@ from numpy.typing import NDArray
 from privstream.errors import MechanismError
 from privstream.mechanisms.base import (
     TWO_64,
-    Mechanism,
-    compact_gamma,
     exp_lower_bound,
     log_upper_bound,
-    require_finite,
 )
 from privstream.mechanisms.randomized_response import pick_probabilities
-from privstream.mechanisms.rng import NoiseSource, Words
-from privstream.mechanisms.validation import check_bounds, check_delta, check_epsilon
+from privstream.mechanisms.rng import Words
+from privstream.mechanisms.unit_interval import UnitIntervalMechanism
 
 #: cells of the output grid over ``[-C_d, C_d]``
 GRID_CELLS = 4096
 #: below this the window's inside/outside split is not resolved by 64-bit thresholds
 SMALLEST_EPSILON = 2.0**-40
-#: ``t`` values at which ``max_t E|y - t|`` is evaluated
-ERROR_POINTS = 129
 #: relative allowance for the non-uniform ``w mod k`` picks in the variance bound
 PICK_SLACK = Fraction(1) + Fraction(1, 2**40)
 
@@ -250,129 +243,6 @@ def calibrate(epsilon: float, cells: int = GRID_CELLS) -> PiecewiseGrid:
     if grid.realised_ratio() > exp_lower_bound(epsilon):  # pragma: no cover - by construction
         raise MechanismError(f"piecewise grid at epsilon {epsilon:g} exceeds its ratio")
     return grid
-
-
-class UnitIntervalMechanism(Mechanism):
-    """A real field mapped to ``t`` in ``[-1, 1]``, reported on ``mid + half y``."""
-
-    metric: ClassVar[str] = "absolute difference |y - d|"
-    #: words read per value
-    words_per_value: ClassVar[int]
-
-    def __init__(self, *, bounds: tuple[float, float], epsilon: float, delta: float = 0.0) -> None:
-        super().__init__(epsilon=check_epsilon(epsilon), delta=check_delta(delta))
-        self.lower, self.upper = check_bounds(bounds)
-        self.diameter = self.upper - self.lower
-        self.middle = self.lower / 2.0 + self.upper / 2.0
-        self.half = self.diameter / 2.0
-
-    @property
-    @abstractmethod
-    def unit_variance(self) -> float:
-        """Upper bound on ``max_t Var[y | t]`` in ``t`` units."""
-
-    @property
-    @abstractmethod
-    def reach(self) -> float:
-        """The largest ``|y|`` any report can have (``t`` units)."""
-
-    @abstractmethod
-    def variance_law(self) -> tuple[float, float]:
-        """``(s, c)`` with ``Var[y | t] = s t^2 + c`` (``c`` rounded up; ``t`` units)."""
-
-    @abstractmethod
-    def unit_bias(self) -> float:
-        """Upper bound on ``|E[y | t] - t|`` in ``t`` units."""
-
-    @abstractmethod
-    def unit_errors(self, t: NDArray[np.float64]) -> NDArray[np.float64]:
-        """``E|y - t|`` of the implemented law at each ``t`` (``t`` units)."""
-
-    @functools.cached_property
-    def _worst_error(self) -> tuple[float, float]:
-        """``(half max_t E|y - t|, the t where it is taken)`` over ``error_points``.
-
-        Computed on first use: a table of 129 x 4096 distances (about 10 ms) that
-        building the mechanism only to compare it (``mechanism: auto``) never needs.
-        """
-        points = error_points()
-        errors = self.unit_errors(points)
-        return self.half * float(errors.max()), float(points[int(np.argmax(errors))])
-
-    @property
-    def worst_t(self) -> float:
-        """The ``t`` at which ``expected_error`` is taken."""
-        return self._worst_error[1]
-
-    @property
-    def expected_error(self) -> float:
-        return self._worst_error[0] if self.diameter > 0 else 0.0
-
-    @abstractmethod
-    def sample(self, t: NDArray[np.float64], words: Words) -> NDArray[np.float64]:
-        """Reports ``y`` for ``t`` from ``words_per_value`` words per row."""
-
-    def check_reach(self) -> None:
-        """MechanismError unless every report ``mid + half y`` is a finite double."""
-        if not math.isfinite(self.half * self.reach + abs(self.middle)):
-            raise MechanismError(
-                f"{self.name}: bounds [{self.lower:g}, {self.upper:g}] at epsilon "
-                f"{self.epsilon:g} give reports beyond the double range (|y| up to "
-                f"{self.reach:.3g} half-widths); express the field in a larger unit or use laplace"
-            )
-
-    @property
-    def gamma_lower_bound(self) -> float:
-        return compact_gamma(self.diameter, self.epsilon, self.delta)
-
-    def estimator_variance(self, n: int) -> float:
-        return self.half * self.half * self.unit_variance / n  # inf, not OverflowError
-
-    def bias_bound(self) -> float:
-        """``|E[release] - clamped value|``: sampler bias and the float mapping of ``t``."""
-        return self.half * (self.unit_bias() + 2.0**-50) if self.diameter > 0 else 0.0
-
-    def clamp(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
-        return np.clip(values, self.lower, self.upper)
-
-    def to_unit(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
-        """``t = (clamp(x) - mid) / half``, clipped against float rounding."""
-        return np.clip((self.clamp(values) - self.middle) / self.half, -1.0, 1.0)
-
-    def release(self, values: NDArray[np.float64], source: NoiseSource) -> NDArray[np.float64]:
-        """Sanitize a column of finite raw values (``lo == hi``: ``lo``, without noise)."""
-        column = require_finite(values, self.name)
-        if self.diameter == 0.0:
-            return np.full(len(column), self.lower)
-        words = source.words(len(column), self.words_per_value)
-        return self.middle + self.half * self.sample(self.to_unit(column), words)
-
-    def worst_inputs(self, count: int) -> NDArray[np.float64]:
-        """``count`` field values where ``E|y - d|`` is ``expected_error`` (both signs of ``t``).
-
-        The error of these reports depends on the input, so the canaries that
-        measure it (``privstream.pipeline.canary``) sit where ``expected_error``
-        is taken: their mean error then estimates it, as for Laplace anywhere.
-        """
-        signs = np.where(np.arange(count) % 2 == 0, 1.0, -1.0)
-        return np.clip(self.middle + self.half * self.worst_t * signs, self.lower, self.upper)
-
-    def noise_error(
-        self, inputs: NDArray[np.float64], outputs: NDArray[np.float64]
-    ) -> NDArray[np.float64]:
-        """``|y - clamp(d)|``: the report's distance from the mechanism's own input.
-
-        Unlike Laplace's, its law depends on where ``d`` lies (``E|y - t|`` grows
-        towards the bounds); the exported error metrics come from the fixed canary
-        inputs only (``privstream.pipeline.canary``), never from released values.
-        """
-        clamped = self.clamp(np.asarray(inputs, dtype=np.float64))
-        return np.abs(np.asarray(outputs, dtype=np.float64) - clamped)
-
-
-def error_points() -> NDArray[np.float64]:
-    """The ``t`` values at which the worst expected error is taken (both ends included)."""
-    return np.linspace(-1.0, 1.0, ERROR_POINTS)
 
 
 class PiecewiseMechanism(UnitIntervalMechanism):

@@ -20,7 +20,8 @@ from privstream.kinds.auto import WARN_RATIO
 from privstream.mechanisms.base import Mechanism
 from privstream.mechanisms.hybrid import HybridMechanism
 from privstream.mechanisms.laplace import LaplaceMechanism
-from privstream.mechanisms.piecewise import PiecewiseMechanism, error_points
+from privstream.mechanisms.piecewise import PiecewiseMechanism
+from privstream.mechanisms.unit_interval import error_points
 
 
 def real(**extra: Any) -> RealField:

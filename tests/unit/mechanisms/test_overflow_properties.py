@@ -37,7 +37,7 @@ from privstream.mechanisms.functional import FunctionalMechanism
 from privstream.mechanisms.gaussian import GaussianMechanism
 from privstream.mechanisms.grid import granularity
 from privstream.mechanisms.laplace import LaplaceMechanism
-from privstream.mechanisms.piecewise import UnitIntervalMechanism
+from privstream.mechanisms.unit_interval import UnitIntervalMechanism
 from privstream.mechanisms.validation import check_finite
 from privstream.mechanisms.vector_gaussian import VectorGaussianMechanism
 from privstream.pipeline import RecordPlan, build_plan, process_batch

@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import NDArray
 from privstream.estimate.unit_mean import law_variance
-from privstream.mechanisms.piecewise import UnitIntervalMechanism
+from privstream.mechanisms.unit_interval import UnitIntervalMechanism
 from privstream.testing import SeededSource
 
 
