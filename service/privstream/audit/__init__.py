@@ -20,10 +20,10 @@ that broken mechanisms are caught. Modules:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from privstream.errors import AuditError
+from privstream.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from privstream.audit.engine import DEFAULT_CONFIDENCE, DEFAULT_SAMPLES, AuditResult
@@ -56,9 +56,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY)

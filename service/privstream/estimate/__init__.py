@@ -7,8 +7,9 @@ what those functions need, and formats what they return.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from privstream.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from privstream.estimate.accumulators import Options
@@ -28,9 +29,4 @@ _LAZY = {
 __all__ = ["Options", "StreamAggregate", "TruthAggregate", "build_report", "render_table"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -213,45 +213,6 @@ def test_a_record_off_its_keys_partition_is_dead_lettered_not_charged(over_budge
     assert s.ledger.counts(1)["released"] == 1
 
 
-def test_interleaved_partitions_are_charged_as_each_partition_alone() -> None:
-    """A batch whose partitions interleave (and has records without a key) gives each
-    partition the verdict and ledger of that partition's records charged on their own."""
-    names = [f"dev-{i % 7}" for i in range(60)]
-    homes = partitions_of([n.encode() for n in names], 3).tolist()
-    records = [
-        record(i, n, "" if i % 11 == 5 else n, partition=p)
-        for i, (n, p) in enumerate(zip(names, homes, strict=True))
-    ]
-    for r in records[5::11]:
-        object.__setattr__(r, "key", None)  # no key at all: the subject check refuses it
-    mixed = sorted(records, key=lambda r: (r.offset % 3, r.offset))  # partitions interleaved
-    whole, alone = store("dead_letter"), store("dead_letter")
-    for s in (whole, alone):
-        s._input_partitions = 3
-        for p in range(3):
-            s.ledger.restore(p, [])
-    batch = BatchResult(outputs=[b"o"] * len(mixed), output_index=list(range(len(mixed))))
-    verdict = whole.charge(mixed, subjects(mixed, batch))
-    released = {mixed[i].offset for i in verdict.result.output_index}
-    reasons = {mixed[d.index].offset: d.reason for d in verdict.result.dead_letters}
-    expected: dict[int, str] = {}
-    kept: set[int] = set()
-    for p in range(3):
-        own = [r for r in mixed if r.partition == p]
-        one = alone.charge(
-            own, subjects(own, BatchResult([b"o"] * len(own), list(range(len(own)))))
-        )
-        kept.update(own[i].offset for i in one.result.output_index)
-        expected.update({own[d.index].offset: d.reason for d in one.result.dead_letters})
-    assert released == kept and reasons == expected
-    assert {"subject_key_mismatch", "budget_exhausted"} <= set(reasons.values())
-    clock = b"\x01C"  # the wall-clock time of each charge differs
-    for p in range(3):
-        assert {k: v for k, v in whole.ledger.snapshot(p).items() if k != clock} == {
-            k: v for k, v in alone.ledger.snapshot(p).items() if k != clock
-        }
-
-
 DAY_MS = 86_400_000
 #: (partition, subject, key: None / "=" the subject / another, timestamp shift in days)
 ROWS = st.lists(
