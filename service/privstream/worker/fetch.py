@@ -29,8 +29,14 @@ async def poll(
 ) -> tuple[Batches, int]:
     """The batch, and the assignment (``generation()``) it was fetched under.
 
-    A rebalance during the second poll voids both: the records of the first
-    are fetched again from the committed offsets (returns an empty batch).
+    A rebalance during the second poll voids the first poll's records (the
+    new assignment fetches them again from the committed offsets) but not the
+    second's: aiokafka returns no record while a rebalance is in progress
+    (``fetched_records`` waits for the assignment) and starts each partition
+    of a new assignment at its committed offset, so records the second poll
+    returns after a rebalance belong to the new assignment, and its position
+    is already past them. Dropping them too would skip them: the next batch
+    would commit an offset beyond records never released.
     """
     first = await consumer.getmany(
         timeout_ms=kafka.poll_timeout_ms, max_records=kafka.max_batch_records
@@ -43,7 +49,7 @@ async def poll(
         timeout_ms=min(TOP_UP_MS, kafka.poll_timeout_ms), max_records=room
     )
     if generation() != fetched_under:
-        return {}, generation()
+        return more, generation()
     merged = {tp: list(msgs) for tp, msgs in first.items()}
     for tp, msgs in more.items():  # after the first poll's records of each partition
         merged.setdefault(tp, []).extend(msgs)

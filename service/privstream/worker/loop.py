@@ -236,8 +236,12 @@ class Worker:
 
     def _behind(self, consumer: AIOKafkaConsumer, batch: Prepared) -> bool:
         """A full batch, or records past it on the broker (as of the last fetch; the
-        one offset past a transactional producer's last record is its commit marker)."""
-        if len(batch.records) >= self._kafka.max_batch_records:
+        one offset past a transactional producer's last record is its commit marker).
+        So is a batch a rebalance voided: its partitions may be gone (``highwater`` asserts)."""
+        if (
+            batch.generation != self._generation
+            or len(batch.records) >= self._kafka.max_batch_records
+        ):
             return True
         return any((consumer.highwater(tp) or 0) > end + 1 for tp, end in batch.offsets.items())
 

@@ -163,6 +163,33 @@ def test_behind_means_a_full_batch_or_a_record_past_it_not_a_commit_marker() -> 
     assert w._behind(SimpleNamespace(highwater=lambda tp: None), fetched)  # type: ignore[arg-type]
 
 
+async def test_a_rebalance_during_the_sanitize_does_not_end_the_worker() -> None:
+    """The batch's partition moved to another replica while it was sanitized: aiokafka's
+    ``highwater`` asserts on a partition no longer assigned, so ``_behind`` must not ask."""
+    w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
+    producer.release.set()
+    w._assigned = {TP}
+    consumer = ScriptedConsumer([batch([1.0, 2.0], start=100)], stop)
+
+    def highwater(tp: TopicPartition) -> int | None:
+        assert tp in w._assigned, "Partition is not assigned"  # as aiokafka's
+        return None
+
+    consumer.highwater = highwater  # type: ignore[method-assign]
+    sanitize = w._sanitize
+
+    def moved_meanwhile(records: Sequence[ConsumerRecord[bytes, bytes]]) -> BatchResult:
+        w._assigned, w._generation = set(), w._generation + 2  # revoked, assigned elsewhere
+        return sanitize(records)
+
+    w._sanitize = moved_meanwhile  # type: ignore[method-assign]
+    await asyncio.wait_for(
+        w._pipeline(stop, consumer, producer, sender_for(w, producer)),  # type: ignore[arg-type]
+        5,
+    )
+    assert producer.log == [] and producer.sent == []  # voided, not released
+
+
 async def test_a_batch_fetched_before_a_rebalance_is_dropped_not_released() -> None:
     w, producer = worker(), TransactionalProducer()
     producer.release.set()
