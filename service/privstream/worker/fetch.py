@@ -1,4 +1,5 @@
-"""One poll of the input: a batch, topped up once when it is far from full.
+"""One poll of the input: a batch, topped up once when it is far from full; and whether
+the worker is behind (``is_behind``: then it fetches the next batch while this one commits).
 
 aiokafka fetches a partition again only once the records it buffered for it
 have been taken. So the first poll after a transaction returns what the
@@ -14,10 +15,14 @@ behind) never waits.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from privstream.config import KafkaConfig
+
+if TYPE_CHECKING:
+    from privstream.worker.sanitize import Prepared
 
 Batches = dict[TopicPartition, list[ConsumerRecord]]
 #: the most the second poll waits for a fetch in flight
@@ -63,3 +68,15 @@ def _room(batches: Batches, kafka: KafkaConfig) -> int:
         return 0
     size = sum(len(r.value or b"") for msgs in batches.values() for r in msgs)
     return 0 if 2 * size > kafka.max_batch_bytes else kafka.max_batch_records - count
+
+
+def is_behind(
+    consumer: AIOKafkaConsumer, batch: Prepared, kafka: KafkaConfig, generation: int
+) -> bool:
+    """A full batch, or records past it on the broker (as of the last fetch; the one
+    offset past a transactional producer's last record is its commit marker). So is a
+    batch a rebalance voided (``generation`` moved): its partitions may be gone, and
+    ``highwater`` asserts that a partition is assigned."""
+    if batch.generation != generation or len(batch.records) >= kafka.max_batch_records:
+        return True
+    return any((consumer.highwater(tp) or 0) > end + 1 for tp, end in batch.offsets.items())

@@ -67,7 +67,7 @@ from privstream.worker.clients import (
     transactional_id,
 )
 from privstream.worker.decode import tolerate_undecodable_records
-from privstream.worker.fetch import poll
+from privstream.worker.fetch import is_behind, poll
 from privstream.worker.http import Health
 from privstream.worker.ledger_store import LedgerStore, Verdict
 from privstream.worker.produce import BatchSender
@@ -224,7 +224,7 @@ class Worker:
                     await inflight  # its failure ends the session; ``prepared`` is replayed
                     inflight = None
                 if prepared is not None:
-                    behind = self._behind(consumer, prepared)
+                    behind = is_behind(consumer, prepared, self._kafka, self._generation)
                     commit = self._commit(consumer, producer, sender, prepared)
                     inflight = asyncio.create_task(commit)
             if inflight is not None:
@@ -233,17 +233,6 @@ class Worker:
             if inflight is not None:  # cancelled or failed: settle it before the clients close
                 inflight.cancel()
                 await asyncio.gather(inflight, return_exceptions=True)
-
-    def _behind(self, consumer: AIOKafkaConsumer, batch: Prepared) -> bool:
-        """A full batch, or records past it on the broker (as of the last fetch; the
-        one offset past a transactional producer's last record is its commit marker).
-        So is a batch a rebalance voided: its partitions may be gone (``highwater`` asserts)."""
-        if (
-            batch.generation != self._generation
-            or len(batch.records) >= self._kafka.max_batch_records
-        ):
-            return True
-        return any((consumer.highwater(tp) or 0) > end + 1 for tp, end in batch.offsets.items())
 
     async def _prepare(self, consumer: AIOKafkaConsumer) -> Prepared | None:
         """The next batch, sanitized in a thread (the previous transaction runs meanwhile)."""

@@ -16,7 +16,7 @@ import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 from privstream.errors import LedgerError
 from privstream.pipeline import BatchResult
-from privstream.worker.fetch import TOP_UP_MS
+from privstream.worker.fetch import TOP_UP_MS, is_behind
 from privstream.worker.loop import Worker
 from privstream.worker.rebalance import Rebalance
 from privstream.worker.sanitize import Prepared
@@ -157,15 +157,16 @@ def test_behind_means_a_full_batch_or_a_record_past_it_not_a_commit_marker() -> 
     behind = {}
     for highwater in (None, 102, 103, 104):  # 103: a transactional writer's commit marker
         consumer = SimpleNamespace(highwater=lambda tp, h=highwater: h)
-        behind[highwater] = w._behind(consumer, fetched)  # type: ignore[arg-type]
+        behind[highwater] = is_behind(consumer, fetched, w._kafka, w._generation)  # type: ignore[arg-type]
     assert behind == {None: False, 102: False, 103: False, 104: True}
     w._kafka = w._kafka.model_copy(update={"max_batch_records": 2})
-    assert w._behind(SimpleNamespace(highwater=lambda tp: None), fetched)  # type: ignore[arg-type]
+    idle = SimpleNamespace(highwater=lambda tp: None)
+    assert is_behind(idle, fetched, w._kafka, w._generation)  # type: ignore[arg-type]
 
 
 async def test_a_rebalance_during_the_sanitize_does_not_end_the_worker() -> None:
     """The batch's partition moved to another replica while it was sanitized: aiokafka's
-    ``highwater`` asserts on a partition no longer assigned, so ``_behind`` must not ask."""
+    ``highwater`` asserts on a partition no longer assigned, so ``is_behind`` must not ask."""
     w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
     producer.release.set()
     w._assigned = {TP}
