@@ -50,6 +50,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 
 from privstream.errors import LedgerError
 from privstream.ledger import LedgerPolicy, SubjectLedger
+from privstream.ledger.groups import by_value
 from privstream.pipeline import BatchResult
 from privstream.pipeline.results import DeadLetter
 from privstream.worker.changelog import changelog_topic, ensure_changelog, read_partitions
@@ -198,7 +199,7 @@ class LedgerStore:
         verdict = Verdict(result=result)
         dead = list(result.dead_letters)
         now_ms = int(time.time() * 1000)
-        for partition, rows in batch.by_partition():
+        for partition, rows in by_value(batch.partitions):
             columns = batch.rows(rows)
             misplaced = self._misplaced(partition, columns["keys"])
             charge = self.ledger.charge(partition, **columns, now_ms=now_ms, misplaced=misplaced)
@@ -372,18 +373,6 @@ class _Columns:
         self._timestamps = np.fromiter(map(_TIMESTAMP, records), np.int64, n)
         self._keys: list[bytes | None] = list(map(_KEY, records))
         self._subjects = subjects
-
-    def by_partition(self) -> list[tuple[int, npt.NDArray[np.intp]]]:
-        """(partition, its rows) in partition order; a fetch gives each partition as one run."""
-        n = len(self.partitions)
-        cuts = np.flatnonzero(self.partitions[1:] != self.partitions[:-1]) + 1
-        heads = np.r_[0, cuts][:n]
-        firsts = self.partitions[heads]
-        if len(np.unique(firsts)) == len(firsts):  # one run per partition: no masks
-            ends = np.r_[cuts, n][:n].tolist()
-            runs = zip(firsts.tolist(), heads.tolist(), ends, strict=True)
-            return [(p, np.arange(a, b)) for p, a, b in sorted(runs)]
-        return [(p, np.flatnonzero(self.partitions == p)) for p in np.unique(firsts).tolist()]
 
     def rows(self, rows: npt.NDArray[np.intp]) -> dict[str, Any]:
         """``charge``'s keyword arguments for these rows (a slice when contiguous: usual)."""
