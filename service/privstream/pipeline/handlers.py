@@ -258,8 +258,8 @@ class CategoricalHandler:
         )
 
 
-#: false and true, the boolean domain in position order
-_BOOLEAN_TEXTS = (b"false", b"true")
+#: the JSON texts of the boolean domain in position order (false, true)
+_BOOLEAN_TEXTS = value_texts((False, True))
 
 
 @dataclass(frozen=True)
