@@ -40,6 +40,7 @@ from privstream.ledger import codec
 from privstream.ledger import groups as g
 from privstream.ledger.policy import REASONS, LedgerPolicy
 from privstream.ledger.state import PartitionState, restored
+from privstream.ledger.updates import Updates
 
 #: reason codes: 0 admitted, i + 1 for REASONS[i]
 _CODE = {reason: i + 1 for i, reason in enumerate(REASONS)}
@@ -57,8 +58,8 @@ class Charge:
     admitted: g.Bools
     #: None when admitted, else one of REASONS
     reasons: list[str | None]
-    #: changelog (key, value) records to send with the batch; value None = tombstone
-    updates: g.Updates
+    #: changelog records to send with the batch (iterating: (key, value), None = tombstone)
+    updates: Updates
 
 
 class SubjectLedger:
@@ -117,12 +118,12 @@ class SubjectLedger:
         state = self._partitions.get(partition)
         if state is None:
             state = self._partitions[partition] = PartitionState(window_ms=self.policy.window_ms)
-        updates: g.Updates = []
+        updates = Updates()
         clock = now_ms if state.clock is None else max(now_ms, state.clock)
         if clock != state.clock:
             state.clock = clock
-            updates.append((codec.CLOCK_KEY, codec.encode_int(clock)))
-        updates.extend(state.close(self._closed(clock)))
+            updates.put(codec.CLOCK_KEY, codec.encode_int(clock))
+        state.close(self._closed(clock), updates)
         codes, starts = self._screen(subjects, keys, ts, clock, cast(int, state.closed))
         if misplaced is not None:
             wrong = np.asarray(misplaced, dtype=bool).reshape(-1) & (codes < _MISMATCH_FLOOR)
@@ -135,7 +136,7 @@ class SubjectLedger:
             codes[ok] = self._spend(state, chosen, starts[ok], updates)
         _tally(state.counts, codes)
         if n:
-            updates.append((codec.COUNTS_KEY, codec.encode_counts(state.counts)))
+            updates.put(codec.COUNTS_KEY, codec.encode_counts(state.counts))
         reasons = list(map(_REASON_OF.__getitem__, codes.tolist()))
         return Charge(admitted=codes == 0, reasons=reasons, updates=updates)
 
@@ -174,7 +175,7 @@ class SubjectLedger:
         return codes, starts
 
     def _spend(
-        self, state: PartitionState, subjects: list[bytes], starts: g.Int64s, updates: g.Updates
+        self, state: PartitionState, subjects: list[bytes], starts: g.Int64s, updates: Updates
     ) -> Codes:
         """Reason codes (0: admitted) of chargeable records; charges the admitted ones."""
         policy = self.policy
@@ -212,7 +213,7 @@ def _lifetime_over(
     policy: LedgerPolicy,
     grouped: tuple[g.Objects, g.Intps],
     within: g.Bools,
-    updates: g.Updates,
+    updates: Updates,
 ) -> g.Bools:
     """Records over the lifetime cap (``grouped``: the batch's subjects and each record's
     index among them); charges the lifetime of the admitted ones."""

@@ -8,12 +8,12 @@ import numpy as np
 import numpy.typing as npt
 
 from privstream.ledger.policy import UNLIMITED
+from privstream.ledger.updates import Updates, int64_rows
 
 Int64s = npt.NDArray[np.int64]
 Intps = npt.NDArray[np.intp]
 Bools = npt.NDArray[np.bool_]
 Objects = npt.NDArray[np.object_]
-Updates = list[tuple[bytes, bytes | None]]
 
 
 def objects(items: list[bytes]) -> Objects:
@@ -84,12 +84,11 @@ def lookup(table: dict[bytes, bytes], keys: Objects, zero: bytes) -> Int64s:
 def store(
     table: dict[bytes, bytes], names: Objects, values: Int64s, prefix: bytes, updates: Updates
 ) -> None:
-    """``table[name] = row`` (big-endian int64s) and the update ``(prefix + name, row)``."""
+    """``table[name] = row`` (big-endian int64s) and the changelog run ``prefix + name -> row``."""
     if not len(names):
         return
-    wide = values.reshape(len(names), -1).astype(">i8")
-    # one bytes object per row (a void view's tolist), without slicing a joined buffer
-    rows: list[bytes] = wide.view(f"V{wide.shape[1] * 8}").ravel().tolist()
+    rows = int64_rows(values, values.size // len(names))
     listed = names.tolist()
-    table.update(zip(listed, rows, strict=True))
-    updates.extend(zip(map(prefix.__add__, listed), rows, strict=True))
+    # one bytes object per row (a void view's tolist), without slicing a joined buffer
+    table.update(zip(listed, rows.view(f"V{rows.shape[1]}").ravel().tolist(), strict=True))
+    updates.add(prefix, listed, rows)

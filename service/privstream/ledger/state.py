@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from privstream.config.ledger import format_duration
 from privstream.errors import LedgerError
 from privstream.ledger import codec
+from privstream.ledger.updates import Updates
 
 #: the value length of each record type (``codec``)
 _VALUE_BYTES = {b"W": 16, b"L": 8, b"C": 8, b"E": 8}
@@ -49,17 +50,15 @@ class PartitionState:
             snap[codec.COUNTS_KEY] = codec.encode_counts(self.counts)
         return snap
 
-    def close(self, closed: int) -> list[tuple[bytes, bytes | None]]:
+    def close(self, closed: int, updates: Updates) -> None:
         """Move the closed past forward to ``closed``: the record, and the tombstones of every
         window that starts before it."""
         if self.closed is not None and closed <= self.closed:
-            return []
+            return
         self.closed = closed
-        updates: list[tuple[bytes, bytes | None]] = [(codec.CLOSED_KEY, codec.encode_int(closed))]
+        updates.put(codec.CLOSED_KEY, codec.encode_int(closed))
         for start in [s for s in self.windows if s < closed]:
-            prefix = self.prefix(start)
-            updates.extend((prefix + subject, None) for subject in self.windows.pop(start))
-        return updates
+            updates.add(self.prefix(start), list(self.windows.pop(start)), None)
 
 
 def restored(

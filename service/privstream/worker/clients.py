@@ -75,6 +75,11 @@ def transactional_id(kafka: KafkaConfig, runtime: Runtime) -> str:
     return f"{kafka.transactional_id_prefix}-{runtime.replica_id}"
 
 
+def batch_bytes(kafka: KafkaConfig) -> int:
+    """The most bytes one record batch this worker writes may hold."""
+    return min(kafka.max_message_bytes, MAX_BATCH_BYTES)
+
+
 def producer_options(kafka: KafkaConfig, runtime: Runtime) -> dict[str, Any]:
     options = {
         **common_options(kafka, runtime),
@@ -84,7 +89,7 @@ def producer_options(kafka: KafkaConfig, runtime: Runtime) -> dict[str, Any]:
         "max_request_size": kafka.max_message_bytes,
         # the sanitized topic's record batches (produce.BatchSender): one Kafka batch
         # may not exceed the topic's max.message.bytes, which max_message_bytes states
-        "max_batch_size": min(kafka.max_message_bytes, MAX_BATCH_BYTES),
+        "max_batch_size": batch_bytes(kafka),
     }
     if kafka.transactions:
         options["transactional_id"] = transactional_id(kafka, runtime)

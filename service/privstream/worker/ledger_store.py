@@ -51,13 +51,15 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from privstream.errors import LedgerError
 from privstream.ledger import LedgerPolicy, SubjectLedger
 from privstream.ledger.groups import by_value
+from privstream.ledger.updates import Updates
 from privstream.pipeline import BatchResult
 from privstream.pipeline.results import DeadLetter
 from privstream.worker.changelog import changelog_topic, ensure_changelog, read_partitions
-from privstream.worker.clients import common_options
+from privstream.worker.clients import batch_bytes, common_options
 from privstream.worker.ledger_reasons import ALWAYS_DEAD_LETTERED, reason_details
 from privstream.worker.partitioner import partitions_of
 from privstream.worker.produce import BatchSender, Headers
+from privstream.worker.record_batch import changelog_batches
 
 if TYPE_CHECKING:
     from privstream.config import AppConfig, KafkaConfig
@@ -80,7 +82,7 @@ class Verdict:
     #: released record of each partition in the batch)
     headers: dict[int, Headers] = field(default_factory=dict)
     #: input (= changelog) partition -> changelog records
-    updates: dict[int, list[tuple[bytes, bytes | None]]] = field(default_factory=dict)
+    updates: dict[int, Updates] = field(default_factory=dict)
     #: records dropped over budget (neither released nor dead-lettered)
     dropped: int = 0
     #: suppressed records by reason (metrics, once the batch is committed)
@@ -299,20 +301,16 @@ class LedgerStore:
         return json.dumps(counts, sort_keys=True, separators=(",", ":")).encode()
 
     async def send_updates(self, producer: AIOKafkaProducer, verdict: Verdict) -> None:
-        """Queue the changelog records (batch API, one chain per partition) and await them."""
-        pending: list[asyncio.Future[object]] = []
-        for partition, updates in sorted(verdict.updates.items()):
-            builder = producer.create_batch()
-            for key, value in updates:
-                if builder.append(timestamp=None, key=key, value=value, headers=[]) is None:
-                    builder.close()
-                    pending.append(
-                        await producer.send_batch(builder, self.topic, partition=partition)
-                    )
-                    builder = producer.create_batch()
-                    builder.append(timestamp=None, key=key, value=value, headers=[])
-            builder.close()
-            pending.append(await producer.send_batch(builder, self.topic, partition=partition))
+        """Queue the changelog records (record batches built whole, ``record_batch``) and
+        await them."""
+        max_bytes, transactional = batch_bytes(self._kafka), self._kafka.transactions
+        pending: list[asyncio.Future[object]] = [
+            await producer.send_batch(batch, self.topic, partition=partition)
+            for partition, updates in sorted(verdict.updates.items())
+            for batch in changelog_batches(
+                updates.runs, max_bytes=max_bytes, transactional=transactional
+            )
+        ]
         await asyncio.gather(*pending)
 
     async def _forget_all(self) -> None:
