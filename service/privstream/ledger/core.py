@@ -137,8 +137,11 @@ class SubjectLedger:
         _tally(state.counts, codes)
         if n:
             updates.put(codec.COUNTS_KEY, codec.encode_counts(state.counts))
+        admitted = codes == 0
+        if admitted.all():  # usual: no reason to look up
+            return Charge(admitted=admitted, reasons=[None] * n, updates=updates)
         reasons = list(map(_REASON_OF.__getitem__, codes.tolist()))
-        return Charge(admitted=codes == 0, reasons=reasons, updates=updates)
+        return Charge(admitted=admitted, reasons=reasons, updates=updates)
 
     def _closed(self, clock: int) -> int:
         """Where the closed past ends at ``clock`` under this policy.
@@ -166,7 +169,7 @@ class SubjectLedger:
         # the last assignment wins: the most basic reason is reported
         codes[starts < closed] = _CODE["late_record"]
         codes[ts > clock + policy.max_future_ms] = _CODE["future_record"]
-        if list(keys) != list(subjects):  # one C comparison in the usual batch
+        if _as_list(keys) != _as_list(subjects):  # one C comparison in the usual batch
             mismatch = np.fromiter(map(operator.ne, keys, subjects), bool, len(subjects))
             codes[mismatch] = _CODE["subject_key_mismatch"]
         if None in subjects:
@@ -226,6 +229,10 @@ def _lifetime_over(
     new = spent[changed] + admitted[changed].astype(np.int64) * cost
     g.store(state.lifetime, names[changed], new, codec.LIFETIME, updates)
     return over
+
+
+def _as_list(items: Sequence[bytes | None]) -> list[bytes | None]:
+    return items if isinstance(items, list) else list(items)
 
 
 def _tally(counts: dict[str, int], codes: Codes) -> None:

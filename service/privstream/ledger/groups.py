@@ -24,13 +24,15 @@ def objects(items: list[bytes]) -> Objects:
 
 
 def group(items: list[bytes]) -> tuple[Objects, Intps]:
-    """Distinct items (first-seen order) and each item's group index: hashing, no sort."""
-    distinct = dict.fromkeys(items)
-    if len(distinct) == len(items):  # usual: no subject twice in a batch's window
+    """Distinct items (first-seen order) and each item's group index: hashing, no sort
+    unless an item repeats."""
+    seen: dict[bytes, int] = {}
+    # each item's first position (setdefault keeps the first)
+    first = np.fromiter(map(seen.setdefault, items, count()), dtype=np.intp, count=len(items))
+    if len(seen) == len(items):  # usual: no subject twice in a batch's window
         return objects(items), np.arange(len(items), dtype=np.intp)
-    ids = dict(zip(distinct, count(), strict=False))
-    inverse = np.fromiter(map(ids.__getitem__, items), dtype=np.intp, count=len(items))
-    return objects(list(ids)), inverse
+    heads, inverse = np.unique(first, return_inverse=True)  # heads ascending: first-seen order
+    return objects(items)[heads], inverse.astype(np.intp, copy=False)
 
 
 def by_value(values: Int64s) -> list[tuple[int, Intps]]:

@@ -189,13 +189,23 @@ class LedgerStore:
                 "arrived; refusing to charge them from an empty ledger (please report)"
             )
 
-    def charge(self, records: Sequence[ConsumerRecord], result: BatchResult) -> Verdict:
-        """Charge the records the pipeline released; suppress those over a cap."""
+    def charge(
+        self,
+        records: Sequence[ConsumerRecord],
+        result: BatchResult,
+        partitions: npt.NDArray[np.int64],
+    ) -> Verdict:
+        """Charge the records the pipeline released; suppress those over a cap.
+
+        ``partitions``: each record's partition (the worker knows them as runs).
+        """
         index = np.asarray(result.output_index, dtype=np.int64)
         order = np.argsort(index, kind="stable")
         index = index[order]
         batch = _Columns(
-            list(map(records.__getitem__, index.tolist())), self._subjects(result, order)
+            list(map(records.__getitem__, index.tolist())),
+            partitions[index],
+            self._subjects(result, order),
         )
         admitted = np.ones(len(index), dtype=bool)
         verdict = Verdict(result=result)
@@ -365,9 +375,14 @@ class LedgerStore:
 class _Columns:
     """The columns ``SubjectLedger.charge`` reads, taken from the records once per batch."""
 
-    def __init__(self, records: list[ConsumerRecord], subjects: Sequence[bytes | None]) -> None:
+    def __init__(
+        self,
+        records: list[ConsumerRecord],
+        partitions: npt.NDArray[np.int64],
+        subjects: Sequence[bytes | None],
+    ) -> None:
         n = len(records)
-        self.partitions = np.fromiter(map(_PARTITION, records), np.int64, n)
+        self.partitions = partitions
         self._timestamps = np.fromiter(map(_TIMESTAMP, records), np.int64, n)
         self._keys: list[bytes | None] = list(map(_KEY, records))
         self._subjects = subjects
@@ -384,6 +399,5 @@ class _Columns:
         return {"subjects": subjects, "keys": keys, "timestamps_ms": self._timestamps[rows]}
 
 
-_PARTITION = attrgetter("partition")
 _TIMESTAMP = attrgetter("timestamp")
 _KEY = attrgetter("key")

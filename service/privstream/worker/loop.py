@@ -38,8 +38,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
+import numpy as np
 from aiokafka import (
     AIOKafkaConsumer,
     AIOKafkaProducer,
@@ -242,13 +244,17 @@ class Worker:
         owned = {tp: msgs for tp, msgs in batches.items() if tp in self._assigned and msgs}
         if not owned:  # an empty poll is normal: nothing to produce or commit
             return None
-        records = [record for msgs in owned.values() for record in msgs]
+        records = list(chain.from_iterable(owned.values()))
         result = await asyncio.to_thread(self._sanitize, records)
-        verdict = await self._charge(records, result, generation)
+        verdict = await self._charge(owned, records, result, generation)
         return Prepared(owned, records, result, generation, started, verdict)
 
     async def _charge(
-        self, records: list[ConsumerRecord], result: BatchResult, generation: int
+        self,
+        owned: dict[TopicPartition, list[ConsumerRecord]],
+        records: list[ConsumerRecord],
+        result: BatchResult,
+        generation: int,
     ) -> Verdict | None:
         """The ledger's charge of a sanitized batch, made while the previous one commits.
 
@@ -263,13 +269,15 @@ class Worker:
         if self._ledger is None or generation != self._generation:
             return None  # voided: ``_commit`` drops it
         try:
-            await self._ledger.ready({r.partition for r in records})
+            await self._ledger.ready({tp.partition for tp in owned})
         except LedgerError:  # revoked while restoring: voided (checked below)
             if generation == self._generation:
                 raise
         if generation != self._generation:
             return None
-        return self._ledger.charge(records, result)
+        # the records are ``owned``'s lists end to end: their partitions are runs
+        partitions = np.repeat([tp.partition for tp in owned], [len(m) for m in owned.values()])
+        return self._ledger.charge(records, result, partitions)
 
     async def _probe(self, producer: AIOKafkaProducer) -> None:
         """Readiness: does a broker answer a small request right now?

@@ -26,7 +26,7 @@ from privstream.pipeline import build_plan
 from privstream.worker.sanitize import sanitize
 
 from tests.unit._support import config_dict, consumer_record
-from tests.unit.worker.test_ledger_store import FIELDS, store
+from tests.unit.worker.test_ledger_store import FIELDS, charge, store
 from tests.unit.worker.test_pipeline import TP, ScriptedConsumer, TransactionalProducer
 from tests.unit.worker.test_units import batch, sender_for, worker
 
@@ -55,7 +55,7 @@ def test_sanitizing_and_charging_batches_leaves_no_cycles() -> None:
 
     def one_batch() -> None:
         records = [keyed(next(offsets), f"s{i % 40}") for i in range(500)]
-        s.charge(records, sanitize(plan, keys, records, "device_id"))
+        charge(s, records, sanitize(plan, keys, records, "device_id"))
 
     one_batch()  # first calls build lazy state (signatures, caches) once
     gc.collect()

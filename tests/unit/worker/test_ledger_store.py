@@ -10,6 +10,7 @@ import dataclasses
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 from aiokafka import ConsumerRecord
 from aiokafka.partitioner import DefaultPartitioner
@@ -23,7 +24,7 @@ from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult, build_plan
 from privstream.pipeline.results import DeadLetter, Observation
 from privstream.pipeline.subjects import subject_column
-from privstream.worker.ledger_store import LedgerStore
+from privstream.worker.ledger_store import LedgerStore, Verdict
 from privstream.worker.partitioner import partitions_of
 from prometheus_client import CollectorRegistry
 
@@ -52,6 +53,11 @@ def store(over_budget: str) -> LedgerStore:
 def record(offset: int, subject: str, key: str, partition: int = 0) -> ConsumerRecord[Any, Any]:
     value = json.dumps({"device_id": subject, "x": 1.0}).encode()
     return consumer_record(offset, value, key.encode(), partition=partition)
+
+
+def charge(s: LedgerStore, records: list[ConsumerRecord[Any, Any]], result: BatchResult) -> Verdict:
+    """``LedgerStore.charge`` given each record's partition, as the worker gives them."""
+    return s.charge(records, result, np.array([r.partition for r in records], dtype=np.int64))
 
 
 def subjects(records: list[ConsumerRecord[Any, Any]], result: BatchResult) -> BatchResult:
@@ -84,7 +90,7 @@ def test_a_batch_is_released_up_to_the_cap_and_the_rest_routed_by_policy(
         dead_letters=[DeadLetter(5, "invalid_json", "not JSON")],
         observations={"x": Observation(clamped=1)},
     )
-    verdict = s.charge(records, subjects(records, result))
+    verdict = charge(s, records, subjects(records, result))
     # suppressed records must not reach the clamped counts: the batch feeds them nothing
     assert result.observations == {} and verdict.result.observations == {}
     assert verdict.result.outputs == [b"out-0", b"out-1"]
@@ -130,13 +136,13 @@ def test_the_next_batch_sees_what_the_last_one_spent() -> None:
     s.ledger.restore(0, [])
     seen = {"x": Observation(clamped=1)}
     one = [record(1, "a", "a")]
-    first = s.charge(
-        one, subjects(one, BatchResult(outputs=[b"o"], output_index=[0], observations=seen))
+    first = charge(
+        s, one, subjects(one, BatchResult(outputs=[b"o"], output_index=[0], observations=seen))
     )
     assert first.result.outputs == [b"o"]
     assert first.result.observations == {"x": Observation(clamped=1)}  # all admitted: kept
     records = [record(2, "a", "a"), record(3, "a", "a")]
-    second = s.charge(records, subjects(records, BatchResult([b"p", b"q"], [0, 1])))
+    second = charge(s, records, subjects(records, BatchResult([b"p", b"q"], [0, 1])))
     assert second.result.outputs == [b"p"]
     assert [d.reason for d in second.result.dead_letters] == ["budget_exhausted"]
 
@@ -145,7 +151,7 @@ def test_a_result_without_its_subject_column_is_refused_not_charged() -> None:
     s = store("drop")
     s.ledger.restore(0, [])
     with pytest.raises(LedgerError, match="without its subject column"):
-        s.charge([record(1, "a", "a")], BatchResult(outputs=[b"o"], output_index=[0]))
+        charge(s, [record(1, "a", "a")], BatchResult(outputs=[b"o"], output_index=[0]))
 
 
 def test_a_subject_column_of_another_length_is_refused_not_charged() -> None:
@@ -156,7 +162,7 @@ def test_a_subject_column_of_another_length_is_refused_not_charged() -> None:
     for column in ([b"a"], [b"a", b"b", b"c"]):
         result = BatchResult(outputs=[b"o", b"p"], output_index=[0, 1], subjects=column)
         with pytest.raises(LedgerError, match=r"2 outputs came with \d subjects"):
-            s.charge(records, result)
+            charge(s, records, result)
 
 
 def test_outputs_out_of_input_order_are_charged_to_their_own_subjects() -> None:
@@ -167,10 +173,10 @@ def test_outputs_out_of_input_order_are_charged_to_their_own_subjects() -> None:
     result = BatchResult(
         outputs=[b"ob", b"oa1", b"oa2"], output_index=[2, 0, 1], subjects=[b"b", b"a", b"a"]
     )
-    verdict = s.charge(records, result)
+    verdict = charge(s, records, result)
     assert verdict.result.dead_letters == [] and verdict.result.output_index == [2, 0, 1]
     more = [record(4, "a", "a"), record(5, "b", "b")]
-    after = s.charge(more, subjects(more, BatchResult([b"oa3", b"ob2"], [0, 1])))
+    after = charge(s, more, subjects(more, BatchResult([b"oa3", b"ob2"], [0, 1])))
     # a has spent its two releases, b one
     assert after.result.outputs == [b"ob2"]
     assert [(d.index, d.reason) for d in after.result.dead_letters] == [(0, "budget_exhausted")]
@@ -204,7 +210,7 @@ def test_a_record_off_its_keys_partition_is_dead_lettered_not_charged(over_budge
     s.ledger.restore(1, [])
     records = [record(0, here[0], here[0], partition=1), record(1, elsewhere[0], elsewhere[0], 1)]
     result = BatchResult(outputs=[b"o0", b"o1"], output_index=[0, 1])
-    verdict = s.charge(records, subjects(records, result))
+    verdict = charge(s, records, subjects(records, result))
     assert verdict.result.outputs == [b"o0"]
     # dead-lettered under both policies: it is a writer's mistake, not a spent budget
     assert [(d.index, d.reason) for d in verdict.result.dead_letters] == [
@@ -250,7 +256,7 @@ def test_any_batch_is_charged_as_each_partition_alone_and_none_released_off_its_
         for p in range(3):
             s.ledger.restore(p, [])
     batch = BatchResult(outputs=[b"o"] * len(records), output_index=list(range(len(records))))
-    verdict = whole.charge(records, subjects(records, batch))
+    verdict = charge(whole, records, subjects(records, batch))
     ids = [(r.partition, r.offset) for r in records]
     released = {ids[i] for i in verdict.result.output_index}
     reasons = {ids[d.index]: d.reason for d in verdict.result.dead_letters}
@@ -258,8 +264,8 @@ def test_any_batch_is_charged_as_each_partition_alone_and_none_released_off_its_
     expected: dict[tuple[int, int], str] = {}
     for p in range(3):
         own = [r for r in records if r.partition == p]
-        one = alone.charge(
-            own, subjects(own, BatchResult([b"o"] * len(own), list(range(len(own)))))
+        one = charge(
+            alone, own, subjects(own, BatchResult([b"o"] * len(own), list(range(len(own)))))
         )
         kept.update((p, own[i].offset) for i in one.result.output_index)
         expected.update({(p, own[d.index].offset): d.reason for d in one.result.dead_letters})

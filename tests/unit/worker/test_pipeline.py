@@ -247,15 +247,15 @@ async def test_a_batch_is_charged_as_prepared_unless_a_rebalance_voided_it() -> 
     result = subjects(records, BatchResult(outputs=[b"o"] * 3, output_index=[0, 1, 2]))
     fetched_under = w._generation
     w._generation += 1
-    assert await w._charge(records, result, fetched_under) is None
+    assert await w._charge({TP: records}, records, result, fetched_under) is None
 
     async def restoring() -> None:  # the partition moves while its ledger is restored
         w._generation += 1
 
     ledger._restores[0] = asyncio.create_task(restoring())
-    assert await w._charge(records, result, w._generation) is None
+    assert await w._charge({TP: records}, records, result, w._generation) is None
     assert ledger.ledger.snapshot(0) == {}, "a voided batch charged the ledger"
-    verdict = await w._charge(records, result, w._generation)
+    verdict = await w._charge({TP: records}, records, result, w._generation)
     assert verdict is not None and verdict.result.output_index == [0, 1]
     assert ledger.ledger.counts(0)["released"] == 2
 
@@ -298,7 +298,7 @@ async def _charging_while_restoring(w: Worker) -> tuple[asyncio.Task[Any], async
     ledger.ready = spy  # type: ignore[method-assign]
     records = [record(100 + i, "a", "a") for i in range(3)]
     result = subjects(records, BatchResult(outputs=[b"o"] * 3, output_index=[0, 1, 2]))
-    charging = asyncio.create_task(w._charge(records, result, w._generation))
+    charging = asyncio.create_task(w._charge({TP: records}, records, result, w._generation))
     await entered.wait()
     return charging, gate
 
