@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import struct
@@ -17,8 +18,11 @@ from aiokafka.record.default_records import (
     DefaultRecordBatchBuilder,
     _DefaultRecordBatchBuilderPy,
 )
+from privstream.ledger import SubjectLedger
 from privstream.ledger.updates import Updates
 from privstream.worker.record_batch import HEADER_BYTES, changelog_batches, varint
+
+from tests.unit.ledger.test_charge import POLICY
 
 TIMESTAMP = 1_732_406_400_123
 PRODUCER = (4_711, 3, 90_000)
@@ -273,3 +277,60 @@ async def test_a_transaction_ending_with_a_changelog_batch_queued_does_not_break
     sending = asyncio.ensure_future(sender())
     await asyncio.gather(flushing, sending)
     assert (await delivered).offset == 0
+
+
+def replay(log: list[tuple[bytes, bytes | None]], into: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    """A compacted topic's reading of ``log``: the last value per key, a tombstone deletes."""
+    for key, value in log:
+        if value is None:
+            into.pop(key, None)
+        else:
+            into[key] = value
+    return into
+
+
+def written(updates: Updates, max_bytes: int) -> list[tuple[bytes, bytes | None]]:
+    """The records of ``updates`` as a reader of the batches gets them, in offset order."""
+    batches = changelog_batches(
+        updates.runs, max_bytes=max_bytes, transactional=True, timestamp_ms=TIMESTAMP
+    )
+    return [pair for batch in batches for pair in read(batch._build())]
+
+
+@pytest.mark.parametrize("lifetime", [25, None])
+def test_a_ledger_restored_from_the_batches_bytes_is_the_ledger(lifetime: int | None) -> None:
+    """Charges with rollovers, tombstones, lifetime runs and subjects of many name
+    lengths (each run reordered by length): replaying the bytes gives, after every
+    charge, what replaying ``list(updates)`` gives, and a restore gives the ledger."""
+    policy = dataclasses.replace(POLICY, lifetime_cap_units=lifetime)
+    rng = np.random.default_rng(11)
+    pool = [bytes([97 + i % 26]) * (i % 13) + b"%d" % i for i in range(60)]
+    ledger = SubjectLedger(policy=policy)
+    log: list[tuple[bytes, bytes | None]] = []
+    from_bytes: dict[bytes, bytes] = {}
+    from_pairs: dict[bytes, bytes] = {}
+    now = 10_000
+    for step in range(120):
+        now += int(rng.integers(0, 400))
+        subjects = [pool[i] for i in rng.integers(0, len(pool), int(rng.integers(0, 200)))]
+        ts = (now + rng.integers(-1_000, 150, len(subjects))).tolist()
+        charge = ledger.charge(1, subjects=subjects, keys=subjects, timestamps_ms=ts, now_ms=now)
+        records = written(charge.updates, max_bytes=[300, 4_096, 1 << 20][step % 3])
+        assert sorted(records, key=repr) == sorted(charge.updates, key=repr)
+        assert replay(records, from_bytes) == replay(list(charge.updates), from_pairs)
+        log.extend(records)
+    assert any(value is None for _, value in log), "no window was tombstoned"
+    restored = SubjectLedger(policy=policy)
+    restored.restore(1, log)
+    assert restored.snapshot(1) == ledger.snapshot(1) == from_bytes
+    assert restored.counts(1) == ledger.counts(1)
+
+
+def test_a_run_written_in_name_length_order_keeps_the_order_of_equal_names() -> None:
+    """Names of a run are distinct; were one repeated, the stable sort by length keeps
+    its records in their order (equal names have equal lengths), so the last still wins."""
+    updates = Updates()
+    names = [b"aa", b"b", b"aa", b"ccc", b"b", b"aa"]
+    updates.add(b"\x01L", names, np.arange(6 * 8, dtype=np.uint8).reshape(6, 8))
+    records = written(updates, max_bytes=1 << 20)
+    assert replay(records, {}) == replay(list(updates), {})
