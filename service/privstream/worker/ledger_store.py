@@ -199,6 +199,7 @@ class LedgerStore:
 
         ``partitions``: each record's partition (the worker knows them as runs).
         """
+        _check_partitions(records, partitions)
         index = np.asarray(result.output_index, dtype=np.int64)
         order = np.argsort(index, kind="stable")
         index = index[order]
@@ -370,6 +371,20 @@ class LedgerStore:
         )
         await self._reader.start()
         return self._reader
+
+
+def _check_partitions(records: Sequence[ConsumerRecord], partitions: npt.NDArray[np.int64]) -> None:
+    """``partitions`` has one entry per record and agrees with the records at each run's
+    ends (a few reads, not one per record): a shifted column would charge records to
+    another partition's ledger."""
+    n = len(records)
+    ends = np.flatnonzero(np.diff(partitions)) if len(partitions) == n else np.empty(0, np.intp)
+    probes = sorted({0, n - 1, *ends.tolist(), *(ends + 1).tolist()}) if n else []
+    if len(partitions) != n or any(records[i].partition != partitions[i] for i in probes):
+        raise LedgerError(
+            f"a batch of {n} records came with partitions that do not match them "
+            f"({len(partitions)} given): refusing to charge it (please report)"
+        )
 
 
 class _Columns:
