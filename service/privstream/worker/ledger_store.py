@@ -374,16 +374,14 @@ class LedgerStore:
 
 
 def _check_partitions(records: Sequence[ConsumerRecord], partitions: npt.NDArray[np.int64]) -> None:
-    """``partitions`` has one entry per record and agrees with the records at each run's
-    ends (a few reads, not one per record): a shifted column would charge records to
-    another partition's ledger."""
-    n = len(records)
-    ends = np.flatnonzero(np.diff(partitions)) if len(partitions) == n else np.empty(0, np.intp)
-    probes = sorted({0, n - 1, *ends.tolist(), *(ends + 1).tolist()}) if n else []
+    """One partition per record, matching the records at each run's ends (a few reads):
+    a shifted column would charge records to another partition's ledger."""
+    n, ends = len(records), np.flatnonzero(np.diff(partitions))
+    probes = {0, n - 1, *ends.tolist(), *(ends + 1).tolist()} if n else set()
     if len(partitions) != n or any(records[i].partition != partitions[i] for i in probes):
         raise LedgerError(
-            f"a batch of {n} records came with partitions that do not match them "
-            f"({len(partitions)} given): refusing to charge it (please report)"
+            f"a batch of {n} records came with {len(partitions)} partitions that do not "
+            "match them: refusing to charge it (please report)"
         )
 
 
