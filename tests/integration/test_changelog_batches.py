@@ -24,7 +24,7 @@ from privstream.ledger import SubjectLedger
 from privstream.ledger.updates import Updates
 from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult
-from privstream.worker.clients import producer_options
+from privstream.worker.clients import is_fenced, producer_options
 from privstream.worker.ledger_store import LedgerStore, Verdict
 from prometheus_client import CollectorRegistry
 
@@ -127,8 +127,9 @@ async def test_a_restore_reads_the_committed_batches_and_nothing_aborted_or_fenc
     await store.send_updates(zombie, charges(elsewhere, 60_000, [200, 200, 200], seed=4))
     successor = await started(config)  # same transactional id: fences the zombie
     try:
-        with pytest.raises(KafkaError):
+        with pytest.raises(KafkaError) as raised:
             await zombie.commit_transaction()
+        assert is_fenced(raised.value), raised.value
     finally:
         await zombie.stop()
         await successor.stop()
