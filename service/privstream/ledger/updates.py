@@ -7,12 +7,16 @@ changelog used to cost. ``Updates`` keeps them as they are computed: runs
 of records sharing a key prefix, their names (the subjects) and their
 values as the rows of one byte matrix. The worker encodes a run straight
 into the record batch (``privstream.worker.record_batch``); iterating gives
-the (key, value) pairs, in the order they are written, for whoever reads
-them one by one (tests, the oracle, a restore of the same records).
+the (key, value) pairs run by run, for whoever reads them one by one (tests,
+the oracle, a restore of the same records).
 
 Order matters between runs (a partition's changelog is replayed in offset
 order, the last value of a key wins), never inside one: the names of a run
-are distinct, so a run's records may be written in any order.
+are distinct, so a run's records may be written in any order. The record
+batch writes a run grouped by name length (a stable sort), so its byte
+order may differ from the iteration order, but a replay gives the same
+(and would even for a repeated name: equal names have equal lengths, so
+the sort keeps them in their order).
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ class Run:
 
 @dataclass
 class Updates:
-    """The changelog records of one partition's charge, in the order they are written."""
+    """The changelog records of one partition's charge, runs in the order they are written."""
 
     runs: list[Run] = field(default_factory=list)
 

@@ -199,6 +199,7 @@ class LedgerStore:
 
         ``partitions``: each record's partition (the worker knows them as runs).
         """
+        _check_partitions(records, partitions)
         index = np.asarray(result.output_index, dtype=np.int64)
         order = np.argsort(index, kind="stable")
         index = index[order]
@@ -370,6 +371,18 @@ class LedgerStore:
         )
         await self._reader.start()
         return self._reader
+
+
+def _check_partitions(records: Sequence[ConsumerRecord], partitions: npt.NDArray[np.int64]) -> None:
+    """One partition per record, matching the records at each run's ends (a few reads):
+    a shifted column would charge records to another partition's ledger."""
+    n, ends = len(records), np.flatnonzero(np.diff(partitions))
+    probes = {0, n - 1, *ends.tolist(), *(ends + 1).tolist()} if n else set()
+    if len(partitions) != n or any(records[i].partition != partitions[i] for i in probes):
+        raise LedgerError(
+            f"a batch of {n} records came with {len(partitions)} partitions that do not "
+            "match them: refusing to charge it (please report)"
+        )
 
 
 class _Columns:

@@ -27,8 +27,10 @@ first, the high bit set on every byte but the last; a tombstone's value
 length is -1. ``tests/unit/worker/test_record_batch.py`` checks the bytes
 against aiokafka's own builder.
 
-``ChangelogBatch`` is what ``AIOKafkaProducer.send_batch`` queues: the four
-methods of ``BatchBuilder`` its accumulator and sender call. The producer
+``ChangelogBatch`` is what ``AIOKafkaProducer.send_batch`` queues: the five
+methods of ``BatchBuilder`` its accumulator and sender call (aiokafka 0.14:
+``MessageBatch`` and ``MessageAccumulator.flush_for_commit``; ``append`` only
+on a batch ``producer.send`` reuses, and nothing else sends to the changelog). The producer
 sets the producer id, epoch and base sequence just before it sends, so the
 header (and the CRC over it) is finished then, in ``_build``.
 """
@@ -56,8 +58,9 @@ _TRANSACTIONAL = 0x10
 _NO_LEADER_EPOCH = -1
 #: attributes, timestamp delta and header count: one zero byte each
 _FIXED = 3
-#: offset deltas at which the offset's varint grows a byte (zigzag 2i reaches 2^7, 2^14)
-_OFFSET_STEPS = (64, 8192, 1 << 20)
+#: offset deltas at which the offset's varint grows a byte (zigzag 2i reaches 2^(7k)); the
+#: last is past int32, so every batch offset is below one of them
+_OFFSET_STEPS = tuple(1 << (7 * k - 1) for k in range(1, 6))
 
 
 def varint(value: int) -> bytes:
@@ -144,6 +147,10 @@ class ChangelogBatch:
 
     def closed(self) -> bool:
         return True
+
+    def close(self) -> None:
+        """Built closed; called by ``flush_for_commit`` on every batch still queued when a
+        transaction ends (commit or abort)."""
 
     def _set_producer_state(self, producer_id: int, epoch: int, base_sequence: int) -> None:
         _PRODUCER.pack_into(self._buffer, _PRODUCER_AT, producer_id, epoch, base_sequence)

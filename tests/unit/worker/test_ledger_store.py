@@ -280,3 +280,22 @@ def test_any_batch_is_charged_as_each_partition_alone_and_none_released_off_its_
         assert {k: v for k, v in whole.ledger.snapshot(p).items() if k != clock} == {
             k: v for k, v in alone.ledger.snapshot(p).items() if k != clock
         }
+
+
+@pytest.mark.parametrize("shift", ["shorter", "longer", "runs-swapped", "one-off"])
+def test_partitions_that_do_not_match_the_records_are_refused_not_charged(shift: str) -> None:
+    s = store("drop")
+    for p in range(2):
+        s.ledger.restore(p, [])
+    records = [record(i, "a", "a", partition=0) for i in range(3)]
+    records += [record(i, "b", "b", partition=1) for i in range(2)]
+    partitions = {
+        "shorter": [0, 0, 0, 1],
+        "longer": [0, 0, 0, 1, 1, 1],
+        "runs-swapped": [1, 1, 0, 0, 0],
+        "one-off": [0, 0, 1, 1, 1],
+    }[shift]
+    result = subjects(records, BatchResult([b"o"] * 5, list(range(5))))
+    with pytest.raises(LedgerError, match="partitions that do not match"):
+        s.charge(records, result, np.array(partitions, dtype=np.int64))
+    assert s.ledger.snapshot(0) == s.ledger.snapshot(1) == {}

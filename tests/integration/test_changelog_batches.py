@@ -1,0 +1,150 @@
+"""The changelog's numpy-built record batches on a real broker, through the worker's producer.
+
+``LedgerStore.send_updates`` writes each partition's charge as whole record
+batches (``privstream.worker.record_batch``) with the worker's own producer
+options; ``kafka.max_message_bytes: 1024`` cuts them into many batches per
+partition, so the broker checks the idempotent sequence numbers across them.
+What a restore reads back (``read_committed``, the store's own restore) must be
+the ledger that charged the committed transactions: an aborted transaction and
+a fenced producer's add nothing, with ``transactions`` on and off.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+import numpy as np
+import pytest
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+from privstream.config import KafkaConfig
+from privstream.config.runtime import Runtime
+from privstream.ledger import SubjectLedger
+from privstream.ledger.updates import Updates
+from privstream.metrics import Metrics
+from privstream.pipeline import BatchResult
+from privstream.worker.clients import is_fenced, producer_options
+from privstream.worker.ledger_store import LedgerStore, Verdict
+from prometheus_client import CollectorRegistry
+
+from tests.broker import create_topics
+from tests.unit.ledger.test_charge import POLICY
+
+PARTITIONS = 3
+RUNTIME = Runtime(b"k" * 32, "changelog-batches", None)
+#: subjects of many name lengths (a run is written grouped by length)
+POOL = [b"s" * (i % 17) + b"-%d" % i for i in range(4_000)]
+
+
+def kafka(bootstrap: str, *, transactions: bool) -> KafkaConfig:
+    suffix = uuid.uuid4().hex[:8]
+    return KafkaConfig(
+        bootstrap_servers=bootstrap,
+        input_topic=f"cb-in-{suffix}",
+        output_topic=f"cb-out-{suffix}",
+        dead_letter_topic=f"cb-dl-{suffix}",
+        transactional_id_prefix=f"cb-{suffix}",
+        max_message_bytes=1_024,
+        transactions=transactions,
+    )
+
+
+def store_of(config: KafkaConfig) -> LedgerStore:
+    return LedgerStore(
+        ledger=SubjectLedger(policy=POLICY),
+        topic=f"{config.input_topic}-privstream-ledger",
+        kafka=config,
+        runtime=RUNTIME,
+        metrics=Metrics(CollectorRegistry()),
+        subject_field="device_id",
+    )
+
+
+def charges(ledger: SubjectLedger, now: int, sizes: Iterable[int], seed: int) -> Verdict:
+    """One charge per partition (``sizes[p]`` records), as ``LedgerStore.charge`` makes it."""
+    rng = np.random.default_rng(seed)
+    updates: dict[int, Updates] = {}
+    for partition, size in enumerate(sizes):
+        subjects = [POOL[i] for i in rng.integers(0, len(POOL), size)]
+        ts = (now - rng.integers(0, 900, size)).tolist()
+        charge = ledger.charge(
+            partition, subjects=subjects, keys=subjects, timestamps_ms=ts, now_ms=now
+        )
+        updates[partition] = charge.updates
+    return Verdict(result=BatchResult(), updates=updates)
+
+
+async def assert_restored(config: KafkaConfig, ledger: SubjectLedger) -> None:
+    """The worker's restore (read_committed, up to the end offsets) gives ``ledger``."""
+    reader = store_of(config)
+    try:
+        reader.assigned(TopicPartition(config.input_topic, p) for p in range(PARTITIONS))
+        await reader.ready(range(PARTITIONS))
+        for p in range(PARTITIONS):
+            assert reader.ledger.snapshot(p) == ledger.snapshot(p), f"partition {p}"
+            assert reader.ledger.counts(p) == ledger.counts(p)
+    finally:
+        await reader.close()  # forgets the restored ledgers
+
+
+async def started(config: KafkaConfig) -> AIOKafkaProducer:
+    producer = AIOKafkaProducer(**producer_options(config, RUNTIME))
+    await producer.start()
+    return producer
+
+
+async def test_a_restore_reads_the_committed_batches_and_nothing_aborted_or_fenced(
+    kafka_bootstrap: str,
+) -> None:
+    config = kafka(kafka_bootstrap, transactions=True)
+    store = store_of(config)
+    await create_topics(kafka_bootstrap, [store.topic], partitions=PARTITIONS)
+    ledger, elsewhere = SubjectLedger(policy=POLICY), SubjectLedger(policy=POLICY)
+    producer = await started(config)
+    try:
+        # committed: a run of ~3000 (> 64 offsets per batch, many batches), then small ones
+        await producer.begin_transaction()
+        await store.send_updates(producer, charges(ledger, 50_000, [3_000, 40, 1], seed=1))
+        await producer.commit_transaction()
+        # aborted: what another ledger charged never reaches a read_committed restore
+        await producer.begin_transaction()
+        await store.send_updates(producer, charges(elsewhere, 50_000, [500, 500, 500], seed=2))
+        await producer.abort_transaction()
+        # committed: windows closed (tombstone runs) and new spending
+        await producer.begin_transaction()
+        rollover = charges(ledger, 53_000, [800, 0, 300], seed=3)
+        assert any(value is None for _, value in rollover.updates[0])
+        await store.send_updates(producer, rollover)
+        await producer.commit_transaction()
+    finally:
+        await producer.stop()
+    await assert_restored(config, ledger)
+
+    # a fenced producer: its open transaction is aborted by the new one's start
+    zombie = await started(config)
+    await zombie.begin_transaction()
+    await store.send_updates(zombie, charges(elsewhere, 60_000, [200, 200, 200], seed=4))
+    successor = await started(config)  # same transactional id: fences the zombie
+    try:
+        with pytest.raises(KafkaError) as raised:
+            await zombie.commit_transaction()
+        assert is_fenced(raised.value), raised.value
+    finally:
+        await zombie.stop()
+        await successor.stop()
+    await assert_restored(config, ledger)
+
+
+async def test_without_transactions_a_restore_reads_every_batch(kafka_bootstrap: str) -> None:
+    config = kafka(kafka_bootstrap, transactions=False)
+    store = store_of(config)
+    await create_topics(kafka_bootstrap, [store.topic], partitions=PARTITIONS)
+    ledger = SubjectLedger(policy=POLICY)
+    producer = await started(config)  # idempotent: sequence numbers checked by the broker
+    try:
+        await store.send_updates(producer, charges(ledger, 50_000, [2_000, 30, 700], seed=5))
+        await store.send_updates(producer, charges(ledger, 53_000, [100, 900, 0], seed=6))
+    finally:
+        await producer.stop()
+    await assert_restored(config, ledger)
