@@ -41,8 +41,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -56,8 +55,8 @@ from privstream.pipeline import BatchResult
 from privstream.pipeline.results import DeadLetter
 from privstream.worker.changelog import changelog_topic, ensure_changelog, read_partitions
 from privstream.worker.clients import batch_bytes, common_options
+from privstream.worker.ledger_columns import Columns, misplaced
 from privstream.worker.ledger_reasons import ALWAYS_DEAD_LETTERED, reason_details
-from privstream.worker.partitioner import partitions_of
 from privstream.worker.produce import BatchSender, Headers
 from privstream.worker.record_batch import changelog_batches
 
@@ -199,23 +198,16 @@ class LedgerStore:
 
         ``partitions``: each record's partition (the worker knows them as runs).
         """
-        _check_partitions(records, partitions)
-        index = np.asarray(result.output_index, dtype=np.int64)
-        order = np.argsort(index, kind="stable")
-        index = index[order]
-        batch = _Columns(
-            list(map(records.__getitem__, index.tolist())),
-            partitions[index],
-            self._subjects(result, order),
-        )
+        batch = Columns(records, result, partitions, self.subject_field)
+        index, order = batch.index, batch.order
         admitted = np.ones(len(index), dtype=bool)
         verdict = Verdict(result=result)
         dead = list(result.dead_letters)
         now_ms = int(time.time() * 1000)
         for partition, rows in by_value(batch.partitions):
             columns = batch.rows(rows)
-            misplaced = self._misplaced(partition, columns["keys"])
-            charge = self.ledger.charge(partition, **columns, now_ms=now_ms, misplaced=misplaced)
+            wrong = misplaced(partition, columns["keys"], self._input_partitions)
+            charge = self.ledger.charge(partition, **columns, now_ms=now_ms, misplaced=wrong)
             admitted[rows] = charge.admitted
             verdict.updates[partition] = charge.updates
             if charge.admitted.any():
@@ -264,46 +256,6 @@ class LedgerStore:
         # budget (charged, not released) and never gains it (released, not charged)
         await self.send_updates(producer, verdict)
         return await sender.send(records, verdict.result, verdict.headers)
-
-    def _subjects(self, result: BatchResult, order: npt.NDArray[np.intp]) -> Sequence[bytes | None]:
-        """Each output's subject in input order, from the pipeline's decode when it read them."""
-        if result.subjects is None:  # sanitized without ``subject=``: a bug, never guessed
-            raise LedgerError(
-                f"a batch of {len(result.outputs)} outputs reached the ledger without its "
-                f"subject column ({self.subject_field!r}): refusing to charge it (please report)"
-            )
-        if len(result.subjects) != len(order):  # a shifted column charges the wrong subjects
-            raise LedgerError(
-                f"a batch of {len(order)} outputs came with {len(result.subjects)} subjects "
-                f"({self.subject_field!r}): refusing to charge it (please report)"
-            )
-        if len(order) and not (order[1:] > order[:-1]).all():
-            return [result.subjects[i] for i in order.tolist()]
-        return result.subjects
-
-    def _misplaced(self, partition: int, keys: Sequence[bytes | None]) -> npt.NDArray[np.bool_]:
-        """Records whose key Kafka's default partitioner (murmur2) puts on another partition.
-
-        One partition holds each subject's ledger only if every writer partitions by
-        the key the way Kafka's Java client and aiokafka do (librdkafka clients: set
-        ``partitioner=murmur2_random``); a record elsewhere would be charged to a second
-        ledger of the same subject.
-        """
-        wrong = np.zeros(len(keys), dtype=bool)
-        count = self._input_partitions
-        if count is None or not keys:
-            return wrong
-        if None not in keys:  # usual: every record keyed
-            return cast(
-                npt.NDArray[np.bool_],
-                partitions_of(cast(Sequence[bytes], keys), count) != partition,
-            )
-        keyed = [i for i, key in enumerate(keys) if key is not None]  # no key: subject check
-        if not keyed:
-            return wrong
-        homes = partitions_of([cast(bytes, keys[i]) for i in keyed], count)
-        wrong[keyed] = homes != partition
-        return wrong
 
     def _counts(self, partition: int) -> bytes:
         """The partition's cumulative counts, naming the input partition (several may
@@ -371,46 +323,3 @@ class LedgerStore:
         )
         await self._reader.start()
         return self._reader
-
-
-def _check_partitions(records: Sequence[ConsumerRecord], partitions: npt.NDArray[np.int64]) -> None:
-    """One partition per record, matching the records at each run's ends (a few reads):
-    a shifted column would charge records to another partition's ledger."""
-    n, ends = len(records), np.flatnonzero(np.diff(partitions))
-    probes = {0, n - 1, *ends.tolist(), *(ends + 1).tolist()} if n else set()
-    if len(partitions) != n or any(records[i].partition != partitions[i] for i in probes):
-        raise LedgerError(
-            f"a batch of {n} records came with {len(partitions)} partitions that do not "
-            "match them: refusing to charge it (please report)"
-        )
-
-
-class _Columns:
-    """The columns ``SubjectLedger.charge`` reads, taken from the records once per batch."""
-
-    def __init__(
-        self,
-        records: list[ConsumerRecord],
-        partitions: npt.NDArray[np.int64],
-        subjects: Sequence[bytes | None],
-    ) -> None:
-        n = len(records)
-        self.partitions = partitions
-        self._timestamps = np.fromiter(map(_TIMESTAMP, records), np.int64, n)
-        self._keys: list[bytes | None] = list(map(_KEY, records))
-        self._subjects = subjects
-
-    def rows(self, rows: npt.NDArray[np.intp]) -> dict[str, Any]:
-        """``charge``'s keyword arguments for these rows (a slice when contiguous: usual)."""
-        if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
-            take: Any = slice(int(rows[0]), int(rows[-1]) + 1)
-            subjects, keys = self._subjects[take], self._keys[take]
-        else:
-            picks = rows.tolist()
-            subjects = list(map(self._subjects.__getitem__, picks))
-            keys = list(map(self._keys.__getitem__, picks))
-        return {"subjects": subjects, "keys": keys, "timestamps_ms": self._timestamps[rows]}
-
-
-_TIMESTAMP = attrgetter("timestamp")
-_KEY = attrgetter("key")

@@ -1,0 +1,118 @@
+"""The columns a batch's charge reads: each released record's partition, key, timestamp
+and subject, checked before anything is charged.
+
+A column that does not line up with its records would charge records to
+another subject or another partition's ledger, so each is checked where it
+is taken (``check_partitions``, ``subjects_in_order``): a mismatch is a
+``LedgerError`` (a bug), never a guess. ``misplaced`` finds the records a
+writer put on another partition than their key's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
+from aiokafka import ConsumerRecord
+
+from privstream.errors import LedgerError
+from privstream.pipeline import BatchResult
+from privstream.worker.partitioner import partitions_of
+
+
+def subjects_in_order(
+    result: BatchResult, order: npt.NDArray[np.intp], field: str
+) -> Sequence[bytes | None]:
+    """Each output's subject in input order, from the pipeline's decode when it read them."""
+    if result.subjects is None:  # sanitized without ``subject=``: a bug, never guessed
+        raise LedgerError(
+            f"a batch of {len(result.outputs)} outputs reached the ledger without its "
+            f"subject column ({field!r}): refusing to charge it (please report)"
+        )
+    if len(result.subjects) != len(order):  # a shifted column charges the wrong subjects
+        raise LedgerError(
+            f"a batch of {len(order)} outputs came with {len(result.subjects)} subjects "
+            f"({field!r}): refusing to charge it (please report)"
+        )
+    if len(order) and not (order[1:] > order[:-1]).all():
+        return [result.subjects[i] for i in order.tolist()]
+    return result.subjects
+
+
+def misplaced(
+    partition: int, keys: Sequence[bytes | None], count: int | None
+) -> npt.NDArray[np.bool_]:
+    """Records whose key Kafka's default partitioner (murmur2) puts on another partition.
+
+    One partition holds each subject's ledger only if every writer partitions by
+    the key the way Kafka's Java client and aiokafka do (librdkafka clients: set
+    ``partitioner=murmur2_random``); a record elsewhere would be charged to a second
+    ledger of the same subject.
+    """
+    wrong = np.zeros(len(keys), dtype=bool)
+    if count is None or not keys:
+        return wrong
+    if None not in keys:  # usual: every record keyed
+        return cast(
+            npt.NDArray[np.bool_],
+            partitions_of(cast(Sequence[bytes], keys), count) != partition,
+        )
+    keyed = [i for i, key in enumerate(keys) if key is not None]  # no key: subject check
+    if not keyed:
+        return wrong
+    homes = partitions_of([cast(bytes, keys[i]) for i in keyed], count)
+    wrong[keyed] = homes != partition
+    return wrong
+
+
+def check_partitions(records: Sequence[ConsumerRecord], partitions: npt.NDArray[np.int64]) -> None:
+    """One partition per record, matching the records at each run's ends (a few reads):
+    a shifted column would charge records to another partition's ledger."""
+    n, ends = len(records), np.flatnonzero(np.diff(partitions))
+    probes = {0, n - 1, *ends.tolist(), *(ends + 1).tolist()} if n else set()
+    if len(partitions) != n or any(records[i].partition != partitions[i] for i in probes):
+        raise LedgerError(
+            f"a batch of {n} records came with {len(partitions)} partitions that do not "
+            "match them: refusing to charge it (please report)"
+        )
+
+
+class Columns:
+    """The columns ``SubjectLedger.charge`` reads of a batch's released records, in input
+    order, taken from the records once per batch."""
+
+    def __init__(
+        self,
+        records: Sequence[ConsumerRecord],
+        result: BatchResult,
+        partitions: npt.NDArray[np.int64],
+        subject_field: str,
+    ) -> None:
+        check_partitions(records, partitions)
+        index = np.asarray(result.output_index, dtype=np.int64)
+        #: outputs in input order (``order``) and the record of each (``index``)
+        self.order = np.argsort(index, kind="stable")
+        self.index = index[self.order]
+        released = list(map(records.__getitem__, self.index.tolist()))
+        self.partitions = partitions[self.index]
+        self._timestamps = np.fromiter(map(_TIMESTAMP, released), np.int64, len(released))
+        self._keys: list[bytes | None] = list(map(_KEY, released))
+        self._subjects = subjects_in_order(result, self.order, subject_field)
+
+    def rows(self, rows: npt.NDArray[np.intp]) -> dict[str, Any]:
+        """``charge``'s keyword arguments for these rows (a slice when contiguous: usual)."""
+        if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+            take: Any = slice(int(rows[0]), int(rows[-1]) + 1)
+            subjects, keys = self._subjects[take], self._keys[take]
+        else:
+            picks = rows.tolist()
+            subjects = list(map(self._subjects.__getitem__, picks))
+            keys = list(map(self._keys.__getitem__, picks))
+        return {"subjects": subjects, "keys": keys, "timestamps_ms": self._timestamps[rows]}
+
+
+_TIMESTAMP = attrgetter("timestamp")
+_KEY = attrgetter("key")
