@@ -92,7 +92,8 @@ class Metrics:
         self.ledger_suppressed = Counter(
             "privstream_ledger_suppressed",
             "Records the subject ledger did not release, by reason (budget_exhausted, "
-            "lifetime_exhausted, late_record, future_record, subject_key_mismatch, no_subject)",
+            "lifetime_exhausted, late_record, future_record, subject_partition_mismatch, "
+            "subject_key_mismatch, subject_too_long, no_subject)",
             ["reason"],
             registry=registry,
         )

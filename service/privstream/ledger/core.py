@@ -38,7 +38,7 @@ import numpy.typing as npt
 from privstream.errors import MisuseError
 from privstream.ledger import codec
 from privstream.ledger import groups as g
-from privstream.ledger.policy import REASONS, LedgerPolicy
+from privstream.ledger.policy import MAX_SUBJECT_BYTES, REASONS, LedgerPolicy
 from privstream.ledger.state import PartitionState, restored
 from privstream.ledger.updates import Updates
 
@@ -174,7 +174,10 @@ class SubjectLedger:
             codes[mismatch] = _CODE["subject_key_mismatch"]
         if None in subjects:
             missing = np.fromiter(map(operator.is_, subjects, repeat(None)), bool, len(subjects))
+            codes[_too_long([s or b"" for s in subjects])] = _CODE["subject_too_long"]
             codes[missing] = _CODE["no_subject"]
+        else:
+            codes[_too_long(cast(Sequence[bytes], subjects))] = _CODE["subject_too_long"]
         return codes, starts
 
     def _spend(
@@ -229,6 +232,13 @@ def _lifetime_over(
     new = spent[changed] + admitted[changed].astype(np.int64) * cost
     g.store(state.lifetime, names[changed], new, codec.LIFETIME, updates)
     return over
+
+
+def _too_long(subjects: Sequence[bytes]) -> g.Bools | slice:
+    """Subjects over ``MAX_SUBJECT_BYTES`` (an empty slice in the usual batch: one C pass)."""
+    if max(map(len, subjects), default=0) <= MAX_SUBJECT_BYTES:
+        return slice(0)
+    return np.fromiter(map(len, subjects), np.int64, len(subjects)) > MAX_SUBJECT_BYTES
 
 
 def _as_list(items: Sequence[bytes | None]) -> list[bytes | None]:

@@ -35,8 +35,13 @@ REASONS = (
     "future_record",
     "subject_partition_mismatch",
     "subject_key_mismatch",
+    "subject_too_long",
     "no_subject",
 )
+#: the longest subject the ledger charges: its changelog keys hold it whole, and a hostile
+#: writer's megabyte key would otherwise make a changelog record the broker refuses (the
+#: batch's transaction failing on every replay would stall the partition)
+MAX_SUBJECT_BYTES = 1024
 
 
 @dataclass(frozen=True, kw_only=True)

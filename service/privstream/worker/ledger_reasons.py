@@ -9,11 +9,12 @@ from collections.abc import Mapping
 
 from privstream.config.ledger import format_duration
 from privstream.ledger import LedgerPolicy
+from privstream.ledger.policy import MAX_SUBJECT_BYTES
 
 #: always dead-lettered: the operator must fix the keying; the other reasons follow
 #: ``over_budget`` (dropped and counted, or dead-lettered)
 ALWAYS_DEAD_LETTERED = frozenset(
-    {"subject_partition_mismatch", "subject_key_mismatch", "no_subject"}
+    {"subject_partition_mismatch", "subject_key_mismatch", "subject_too_long", "no_subject"}
 )
 
 
@@ -53,6 +54,11 @@ def reason_details(policy: LedgerPolicy, subject: str) -> Mapping[str, str]:
             f"the message key is not the value of the subject field {subject!r}: key the "
             "raw topic by the subject, so that one partition (one replica) holds each "
             "subject's ledger"
+        ),
+        "subject_too_long": (
+            f"the subject field {subject!r} holds more than {MAX_SUBJECT_BYTES} bytes: the "
+            "ledger keeps every subject whole in its changelog and does not charge one that "
+            "long, so it is not released; send shorter ids (a hash of a long one)"
         ),
         "no_subject": (
             f"the subject field {subject!r} is missing or null: a record without a subject "

@@ -48,6 +48,8 @@ class Reference:
             start = (t // p.window_ms) * p.window_ms
             if subject is None:
                 out.append("no_subject")
+            elif len(subject) > 1024:
+                out.append("subject_too_long")
             elif key != subject:
                 out.append("subject_key_mismatch")
             elif t > self.clock + p.max_future_ms:
@@ -85,7 +87,7 @@ def windows_of(snapshot: dict[bytes, bytes]) -> dict[tuple[int, bytes], list[int
 
 
 def random_batch(rng: np.random.Generator, now: int, size: int) -> tuple[list[Any], ...]:
-    names = [b"alice", b"bob", b"carol", b"\x00", b"dave\x00"]
+    names = [b"alice", b"bob", b"carol", b"\x00", b"dave\x00", b"e" * 1024, b"f" * 1025]
     subjects: list[Any] = [names[i] for i in rng.integers(0, len(names), size)]
     keys = list(subjects)
     for i in np.flatnonzero(rng.random(size) < 0.05):
@@ -176,6 +178,20 @@ def test_mismatched_keys_and_missing_subjects_are_never_charged() -> None:
     )
     assert charge.reasons == ["subject_key_mismatch", "no_subject", "subject_key_mismatch"]
     assert windows_of(ledger.snapshot(0)) == {}
+
+
+def test_a_subject_over_1024_bytes_is_never_charged() -> None:
+    """A hostile writer's megabyte key would make a changelog record the broker refuses."""
+    ledger = SubjectLedger(policy=POLICY)
+    long, longest = b"x" * 1024, b"y" * 1025
+    subjects = [long, longest, None, b"y" * 2**20]
+    charge = ledger.charge(
+        0, subjects=subjects, keys=list(subjects), timestamps_ms=[5] * 4, now_ms=5
+    )
+    assert charge.reasons == [None, "subject_too_long", "no_subject", "subject_too_long"]
+    assert [s for _, s in windows_of(ledger.snapshot(0))] == [long]
+    alone = ledger.charge(0, subjects=[longest], keys=[longest], timestamps_ms=[5], now_ms=5)
+    assert alone.reasons == ["subject_too_long"] and ledger.counts(0)["subject_too_long"] == 3
 
 
 def test_a_slower_clock_on_another_replica_cannot_reopen_an_expired_window() -> None:

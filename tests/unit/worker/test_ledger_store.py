@@ -120,6 +120,7 @@ def test_a_batch_is_released_up_to_the_cap_and_the_rest_routed_by_policy(
         "late_record": 0,
         "future_record": 0,
         "subject_partition_mismatch": 0,
+        "subject_too_long": 0,
         "no_subject": 0,
     }
     # suppressions are counted once the batch commits (a voided batch is charged again)
@@ -299,3 +300,16 @@ def test_partitions_that_do_not_match_the_records_are_refused_not_charged(shift:
     with pytest.raises(LedgerError, match="partitions that do not match"):
         s.charge(records, result, np.array(partitions, dtype=np.int64))
     assert s.ledger.snapshot(0) == s.ledger.snapshot(1) == {}
+
+
+def test_a_subject_too_long_for_the_changelog_is_dead_lettered_even_under_drop() -> None:
+    """A writer's oversized key must not reach the changelog (the broker would refuse the
+    record and the batch would fail on every replay): the record is dead-lettered."""
+    s = store("drop")
+    s.ledger.restore(0, [])
+    huge = "d" * 5_000
+    records = [record(10, huge, huge), record(11, "a", "a")]
+    verdict = charge(s, records, subjects(records, BatchResult([b"o1", b"o2"], [0, 1])))
+    assert [(d.index, d.reason) for d in verdict.result.dead_letters] == [(0, "subject_too_long")]
+    assert verdict.result.output_index == [1] and verdict.dropped == 0
+    assert all(len(key) < 100 for key, _ in verdict.updates[0])
