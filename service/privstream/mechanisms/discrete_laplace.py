@@ -103,7 +103,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Context, Decimal
+from decimal import ROUND_CEILING, Context, Decimal, getcontext
 
 import numpy as np
 from numpy.typing import NDArray
@@ -191,14 +191,22 @@ def _level(log_a: Decimal, exponent: int, cells: int, extension: int | None) -> 
 
     ``extension`` is ``T`` for the head (top ``T`` words extend), None for a digit.
     """
+    one = Decimal(1)
     b = _CTX.exp(_CTX.multiply(log_a, Decimal(exponent)))
-    top = Decimal(1) - _CTX.power(b, cells) if extension is None else Decimal(1)
+    top = one - _CTX.power(b, cells) if extension is None else one
     scale = Decimal(_TWO_64)
-    bounds, power = [], Decimal(1)
+    multiply, divide = _CTX.multiply, _CTX.divide
+    # ``1 - b^l`` is rounded in the caller's context, as ``one - power`` would be
+    ambient = getcontext()
+    # the head divides by exactly 1: a quotient of at most 60 digits is the dividend
+    divided = extension is None or ambient.prec > _CTX.prec
+    bounds, power = [], one
     for _ in range(1, cells):
-        power = _CTX.multiply(power, b)
-        cumulative = _CTX.divide(Decimal(1) - power, top)
-        bounds.append(int(_CTX.multiply(cumulative, scale).to_integral_value(ROUND_HALF_EVEN)))
+        power = multiply(power, b)
+        cumulative = ambient.subtract(one, power)
+        if divided:
+            cumulative = divide(cumulative, top)
+        bounds.append(round(multiply(cumulative, scale)))  # ROUND_HALF_EVEN, to an int
     if extension is not None:
         bounds.append(_TWO_64 - extension)
     smallest = _CTX.divide(_CTX.multiply(_CTX.power(b, cells - 1), Decimal(1) - b), top)
