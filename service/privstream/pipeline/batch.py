@@ -41,7 +41,7 @@ import numpy as np
 import orjson
 
 from privstream.mechanisms import NoiseSource
-from privstream.pipeline.columns import MISSING, Values
+from privstream.pipeline.columns import MISSING, Values, only
 from privstream.pipeline.encode import encode_records
 from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.noise import Fresh, NoiseProvider, Replayable
@@ -61,14 +61,14 @@ def _decode_batch(
 ) -> tuple[list[dict[str, Any]], list[int], list[int]]:
     """orjson-decoded objects with their input indices, and the indices left to the reference."""
     loads, error = orjson.loads, orjson.JSONDecodeError
-    if messages and set(map(type, messages)) == {bytes}:
+    if messages and only(messages, bytes):
         # the common batch: every message a short valid object, decoded in one C loop
         try:
             objs = list(map(loads, messages))
         except error:
             pass
         else:
-            if set(map(type, objs)) == {dict} and not _deep(messages, longest):
+            if only(objs, dict) and not _deep(messages, longest):
                 return objs, list(range(len(objs))), []
     records: list[dict[str, Any]] = []
     where: list[int] = []
