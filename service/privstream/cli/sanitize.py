@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from privstream.config import AppConfig
-from privstream.errors import PrivstreamError
+from privstream.errors import MisuseError, PrivstreamError, Rejected
 from privstream.mechanisms import NoiseSource
 from privstream.pipeline import RecordPlan, process_batch
+from privstream.pipeline.plan import unkeyed
+from privstream.pipeline.reference import parse_row
 
 #: lines per ``process_batch`` call at most when the input is an iterable of lines
 CHUNK_LINES = 10_000
@@ -70,32 +72,25 @@ def _line_chunks(lines: Iterable[bytes]) -> Iterator[Chunk]:
 
 
 def _block_chunks(stream: io.BufferedIOBase) -> Iterator[Chunk]:
-    """The stream's lines, ``BLOCK_BYTES`` at a time, split by ``bytes.split`` (no loop).
+    """The stream's lines with their line ends, ``BLOCK_BYTES`` at a time.
 
-    A line longer than a block is carried over until its newline arrives; the
-    partial line a block ends with is joined to the next block's first line alone
-    (no copy of the block).
+    ``BytesIO.readlines`` finds the line ends with ``memchr`` (44 ns a reference
+    line with the read, against 80 ns for ``bytes.split``, which tests byte by
+    byte). A line longer than a block is carried over until its newline arrives;
+    the partial line a block ends with is joined to the next block's first line
+    alone (no copy of the block). JSON ignores the line end (whitespace): see
+    ``_sanitize_chunk`` for what else sees it.
     """
     first, carry = 1, b""
     while data := stream.read(BLOCK_BYTES):
-        lines = data.split(b"\n")
-        if len(lines) == 1:
-            carry += data
-            continue
+        lines = io.BytesIO(data).readlines()
         lines[0] = carry + lines[0]
-        carry = lines.pop()
-        # a carriage return in the carried line shows in the line it ends up in
-        yield first, _strip_cr(b"\r" in data or b"\r" in lines[0], lines)
-        first += len(lines)
+        carry = b"" if lines[-1].endswith(b"\n") else lines.pop()
+        if lines:
+            yield first, lines
+            first += len(lines)
     if carry:
-        yield first, _strip_cr(b"\r" in carry, [carry])
-
-
-def _strip_cr(any_cr: bool, lines: list[bytes]) -> list[bytes]:
-    """What ``rstrip(b"\\r\\n")`` leaves of each line; only Windows line ends need a loop."""
-    if not any_cr:
-        return lines
-    return [line.rstrip(b"\r") for line in lines]
+        yield first, [carry]
 
 
 def _dead_letter_line(number: int, raw: bytes, reason: str, detail: str) -> bytes:
@@ -201,25 +196,42 @@ def _sanitize_chunk(
     source: NoiseSource,
     summary: Summary,
 ) -> None:
-    """One ``process_batch`` call; per-line Python only for blank lines and dead letters."""
-    if all(map(bytes.strip, lines)):  # the usual case: no blank line
-        kept: list[int] | None = None
-        records = lines
-    else:
-        kept = [i for i, line in enumerate(lines) if line.strip()]
-        records = [lines[i] for i in kept]
-    summary.blank_lines += len(lines) - len(records)
-    result = process_batch(plan, records, source)
+    """One ``process_batch`` call over every line; per-line Python only for dead letters.
+
+    Lines may end with their line end (``_block_chunks``): JSON reads a trailing
+    ``\\n`` or ``\\r\\n`` as whitespace, so a line is released, and with what
+    value, exactly as without it. A blank line never decodes: it comes back as a
+    dead letter and is counted as blank here instead, so the usual chunk needs
+    no scan for blank lines. A dead letter's reason and detail are those of the
+    line without its line end (``_verdict``): a detail may name a position.
+    """
+    result = process_batch(plan, lines, source)
     if result.outputs:  # two writes: no copy of the joined text to append a newline
         out.write(b"\n".join(result.outputs))
         out.write(b"\n")
+    blank = 0
     for dead in result.dead_letters:
-        index = dead.index if kept is None else kept[dead.index]
-        raw = lines[index]
-        dead_file.write(_dead_letter_line(first + index, raw, dead.reason, dead.detail))
-        summary.reasons[dead.reason] += 1
-    summary.records_in += len(records)
+        line = lines[dead.index]
+        raw = line.rstrip(b"\r\n")
+        if not raw.strip():
+            blank += 1
+            continue
+        reason, detail = (dead.reason, dead.detail) if raw is line else _verdict(plan, raw)
+        dead_file.write(_dead_letter_line(first + dead.index, raw, reason, detail))
+        summary.reasons[reason] += 1
+    summary.blank_lines += blank
+    summary.records_in += len(lines) - blank
     summary.records_out += len(result.outputs)
+
+
+def _verdict(plan: RecordPlan, raw: bytes) -> tuple[str, str]:
+    """The reason and detail ``process_batch`` gives ``raw`` (a line without its line end)."""
+    try:
+        parse_row(unkeyed(plan), raw)
+    except Rejected as rejected:
+        return rejected.reason, rejected.detail
+    # JSON whitespace cannot turn a rejected record into an accepted one
+    raise MisuseError("a line dead-lettered with its line end parses without it")
 
 
 def run_sanitize(

@@ -68,6 +68,7 @@ References
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from fractions import Fraction
@@ -115,8 +116,12 @@ def flip_threshold(m: int, epsilon: float, delta: float) -> int:
     return max(1, math.ceil(need * TWO_64))
 
 
+@functools.lru_cache(maxsize=256)
 def threshold_of(p: float, m: int) -> int:
-    """``T = ceil(m p 2^64)``: the flip threshold a reported ``p`` stands for."""
+    """``T = ceil(m p 2^64)``: the flip threshold a reported ``p`` stands for.
+
+    Cached: exact ``Fraction`` arithmetic (3.6 us), asked by every release of a column.
+    """
     return min(max(1, math.ceil(Fraction(p) * m * TWO_64)), TWO_64 - 1)
 
 

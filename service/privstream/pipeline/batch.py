@@ -41,7 +41,7 @@ import numpy as np
 import orjson
 
 from privstream.mechanisms import NoiseSource
-from privstream.pipeline.columns import MISSING, Values
+from privstream.pipeline.columns import MISSING, Values, only
 from privstream.pipeline.encode import encode_records
 from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.noise import Fresh, NoiseProvider, Replayable
@@ -61,14 +61,14 @@ def _decode_batch(
 ) -> tuple[list[dict[str, Any]], list[int], list[int]]:
     """orjson-decoded objects with their input indices, and the indices left to the reference."""
     loads, error = orjson.loads, orjson.JSONDecodeError
-    if messages and set(map(type, messages)) == {bytes}:
+    if messages and only(messages, bytes):
         # the common batch: every message a short valid object, decoded in one C loop
         try:
             objs = list(map(loads, messages))
         except error:
             pass
         else:
-            if set(map(type, objs)) == {dict} and not _deep(messages, longest):
+            if only(objs, dict) and not _deep(messages, longest):
                 return objs, list(range(len(objs))), []
     records: list[dict[str, Any]] = []
     where: list[int] = []
@@ -107,9 +107,16 @@ def _deep(messages: Sequence[bytes], longest: int | None) -> bool:
 
 
 def _extract(records: list[dict[str, Any]], names: Sequence[str]) -> list[Sequence[Any]]:
-    """One column per name (``MISSING`` where a record lacks the field)."""
+    """One column per name (``MISSING`` where a record lacks the field).
+
+    Looked up with the decoder's own key objects where the first record has the
+    field: orjson hands every record the same cached key string, so each lookup
+    matches by identity instead of comparing the name's bytes (20 ns a reference
+    record of 150). Same keys by value: same columns.
+    """
+    own = {key: key for key in records[0]} if records else {}
     columns: list[Sequence[Any]] = []
-    for name in names:
+    for name in map(own.get, names, names):
         try:  # one C loop per field
             columns.append(list(map(itemgetter(name), records)))
         except KeyError:

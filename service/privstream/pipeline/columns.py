@@ -27,11 +27,22 @@ _EXACT = 2.0**53
 _INT64 = (-(2**63), 2**63 - 1)
 #: where a record lacks the field
 MISSING = object()
-_NUMBERS = frozenset({float, int})
-_SCALARS = frozenset({str, int, bool, type(None)})
+_NUMBERS: frozenset[type] = frozenset({float, int})
+_SCALARS: frozenset[type] = frozenset({str, int, bool, type(None)})
 
 Values = NDArray[Any] | Sequence[Any]
 ColumnParser = Callable[[Any, Sequence[Any]], tuple[Values, list[int]]]
+
+
+def only(values: Sequence[Any], *kinds: type) -> bool:
+    """Whether every value's type is exactly one of ``kinds`` (no subclass: ``bool`` is not
+    ``int``), True for no values.
+
+    ``list.count`` matches type objects by identity in C: 10 ns a value, against 17
+    for collecting the types in a set, which every column of every batch did.
+    """
+    types = list(map(type, values))
+    return sum(map(types.count, kinds)) == len(types)
 
 
 def _plain(value: Any) -> bool:
@@ -47,15 +58,14 @@ def _plain(value: Any) -> bool:
 
 
 def public_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
-    kinds = set(map(type, col))
-    if kinds == {int}:
+    if col and only(col, int):
         # integers (timestamps, counters) as one int64 array, which orjson writes in one
         # call (``PublicHandler.release``); the 64-bit overflow keeps the Python ints
         try:
             return np.fromiter(col, dtype=np.int64, count=len(col)), []
         except OverflowError:
             return col, []
-    if kinds <= _SCALARS:
+    if only(col, *_SCALARS):
         return col, []
     # objects and arrays without allow_nested: the reference rejects them (nested_public)
     nested = () if handler.allow_nested else (dict, list)
@@ -69,7 +79,7 @@ def public_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
 def real_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
     # orjson numbers are finite (it refuses 1e999) and read like the stdlib's (correctly
     # rounded, big integers included); float(int) is what ``json_number`` does
-    if set(map(type, col)) <= _NUMBERS:
+    if only(col, *_NUMBERS):
         return np.fromiter(col, dtype=np.float64, count=len(col)), []
     bad = [p for p, value in enumerate(col) if type(value) not in _NUMBERS]
     clean = [0.0 if type(value) not in _NUMBERS else value for value in col]
@@ -78,7 +88,7 @@ def real_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
 
 def integer_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
     lower, upper = handler.mechanism.lower - 1, handler.mechanism.upper + 1
-    if set(map(type, col)) == {int} and _INT64[0] <= lower and upper <= _INT64[1]:
+    if col and only(col, int) and _INT64[0] <= lower and upper <= _INT64[1]:
         try:
             column = np.fromiter(col, dtype=np.int64, count=len(col))
         except OverflowError:  # beyond int64: clamped value by value below
@@ -132,7 +142,7 @@ def categorical_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[i
 
 
 def boolean_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
-    if set(map(type, col)) == {bool}:
+    if col and only(col, bool):
         return np.fromiter(col, dtype=np.bool_, count=len(col)).astype(np.int64), []
     bad = [p for p, value in enumerate(col) if type(value) is not bool]
     return np.array([value is True for value in col], dtype=np.int64), bad
@@ -148,9 +158,9 @@ def vector_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
     ``wrong_type`` / ``wrong_shape`` verdict or clamp stands.
     """
     dimension = handler.dimension
-    if set(map(type, col)) == {list} and set(map(len, col)) == {dimension}:
+    if col and only(col, list) and list(map(len, col)).count(dimension) == len(col):
         flat = list(itertools.chain.from_iterable(col))
-        if set(map(type, flat)) <= _NUMBERS:
+        if only(flat, *_NUMBERS):
             return np.array(flat, dtype=np.float64).reshape(len(col), dimension), []
     ok = [_number_row(value, dimension) for value in col]
     rows = [value if good else [0.0] * dimension for value, good in zip(col, ok, strict=True)]

@@ -17,6 +17,11 @@ from pathlib import Path
 import pytest
 from privstream.cli import sanitize
 from privstream.cli.main import main
+from privstream.config import load_config
+from privstream.errors import Rejected
+from privstream.pipeline import build_plan
+from privstream.pipeline.plan import unkeyed
+from privstream.pipeline.reference import parse_row
 
 CONFIG = """\
 kafka: {input_topic: raw, output_topic: clean, dead_letter_topic: dlq}
@@ -152,6 +157,37 @@ def test_block_reads_split_lines_like_line_iteration(
     assert {d["line"]: d["reason"] for d in dead} == EXPECTED_DEAD
     assert all(d["raw"] == LINES[d["line"] - 1] for d in dead)  # no "\r" left, none cut
     assert "2 blank lines skipped" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r\r\n"])
+def test_dead_letter_details_are_those_of_the_line_without_its_line_end(
+    files: dict[str, Path], end: str
+) -> None:
+    """Blocks reach ``process_batch`` with their line ends (JSON whitespace), but a detail
+    that names a position is the line's own: the truncated record ends at its last byte."""
+    files["input"].write_bytes((end.join(LINES) + end).encode())
+    assert run(files) == 0
+    dead = {d["line"]: d for d in map(json.loads, files["dead"].read_text().splitlines())}
+    assert dead[2]["detail"] == f"not valid JSON at char {len(LINES[1])}"
+    plan = unkeyed(build_plan(load_config(str(files["config"]))))
+    for entry in dead.values():
+        with pytest.raises(Rejected) as verdict:
+            parse_row(plan, entry["raw"].encode())
+        assert (entry["reason"], entry["detail"]) == (verdict.value.reason, verdict.value.detail)
+
+
+def test_whitespace_lines_are_blank_not_dead_letters(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every line ``bytes.strip`` empties is skipped as blank (form feed and vertical tab
+    too, which JSON does not count as whitespace), wherever it falls in a block."""
+    blanks = ["", " \t", "\x0c", "\x0b ", "\r"]
+    files["input"].write_bytes("\n".join([*blanks, rec(), *blanks, rec(ts=2)]).encode())
+    assert run(files) == 0
+    assert not files["dead"].exists()
+    assert [json.loads(raw)["ts"] for raw in files["output"].read_bytes().splitlines()] == [100, 2]
+    err = capsys.readouterr().err
+    assert "2 records in, 2 sanitized, 0 dead-lettered; 10 blank lines skipped" in err
 
 
 def test_clean_input_creates_no_dead_letter_file(

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 #: a config like the reference one: a declared laplace (the auto comparison warns), an
 #: auto real, an integer, a categorical with randomized response, a boolean
 CONFIG = """\
@@ -102,3 +104,47 @@ def test_blas_gets_one_thread_before_numpy_loads_unless_the_environment_says() -
             [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
         )
         assert ran.stdout.split() == expected.split(), ran.stderr
+
+
+GC_SCRIPT = """
+import gc, json, sys
+from privstream.cli.main import main
+own = sys.argv[1] == "own"
+sys.argv = ["privstream", *sys.argv[2:]]
+status = main() if own else main(sys.argv[1:])
+print(json.dumps({"status": status, "frozen": gc.get_freeze_count(), "on": gc.isenabled()}))
+"""
+
+
+def _gc_after(tmp_path: Path, how: str, command: str) -> dict[str, int]:
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    args = [command, "--config", str(config)]
+    if command == "sanitize":
+        args += ["--input", str(empty), "--output", str(tmp_path / f"{how}.jsonl")]
+        args += ["--dead-letter", str(tmp_path / f"{how}.dl.jsonl")]
+    done = subprocess.run(
+        [sys.executable, "-c", GC_SCRIPT, how, *args], capture_output=True, text=True, check=True
+    )
+    report: dict[str, int] = json.loads(done.stdout.splitlines()[-1])
+    assert report["status"] == 0, done.stderr
+    return report
+
+
+def test_sanitize_as_the_process_freezes_what_start_up_made(tmp_path: Path) -> None:
+    """The collector never scans start-up's objects again in a file run (cli/main.py)."""
+    report = _gc_after(tmp_path, "own", "sanitize")
+    # numpy, pydantic and the config models alone leave tens of thousands of objects
+    assert report["frozen"] > 20_000
+    assert report["on"]
+
+
+@pytest.mark.parametrize(("how", "command"), [("embedded", "sanitize"), ("own", "explain")])
+def test_main_called_with_argv_or_another_command_freezes_nothing(
+    tmp_path: Path, how: str, command: str
+) -> None:
+    report = _gc_after(tmp_path, how, command)
+    assert report["frozen"] == 0
+    assert report["on"]
