@@ -151,7 +151,7 @@ def _parse_batch(
     records, where, slow = _decode_batch(messages, longest)
     subjects = None
     if subject is not None:
-        subjects = subject_values(records, [messages[index] for index in where], subject)
+        subjects = subject_values(records, messages, subject, where)
     columns: list[Values] = []
     bad: set[int] = set()
     raw_columns = _extract(records, [handler.name for handler in plan.handlers])

@@ -51,23 +51,28 @@ def subject_column(messages: Sequence[bytes], field: str) -> list[bytes | None]:
 
 
 def subject_values(
-    objs: Sequence[dict[str, Any]], messages: Sequence[bytes], field: str
+    objs: Sequence[dict[str, Any]],
+    messages: Sequence[bytes],
+    field: str,
+    where: Sequence[int] | None = None,
 ) -> list[bytes | None]:
     """``subject_column`` of messages orjson decoded already into ``objs``.
 
     The pipeline's own decode (``process_batch(..., subject=)``) passes its
-    objects here, so the subject costs no second decode. ``messages``: their
-    raw bytes, decoded again by the reference only for a float subject (an
-    integer beyond 64 bits that orjson rounded).
+    objects here, so the subject costs no second decode. ``messages[where[i]]``
+    (``messages[i]`` without ``where``): the raw bytes of ``objs[i]``, decoded
+    again by the reference only for a float subject (an integer beyond 64
+    bits that orjson rounded).
     """
     values = list(map(dict.get, objs, repeat(field)))
-    if set(map(type, values)) <= {str} and "" not in values:
+    if list(map(type, values)).count(str) == len(values) and "" not in values:
         # the common batch, C loops only; orjson refuses lone surrogates, so every string encodes
         return list(map(str.encode, cast(list[str], values)))
     subjects = list(map(_canonical, values))
     for index, value in enumerate(values):
         if type(value) is float:
-            subjects[index] = _canonical(_slow_value(messages[index], field))
+            raw = messages[index if where is None else where[index]]
+            subjects[index] = _canonical(_slow_value(raw, field))
     return subjects
 
 
