@@ -16,10 +16,12 @@ the session saw, and tells them apart.
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from dataclasses import dataclass
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import errors as kafka_errors
 from aiokafka.conn import create_conn
 from aiokafka.helpers import create_ssl_context
@@ -29,6 +31,9 @@ from privstream.config.models import KafkaConfig
 from privstream.config.runtime import Runtime
 from privstream.errors import BrokerError
 
+log = logging.getLogger("privstream.worker")
+#: how long closing a client (or aborting its transaction) may take when a broker is gone
+CLOSE_TIMEOUT_S = 10.0
 #: record batch size for the sanitized topic (bench/e2e.py: larger batches pay up to here)
 MAX_BATCH_BYTES = 2**20
 
@@ -337,3 +342,11 @@ async def diagnose(kafka: KafkaConfig, runtime: Runtime) -> BrokerError | None:
         else:
             conn.close()
     return None
+
+
+async def close_client(client: AIOKafkaConsumer | AIOKafkaProducer) -> None:
+    """Stop a client without letting a dead broker hold the shutdown."""
+    try:
+        await asyncio.wait_for(client.stop(), CLOSE_TIMEOUT_S)
+    except Exception as exc:  # closing is best effort
+        log.debug("closing %s: %s", type(client).__name__, type(exc).__name__)

@@ -58,8 +58,10 @@ from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult, RecordPlan
 from privstream.pipeline.results import DeadLetter
 from privstream.worker.clients import (
+    CLOSE_TIMEOUT_S,
     Fencing,
     broker_answers,
+    close_client,
     consumer_options,
     diagnose,
     final_error,
@@ -85,7 +87,6 @@ RETRIABLE = (KafkaError, OSError, TimeoutError)
 #: readiness probe: a one-topic metadata request per period, unanswered after the timeout
 PROBE_INTERVAL_S = 1.0
 PROBE_TIMEOUT_S = 2.0
-CLOSE_TIMEOUT_S = 10.0
 
 
 class Worker:
@@ -177,14 +178,14 @@ class Worker:
         self._txn_age_s = None
         async with contextlib.AsyncExitStack() as stack:
             producer = AIOKafkaProducer(**producer_options(self._kafka, self._runtime))
-            stack.push_async_callback(_close, producer)
+            stack.push_async_callback(close_client, producer)
             await producer.start()
             self._producer_since, self._producer_client = time.monotonic(), producer.client
             if self._ledger is not None:  # a new session restores the ledger from the changelog
                 stack.push_async_callback(self._ledger.close)
                 await self._ledger.open()
             consumer = AIOKafkaConsumer(**consumer_options(self._kafka, self._runtime))
-            stack.push_async_callback(_close, consumer)
+            stack.push_async_callback(close_client, consumer)
             consumer.subscribe([self._kafka.input_topic], listener=Rebalance(self, consumer))
             await consumer.start()
             probe = asyncio.create_task(self._probe(producer))
@@ -395,11 +396,3 @@ class Worker:
         m.count_dead_letters(dead)
         m.batch_records.observe(count)
         m.batch_seconds.observe(seconds)
-
-
-async def _close(client: AIOKafkaConsumer | AIOKafkaProducer) -> None:
-    """Stop a client without letting a dead broker hold the shutdown."""
-    try:
-        await asyncio.wait_for(client.stop(), CLOSE_TIMEOUT_S)
-    except Exception as exc:  # closing is best effort
-        log.debug("closing %s: %s", type(client).__name__, type(exc).__name__)
