@@ -203,7 +203,8 @@ def _sanitize_chunk(
     value, exactly as without it. A blank line never decodes: it comes back as a
     dead letter and is counted as blank here instead, so the usual chunk needs
     no scan for blank lines. A dead letter's reason and detail are those of the
-    line without its line end (``_verdict``): a detail may name a position.
+    line without its line end: a syntax error's position is recomputed on it
+    (``_names_a_position``), every other verdict ignores trailing whitespace.
     """
     result = process_batch(plan, lines, source)
     if result.outputs:  # two writes: no copy of the joined text to append a newline
@@ -216,12 +217,26 @@ def _sanitize_chunk(
         if not raw.strip():
             blank += 1
             continue
-        reason, detail = (dead.reason, dead.detail) if raw is line else _verdict(plan, raw)
+        reason, detail = dead.reason, dead.detail
+        if raw is not line and _names_a_position(reason, detail):
+            reason, detail = _verdict(plan, raw)
         dead_file.write(_dead_letter_line(first + dead.index, raw, reason, detail))
         summary.reasons[reason] += 1
     summary.blank_lines += blank
     summary.records_in += len(lines) - blank
     summary.records_out += len(result.outputs)
+
+
+def _names_a_position(reason: str, detail: str) -> bool:
+    """Whether a verdict may depend on the line end: a JSON syntax error's position.
+
+    Only that verdict is recomputed without the line end. Every other one is kept
+    as ``process_batch`` gave it: a recursion error (``invalid_json`` without a
+    position) depends on the stack's depth as well as the line's nesting, and the
+    shallower stack of a second parse could decode a line nested right at the
+    limit (then released by nobody, or renamed ``not_object``).
+    """
+    return reason == "invalid_json" and " at char " in detail
 
 
 def _verdict(plan: RecordPlan, raw: bytes) -> tuple[str, str]:

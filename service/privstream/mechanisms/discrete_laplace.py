@@ -103,7 +103,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, Context, Decimal, getcontext
+from decimal import ROUND_CEILING, Context, Decimal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -192,25 +192,24 @@ def _level(log_a: Decimal, exponent: int, cells: int, extension: int | None) -> 
     ``extension`` is ``T`` for the head (top ``T`` words extend), None for a digit.
     """
     one = Decimal(1)
-    b = _CTX.exp(_CTX.multiply(log_a, Decimal(exponent)))
-    top = one - _CTX.power(b, cells) if extension is None else one
+    multiply, divide, subtract = _CTX.multiply, _CTX.divide, _CTX.subtract
+    b = _CTX.exp(multiply(log_a, Decimal(exponent)))
+    top = subtract(one, _CTX.power(b, cells)) if extension is None else one
     scale = Decimal(_TWO_64)
-    multiply, divide = _CTX.multiply, _CTX.divide
-    # ``1 - b^l`` is rounded in the caller's context, as ``one - power`` would be
-    ambient = getcontext()
-    # the head divides by exactly 1: a quotient of at most 60 digits is the dividend
-    divided = extension is None or ambient.prec > _CTX.prec
+    # every operation in ``_CTX``, never the caller's context: a ``decimal`` precision
+    # an embedding program lowered would otherwise move the thresholds, unseen by ``xi``.
+    # The head divides by exactly 1 (a 60-digit quotient is the dividend): skipped
     bounds, power = [], one
     for _ in range(1, cells):
         power = multiply(power, b)
-        cumulative = ambient.subtract(one, power)
-        if divided:
+        cumulative = subtract(one, power)
+        if extension is None:
             cumulative = divide(cumulative, top)
         bounds.append(round(multiply(cumulative, scale)))  # ROUND_HALF_EVEN, to an int
     if extension is not None:
         bounds.append(_TWO_64 - extension)
-    smallest = _CTX.divide(_CTX.multiply(_CTX.power(b, cells - 1), Decimal(1) - b), top)
-    xi = float(_CTX.divide(Decimal("1.000001"), _CTX.multiply(smallest, scale)))
+    smallest = divide(multiply(_CTX.power(b, cells - 1), subtract(one, b)), top)
+    xi = float(divide(Decimal("1.000001"), multiply(smallest, scale)))
     return _Level(exponent.bit_length() - 1, bounds, xi)
 
 
@@ -229,7 +228,9 @@ class GeometricSampler:
             _CTX.multiply(tail, Decimal(_TWO_64)), Decimal("1." + "0" * 44 + "1")
         )
         self.extension = max(1, int(raised.to_integral_value(ROUND_CEILING)))
-        self.log_a_ref = _CTX.divide(_CTX.ln(Decimal(self.extension) / _TWO_64), Decimal(n))
+        # in ``_CTX`` (not the caller's context): a_ref^N is T / 2^64 to 60 digits
+        ratio = _CTX.divide(Decimal(self.extension), Decimal(_TWO_64))
+        self.log_a_ref = _CTX.divide(_CTX.ln(ratio), Decimal(n))
         digits = [
             _level(self.log_a_ref, 1 << (PEEL_BITS * j), 1 << PEEL_BITS, None)
             for j in range(peel // PEEL_BITS)

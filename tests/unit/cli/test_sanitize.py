@@ -176,6 +176,40 @@ def test_dead_letter_details_are_those_of_the_line_without_its_line_end(
         assert (entry["reason"], entry["detail"]) == (verdict.value.reason, verdict.value.detail)
 
 
+def test_nesting_at_the_recursion_limit_keeps_the_batch_verdict(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A line nested right at the stdlib decoder's recursion limit fails inside
+    ``process_batch`` (a deeper stack) yet may decode from a shallower one: its verdict
+    is the batch's ``invalid_json``, as before lines kept their line ends; the run
+    neither stops (a valid record there) nor renames the line (``not_object``)."""
+    # every nesting up to past the limit (Python 3.11: frames and nesting share it), so
+    # whatever frames the call paths add, lines fall in the window between the two stacks;
+    # line 2n - 3 an array nested n deep, line 2n - 2 a releasable record as deep (its pad)
+    nestings = range(2, sys.getrecursionlimit() + 40)
+    pad = rec()[:-1] + ', "pad": '
+    lines = [
+        line
+        for n in nestings
+        for line in ("[" * n + "]" * n, pad + "[" * (n - 1) + "]" * (n - 1) + "}")
+    ]
+    files["input"].write_bytes(("\n".join(lines) + "\n").encode())
+    assert run(files) == 0, capsys.readouterr().err
+    dead = [json.loads(line) for line in files["dead"].read_text().splitlines()]
+    # the verdict depends on the nesting alone, which never decreases along the file:
+    # shallow records released, shallow arrays not objects, from the first line too deep
+    # on every line invalid_json (a recursion error names no position)
+    first = next(e["line"] for e in dead if e["reason"] == "invalid_json")
+    assert first % 2 == 1  # both kinds fail from the same nesting on
+    assert [(e["line"], e["reason"]) for e in dead if e["line"] < first] == [
+        (number, "not_object") for number in range(1, first, 2)
+    ]
+    assert [(e["line"], e["reason"], e["detail"]) for e in dead if e["line"] >= first] == [
+        (number, "invalid_json", "not valid JSON") for number in range(first, len(lines) + 1)
+    ]
+    assert len(files["output"].read_bytes().splitlines()) == first // 2
+
+
 def test_whitespace_lines_are_blank_not_dead_letters(
     files: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -109,9 +109,14 @@ def test_blas_gets_one_thread_before_numpy_loads_unless_the_environment_says() -
 GC_SCRIPT = """
 import gc, json, sys
 from privstream.cli.main import main
-own = sys.argv[1] == "own"
+own = sys.argv[1].startswith("own")
+if sys.argv[1] == "own-off":  # a caller that runs with the collector off
+    gc.disable()
 sys.argv = ["privstream", *sys.argv[2:]]
-status = main() if own else main(sys.argv[1:])
+try:
+    status = main() if own else main(sys.argv[1:])
+except SystemExit as exc:  # a config error leaves ``main`` this way
+    status = exc.code
 print(json.dumps({"status": status, "frozen": gc.get_freeze_count(), "on": gc.isenabled()}))
 """
 
@@ -148,3 +153,29 @@ def test_main_called_with_argv_or_another_command_freezes_nothing(
     report = _gc_after(tmp_path, how, command)
     assert report["frozen"] == 0
     assert report["on"]
+
+
+@pytest.mark.parametrize("command", ["sanitize", "explain"])
+def test_a_caller_that_turned_the_collector_off_keeps_it_off(tmp_path: Path, command: str) -> None:
+    """``main()`` without ``argv`` in a process whose collector is off (a caller's choice,
+    e.g. a benchmark harness): it neither turns the collector on nor freezes the caller's
+    objects."""
+    report = _gc_after(tmp_path, "own-off", command)
+    assert report["on"] is False
+    assert report["frozen"] == 0
+
+
+@pytest.mark.parametrize("command", ["sanitize", "run"])
+def test_a_start_up_that_fails_leaves_the_collector_on(tmp_path: Path, command: str) -> None:
+    """The collector is paused during start-up: a config error (exit 2, before any
+    ``_startup_done``) must not leave it paused for the rest of the process."""
+    config = tmp_path / "bad.yaml"
+    config.write_text("privacy: {epsilon: -1}\n")
+    args = [command, "--config", str(config)]
+    if command == "sanitize":
+        args += ["--input", str(config), "--dead-letter", str(tmp_path / "dl.jsonl")]
+    done = subprocess.run(
+        [sys.executable, "-c", GC_SCRIPT, "own", *args], capture_output=True, text=True
+    )
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report == {"status": 2, "frozen": 0, "on": True}, done.stderr

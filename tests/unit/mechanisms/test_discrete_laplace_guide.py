@@ -61,7 +61,9 @@ def test_bucket_counts_equal_the_searched_counts(bounds: NDArray[np.uint64]) -> 
     np.testing.assert_array_equal(through, expected_through)
 
 
-@pytest.mark.parametrize("t", [0.05, 1.0, 7.3, 100.0, 1280.0, 1600.0, 4096.5, 1e5, 3e9])
+@pytest.mark.parametrize(
+    "t", [1e-6, 0.05, 1.0, 7.3, 100.0, 1280.0, 1600.0, 4096.5, 1e5, 3e9, dl.MAX_SCALE]
+)
 def test_every_level_of_a_sampler_has_the_searched_guide_and_steps(t: float) -> None:
     for level in GeometricSampler(t).levels:
         expected_guide, expected_through = _searched(level.bounds)
@@ -85,7 +87,9 @@ def _thresholds_before(log_a: Decimal, exponent: int, cells: int, head: bool) ->
 
 
 @pytest.mark.parametrize("precision", [28, 80])  # the default context, and one above 60 digits
-@pytest.mark.parametrize("t", [0.3, 7.3, 100.00000000045, 1600.0000000072, 5000.0, 3e9])
+@pytest.mark.parametrize(
+    "t", [1e-6, 0.3, 7.3, 100.00000000045, 1600.0000000072, 5000.0, 3e9, dl.MAX_SCALE]
+)
 def test_every_threshold_is_the_one_computed_before(t: float, precision: int) -> None:
     with decimal.localcontext() as ambient:
         ambient.prec = precision
@@ -97,3 +101,26 @@ def test_every_threshold_is_the_one_computed_before(t: float, precision: int) ->
             assert level.bounds.tolist() == expected
         head = _thresholds_before(sampler.log_a_ref, 1 << peel, cells, head=True)
         assert sampler.levels[-1].bounds.tolist() == [*head, 2**64 - sampler.extension]
+
+
+@pytest.mark.parametrize(
+    ("precision", "rounding"),
+    [(3, decimal.ROUND_HALF_EVEN), (16, decimal.ROUND_FLOOR), (28, decimal.ROUND_CEILING)],
+)
+@pytest.mark.parametrize("t", [0.3, 100.0, 5000.0, 3e9])
+def test_the_callers_decimal_context_moves_no_threshold(
+    t: float, precision: int, rounding: str
+) -> None:
+    """The tables are the product's privacy: an embedding program that lowered the
+    ``decimal`` precision (or changed its rounding) must get the very same sampler, or
+    else thresholds move (399 of t = 100's 400 at 3 digits) while ``xi`` sees nothing."""
+    expected = GeometricSampler(t)  # pytest runs in the default context (28, HALF_EVEN)
+    with decimal.localcontext() as ambient:
+        ambient.prec, ambient.rounding = precision, rounding
+        sampler = GeometricSampler(t)
+    assert sampler.extension == expected.extension
+    assert sampler.log_a_ref == expected.log_a_ref
+    assert [level.bounds.tolist() for level in sampler.levels] == [
+        level.bounds.tolist() for level in expected.levels
+    ]
+    assert [level.xi for level in sampler.levels] == [level.xi for level in expected.levels]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -176,3 +177,60 @@ def test_chi_square_detects_a_wrong_pmf() -> None:
     out = rr.release(np.zeros(N_DRAWS, dtype=np.int64), SeededSource(111))
     counts = np.bincount(out, minlength=3)
     assert stats.chisquare(counts, N_DRAWS * _exact_pmf(3, 0, 1.3, 0.0)).pvalue < CHI2_ALPHA
+
+
+class _Words:
+    """Given first words (the flip decision), second words 0 (the first other value)."""
+
+    def __init__(self, first: list[int]) -> None:
+        self.first = np.array(first, dtype=np.uint64)
+
+    def words(self, n: int, k: int) -> np.ndarray:
+        assert (n, k) == (len(self.first), 2)
+        return np.stack([self.first, np.zeros(n, dtype=np.uint64)], axis=1)
+
+    def more_words(self, rows: np.ndarray, start: int, k: int) -> np.ndarray:
+        raise AssertionError("randomized response reads two words a row")
+
+
+def _ceil_threshold(p: float, m: int) -> int:
+    """``ceil(m p 2^64)`` in integers, from the double's exact ratio (not ``Fraction``)."""
+    numerator, denominator = p.as_integer_ratio()
+    return -(-m * numerator * 2**64 // denominator)
+
+
+def _flips(rr: RandomizedResponse, threshold: int) -> list[bool]:
+    """Whether a true index 1 flips for the words just below and at ``threshold``."""
+    source = _Words([threshold - 1, threshold])
+    return (rr.release(np.array([1, 1], dtype=np.int64), source) != 1).tolist()
+
+
+def test_the_flip_threshold_follows_p_when_it_changes_after_construction() -> None:
+    """The threshold is cached by ``p``: an object whose ``p`` is set after it released
+    (the audit's ``FixedFlipResponse``) flips with the new ``p``'s threshold, exactly."""
+    rr = RandomizedResponse(domain=["a", "b", "c"], epsilon=1.0)
+    calibrated = _ceil_threshold(rr.p, rr.m)
+    assert _flips(rr, calibrated) == [True, False]
+    rr.p = 0.286  # Example 4.5's p, above the calibrated one
+    changed = _ceil_threshold(0.286, rr.m)
+    assert changed > calibrated
+    assert _flips(rr, changed) == [True, False]
+    assert _flips(rr, calibrated) == [True, True]
+    rr.p = math.nextafter(0.286, 0.0)  # the next double down: another key
+    lower = _ceil_threshold(rr.p, rr.m)
+    assert lower < changed
+    assert _flips(rr, lower) == [True, False]
+
+
+@pytest.mark.parametrize("same", [0.25, np.float64(0.25), np.float32(0.25), Fraction(1, 4)])
+def test_equal_keys_of_the_threshold_cache_are_equal_thresholds(same: object) -> None:
+    """The cache is keyed by value: every key equal to 0.25 (a double, numpy scalars, a
+    Fraction) is the same exact number, so whichever came first, ``ceil(m 0.25 2^64)``."""
+    from privstream.mechanisms.randomized_response import threshold_of
+
+    threshold_of(0.25, 3)  # warm the cache with the plain double
+    assert threshold_of(same, 3) == _ceil_threshold(0.25, 3) == 3 * 2**62
+    # 0.0 and -0.0 are one key; both mean the smallest threshold, 1
+    assert threshold_of(0.0, 3) == threshold_of(-0.0, 3) == 1
+    # a neighbouring double is another key, another threshold
+    assert threshold_of(math.nextafter(0.25, 1.0), 3) > 3 * 2**62

@@ -323,3 +323,42 @@ def test_the_decoder_reuses_the_row_seed_lengths_of_its_own_messages_only() -> N
     assert provider.longest(list(messages)) is None  # equal, but not the messages it serves
     assert provider.lengths().tolist() == [7, 1200, 2]
     assert provider.lengths() is provider.lengths()  # measured once per batch
+
+
+#: names orjson may not cache as keys: non-ASCII, longer than 64 bytes, an escape's target
+ODD_NAMES: list[dict[str, Any]] = [
+    {"name": "température", "kind": "real", "bounds": [-5, 5], "epsilon": 1.0},
+    {"name": "k" * 80, "kind": "public"},
+    {"name": "🙂" * 20, "kind": "boolean", "epsilon": 1.0},
+    {"name": "x", "kind": "integer", "bounds": [0, 10], "epsilon": 1.0},
+]
+
+
+def _odd(temp: str, long: str, smile: str, x: str, first: str = "") -> bytes:
+    """A record of ODD_NAMES with each key spelled as given (escaped or not), ``first``
+    members written before them (duplicates the decoder overwrites)."""
+    members = [first] if first else []
+    members += [f'"{temp}": 1.5', f'"{long}": 7', f'"{smile}": true', f'"{x}": 3']
+    return ("{" + ", ".join(members) + "}").encode()
+
+
+def test_field_names_orjson_does_not_cache_are_found_as_before() -> None:
+    """``_extract`` looks fields up with the first record's own key strings; names that
+    are not cached keys, spelled with escapes, missing from the first record or given
+    twice in one object are still found exactly as the reference finds them."""
+    plain = ("température", "k" * 80, "🙂" * 20, "x")
+    escaped = ("temp\\u00e9rature", "\\u006b" * 80, "\\ud83d\\ude42" * 20, "\\u0078")
+    batches = [
+        [_odd(*escaped), _odd(*plain), _odd(*plain)],  # the first record spells keys escaped
+        [b'{"x": 3}', _odd(*plain), _odd(*escaped)],  # the first record lacks most fields
+        [_odd(*plain, first='"x": "three"'), _odd(*plain)],  # duplicate x: the last one wins
+        [_odd(*plain, first='"\\u0078": 11'), _odd(*escaped, first='"x": 12')],
+        [_odd(*plain, first=f'"{"k" * 80}": [1]'), _odd(*plain)],  # a long duplicate
+    ]
+    plan = plan_of(ODD_NAMES)
+    for messages in batches:
+        result = assert_same(plan, messages)
+        assert result.outputs, messages  # the comparison covers released records
+    # every record of the escaped and plain spellings released with the same public value
+    released = assert_same(plan, batches[0])
+    assert [json.loads(raw)["k" * 80] for raw in released.outputs] == [7, 7, 7]
