@@ -155,8 +155,14 @@ def ceil_to_words(probability: float) -> int:
 
 
 def symmetric_false_threshold(c: float) -> int:
-    """``T0 = ceil(2^64 / (1 + e^c))`` from 60-digit ``decimal``, never below the exact value."""
+    """``T0 = ceil(2^64 / (1 + e^c))`` from 60-digit ``decimal``, never below the exact value.
+
+    Every operation runs in the 60-digit context, none in the caller's (whose
+    28 default digits would round ``1 + 10^-50`` to 1 and drop the margin that
+    keeps the rounded quotient above the exact one).
+    """
     context = Context(prec=60)
-    q = context.divide(Decimal(1), Decimal(1) + context.exp(Decimal(min(c, 300.0))))
-    scaled = context.multiply(q, Decimal(_TWO_64) * (1 + Decimal(10) ** -50))
+    q = context.divide(Decimal(1), context.add(Decimal(1), context.exp(Decimal(min(c, 300.0)))))
+    margin = context.add(Decimal(1), context.power(Decimal(10), -50))
+    scaled = context.multiply(q, context.multiply(Decimal(_TWO_64), margin))
     return max(1, int(scaled.to_integral_value(ROUND_CEILING)))
