@@ -41,6 +41,8 @@ import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -74,6 +76,19 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
+class _Layout(NamedTuple):
+    #: the record's length varint
+    length: bytes
+    #: the key's length varint and the run's prefix
+    key_head: bytes
+    #: the value's length varint
+    value_head: bytes
+    #: bytes of the offset delta's varint
+    offset_size: int
+    #: bytes of one record
+    size: int
+
+
 @dataclass(frozen=True)
 class _Block:
     """Records ``first..first+count`` of a run (names of one length) at offsets
@@ -85,9 +100,9 @@ class _Block:
     offset: int
     count: int
 
-    def record_bytes(self) -> tuple[bytes, bytes, bytes, int, int]:
-        """(length varint, key-length varint + prefix, value-length varint, offset varint
-        size, record size): the layout every record of the block shares."""
+    @cached_property
+    def layout(self) -> _Layout:
+        """The layout every record of the block shares."""
         name = len(self.names[0])
         width = -1 if self.values is None else self.values.shape[1]
         offset_size = len(varint(self.offset + self.count - 1))
@@ -95,11 +110,11 @@ class _Block:
         value_head = varint(width)
         body = _FIXED + offset_size + len(key_head) + name + len(value_head) + max(width, 0)
         length = varint(body)
-        return length, key_head, value_head, offset_size, len(length) + body
+        return _Layout(length, key_head, value_head, offset_size, len(length) + body)
 
     def write(self, out: npt.NDArray[np.uint8]) -> None:
         """Fill ``out``, a (count, record size) view of the batch."""
-        length, key_head, value_head, offset_size, _size = self.record_bytes()
+        length, key_head, value_head, offset_size, _size = self.layout
         at = _put(out, 0, length) + 2  # attributes and timestamp delta: zero
         offsets = 2 * np.arange(self.offset, self.offset + self.count, dtype=np.uint64)
         for i in range(offset_size):
@@ -125,7 +140,7 @@ class ChangelogBatch:
     """A finished record batch, queued whole by ``AIOKafkaProducer.send_batch``."""
 
     def __init__(self, blocks: list[_Block], *, timestamp_ms: int, transactional: bool) -> None:
-        sizes = [b.record_bytes()[4] * b.count for b in blocks]
+        sizes = [b.layout.size * b.count for b in blocks]
         count = sum(b.count for b in blocks)
         self._buffer = bytearray(HEADER_BYTES + sum(sizes))
         body = np.frombuffer(self._buffer, dtype=np.uint8)
@@ -177,7 +192,7 @@ def changelog_batches(
             # one offset varint size per block: stop at the next step
             count = min(len(names) - first, next(s for s in _OFFSET_STEPS if offset < s) - offset)
             rows = None if values is None else values[first : first + count]
-            size = _Block(run, names[first : first + 1], rows, offset, 1).record_bytes()[4]
+            size = _Block(run, names[first : first + 1], rows, offset, 1).layout.size
             room = (max_bytes - used) // size
             if room <= 0 and offset:  # full: the next batch
                 batches.append([])
