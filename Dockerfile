@@ -6,10 +6,17 @@
 # Stage 1 builds wheels for privstream and its dependencies and installs them
 # into a virtualenv; stage 2 copies only that virtualenv onto a fresh slim base
 # (same Python, same path), so no compiler, wheel cache or source tree ships.
+# The compiler is there for the ledger's hash table, a small C extension
+# (service/privstream/ledger/_slots.c).
 
 FROM python:3.11-slim AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
+# unpinned: whatever gcc the base image's Debian release ships builds it
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY service ./service

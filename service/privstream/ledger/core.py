@@ -39,8 +39,9 @@ from privstream.errors import MisuseError
 from privstream.ledger import codec
 from privstream.ledger import groups as g
 from privstream.ledger.policy import MAX_SUBJECT_BYTES, REASONS, LedgerPolicy
+from privstream.ledger.spending import Spending, hashes
 from privstream.ledger.state import PartitionState, restored
-from privstream.ledger.updates import Updates
+from privstream.ledger.updates import Updates, int64_rows
 
 #: reason codes: 0 admitted, i + 1 for REASONS[i]
 _CODE = {reason: i + 1 for i, reason in enumerate(REASONS)}
@@ -185,53 +186,86 @@ class SubjectLedger:
     ) -> Codes:
         """Reason codes (0: admitted) of chargeable records; charges the admitted ones."""
         policy = self.policy
+        keys = hashes(subjects)
         within = np.empty(len(subjects), dtype=bool)
-        windows: list[tuple[int, g.Intps, g.Objects, g.Intps, g.Int64s]] = []
+        windows: list[tuple[int, g.Intps, g.Intps, g.Intps, g.Int64s]] = []
         for start, at in g.by_value(starts):
-            chosen = subjects if len(at) == len(subjects) else [subjects[i] for i in at.tolist()]
-            names, inverse = g.group(chosen)
-            spent = g.lookup(state.windows.get(start, {}), names, codec.ZERO_SPEND).reshape(-1, 2)
+            firsts, inverse = g.group(keys[at])
+            firsts = at[firsts]  # each group's first record, as a position in the batch
+            spent = _spent(state.windows.get(start), keys[firsts], width=2)
             allowed = np.minimum(
                 g.allowance(policy.cap_units, spent[:, 0], policy.cost_units),
                 g.allowance(policy.delta_cap_units, spent[:, 1], policy.delta_cost_units),
             )
             within[at] = g.ranks(inverse) <= allowed[inverse]
-            windows.append((start, at, names, inverse, spent))
+            windows.append((start, at, firsts, inverse, spent))
         codes = np.where(within, 0, _CODE["budget_exhausted"]).astype(np.intp)
         if policy.lifetime_cap_units is not None:
             # one window in the batch (the usual case): its groups are the subjects
-            grouped = windows[0][2:4] if len(windows) == 1 else g.group(subjects)
-            over = _lifetime_over(state, policy, grouped, within, updates)
+            grouped = windows[0][2:4] if len(windows) == 1 else g.group(keys)
+            over = _lifetime_over(state, policy, (keys, subjects), grouped, within, updates)
             codes[over] = _CODE["lifetime_exhausted"]
         costs = np.array([policy.cost_units, policy.delta_cost_units], dtype=np.int64)
-        for start, at, names, inverse, spent in windows:
-            admitted = np.bincount(inverse, weights=codes[at] == 0, minlength=len(names))
+        for start, at, firsts, inverse, spent in windows:
+            admitted = np.bincount(inverse, weights=codes[at] == 0, minlength=len(firsts))
             changed = np.flatnonzero(admitted)
             if len(changed):
                 new = spent[changed] + admitted[changed, None].astype(np.int64) * costs
-                table = state.windows.setdefault(start, {})
-                g.store(table, names[changed], new, state.prefix(start), updates)
+                spending = state.windows.get(start)
+                if spending is None:
+                    spending = state.windows[start] = Spending(width=2)
+                chosen = (keys, subjects, firsts[changed])
+                _store(spending, chosen, new, state.prefix(start), updates)
         return codes
+
+
+_Subjects = tuple[g.Int64s, list[bytes]]
 
 
 def _lifetime_over(
     state: PartitionState,
     policy: LedgerPolicy,
-    grouped: tuple[g.Objects, g.Intps],
+    batch: _Subjects,
+    grouped: tuple[g.Intps, g.Intps],
     within: g.Bools,
     updates: Updates,
 ) -> g.Bools:
-    """Records over the lifetime cap (``grouped``: the batch's subjects and each record's
-    index among them); charges the lifetime of the admitted ones."""
+    """Records over the lifetime cap (``batch``: each record's key and subject; ``grouped``:
+    each subject's first record and each record's subject); charges the admitted ones."""
     cap, cost = cast(int, policy.lifetime_cap_units), policy.cost_units
-    names, inverse = grouped
-    spent = g.lookup(state.lifetime, names, codec.ZERO_LIFETIME)
+    keys, subjects = batch
+    firsts, inverse = grouped
+    spent = _spent(state.lifetime, keys[firsts], width=1)[:, 0]
     over = g.prior_count(inverse, within) >= g.allowance(cap, spent, cost)[inverse]
-    admitted = np.bincount(inverse, weights=within & ~over, minlength=len(names))
+    admitted = np.bincount(inverse, weights=within & ~over, minlength=len(firsts))
     changed = np.flatnonzero(admitted)
-    new = spent[changed] + admitted[changed].astype(np.int64) * cost
-    g.store(state.lifetime, names[changed], new, codec.LIFETIME, updates)
+    if len(changed):
+        new = spent[changed] + admitted[changed].astype(np.int64) * cost
+        _store(
+            state.lifetime, (keys, subjects, firsts[changed]), new[:, None], codec.LIFETIME, updates
+        )
     return over
+
+
+def _spent(spending: Spending | None, keys: g.Int64s, *, width: int) -> g.Int64s:
+    """What the subjects of ``keys`` spent, one row each (zeros for the new)."""
+    if spending is None:
+        return np.zeros((len(keys), width), dtype=np.int64)
+    return spending.get(keys)
+
+
+def _store(
+    spending: Spending,
+    chosen: tuple[g.Int64s, list[bytes], g.Intps],
+    rows: g.Int64s,
+    prefix: bytes,
+    updates: Updates,
+) -> None:
+    """Set the rows of the subjects at the chosen positions, and their changelog run."""
+    keys, subjects, at = chosen
+    names = list(map(subjects.__getitem__, at.tolist()))
+    spending.put(keys[at], names, rows)
+    updates.add(prefix, names, int64_rows(rows, rows.shape[1]))
 
 
 def _too_long(subjects: Sequence[bytes]) -> g.Bools | slice:

@@ -1,8 +1,10 @@
 """One partition's ledger in memory, and its changelog form (``codec``).
 
-Windows are held per start, each a dict ``subject -> 16-byte spend``, so a
-window expires as a whole and a subject is stored once per window (the
-changelog key ``prefix + subject`` is only built for what is written).
+Windows are held per start, each a ``Spending`` (subject -> epsilon and
+delta units), so a window expires as a whole and a subject is stored once per
+window (the changelog key ``prefix + subject`` is only built for what is
+written). A restore replays the changelog into dicts (last value wins, a
+tombstone deletes) and then loads each into a ``Spending``.
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from privstream.config.ledger import format_duration
 from privstream.errors import LedgerError
 from privstream.ledger import codec
-from privstream.ledger.updates import Updates
+from privstream.ledger.spending import Spending, hashes
+from privstream.ledger.updates import Updates, int64_rows
 
 #: the value length of each record type (``codec``)
 _VALUE_BYTES = {b"W": 16, b"L": 8, b"C": 8, b"E": 8}
@@ -22,10 +27,10 @@ _VALUE_BYTES = {b"W": 16, b"L": 8, b"C": 8, b"E": 8}
 @dataclass
 class PartitionState:
     window_ms: int
-    #: window start -> {subject: eps_units:q delta_units:q}
-    windows: dict[int, dict[bytes, bytes]] = field(default_factory=dict)
-    #: subject -> eps_units:q over the lifetime
-    lifetime: dict[bytes, bytes] = field(default_factory=dict)
+    #: window start -> what each subject spent in it (epsilon and delta units)
+    windows: dict[int, Spending] = field(default_factory=dict)
+    #: what each subject spent over its lifetime (epsilon units)
+    lifetime: Spending = field(default_factory=lambda: Spending(width=1))
     clock: int | None = None
     #: windows starting before this are closed for good (``codec``, record ``E``)
     closed: int | None = None
@@ -37,11 +42,9 @@ class PartitionState:
     def snapshot(self) -> dict[bytes, bytes]:
         """The compacted changelog of this state."""
         snap: dict[bytes, bytes] = {}
-        for start, spent in self.windows.items():
-            snap.update(zip(map(self.prefix(start).__add__, spent), spent.values(), strict=True))
-        snap.update(
-            zip(map(codec.LIFETIME.__add__, self.lifetime), self.lifetime.values(), strict=True)
-        )
+        for start, spending in self.windows.items():
+            snap.update(_records(self.prefix(start), spending))
+        snap.update(_records(codec.LIFETIME, self.lifetime))
         if self.clock is not None:
             snap[codec.CLOCK_KEY] = codec.encode_int(self.clock)
         if self.closed is not None:
@@ -58,14 +61,20 @@ class PartitionState:
         self.closed = closed
         updates.put(codec.CLOSED_KEY, codec.encode_int(closed))
         for start in [s for s in self.windows if s < closed]:
-            updates.add(self.prefix(start), list(self.windows.pop(start)), None)
+            updates.add(self.prefix(start), self.windows.pop(start).names, None)
+
+
+def _records(prefix: bytes, spending: Spending) -> dict[bytes, bytes]:
+    """The changelog records ``prefix + subject -> row`` of a ``Spending``."""
+    rows = int64_rows(spending.rows[: len(spending)], spending.width)
+    return dict(zip(map(prefix.__add__, spending.names), map(bytes, rows), strict=True))
 
 
 def restored(
     partition: int, window_ms: int, entries: Iterable[tuple[bytes, bytes | None]]
 ) -> PartitionState:
     """Replay changelog records in offset order (last value wins, None deletes)."""
-    state = PartitionState(window_ms=window_ms)
+    state = _Replay(window_ms=window_ms)
     foreign: dict[bytes, bytes] = {}  # live spending under another window length
     for key, value in entries:
         _apply(state, key, value, foreign)
@@ -77,12 +86,38 @@ def restored(
             f"is {format_duration(window_ms)}; restore the window setting until those windows "
             "have expired (window + grace)"
         )
-    return state
+    return PartitionState(
+        window_ms=window_ms,
+        windows={start: _loaded(spent, 2) for start, spent in state.windows.items()},
+        lifetime=_loaded(state.lifetime, 1),
+        clock=state.clock,
+        closed=state.closed,
+        counts=state.counts,
+    )
 
 
-def _apply(
-    state: PartitionState, key: bytes, value: bytes | None, foreign: dict[bytes, bytes]
-) -> None:
+@dataclass
+class _Replay:
+    """A partition's changelog replayed record by record, each table a dict of values."""
+
+    window_ms: int
+    windows: dict[int, dict[bytes, bytes]] = field(default_factory=dict)
+    lifetime: dict[bytes, bytes] = field(default_factory=dict)
+    clock: int | None = None
+    closed: int | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def _loaded(values: dict[bytes, bytes], width: int) -> Spending:
+    """A ``Spending`` of the replayed values (subjects whose hashes collide: the largest)."""
+    names = list(values)
+    rows = np.frombuffer(b"".join(values.values()), dtype=">i8").astype(np.int64)
+    spending = Spending(width=width)
+    spending.merge(hashes(names), names, rows.reshape(-1, width))
+    return spending
+
+
+def _apply(state: _Replay, key: bytes, value: bytes | None, foreign: dict[bytes, bytes]) -> None:
     kind = codec.kind_of(key)
     if value is not None and len(value) != _VALUE_BYTES.get(kind, len(value)):
         raise LedgerError(

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from privstream.errors import LedgerError, MisuseError
-from privstream.ledger import REASONS, LedgerPolicy, SubjectLedger
+from privstream.ledger import REASONS, LedgerPolicy, SubjectLedger, core, state
 
 DAY = 86_400_000
 POLICY = LedgerPolicy(
@@ -32,10 +32,14 @@ POLICY = LedgerPolicy(
 
 
 class Reference:
-    """The ledger's rules applied one record at a time, with plain dicts."""
+    """The ledger's rules applied one record at a time, with plain dicts.
 
-    def __init__(self, policy: LedgerPolicy) -> None:
+    ``identity``: whom the ledger takes a subject for (itself; in the collision test, a
+    class of subjects whose hashes are made to collide)."""
+
+    def __init__(self, policy: LedgerPolicy, identity: Any = None) -> None:
         self.p = policy
+        self.identity = identity or (lambda subject: subject)
         self.spent: dict[tuple[int, bytes], list[int]] = {}
         self.life: dict[bytes, int] = {}
         self.clock: int | None = None
@@ -57,16 +61,17 @@ class Reference:
             elif start + p.window_ms + p.grace_ms < self.clock:
                 out.append("late_record")
             elif p.lifetime_cap_units is not None and (
-                self.life.get(subject, 0) + p.cost_units > p.lifetime_cap_units
+                self.life.get(self.identity(subject), 0) + p.cost_units > p.lifetime_cap_units
             ):
                 out.append("lifetime_exhausted")
             else:
-                eps, dlt = self.spent.get((start, subject), [0, 0])
+                who = self.identity(subject)
+                eps, dlt = self.spent.get((start, who), [0, 0])
                 if eps + p.cost_units > p.cap_units or dlt + p.delta_cost_units > p.delta_cap_units:
                     out.append("budget_exhausted")
                     continue
-                self.spent[(start, subject)] = [eps + p.cost_units, dlt + p.delta_cost_units]
-                self.life[subject] = self.life.get(subject, 0) + p.cost_units
+                self.spent[(start, who)] = [eps + p.cost_units, dlt + p.delta_cost_units]
+                self.life[who] = self.life.get(who, 0) + p.cost_units
                 out.append(None)
         return out
 
@@ -119,6 +124,42 @@ def test_vectorised_charge_equals_the_per_record_reference(seed: int, lifetime: 
     restored.restore(3, log)
     assert restored.snapshot(3) == ledger.snapshot(3)
     assert restored.counts(3) == ledger.counts(3)
+
+
+@pytest.mark.parametrize("lifetime", [25, None])
+def test_subjects_whose_hashes_collide_share_one_budget(
+    lifetime: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger keys subjects by hash(): colliding subjects are one subject to it, each
+    charged for both (never under-charged), and a restore keeps that."""
+    policy = replace(POLICY, lifetime_cap_units=lifetime)
+    rng = np.random.default_rng(5)
+
+    def identity(subject: bytes) -> int:
+        return len(subject) % 2  # alice, carol, e*1024 collide; so do bob, \x00, dave\x00
+
+    monkeypatch.setattr(
+        core, "hashes", lambda subjects: np.array([identity(s) for s in subjects], np.int64)
+    )
+    monkeypatch.setattr(state, "hashes", core.hashes)
+    ledger, ref = SubjectLedger(policy=policy), Reference(policy, identity)
+    apart = Reference(policy)  # the same records without collisions
+    log: list[tuple[bytes, bytes | None]] = []
+    stricter = 0  # records the collisions suppressed
+    now = 10_000
+    for step in range(120):
+        now += int(rng.integers(-100, 300))
+        subjects, keys, ts = random_batch(rng, now, int(rng.integers(0, 30)))
+        charge = ledger.charge(3, subjects=subjects, keys=keys, timestamps_ms=ts, now_ms=now)
+        assert charge.reasons == ref.charge(subjects, keys, ts, now)
+        alone = apart.charge(subjects, keys, ts, now)
+        pairs = zip(alone, charge.reasons, strict=True)
+        stricter += sum(a is None and b is not None for a, b in pairs)
+        log.extend(charge.updates)
+        if step == 60:  # a restore from the changelog charges on as the ledger does
+            ledger = SubjectLedger(policy=policy)
+            ledger.restore(3, log)
+    assert stricter > 10, "the collisions were never exercised"
 
 
 def test_thousands_of_records_of_one_subject_in_one_batch() -> None:

@@ -1,44 +1,32 @@
-"""``groups.group`` (one dict, then ``np.unique`` only when an item repeats) against the
-plain two-dict grouping it replaced."""
+"""``groups.group`` (``np.unique`` of the subjects' keys) against a plain dict grouping."""
 
 from __future__ import annotations
-
-import random
-from itertools import count
 
 import numpy as np
 import pytest
 from privstream.ledger.groups import group
 
 
-def two_dicts(items: list[bytes]) -> tuple[list[bytes], list[int]]:
-    """The former grouping: distinct items in first-seen order, each item's index."""
-    ids = dict(zip(dict.fromkeys(items), count(), strict=False))
-    return list(ids), [ids[item] for item in items]
-
-
-def cases() -> list[list[bytes]]:
-    rng = random.Random(19)
-    made: list[list[bytes]] = [[], [b""], [b"", b""], [b"a"] * 7, [b"b", b"a", b"b", b"a"]]
+def cases() -> list[list[int]]:
+    rng = np.random.default_rng(19)
+    made: list[list[int]] = [[], [0], [5, 5], [7] * 7, [2, 1, 2, 1], [-(2**63), 2**63 - 1]]
     for size in (2, 3, 10, 100, 2_000):
         for pool in (1, 2, size // 2 + 1, size, 10 * size):
-            names = [rng.randbytes(rng.randint(0, 3)) + b"%d" % i for i in range(pool)]
-            made.append([rng.choice(names) for _ in range(size)])
+            keys = rng.integers(-(2**63), 2**63 - 1, pool, dtype=np.int64)
+            made.append(rng.choice(keys, size).tolist())
     return made
 
 
-@pytest.mark.parametrize("items", cases(), ids=lambda c: f"{len(c)}-{len(set(c))}")
-def test_group_equals_the_two_dict_grouping(items: list[bytes]) -> None:
-    # equal bytes from distinct objects, as decoded subjects are
-    items = [bytes(bytearray(item)) for item in items]
-    names, inverse = group(items)
-    expected_names, expected_inverse = two_dicts(items)
-    assert names.dtype == object and names.ndim == 1
-    assert names.tolist() == expected_names
-    assert inverse.dtype == np.intp and inverse.shape == (len(items),)
-    assert inverse.tolist() == expected_inverse
-    # the distinct item objects are the first-seen ones (a store keeps those)
-    firsts: dict[bytes, bytes] = {}
-    for item in items:
-        firsts.setdefault(item, item)
-    assert all(a is firsts[a] for a in names.tolist())
+@pytest.mark.parametrize("keys", cases(), ids=lambda c: f"{len(c)}-{len(set(c))}")
+def test_group_gives_first_positions_and_a_consistent_inverse(keys: list[int]) -> None:
+    firsts, inverse = group(np.array(keys, dtype=np.int64))
+    first_seen: dict[int, int] = {}
+    for position, key in enumerate(keys):
+        first_seen.setdefault(key, position)
+    assert firsts.dtype == inverse.dtype == np.intp
+    assert inverse.shape == (len(keys),)
+    # one group per distinct key, each named by the key's first position
+    assert sorted(firsts.tolist()) == sorted(first_seen.values())
+    assert [keys[f] for f in firsts.tolist()] == sorted(first_seen)  # groups in key order
+    # every item points at its key's group
+    assert [keys[firsts[g]] for g in inverse.tolist()] == keys

@@ -1,0 +1,127 @@
+/* privstream.ledger._slots: the ledger's hash table, one C loop per batch.
+ *
+ * A table is a C-contiguous int64 array of shape (capacity, 2), capacity a
+ * power of two: row p holds (key, slot), or (EMPTY, -) when free. Keys are
+ * subject hashes (Python's hash() of the subject bytes, which is never -1,
+ * so -1 marks a free row); slots are 0, 1, 2, ... in the order the keys were
+ * first seen, and index the rows of the ledger's spending arrays. Open
+ * addressing with linear probing: a key lives at the first free row at or
+ * after ``key & (capacity - 1)``, and nothing is ever deleted (a window's
+ * table is dropped whole when the window expires), so a lookup may stop at
+ * the first free row.
+ *
+ * Why C: a Python dict probe per subject was most of what the ledger cost
+ * (issue 19); this loop makes the same probes without an interpreter step
+ * between them, so the CPU overlaps their cache misses.
+ *
+ * find(table, keys, slots, firsts, size, insert) -> size
+ *
+ *   For each keys[i] (int64), in order: slots[i] = its slot. An absent key
+ *   gets -1, or with ``insert`` the slot ``size`` (then size += 1), and
+ *   firsts[j] = i for the j-th key this call inserts. Returns the new size
+ *   (``size`` keys are held before the call). Refuses, changing nothing,
+ *   unless the table stays at most half full even if every key is new, so
+ *   a probe always ends at a free row.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#define EMPTY ((int64_t)-1)
+
+static int
+check(Py_buffer *table, Py_buffer *keys, Py_buffer *slots, Py_buffer *firsts,
+      long long size, int insert)
+{
+    Py_ssize_t capacity = table->len / 16;
+    Py_ssize_t n = insert ? keys->len / 8 : 0;  /* how many keys may be new */
+    if (table->len % 16 || capacity < 2 || (capacity & (capacity - 1))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "find: the table must be int64 rows of (key, slot), a power of two of them");
+        return -1;
+    }
+    if (keys->len % 8 || slots->len != keys->len || firsts->len != keys->len) {
+        PyErr_SetString(PyExc_ValueError,
+                        "find: keys, slots and firsts must be int64 arrays of one length");
+        return -1;
+    }
+    if (size < 0 || size > (long long)(capacity / 2) - (long long)n) {
+        PyErr_Format(PyExc_ValueError,
+                     "find: %lld keys held and %zd new could exceed half of %zd rows; "
+                     "grow the table first", size, n, capacity);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+find(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer table, keys, slots, firsts;
+    long long size;
+    int insert;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "w*y*w*w*Lp", &table, &keys, &slots, &firsts, &size, &insert)) {
+        return NULL;
+    }
+    if (check(&table, &keys, &slots, &firsts, size, insert) == 0) {
+        int64_t *rows = (int64_t *)table.buf;
+        const int64_t *key = (const int64_t *)keys.buf;
+        int64_t *slot = (int64_t *)slots.buf;
+        int64_t *first = (int64_t *)firsts.buf;
+        uint64_t mask = (uint64_t)(table.len / 16) - 1;
+        Py_ssize_t n = keys.len / 8;
+        int64_t start = size;
+        int valid = 1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (key[i] == EMPTY) {  /* never a hash(): refuse before a row could be lost */
+                valid = 0;
+                break;
+            }
+        }
+        if (!valid) {
+            PyErr_SetString(PyExc_ValueError, "find: a key of -1 (marks a free row; no hash() is -1)");
+        } else {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                uint64_t p = (uint64_t)key[i] & mask;
+                while (rows[2 * p] != key[i] && rows[2 * p] != EMPTY) {
+                    p = (p + 1) & mask;
+                }
+                if (rows[2 * p] == EMPTY) {
+                    if (!insert) {
+                        slot[i] = -1;
+                        continue;
+                    }
+                    rows[2 * p] = key[i];
+                    rows[2 * p + 1] = size;
+                    first[size - start] = (int64_t)i;
+                    size++;
+                }
+                slot[i] = rows[2 * p + 1];
+            }
+            result = PyLong_FromLongLong(size);
+        }
+    }
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&keys);
+    PyBuffer_Release(&slots);
+    PyBuffer_Release(&firsts);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"find", find, METH_VARARGS,
+     "find(table, keys, slots, firsts, size, insert) -> size: the slots of int64 keys"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_slots", "The ledger's hash table (see _slots.c).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__slots(void)
+{
+    return PyModule_Create(&module);
+}
