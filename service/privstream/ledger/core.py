@@ -197,7 +197,7 @@ class SubjectLedger:
                 g.allowance(policy.cap_units, spent[:, 0], policy.cost_units),
                 g.allowance(policy.delta_cap_units, spent[:, 1], policy.delta_cost_units),
             )
-            within[at] = g.ranks(inverse) <= allowed[inverse]
+            within[at] = g.ranks(inverse, len(firsts)) <= allowed[inverse]
             windows.append((start, at, firsts, inverse, spent))
         codes = np.where(within, 0, _CODE["budget_exhausted"]).astype(np.intp)
         if policy.lifetime_cap_units is not None:
@@ -263,7 +263,8 @@ def _store(
 ) -> None:
     """Set the rows of the subjects at the chosen positions, and their changelog run."""
     keys, subjects, at = chosen
-    names = list(map(subjects.__getitem__, at.tolist()))
+    # every record its own subject's, in batch order (``group``), and all charged: usual
+    names = subjects if len(at) == len(subjects) else list(map(subjects.__getitem__, at.tolist()))
     spending.put(keys[at], names, rows)
     updates.add(prefix, names, int64_rows(rows, rows.shape[1]))
 

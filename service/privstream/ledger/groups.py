@@ -13,7 +13,15 @@ Bools = npt.NDArray[np.bool_]
 
 
 def group(keys: Int64s) -> tuple[Intps, Intps]:
-    """Each distinct key's first position and each item's group index (groups in key order)."""
+    """Each distinct key's first position and each item's group index.
+
+    Usual: no key twice, each item its own group, in input order (one sort to
+    see it). Otherwise groups in key order.
+    """
+    ordered = np.sort(keys)
+    if not (ordered[1:] == ordered[:-1]).any():
+        every = np.arange(len(keys), dtype=np.intp)
+        return every, every
     _, firsts, inverse = np.unique(keys, return_index=True, return_inverse=True)
     return firsts.astype(np.intp, copy=False), inverse.astype(np.intp, copy=False)
 
@@ -34,8 +42,10 @@ def _heads(inverse: Intps) -> tuple[Intps, Intps, Intps]:
     return order, heads, np.diff(np.r_[heads, len(ordered)])
 
 
-def ranks(inverse: Intps) -> Int64s:
-    """Each item's 1-based rank within its group, in input order."""
+def ranks(inverse: Intps, groups: int) -> Int64s:
+    """Each item's 1-based rank within its group (of ``groups``), in input order."""
+    if groups == len(inverse):  # every group of one
+        return np.ones(len(inverse), dtype=np.int64)
     order, heads, sizes = _heads(inverse)
     ranked = np.empty(len(order), dtype=np.int64)
     ranked[order] = np.arange(1, len(order) + 1) - np.repeat(heads, sizes)

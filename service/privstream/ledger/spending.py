@@ -47,11 +47,23 @@ class Spending:
         self._table = np.full((_MIN_ROWS, 2), _EMPTY, dtype=np.int64)
         #: row ``slot``: what the subject spent (rows past ``len(self)`` are zero)
         self.rows = np.zeros((_MIN_ROWS // 2, width), dtype=np.int64)
-        #: the subject of each slot, in slot order
-        self.names: list[bytes] = []
+        self._size = 0
+        #: the subjects of the slots, in slot order: per insert, their bytes joined and their
+        #: lengths (read only to tombstone or snapshot; a bytes object per subject held for
+        #: the window's life would cost 56 bytes each, and pin the allocator's pools)
+        self._names: list[tuple[bytes, npt.NDArray[np.int32]]] = []
 
     def __len__(self) -> int:
-        return len(self.names)
+        return self._size
+
+    @property
+    def names(self) -> list[bytes]:
+        """The subject of each slot, in slot order."""
+        names: list[bytes] = []
+        for joined, lengths in self._names:
+            ends = np.cumsum(lengths).tolist()
+            names.extend(map(joined.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+        return names
 
     def get(self, keys: Int64s) -> Int64s:
         """The row of each key (zeros where absent), shape ``(len(keys), width)``."""
@@ -76,7 +88,11 @@ class Spending:
     def _insert(self, keys: Int64s, names: Sequence[bytes]) -> Int64s:
         self._reserve(len(keys))
         slots, fresh = self._find(keys, insert=True)
-        self.names.extend(map(names.__getitem__, fresh.tolist()))
+        if len(fresh):
+            new = names if len(fresh) == len(names) else [names[i] for i in fresh.tolist()]
+            lengths = np.fromiter(map(len, new), dtype=np.int32, count=len(new))
+            self._names.append((b"".join(new), lengths))
+            self._size += len(new)
         return slots
 
     def _find(self, keys: Int64s, *, insert: bool) -> tuple[Int64s, Int64s]:

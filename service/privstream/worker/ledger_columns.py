@@ -96,7 +96,9 @@ class Columns:
         #: outputs in input order (``order``) and the record of each (``index``)
         self.order = np.argsort(index, kind="stable")
         self.index = index[self.order]
-        released = list(map(records.__getitem__, self.index.tolist()))
+        every = len(index) == len(records) and bool((index[1:] > index[:-1]).all())
+        # usual: every record released, in order (``index`` is then 0..n-1)
+        released = records if every else list(map(records.__getitem__, self.index.tolist()))
         self.partitions = partitions[self.index]
         self._timestamps = np.fromiter(map(_TIMESTAMP, released), np.int64, len(released))
         self._keys: list[bytes | None] = list(map(_KEY, released))

@@ -27,6 +27,7 @@ def test_group_gives_first_positions_and_a_consistent_inverse(keys: list[int]) -
     assert inverse.shape == (len(keys),)
     # one group per distinct key, each named by the key's first position
     assert sorted(firsts.tolist()) == sorted(first_seen.values())
-    assert [keys[f] for f in firsts.tolist()] == sorted(first_seen)  # groups in key order
+    if len(first_seen) == len(keys):  # distinct: each item its own group, in input order
+        assert firsts.tolist() == inverse.tolist() == list(range(len(keys)))
     # every item points at its key's group
     assert [keys[firsts[g]] for g in inverse.tolist()] == keys
