@@ -197,7 +197,7 @@ class SubjectLedger:
                 g.allowance(policy.cap_units, spent[:, 0], policy.cost_units),
                 g.allowance(policy.delta_cap_units, spent[:, 1], policy.delta_cost_units),
             )
-            within[at] = g.ranks(inverse, len(firsts)) <= allowed[inverse]
+            within[at] = g.within(inverse, allowed)
             windows.append((start, at, firsts, inverse, spent))
         codes = np.where(within, 0, _CODE["budget_exhausted"]).astype(np.intp)
         if policy.lifetime_cap_units is not None:

@@ -13,17 +13,22 @@ Bools = npt.NDArray[np.bool_]
 
 
 def group(keys: Int64s) -> tuple[Intps, Intps]:
-    """Each distinct key's first position and each item's group index.
+    """Each distinct key's first position and each item's group index (one stable sort).
 
-    Usual: no key twice, each item its own group, in input order (one sort to
-    see it). Otherwise groups in key order.
+    Usual: no key twice, and each item is its own group, in input order.
+    Otherwise groups are in key order.
     """
-    ordered = np.sort(keys)
-    if not (ordered[1:] == ordered[:-1]).any():
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    heads = np.empty(len(keys), dtype=bool)
+    heads[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=heads[1:])
+    if heads.all():
         every = np.arange(len(keys), dtype=np.intp)
         return every, every
-    _, firsts, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    return firsts.astype(np.intp, copy=False), inverse.astype(np.intp, copy=False)
+    inverse = np.empty(len(keys), dtype=np.intp)
+    inverse[order] = np.cumsum(heads) - 1
+    return order[heads].astype(np.intp, copy=False), inverse  # stable: a run's head is first
 
 
 def by_value(values: Int64s) -> list[tuple[int, Intps]]:
@@ -42,10 +47,15 @@ def _heads(inverse: Intps) -> tuple[Intps, Intps, Intps]:
     return order, heads, np.diff(np.r_[heads, len(ordered)])
 
 
-def ranks(inverse: Intps, groups: int) -> Int64s:
-    """Each item's 1-based rank within its group (of ``groups``), in input order."""
-    if groups == len(inverse):  # every group of one
-        return np.ones(len(inverse), dtype=np.int64)
+def within(inverse: Intps, allowed: Int64s) -> Bools:
+    """Each item is among the first ``allowed[g]`` of its group ``g`` (input order)."""
+    if (np.bincount(inverse, minlength=len(allowed)) <= allowed).all():  # usual: all fit
+        return np.ones(len(inverse), dtype=bool)
+    return ranks(inverse) <= allowed[inverse]
+
+
+def ranks(inverse: Intps) -> Int64s:
+    """Each item's 1-based rank within its group, in input order."""
     order, heads, sizes = _heads(inverse)
     ranked = np.empty(len(order), dtype=np.int64)
     ranked[order] = np.arange(1, len(order) + 1) - np.repeat(heads, sizes)

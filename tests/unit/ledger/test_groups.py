@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from privstream.ledger.groups import group
+from privstream.ledger.groups import group, within
 
 
 def cases() -> list[list[int]]:
@@ -31,3 +31,17 @@ def test_group_gives_first_positions_and_a_consistent_inverse(keys: list[int]) -
         assert firsts.tolist() == inverse.tolist() == list(range(len(keys)))
     # every item points at its key's group
     assert [keys[firsts[g]] for g in inverse.tolist()] == keys
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_within_admits_the_first_allowed_of_each_group(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, int(rng.integers(1, 40)), int(rng.integers(0, 200)))
+    firsts, inverse = group(keys.astype(np.int64))
+    allowed = rng.integers(0, 6, len(firsts)) if seed % 2 else np.full(len(firsts), 10**6)
+    seen: dict[int, int] = {}
+    expected = []
+    for g in inverse.tolist():
+        seen[g] = seen.get(g, 0) + 1
+        expected.append(seen[g] <= allowed[g])
+    assert within(inverse, allowed.astype(np.int64)).tolist() == expected
