@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -165,3 +166,43 @@ def test_a_table_with_no_free_row_raises_instead_of_looping_forever() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0 and done.stdout.strip() == "raised", done.stderr
+
+
+Buffers = tuple[bytearray, bytearray, bytearray, bytearray]
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (lambda t, k, s, f: (t, k, s, f, 0, True, 1), None),
+        (lambda t, k, s, f: (t, k, s, bytearray(8), 0, True, 1), "one length"),
+        (lambda t, k, s, f: (t, k, s, f, 4, True, 1), "could exceed half"),
+        (lambda t, k, s, f: (t, k, s, f, 0, True, 2), "even"),
+        (lambda t, k, s, f: (t, k, s, bytes(16), 0, True, 1), "read-write"),  # 4th argument
+        (
+            lambda t, k, s, f: (t, k, s, f, "0", True, 1),
+            "cannot be interpreted",
+        ),  # after the buffers
+        (lambda t, k, s, f: (t, bytearray(b"\xff" * 16), s, f, 0, True, 1), "a key of -1"),
+        (lambda t, k, s, f: (bytearray(16 * 8), k, s, f, 0, False, 1), "no free row"),
+    ],
+)
+def test_every_buffer_is_released_on_every_path(
+    args: Callable[..., tuple[object, ...]], error: str | None
+) -> None:
+    """A bytearray cannot grow while a buffer of it is held (BufferError): after a call,
+    returning or raising, each must grow."""
+    buffers: Buffers = (
+        bytearray(table(8).tobytes()),
+        bytearray(np.array([1, 2], dtype=np.int64).tobytes()),
+        bytearray(16),
+        bytearray(16),
+    )
+    chosen = args(*buffers)
+    if error is None:
+        assert _slots.find(*chosen) == 2
+    else:
+        with pytest.raises((ValueError, TypeError), match=error):
+            _slots.find(*chosen)
+    for buffer in {id(b): b for b in chosen if isinstance(b, bytearray)}.values():
+        buffer.extend(bytes(8))

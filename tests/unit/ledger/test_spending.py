@@ -173,3 +173,18 @@ def test_hashes_are_the_subjects_hash_and_never_the_free_row() -> None:
     names = [b"", b"a", bytes(range(256)), b"x" * 10_000]
     assert hashes(names).tolist() == [hash(n) for n in names]
     assert hashes([]).dtype == np.int64 and len(hashes([])) == 0
+
+
+def test_one_batch_far_larger_than_the_table() -> None:
+    """300,000 new keys into a table of 16 rows: one growth to 2**20 rows, slots in order."""
+    rng = np.random.default_rng(8)
+    keys = np.unique(rng.integers(-(2**63), 2**63 - 1, 300_000, dtype=np.int64))
+    keys = keys[keys != -1]
+    rng.shuffle(keys)
+    spending = Spending(width=1)
+    names = [b"%d" % i for i in range(len(keys))]
+    spending.put(keys, names, np.arange(len(keys))[:, None])
+    assert len(spending._table) == 2**20 and spending.names == names
+    assert (spending.get(keys[::-1]).ravel() == np.arange(len(keys))[::-1]).all()
+    absent = np.setdiff1d(rng.integers(0, 2**63 - 1, 10_000, dtype=np.int64), keys)
+    assert not spending.get(absent).any()
