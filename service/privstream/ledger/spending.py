@@ -33,6 +33,7 @@ an alias, and the first charge after the restore tombstones it.
 
 from __future__ import annotations
 
+import operator
 import secrets
 from collections.abc import Sequence
 
@@ -95,9 +96,9 @@ class Spending:
         np.maximum.at(self.rows, slots, rows)
         held = list(map(self.names.__getitem__, slots.tolist()))
         if held != list(names):  # rare: a collision
-            for name, first, slot in zip(names, held, slots.tolist(), strict=True):
-                if name != first:
-                    self.aliases.setdefault(name, slot)
+            differ = np.fromiter(map(operator.ne, names, held), dtype=bool, count=len(held))
+            for i in np.flatnonzero(differ).tolist():
+                self.aliases.setdefault(names[i], int(slots[i]))
 
     def every_row(self) -> Int64s:
         """The row of each subject of ``every_name`` (an alias: its slot's row)."""

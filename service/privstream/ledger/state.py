@@ -40,7 +40,9 @@ class PartitionState:
         return codec.window_prefix(start, self.window_ms)
 
     def snapshot(self) -> dict[bytes, bytes]:
-        """The compacted changelog of this state."""
+        """The compacted changelog of this state (each subject at its row's value, at least
+        what the changelog holds; a subject that first shared a row in a later batch is
+        missing until a restore: ``spending``)."""
         snap: dict[bytes, bytes] = {}
         for start, spending in self.windows.items():
             snap.update(_records(self.prefix(start), spending))
