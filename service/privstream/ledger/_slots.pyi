@@ -6,5 +6,12 @@ import numpy.typing as npt
 _Int64s = npt.NDArray[np.int64]
 
 def find(
-    table: _Int64s, keys: _Int64s, slots: _Int64s, firsts: _Int64s, size: int, insert: bool, /
+    table: _Int64s,
+    keys: _Int64s,
+    slots: _Int64s,
+    firsts: _Int64s,
+    size: int,
+    insert: bool,
+    mix: int,
+    /,
 ) -> int: ...

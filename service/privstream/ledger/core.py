@@ -210,11 +210,12 @@ class SubjectLedger:
             admitted = np.bincount(inverse, weights=codes[at] == 0, minlength=len(firsts))
             changed = np.flatnonzero(admitted)
             if len(changed):
-                new = spent[changed] + admitted[changed, None].astype(np.int64) * costs
+                at_, groups = _written(subjects, (at, firsts, inverse), changed)
+                new = spent[groups] + admitted[groups, None].astype(np.int64) * costs
                 spending = state.windows.get(start)
                 if spending is None:
                     spending = state.windows[start] = Spending(width=2)
-                chosen = (keys, subjects, firsts[changed])
+                chosen = (keys, subjects, at_, len(changed))
                 _store(spending, chosen, new, state.prefix(start), updates)
         return codes
 
@@ -240,11 +241,39 @@ def _lifetime_over(
     admitted = np.bincount(inverse, weights=within & ~over, minlength=len(firsts))
     changed = np.flatnonzero(admitted)
     if len(changed):
-        new = spent[changed] + admitted[changed].astype(np.int64) * cost
-        _store(
-            state.lifetime, (keys, subjects, firsts[changed]), new[:, None], codec.LIFETIME, updates
-        )
+        at, groups = _written(subjects, (np.arange(len(keys)), firsts, inverse), changed)
+        new = spent[groups] + admitted[groups].astype(np.int64) * cost
+        chosen = (keys, subjects, at, len(changed))
+        _store(state.lifetime, chosen, new[:, None], codec.LIFETIME, updates)
     return over
+
+
+def _written(
+    subjects: list[bytes], grouping: tuple[g.Intps, g.Intps, g.Intps], changed: g.Intps
+) -> tuple[g.Intps, g.Intps]:
+    """Whose records a charge writes, as batch positions: the first record of each of the
+    ``changed`` groups, then one record of each other subject in them; and the group of each.
+
+    ``grouping``: the positions of the grouped records, each group's first record, and each
+    record's group. A group is a hash, so it may hold several subjects (a collision, rare):
+    each gets a record of its own with the group's row, since the next process draws
+    another hash key and may hold them apart, and a subject's own record must hold at
+    least what it spent. Only records repeating a hash of the batch are compared.
+    """
+    at, firsts, inverse = grouping
+    heads = firsts[inverse]  # the position of each record's group's first record
+    again = np.flatnonzero(heads != at)
+    own = list(map(subjects.__getitem__, at[again].tolist()))
+    if list(map(subjects.__getitem__, heads[again].tolist())) == own:
+        return firsts[changed], changed
+    touched = np.zeros(len(firsts), dtype=bool)
+    touched[changed] = True
+    others: dict[bytes, tuple[int, int]] = {}  # a colliding subject -> (position, group)
+    for j, i in enumerate(again.tolist()):
+        if touched[inverse[i]] and own[j] != subjects[heads[i]]:
+            others.setdefault(own[j], (int(at[i]), int(inverse[i])))
+    extra = np.array(list(others.values()), dtype=np.intp).reshape(-1, 2)
+    return np.r_[firsts[changed], extra[:, 0]], np.r_[changed, extra[:, 1]]
 
 
 def _spent(spending: Spending | None, keys: g.Int64s, *, width: int) -> g.Int64s:
@@ -256,16 +285,20 @@ def _spent(spending: Spending | None, keys: g.Int64s, *, width: int) -> g.Int64s
 
 def _store(
     spending: Spending,
-    chosen: tuple[g.Int64s, list[bytes], g.Intps],
+    chosen: tuple[g.Int64s, list[bytes], g.Intps, int],
     rows: g.Int64s,
     prefix: bytes,
     updates: Updates,
 ) -> None:
-    """Set the rows of the subjects at the chosen positions, and their changelog run."""
-    keys, subjects, at = chosen
-    # every record its own subject's, in batch order (``group``), and all charged: usual
-    names = subjects if len(at) == len(subjects) else list(map(subjects.__getitem__, at.tolist()))
-    spending.put(keys[at], names, rows)
+    """Set the rows of the subjects at the chosen positions (``_written``: the first
+    ``heads`` are of distinct hashes, the rest share their rows), and their changelog run."""
+    keys, subjects, at, heads = chosen
+    # usual: every record its own subject's, in batch order (``group``), all charged
+    usual = heads == len(at) == len(subjects)
+    names = subjects if usual else list(map(subjects.__getitem__, at.tolist()))
+    spending.put(keys[at[:heads]], names[:heads], rows[:heads])
+    if len(at) > heads:  # subjects whose hashes collide with a head's: aliases of its row
+        spending.merge(keys[at[heads:]], names[heads:], rows[heads:])
     updates.add(prefix, names, int64_rows(rows, rows.shape[1]))
 
 

@@ -16,15 +16,32 @@ it), so a collision is a 2^-64 event per pair of subjects; a hostile writer
 who could force one gains nothing it lacks already (it can exhaust anyone's
 budget by writing records under their subject). The hashes never leave the
 process: the changelog keys are the subjects, and a restore hashes them anew.
+
+Since the next process draws another hash key, subjects that share a row
+now may not later: every subject keeps a changelog record of its own, at
+least what it spent (the shared row's value whenever one of its records is
+released; ``core`` writes one per subject, even for two of one row in one
+batch). ``aliases`` are the subjects known to share a slot with its first:
+those ``merge`` meets (a restore) or ``core`` reports (a collision inside a
+batch). ``put`` does not look for them: that would compare each subject's
+bytes with its slot's name, a cache miss per subject, the cost this table
+exists to avoid. So a subject that first collides in a later batch has a
+record the window's tombstones miss; it is harmless (a closed window is
+never charged again) and short-lived: a restore reads it, ``merge`` makes it
+an alias, and the first charge after the restore tombstones it.
 """
 
 from __future__ import annotations
 
+import bisect
+import operator
+import secrets
 from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+from privstream.errors import MisuseError
 from privstream.ledger import _slots
 
 Int64s = npt.NDArray[np.int64]
@@ -43,27 +60,44 @@ class Spending:
 
     def __init__(self, *, width: int) -> None:
         self.width = width
+        #: the table's secret odd multiplier (its home rows: ``_slots.c``)
+        self._mix = secrets.randbits(64) | 1
         #: (key, slot) pairs, open addressing, at most half full
         self._table = np.full((_MIN_ROWS, 2), _EMPTY, dtype=np.int64)
         #: row ``slot``: what the subject spent (rows past ``len(self)`` are zero)
         self.rows = np.zeros((_MIN_ROWS // 2, width), dtype=np.int64)
         self._size = 0
-        #: the subjects of the slots, in slot order: per insert, their bytes joined and their
-        #: lengths (read only to tombstone or snapshot; a bytes object per subject held for
-        #: the window's life would cost 56 bytes each, and pin the allocator's pools)
-        self._names: list[tuple[bytes, npt.NDArray[np.int32]]] = []
+        #: the subject of each slot (the first seen), in slot order: per insert, their bytes
+        #: joined and where each ends, and the insert's first slot (read to tombstone, to
+        #: snapshot, and on a collision; a bytes object per subject for the window's life
+        #: would cost 56 bytes each and pin the allocator's pools)
+        self._names: list[tuple[bytes, npt.NDArray[np.int64]]] = []
+        self._firsts: list[int] = []
+        #: other subjects known to share a slot (their hashes collide): subject -> slot
+        self.aliases: dict[bytes, int] = {}
 
     def __len__(self) -> int:
         return self._size
 
     @property
     def names(self) -> list[bytes]:
-        """The subject of each slot, in slot order."""
+        """The subject of each slot (the first seen), in slot order."""
         names: list[bytes] = []
-        for joined, lengths in self._names:
-            ends = np.cumsum(lengths).tolist()
-            names.extend(map(joined.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+        for joined, ends in self._names:
+            stops = ends.tolist()
+            names.extend(map(joined.__getitem__, map(slice, [0, *stops[:-1]], stops)))
         return names
+
+    def name(self, slot: int) -> bytes:
+        """The subject of one slot (the first seen)."""
+        part = bisect.bisect_right(self._firsts, slot) - 1
+        joined, ends = self._names[part]
+        i = slot - self._firsts[part]
+        return joined[int(ends[i - 1]) if i else 0 : int(ends[i])]
+
+    def every_name(self) -> list[bytes]:
+        """The subjects held (each slot's first, then the aliases): a window's tombstones."""
+        return [*self.names, *self.aliases]
 
     def get(self, keys: Int64s) -> Int64s:
         """The row of each key (zeros where absent), shape ``(len(keys), width)``."""
@@ -71,37 +105,65 @@ class Spending:
         return np.where((slots >= 0)[:, None], self.rows[slots], 0)
 
     def put(self, keys: Int64s, names: Sequence[bytes], rows: Int64s) -> None:
-        """Set the row of each key (distinct keys; ``names[i]``: the subject of ``keys[i]``)."""
-        slots = self._insert(keys, names)  # first: it may replace self.rows
+        """Set the row of each key (distinct keys; ``names[i]``: the subject of ``keys[i]``,
+        which names the row if the key is new)."""
+        slots = self._insert(keys, names, rows)  # first: it may replace self.rows
         self.rows[slots] = rows
 
     def merge(self, keys: Int64s, names: Sequence[bytes], rows: Int64s) -> None:
-        """Like ``put``, but keys may repeat (a restore's colliding subjects): the largest
-        row wins, elementwise, so the merged subject keeps the most either spent."""
-        slots = self._insert(keys, names)  # first: it may replace self.rows
+        """Like ``put``, but keys may repeat (subjects whose hashes collide): the largest
+        row wins, elementwise, so the merged subject keeps the most either spent, and a
+        subject that is not its slot's first becomes an alias."""
+        before = len(self)
+        slots = self._insert(keys, names, rows)  # first: it may replace self.rows
         np.maximum.at(self.rows, slots, rows)
+        # usual (a restore without collisions): every key new, named by its own subject
+        fresh = len(self) - before == len(slots)
+        held = list(names) if fresh else list(map(self.name, slots.tolist()))
+        if held != list(names):  # rare: a collision
+            differ = np.fromiter(map(operator.ne, names, held), dtype=bool, count=len(held))
+            for i in np.flatnonzero(differ).tolist():
+                self.aliases.setdefault(names[i], int(slots[i]))
+
+    def every_row(self) -> Int64s:
+        """The row of each subject of ``every_name`` (an alias: its slot's row)."""
+        if not self.aliases:
+            return self.rows[: len(self)]
+        return np.concatenate([self.rows[: len(self)], self.rows[list(self.aliases.values())]])
 
     def items(self) -> zip[tuple[bytes, Int64s]]:
-        """(subject, row) per slot, in slot order."""
-        return zip(self.names, self.rows[: len(self)], strict=True)
+        """(subject, row) of every subject held, as ``every_name`` orders them."""
+        return zip(self.every_name(), self.every_row(), strict=True)
 
-    def _insert(self, keys: Int64s, names: Sequence[bytes]) -> Int64s:
+    def _insert(self, keys: Int64s, names: Sequence[bytes], rows: Int64s) -> Int64s:
+        if not len(keys) == len(names) == len(rows) or rows.shape[1:] != (self.width,):
+            raise MisuseError(
+                f"Spending: {len(keys)} keys, {len(names)} names and rows of shape "
+                f"{rows.shape}; give one name and one row of {self.width} per key"
+            )
         self._reserve(len(keys))
         slots, fresh = self._find(keys, insert=True)
         if len(fresh):
             new = names if len(fresh) == len(names) else [names[i] for i in fresh.tolist()]
-            lengths = np.fromiter(map(len, new), dtype=np.int32, count=len(new))
-            self._names.append((b"".join(new), lengths))
+            ends = np.cumsum(np.fromiter(map(len, new), dtype=np.int64, count=len(new)))
+            self._names.append((b"".join(new), ends))
+            self._firsts.append(self._size)
             self._size += len(new)
         return slots
 
     def _find(self, keys: Int64s, *, insert: bool) -> tuple[Int64s, Int64s]:
         """Each key's slot (-1: absent), and the positions of the keys this call inserted."""
-        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        keys = np.asarray(keys)
+        if keys.ndim != 1 or (len(keys) and keys.dtype.kind not in "iu"):
+            raise MisuseError(
+                f"Spending: keys of dtype {keys.dtype} and shape {keys.shape}; give a 1-d "
+                "array of int64 (spending.hashes)"
+            )
+        keys = np.require(keys, dtype=np.int64, requirements=["C", "A"])
         slots = np.empty(len(keys), dtype=np.int64)
         firsts = np.empty(len(keys), dtype=np.int64)
         held = len(self)
-        size = _slots.find(self._table, keys, slots, firsts, held, insert)
+        size = _slots.find(self._table, keys, slots, firsts, held, insert, self._mix)
         return slots, firsts[: size - held]
 
     def _reserve(self, extra: int) -> None:
@@ -118,7 +180,7 @@ class Spending:
         self._table = np.full((capacity, 2), _EMPTY, dtype=np.int64)
         # the keys in slot order: inserted afresh, each gets its old slot back
         scratch = np.empty((2, len(by_slot)), dtype=np.int64)
-        _slots.find(self._table, by_slot, scratch[0], scratch[1], 0, True)
+        _slots.find(self._table, by_slot, scratch[0], scratch[1], 0, True, self._mix)
         rows = np.zeros((capacity // 2, self.width), dtype=np.int64)
         rows[: len(self)] = self.rows[: len(self)]
         self.rows = rows

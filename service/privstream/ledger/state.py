@@ -40,7 +40,9 @@ class PartitionState:
         return codec.window_prefix(start, self.window_ms)
 
     def snapshot(self) -> dict[bytes, bytes]:
-        """The compacted changelog of this state."""
+        """The compacted changelog of this state (each subject at its row's value, at least
+        what the changelog holds; a subject that first shared a row in a later batch is
+        missing until a restore: ``spending``)."""
         snap: dict[bytes, bytes] = {}
         for start, spending in self.windows.items():
             snap.update(_records(self.prefix(start), spending))
@@ -54,20 +56,20 @@ class PartitionState:
         return snap
 
     def close(self, closed: int, updates: Updates) -> None:
-        """Move the closed past forward to ``closed``: the record, and the tombstones of every
-        window that starts before it."""
-        if self.closed is not None and closed <= self.closed:
-            return
-        self.closed = closed
-        updates.put(codec.CLOSED_KEY, codec.encode_int(closed))
-        for start in [s for s in self.windows if s < closed]:
-            updates.add(self.prefix(start), self.windows.pop(start).names, None)
+        """Move the closed past forward to ``closed`` (the record), and tombstone every window
+        held that starts before the closed past: the ones it just closed, and any a restore
+        read back (records of subjects that collided, ``spending``: never charged again)."""
+        if self.closed is None or closed > self.closed:
+            self.closed = closed
+            updates.put(codec.CLOSED_KEY, codec.encode_int(closed))
+        for start in [s for s in self.windows if s < self.closed]:
+            updates.add(self.prefix(start), self.windows.pop(start).every_name(), None)
 
 
 def _records(prefix: bytes, spending: Spending) -> dict[bytes, bytes]:
-    """The changelog records ``prefix + subject -> row`` of a ``Spending``."""
-    rows = int64_rows(spending.rows[: len(spending)], spending.width)
-    return dict(zip(map(prefix.__add__, spending.names), map(bytes, rows), strict=True))
+    """The changelog records ``prefix + subject -> row`` of a ``Spending`` (every subject)."""
+    rows = int64_rows(spending.every_row(), spending.width)
+    return dict(zip(map(prefix.__add__, spending.every_name()), map(bytes, rows), strict=True))
 
 
 def restored(

@@ -136,7 +136,7 @@ def test_subjects_whose_hashes_collide_share_one_budget(
     rng = np.random.default_rng(5)
 
     def identity(subject: bytes) -> int:
-        return len(subject) % 2  # alice, carol, e*1024 collide; so do bob, \x00, dave\x00
+        return len(subject) % 2  # odd lengths collide: alice, bob, carol, \x00, dave\x00
 
     monkeypatch.setattr(
         core, "hashes", lambda subjects: np.array([identity(s) for s in subjects], np.int64)
