@@ -296,10 +296,12 @@ def _store(
     # usual: every record its own subject's, in batch order (``group``), all charged
     usual = heads == len(at) == len(subjects)
     names = subjects if usual else list(map(subjects.__getitem__, at.tolist()))
-    spending.put(keys[at[:heads]], names[:heads], rows[:heads])
+    # measured once while the subjects are in cache, for the table and the record batch
+    lengths = np.fromiter(map(len, names), dtype=np.int64, count=len(names))
+    spending.put(keys[at[:heads]], names[:heads], rows[:heads], lengths[:heads])
     if len(at) > heads:  # subjects whose hashes collide with a head's: aliases of its row
         spending.merge(keys[at[heads:]], names[heads:], rows[heads:])
-    updates.add(prefix, names, int64_rows(rows, rows.shape[1]))
+    updates.add(prefix, names, int64_rows(rows, rows.shape[1]), lengths)
 
 
 def _too_long(subjects: Sequence[bytes]) -> g.Bools | slice:

@@ -104,10 +104,12 @@ class Spending:
         slots, _ = self._find(keys, insert=False)
         return np.where((slots >= 0)[:, None], self.rows[slots], 0)
 
-    def put(self, keys: Int64s, names: Sequence[bytes], rows: Int64s) -> None:
+    def put(
+        self, keys: Int64s, names: Sequence[bytes], rows: Int64s, lengths: Int64s | None = None
+    ) -> None:
         """Set the row of each key (distinct keys; ``names[i]``: the subject of ``keys[i]``,
-        which names the row if the key is new)."""
-        slots = self._insert(keys, names, rows)  # first: it may replace self.rows
+        which names the row if the key is new; ``lengths``: of the names, if known)."""
+        slots = self._insert(keys, names, rows, lengths)  # first: it may replace self.rows
         self.rows[slots] = rows
 
     def merge(self, keys: Int64s, names: Sequence[bytes], rows: Int64s) -> None:
@@ -135,8 +137,11 @@ class Spending:
         """(subject, row) of every subject held, as ``every_name`` orders them."""
         return zip(self.every_name(), self.every_row(), strict=True)
 
-    def _insert(self, keys: Int64s, names: Sequence[bytes], rows: Int64s) -> Int64s:
-        if not len(keys) == len(names) == len(rows) or rows.shape[1:] != (self.width,):
+    def _insert(
+        self, keys: Int64s, names: Sequence[bytes], rows: Int64s, lengths: Int64s | None = None
+    ) -> Int64s:
+        given = len(names) if lengths is None else len(lengths)
+        if not len(keys) == len(names) == len(rows) == given or rows.shape[1:] != (self.width,):
             raise MisuseError(
                 f"Spending: {len(keys)} keys, {len(names)} names and rows of shape "
                 f"{rows.shape}; give one name and one row of {self.width} per key"
@@ -144,8 +149,11 @@ class Spending:
         self._reserve(len(keys))
         slots, fresh = self._find(keys, insert=True)
         if len(fresh):
-            new = names if len(fresh) == len(names) else [names[i] for i in fresh.tolist()]
-            ends = np.cumsum(np.fromiter(map(len, new), dtype=np.int64, count=len(new)))
+            every = len(fresh) == len(names)
+            new = names if every else [names[i] for i in fresh.tolist()]
+            if lengths is None:
+                lengths = np.fromiter(map(len, names), dtype=np.int64, count=len(names))
+            ends = np.cumsum(lengths if every else lengths[fresh])
             self._names.append((b"".join(new), ends))
             self._firsts.append(self._size)
             self._size += len(new)

@@ -41,6 +41,9 @@ class Run:
     names: Sequence[bytes]
     #: one row of bytes per name (every value of a run has the same length)
     values: Rows | None
+    #: each name's length, when the charge has them at hand (the record batch groups by
+    #: length; measuring them there again reads every subject anew, long out of cache)
+    lengths: npt.NDArray[np.int64] | None = None
 
     def __post_init__(self) -> None:
         if self.values is not None and (
@@ -49,6 +52,11 @@ class Run:
             raise MisuseError(
                 f"changelog run {self.prefix!r}: {len(self.names)} names but values of shape "
                 f"{self.values.shape}; give one row per name"
+            )
+        if self.lengths is not None and len(self.lengths) != len(self.names):
+            raise MisuseError(
+                f"changelog run {self.prefix!r}: {len(self.names)} names but "
+                f"{len(self.lengths)} lengths; give one length per name"
             )
 
     def __len__(self) -> int:
@@ -67,10 +75,17 @@ class Updates:
 
     runs: list[Run] = field(default_factory=list)
 
-    def add(self, prefix: bytes, names: Sequence[bytes], values: Rows | None) -> None:
-        """Records ``prefix + name -> row`` (distinct names); nothing when ``names`` is empty."""
+    def add(
+        self,
+        prefix: bytes,
+        names: Sequence[bytes],
+        values: Rows | None,
+        lengths: npt.NDArray[np.int64] | None = None,
+    ) -> None:
+        """Records ``prefix + name -> row`` (distinct names; ``lengths``: of the names, if
+        known); nothing when ``names`` is empty."""
         if len(names):
-            self.runs.append(Run(prefix, names, values))
+            self.runs.append(Run(prefix, names, values, lengths))
 
     def put(self, key: bytes, value: bytes | None) -> None:
         """One record."""

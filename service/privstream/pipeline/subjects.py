@@ -65,9 +65,13 @@ def subject_values(
     bits that orjson rounded).
     """
     values = list(map(dict.get, objs, repeat(field)))
-    if list(map(type, values)).count(str) == len(values) and "" not in values:
-        # the common batch, C loops only; orjson refuses lone surrogates, so every string encodes
-        return list(map(str.encode, cast(list[str], values)))
+    try:  # the common batch, one C loop (orjson's strings are exact str)
+        encoded: list[bytes | None] = list(map(str.encode, cast(list[str], values)))
+    except (TypeError, UnicodeEncodeError):  # a value that is no string, or a lone surrogate
+        pass
+    else:
+        if b"" not in encoded:
+            return encoded
     subjects = list(map(_canonical, values))
     for index, value in enumerate(values):
         if type(value) is float:

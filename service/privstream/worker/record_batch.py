@@ -218,7 +218,9 @@ def _by_name_length(
     replays alike), runs in order."""
     parts: list[tuple[Run, Sequence[bytes], npt.NDArray[np.uint8] | None]] = []
     for run in runs:
-        lengths = np.fromiter(map(len, run.names), dtype=np.int64, count=len(run.names))
+        lengths = run.lengths
+        if lengths is None:
+            lengths = np.fromiter(map(len, run.names), dtype=np.int64, count=len(run.names))
         if (lengths == lengths[0]).all():  # usual: ids of one format
             parts.append((run, run.names, run.values))
             continue

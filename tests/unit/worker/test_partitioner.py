@@ -1,12 +1,16 @@
-"""The batch murmur2 partitioner against aiokafka's (Kafka's Java client's) one-key version."""
+"""The batch murmur2 partitioner (C, ``_murmur2.c``) against aiokafka's (Kafka's Java client's)
+one-key version."""
 
 from __future__ import annotations
 
 import random
 
+import numpy as np
+import pytest
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from privstream.worker import _murmur2
 from privstream.worker.partitioner import murmur2 as batch_murmur2
 from privstream.worker.partitioner import partitions_of
 
@@ -41,3 +45,15 @@ def test_keys_of_mixed_lengths_in_any_order_hash_as_the_java_client_does(
 ) -> None:
     """Reordered by length and joined once: each hash must still land on its own key."""
     assert batch_murmur2(keys).tolist() == [murmur2(key) & 0xFFFFFFFF for key in keys]
+
+
+def test_murmur2_refuses_what_is_not_bytes_and_a_wrong_buffer() -> None:
+    out = np.zeros(2, dtype=np.uint32)
+    with pytest.raises(TypeError, match="key 1 is str"):
+        _murmur2.murmur2([b"a", "b"], out)
+    assert out.tolist() == [0, 0], "a refused call wrote"
+    with pytest.raises(ValueError, match="2 aligned uint32s"):
+        _murmur2.murmur2([b"a", b"b"], np.zeros(3, dtype=np.uint32))
+    with pytest.raises(TypeError):
+        _murmur2.murmur2((b"a",), np.zeros(1, dtype=np.uint32))  # a list, not a tuple
+    assert batch_murmur2((b"a", b"bc")).tolist() == [murmur2(k) & 0xFFFFFFFF for k in (b"a", b"bc")]
