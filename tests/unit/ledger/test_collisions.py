@@ -22,6 +22,7 @@ import pytest
 from privstream.ledger import LedgerPolicy, SubjectLedger, core, state
 
 from tests.unit.ledger.test_charge import POLICY, random_batch
+from tests.unit.worker.test_record_batch import replay
 
 Identity = Callable[[bytes], int]
 
@@ -48,13 +49,7 @@ class Hashes:
 
 def compacted(log: Iterable[tuple[bytes, bytes | None]]) -> dict[bytes, bytes]:
     """What a compacted changelog keeps: the last value per key, tombstoned keys dropped."""
-    kept: dict[bytes, bytes] = {}
-    for key, value in log:
-        if value is None:
-            kept.pop(key, None)
-        else:
-            kept[key] = value
-    return kept
+    return replay(list(log), {})
 
 
 def window_starts(kept: dict[bytes, bytes]) -> set[int]:
