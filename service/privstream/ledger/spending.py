@@ -149,15 +149,25 @@ class Spending:
         self._reserve(len(keys))
         slots, fresh = self._find(keys, insert=True)
         if len(fresh):
-            every = len(fresh) == len(names)
-            new = names if every else [names[i] for i in fresh.tolist()]
-            if lengths is None:
-                lengths = np.fromiter(map(len, names), dtype=np.int64, count=len(names))
-            ends = np.cumsum(lengths if every else lengths[fresh])
-            self._names.append((b"".join(new), ends))
+            try:
+                self._names.append(_joined(names, fresh, lengths))
+            except (TypeError, MisuseError):
+                # the table holds the new keys at slots past ``len(self)``: a later insert
+                # would reuse those slots, and two subjects would share (and overwrite) a row
+                self._forget_from(self._size)
+                raise
             self._firsts.append(self._size)
-            self._size += len(new)
+            self._size += len(fresh)
         return slots
+
+    def _forget_from(self, size: int) -> None:
+        """Drop the keys of slots ``size`` and above from the table (an insert that failed)."""
+        live = (self._table[:, 0] != _EMPTY) & (self._table[:, 1] < size)
+        by_slot = np.empty(size, dtype=np.int64)
+        by_slot[self._table[live, 1]] = self._table[live, 0]
+        self._table = np.full_like(self._table, _EMPTY)
+        scratch = np.empty((2, size), dtype=np.int64)
+        _slots.find(self._table, by_slot, scratch[0], scratch[1], 0, True, self._mix)
 
     def _find(self, keys: Int64s, *, insert: bool) -> tuple[Int64s, Int64s]:
         """Each key's slot (-1: absent), and the positions of the keys this call inserted."""
@@ -192,3 +202,20 @@ class Spending:
         rows = np.zeros((capacity // 2, self.width), dtype=np.int64)
         rows[: len(self)] = self.rows[: len(self)]
         self.rows = rows
+
+
+def _joined(names: Sequence[bytes], fresh: Int64s, lengths: Int64s | None) -> tuple[bytes, Int64s]:
+    """The names at ``fresh`` joined, and where each ends; raises TypeError for a name that
+    is not bytes, MisuseError for ``lengths`` that do not add up to the names'."""
+    every = len(fresh) == len(names)
+    new = names if every else [names[i] for i in fresh.tolist()]
+    joined = b"".join(new)
+    if lengths is None:
+        lengths = np.fromiter(map(len, names), dtype=np.int64, count=len(names))
+    ends = np.cumsum(lengths if every else lengths[fresh])
+    if int(ends[-1]) != len(joined) or (len(ends) > 1 and (ends[1:] < ends[:-1]).any()):
+        raise MisuseError(
+            f"Spending: lengths adding up to {int(ends[-1])} bytes for {len(joined)} bytes "
+            "of names; give each name's len() or none"
+        )
+    return joined, ends
