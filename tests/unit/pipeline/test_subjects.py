@@ -89,7 +89,11 @@ def test_process_batch_reads_the_same_subjects_from_its_own_decode() -> None:
 
 
 class Name(str):
-    """A str subclass (no JSON decoder makes one; a caller's own objects might)."""
+    """A str subclass (no JSON decoder makes one; a caller's own objects might), whose
+    ``encode`` lies: its subject is its characters' bytes on every path."""
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return b"forged"
 
 
 BIG = b"123456789012345678901234567890"  # beyond 64 bits: orjson rounds it to a float
