@@ -34,7 +34,6 @@ an alias, and the first charge after the restore tombstones it.
 from __future__ import annotations
 
 import bisect
-import operator
 import secrets
 from collections.abc import Sequence
 
@@ -109,22 +108,21 @@ class Spending:
     ) -> None:
         """Set the row of each key (distinct keys; ``names[i]``: the subject of ``keys[i]``,
         which names the row if the key is new; ``lengths``: of the names, if known)."""
-        slots = self._insert(keys, names, rows, lengths)  # first: it may replace self.rows
+        slots, _ = self._insert(keys, names, rows, lengths)  # first: it may replace self.rows
         self.rows[slots] = rows
 
     def merge(self, keys: Int64s, names: Sequence[bytes], rows: Int64s) -> None:
         """Like ``put``, but keys may repeat (subjects whose hashes collide): the largest
         row wins, elementwise, so the merged subject keeps the most either spent, and a
         subject that is not its slot's first becomes an alias."""
-        before = len(self)
-        slots = self._insert(keys, names, rows)  # first: it may replace self.rows
+        slots, fresh = self._insert(keys, names, rows)  # first: it may replace self.rows
         np.maximum.at(self.rows, slots, rows)
-        # usual (a restore without collisions): every key new, named by its own subject
-        fresh = len(self) - before == len(slots)
-        held = list(names) if fresh else list(map(self.name, slots.tolist()))
-        if held != list(names):  # rare: a collision
-            differ = np.fromiter(map(operator.ne, names, held), dtype=bool, count=len(held))
-            for i in np.flatnonzero(differ).tolist():
+        # a key new to the table is named by its own subject; the rest (held before, or
+        # twice in this call: rare, a collision) are looked up, a bisect each
+        held = np.ones(len(slots), dtype=bool)
+        held[fresh] = False
+        for i in np.flatnonzero(held).tolist():
+            if self.name(int(slots[i])) != names[i]:
                 self.aliases.setdefault(names[i], int(slots[i]))
 
     def every_row(self) -> Int64s:
@@ -139,7 +137,8 @@ class Spending:
 
     def _insert(
         self, keys: Int64s, names: Sequence[bytes], rows: Int64s, lengths: Int64s | None = None
-    ) -> Int64s:
+    ) -> tuple[Int64s, Int64s]:
+        """Each key's slot, and the positions of the keys new to the table."""
         given = len(names) if lengths is None else len(lengths)
         if not len(keys) == len(names) == len(rows) == given or rows.shape[1:] != (self.width,):
             raise MisuseError(
@@ -149,15 +148,25 @@ class Spending:
         self._reserve(len(keys))
         slots, fresh = self._find(keys, insert=True)
         if len(fresh):
-            every = len(fresh) == len(names)
-            new = names if every else [names[i] for i in fresh.tolist()]
-            if lengths is None:
-                lengths = np.fromiter(map(len, names), dtype=np.int64, count=len(names))
-            ends = np.cumsum(lengths if every else lengths[fresh])
-            self._names.append((b"".join(new), ends))
+            try:
+                self._names.append(_joined(names, fresh, lengths))
+            except (TypeError, MisuseError):
+                # the table holds the new keys at slots past ``len(self)``: a later insert
+                # would reuse those slots, and two subjects would share (and overwrite) a row
+                self._forget_from(self._size)
+                raise
             self._firsts.append(self._size)
-            self._size += len(new)
-        return slots
+            self._size += len(fresh)
+        return slots, fresh
+
+    def _forget_from(self, size: int) -> None:
+        """Drop the keys of slots ``size`` and above from the table (an insert that failed)."""
+        live = (self._table[:, 0] != _EMPTY) & (self._table[:, 1] < size)
+        by_slot = np.empty(size, dtype=np.int64)
+        by_slot[self._table[live, 1]] = self._table[live, 0]
+        self._table = np.full_like(self._table, _EMPTY)
+        scratch = np.empty((2, size), dtype=np.int64)
+        _slots.find(self._table, by_slot, scratch[0], scratch[1], 0, True, self._mix)
 
     def _find(self, keys: Int64s, *, insert: bool) -> tuple[Int64s, Int64s]:
         """Each key's slot (-1: absent), and the positions of the keys this call inserted."""
@@ -192,3 +201,20 @@ class Spending:
         rows = np.zeros((capacity // 2, self.width), dtype=np.int64)
         rows[: len(self)] = self.rows[: len(self)]
         self.rows = rows
+
+
+def _joined(names: Sequence[bytes], fresh: Int64s, lengths: Int64s | None) -> tuple[bytes, Int64s]:
+    """The names at ``fresh`` joined, and where each ends; raises TypeError for a name that
+    is not bytes, MisuseError for ``lengths`` that do not add up to the names'."""
+    every = len(fresh) == len(names)
+    new = names if every else list(map(names.__getitem__, fresh.tolist()))
+    joined = b"".join(new)
+    if lengths is None:
+        lengths = np.fromiter(map(len, names), dtype=np.int64, count=len(names))
+    ends = np.cumsum(lengths if every else lengths[fresh])
+    if int(ends[-1]) != len(joined) or (len(ends) > 1 and (ends[1:] < ends[:-1]).any()):
+        raise MisuseError(
+            f"Spending: lengths adding up to {int(ends[-1])} bytes for {len(joined)} bytes "
+            "of names; give each name's len() or none"
+        )
+    return joined, ends

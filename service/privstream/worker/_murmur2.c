@@ -2,10 +2,13 @@
  *
  * murmur2(keys, out): out[i] = Java's org.apache.kafka.common.utils.Utils.murmur2(keys[i])
  * as an unsigned 32-bit integer, for a list of bytes; ``out`` is a writable,
- * 4-byte aligned buffer of len(keys) uint32s. The ledger checks every record's
+ * C-contiguous, 4-byte aligned buffer of len(keys) native uint32s (its format
+ * checked: a float32, int32 or uint8 array of the same byte size would take the
+ * bits and give wrong partitions). The ledger checks every record's
  * partition with it (worker/ledger_columns.misplaced); numpy needed a dozen
  * passes over the batch per 4-byte word, this is one loop over the key objects.
- * Raises TypeError, changing nothing, unless every key is bytes.
+ * Raises TypeError, changing nothing, unless every key is bytes (a subclass of
+ * bytes is its bytes, as for aiokafka's murmur2).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -45,19 +48,35 @@ hash(const unsigned char *data, Py_ssize_t length)
     return h;
 }
 
+/* Whether a buffer's items are native uint32s ("I", or "L" where a long is 4 bytes). */
+static int
+native_uint32(const Py_buffer *b)
+{
+    const char *f = b->format == NULL ? "B" : b->format;
+    if (*f == '@' || *f == '=') {
+        f++;
+    }
+    int code = (*f == 'I' || (*f == 'L' && sizeof(unsigned long) == 4)) && f[1] == '\0';
+    return code && b->itemsize == 4;
+}
+
 static PyObject *
 murmur2(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *keys;
+    PyObject *keys, *target;
     Py_buffer out;
-    if (!PyArg_ParseTuple(args, "O!w*", &PyList_Type, &keys, &out)) {
+    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &keys, &target)) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(target, &out, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS)) {
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(keys);
     PyObject *result = NULL;
-    if (out.len != 4 * n || ((uintptr_t)out.buf & 3)) {
+    if (!native_uint32(&out) || out.len != 4 * n || ((uintptr_t)out.buf & 3)) {
         PyErr_Format(PyExc_ValueError,
-                     "murmur2: out must be %zd aligned uint32s, one per key", n);
+                     "murmur2: out must be %zd aligned native uint32s, one per key; got %zd "
+                     "bytes of format %.20s", n, out.len, out.format == NULL ? "B" : out.format);
     } else {
         Py_ssize_t i = 0;
         while (i < n && PyBytes_Check(PyList_GET_ITEM(keys, i))) {

@@ -92,12 +92,13 @@ class Columns:
         subject_field: str,
     ) -> None:
         check_partitions(records, partitions)
-        index = np.asarray(result.output_index, dtype=np.int64)
+        index = _output_index(result, len(records))
         #: outputs in input order (``order``) and the record of each (``index``)
         self.order = np.argsort(index, kind="stable")
         self.index = index[self.order]
         every = len(index) == len(records) and bool((index[1:] > index[:-1]).all())
-        # usual: every record released, in order (``index`` is then 0..n-1)
+        # usual: every record released, in order (``index`` is then 0..n-1: n increasing
+        # values in 0..n-1)
         released = records if every else list(map(records.__getitem__, self.index.tolist()))
         self.partitions = partitions[self.index]
         self._timestamps = np.fromiter(map(_TIMESTAMP, released), np.int64, len(released))
@@ -114,6 +115,18 @@ class Columns:
             subjects = list(map(self._subjects.__getitem__, picks))
             keys = list(map(self._keys.__getitem__, picks))
         return {"subjects": subjects, "keys": keys, "timestamps_ms": self._timestamps[rows]}
+
+
+def _output_index(result: BatchResult, records: int) -> npt.NDArray[np.int64]:
+    """Each output's record, every one in the batch: a negative position would wrap and
+    pair one record's key and timestamp with another's partition."""
+    index = np.asarray(result.output_index, dtype=np.int64)
+    if len(index) and not 0 <= index.min() <= index.max() < records:
+        raise LedgerError(
+            f"a batch of {records} records came with an output index from {index.min()} to "
+            f"{index.max()}: refusing to charge it (please report)"
+        )
+    return index
 
 
 _TIMESTAMP = attrgetter("timestamp")

@@ -3,6 +3,8 @@ and hash collisions, and what it refuses."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from privstream.errors import MisuseError
@@ -205,3 +207,72 @@ def test_each_slot_names_its_first_subject_across_inserts() -> None:
         expected.extend(names)
     assert spending.names == expected
     assert [spending.name(slot) for slot in range(len(expected))] == expected
+
+
+@pytest.mark.parametrize(
+    ("names", "lengths", "error"),
+    [
+        ([b"b", "c"], None, TypeError),  # a str among the names
+        ([b"bb", b"c"], [1, 1], MisuseError),  # lengths two bytes short
+        ([b"bb", b"c"], [4, -1], MisuseError),  # adding up, one negative
+    ],
+)
+def test_a_refused_name_or_length_leaves_no_key_behind(
+    names: list[Any], lengths: list[int] | None, error: type[Exception]
+) -> None:
+    """The table takes the keys before the names are joined: a name that is not bytes, or
+    lengths that do not add up, must not leave keys at slots a later insert hands out
+    again (two subjects on one row, each ``put`` overwriting the other's spending)."""
+    spending = Spending(width=1)
+    spending.put(np.array([5]), [b"a"], np.array([[1]]))
+    given = None if lengths is None else np.array(lengths, dtype=np.int64)
+    with pytest.raises(error):
+        spending.put(np.array([6, 7]), names, np.array([[2], [3]]), given)
+    assert len(spending) == 1 and spending.names == [b"a"]
+    spending.put(np.array([8, 9]), [b"d", b"e"], np.array([[4], [5]]))
+    assert spending.get(np.array([5, 6, 7, 8, 9])).ravel().tolist() == [1, 0, 0, 4, 5]
+    assert spending.names == [b"a", b"d", b"e"]
+
+
+def test_name_and_names_on_every_part_boundary() -> None:
+    """Parts of one name, of many, empty names, 1- and 1024-byte names, and inserts that
+    take only some of their keys (the rest held): each slot, first and last of its part,
+    gives back its own subject."""
+    spending = Spending(width=1)
+    rng = np.random.default_rng(12)
+    expected: dict[int, bytes] = {}  # key -> the name it was first put with
+    for step in range(300):
+        size = int(rng.choice([1, 2, 3, 40]))
+        keys = rng.choice(2_000, size, replace=False).astype(np.int64)
+        lengths = rng.choice([0, 1, 2, 1024], size)
+        names = [bytes([step % 251]) * int(n) for n in lengths]
+        names = [n + b"%d" % k if step % 5 else n for n, k in zip(names, keys, strict=True)]
+        spending.put(keys, names, np.zeros((size, 1), np.int64))
+        for key, name in zip(keys.tolist(), names, strict=True):
+            expected.setdefault(key, name)
+    by_slot = list(expected.values())  # dicts keep the order keys were first seen
+    assert spending.names == by_slot
+    assert [spending.name(slot) for slot in range(len(by_slot))] == by_slot
+    assert len(spending._firsts) > 100, "too few parts to test their boundaries"
+
+
+def test_merge_takes_a_name_as_given_only_when_each_key_is_new_and_its_own() -> None:
+    """``merge`` skips the name look-up when the size grows by every key: a key twice in
+    one call, or a held key next to a new one, must still make the later subjects aliases."""
+    spending = Spending(width=1)
+    spending.merge(np.array([5, 5]), [b"a", b"b"], np.array([[1], [2]]))  # grows by 1 of 2
+    assert spending.names == [b"a"] and spending.aliases == {b"b": 0}
+    spending.merge(np.array([5, 6]), [b"c", b"d"], np.array([[3], [4]]))  # grows by 1 of 2
+    assert spending.names == [b"a", b"d"] and spending.aliases == {b"b": 0, b"c": 0}
+    spending.merge(np.array([7, 8, 7]), [b"e", b"f", b"g"], np.array([[1], [1], [9]]))
+    assert spending.names == [b"a", b"d", b"e", b"f"]
+    assert spending.aliases == {b"b": 0, b"c": 0, b"g": 2}
+    assert {name: row.tolist() for name, row in spending.items()} == {
+        b"a": [3],
+        b"b": [3],
+        b"c": [3],
+        b"d": [4],
+        b"e": [9],
+        b"f": [1],
+        b"g": [9],
+    }

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from privstream.config import parse_config
 from privstream.mechanisms import OsEntropy
 from privstream.pipeline import build_plan, process_batch
-from privstream.pipeline.subjects import subject_column
+from privstream.pipeline.subjects import subject_column, subject_values
 
 from tests.unit._support import config_dict
 
@@ -84,3 +86,47 @@ def test_process_batch_reads_the_same_subjects_from_its_own_decode() -> None:
         assert result.subjects == expected
         assert len(result.subjects) == len(result.outputs) > 0
     assert process_batch(plan, strings, OsEntropy()).subjects is None
+
+
+class Name(str):
+    """A str subclass (no JSON decoder makes one; a caller's own objects might), whose
+    ``encode`` lies: its subject is its characters' bytes on every path."""
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return b"forged"
+
+
+BIG = b"123456789012345678901234567890"  # beyond 64 bits: orjson rounds it to a float
+#: (a field value as a decoder may hand it over, its raw message, the subject it must give)
+VALUES: list[tuple[object, bytes, bytes | None]] = [
+    ("dev-7", b'{"device_id": "dev-7"}', b"dev-7"),
+    ("\u00e9t\u00e9", '{"device_id": "\u00e9t\u00e9"}'.encode(), "\u00e9t\u00e9".encode()),
+    ("\ud800", b'{"device_id": "\\ud800"}', b"\xed\xa0\x80"),  # the reference decoder's
+    ("", b'{"device_id": ""}', None),
+    (None, b'{"device_id": null}', None),
+    (7, b'{"device_id": 7}', b"7"),
+    (-0, b'{"device_id": -0}', b"0"),
+    (True, b'{"device_id": true}', None),
+    (1.5, b'{"device_id": 1.5}', None),
+    (1.2345678901234568e29, b'{"device_id": 123456789012345678901234567890}', BIG),
+    (["a"], b'{"device_id": ["a"]}', None),
+    ({"a": 1}, b'{"device_id": {"a": 1}}', None),
+    (b"raw", b'{"device_id": "raw"}', None),  # bytes are no JSON value
+    (Name("dev-8"), b'{"device_id": "dev-8"}', b"dev-8"),  # a string, whatever its class
+]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_each_subject_is_its_own_values_whatever_else_the_batch_holds(seed: int) -> None:
+    """The one-pass path (every value a non-empty, encodable string) and the general path
+    give each value the same subject: a value's subject never depends on its neighbours."""
+    rng = random.Random(seed)
+    picks = [rng.randrange(len(VALUES)) for _ in range(rng.randrange(1, 8))]
+    if seed % 2:  # batches of strings only, some of them not encodable or empty
+        picks = [rng.choice([0, 1, 2, 3, 13]) for _ in picks]
+    objs = [{"device_id": VALUES[i][0]} for i in picks]
+    messages = [VALUES[i][1] for i in picks]
+    expected = [VALUES[i][2] for i in picks]
+    assert subject_values(objs, messages, "device_id") == expected
+    where = list(range(len(picks)))
+    assert subject_values(objs, messages, "device_id", where) == expected

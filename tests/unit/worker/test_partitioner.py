@@ -52,8 +52,60 @@ def test_murmur2_refuses_what_is_not_bytes_and_a_wrong_buffer() -> None:
     with pytest.raises(TypeError, match="key 1 is str"):
         _murmur2.murmur2([b"a", "b"], out)
     assert out.tolist() == [0, 0], "a refused call wrote"
-    with pytest.raises(ValueError, match="2 aligned uint32s"):
+    with pytest.raises(ValueError, match="2 aligned native uint32s"):
         _murmur2.murmur2([b"a", b"b"], np.zeros(3, dtype=np.uint32))
     with pytest.raises(TypeError):
         _murmur2.murmur2((b"a",), np.zeros(1, dtype=np.uint32))  # a list, not a tuple
     assert batch_murmur2((b"a", b"bc")).tolist() == [murmur2(k) & 0xFFFFFFFF for k in (b"a", b"bc")]
+
+
+def test_lengths_to_64_all_ones_bytes_and_a_big_batch_hash_as_the_java_client_does() -> None:
+    rng = random.Random(8)  # every whole-word count to 16 and every tail, 0xff: sign bits set
+    keys = [rng.randbytes(length) for length in range(65)] + [b"\xff" * n for n in range(65)]
+    keys += [rng.randbytes(rng.randrange(0, 300)) for _ in range(20_000)]
+    assert batch_murmur2(keys).tolist() == [murmur2(key) & 0xFFFFFFFF for key in keys]
+
+
+class Key(bytes):
+    """A bytes subclass: its bytes are the key (aiokafka hashes it as bytes)."""
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [bytearray(b"b"), memoryview(b"b"), None, 7, "b"],
+    ids=["bytearray", "memoryview", "None", "int", "str"],
+)
+def test_a_key_that_is_not_bytes_is_refused_before_any_write(bad: object) -> None:
+    out = np.full(3, 7, dtype=np.uint32)
+    with pytest.raises(TypeError, match="key 1 is"):
+        _murmur2.murmur2([b"a", bad, b"c"], out)
+    assert out.tolist() == [7, 7, 7], "a refused call wrote"
+    assert batch_murmur2([Key(b"abc")]).tolist() == [murmur2(b"abc") & 0xFFFFFFFF]
+
+
+def test_an_out_buffer_of_another_type_or_layout_is_refused_before_any_write() -> None:
+    """A float32, int32, uint16 or uint8 array of the right byte size would take the hash's
+    bits and hand back wrong partitions; a misaligned, strided or read-only one is refused
+    too, and none is written."""
+    keys = [b"a", b"b"]
+    raw = np.zeros(9, dtype=np.uint8)
+    outs = [
+        np.zeros(2, dtype=np.float32),
+        np.zeros(2, dtype=np.int32),
+        np.zeros(4, dtype=np.uint16),
+        np.zeros(8, dtype=np.uint8),
+        np.zeros(2, dtype=">u4"),
+        np.zeros(1, dtype=np.uint64),
+        np.frombuffer(raw.data, dtype=np.uint32, count=2, offset=1),  # misaligned
+        np.zeros(4, dtype=np.uint32)[::2],
+        bytearray(8),
+    ]
+    for out in outs:
+        before = bytes(out)
+        with pytest.raises((ValueError, BufferError)):
+            _murmur2.murmur2(keys, out)
+        assert bytes(out) == before, f"a refused call wrote into {out!r}"
+    frozen = np.zeros(2, dtype=np.uint32)
+    frozen.flags.writeable = False
+    with pytest.raises((ValueError, TypeError)):
+        _murmur2.murmur2(keys, frozen)
