@@ -53,9 +53,6 @@ _WINDOW_HEAD = struct.Struct(">qq")
 #: bytes before the subject in a window key
 WINDOW_PREFIX_LEN = len(WINDOW) + _WINDOW_HEAD.size
 _INT = struct.Struct(">q")
-#: the value of a (subject, window) that spent nothing yet
-ZERO_SPEND = bytes(16)
-ZERO_LIFETIME = bytes(8)
 
 
 def window_prefix(start_ms: int, window_ms: int) -> bytes:

@@ -153,20 +153,11 @@ class Spending:
             except (TypeError, MisuseError):
                 # the table holds the new keys at slots past ``len(self)``: a later insert
                 # would reuse those slots, and two subjects would share (and overwrite) a row
-                self._forget_from(self._size)
+                self._rebuild(len(self._table), self._size)
                 raise
             self._firsts.append(self._size)
             self._size += len(fresh)
         return slots, fresh
-
-    def _forget_from(self, size: int) -> None:
-        """Drop the keys of slots ``size`` and above from the table (an insert that failed)."""
-        live = (self._table[:, 0] != _EMPTY) & (self._table[:, 1] < size)
-        by_slot = np.empty(size, dtype=np.int64)
-        by_slot[self._table[live, 1]] = self._table[live, 0]
-        self._table = np.full_like(self._table, _EMPTY)
-        scratch = np.empty((2, size), dtype=np.int64)
-        _slots.find(self._table, by_slot, scratch[0], scratch[1], 0, True, self._mix)
 
     def _find(self, keys: Int64s, *, insert: bool) -> tuple[Int64s, Int64s]:
         """Each key's slot (-1: absent), and the positions of the keys this call inserted."""
@@ -191,16 +182,20 @@ class Spending:
             return
         while 2 * need > capacity:
             capacity *= 2
-        live = self._table[:, 0] != _EMPTY
-        by_slot = np.empty(len(self), dtype=np.int64)
-        by_slot[self._table[live, 1]] = self._table[live, 0]
-        self._table = np.full((capacity, 2), _EMPTY, dtype=np.int64)
-        # the keys in slot order: inserted afresh, each gets its old slot back
-        scratch = np.empty((2, len(by_slot)), dtype=np.int64)
-        _slots.find(self._table, by_slot, scratch[0], scratch[1], 0, True, self._mix)
+        self._rebuild(capacity, len(self))
         rows = np.zeros((capacity // 2, self.width), dtype=np.int64)
         rows[: len(self)] = self.rows[: len(self)]
         self.rows = rows
+
+    def _rebuild(self, capacity: int, size: int) -> None:
+        """A table of ``capacity`` rows holding the keys of slots below ``size``, each at its
+        old slot (the keys in slot order, inserted afresh, get 0, 1, 2, ... again)."""
+        live = (self._table[:, 0] != _EMPTY) & (self._table[:, 1] < size)
+        by_slot = np.empty(size, dtype=np.int64)
+        by_slot[self._table[live, 1]] = self._table[live, 0]
+        self._table = np.full((capacity, 2), _EMPTY, dtype=np.int64)
+        scratch = np.empty((2, size), dtype=np.int64)
+        _slots.find(self._table, by_slot, scratch[0], scratch[1], 0, True, self._mix)
 
 
 def _joined(names: Sequence[bytes], fresh: Int64s, lengths: Int64s | None) -> tuple[bytes, Int64s]:
@@ -210,8 +205,9 @@ def _joined(names: Sequence[bytes], fresh: Int64s, lengths: Int64s | None) -> tu
     new = names if every else list(map(names.__getitem__, fresh.tolist()))
     joined = b"".join(new)
     if lengths is None:
-        lengths = np.fromiter(map(len, names), dtype=np.int64, count=len(names))
-    ends = np.cumsum(lengths if every else lengths[fresh])
+        ends = np.cumsum(np.fromiter(map(len, new), dtype=np.int64, count=len(new)))
+    else:
+        ends = np.cumsum(lengths if every else lengths[fresh])
     if int(ends[-1]) != len(joined) or (len(ends) > 1 and (ends[1:] < ends[:-1]).any()):
         raise MisuseError(
             f"Spending: lengths adding up to {int(ends[-1])} bytes for {len(joined)} bytes "

@@ -100,9 +100,8 @@ def _slow_value(raw: bytes, field: str) -> Any:
 
 
 def _canonical(value: Any) -> bytes | None:
-    kind = type(value)
-    if kind is str or isinstance(value, str):  # a subclass too: the one-pass path takes it
+    if isinstance(value, str):  # a subclass too: the one-pass path takes it
         return str.encode(value, "utf-8", "surrogatepass") or None  # not an override
-    if kind is int:
+    if type(value) is int:  # not bool
         return str(value).encode()
     return None
