@@ -245,9 +245,16 @@ def cpu_seconds(workers: list[Worker]) -> float:
 
 
 async def drain(
-    bootstrap: str, group: str, total: int, workers: list[Worker], within_s: float
+    bootstrap: str,
+    group: str,
+    total: int,
+    workers: list[Worker],
+    within_s: float,
+    *,
+    after: int = 0,
 ) -> Drain:
-    """Time the group from its first commit until all ``total`` records are committed.
+    """Time the group from its first commit past ``after`` records until all ``total``
+    records are committed.
 
     The workers' CPU is read at the same two polls (every 0.1 s), so start-up
     and the group join are left out of both.
@@ -258,7 +265,7 @@ async def drain(
         while True:
             done = await committed(client, group)
             now = time.perf_counter()
-            if first is None and done > 0:
+            if first is None and done > after:
                 first = (now, done, cpu_seconds(workers), broker_cpu_seconds(bootstrap))
             if done >= total and first is not None:
                 rate = (done - first[1]) / max(now - first[0], 1e-9)
@@ -273,7 +280,14 @@ async def drain(
 
 
 async def drain_rate(
-    bootstrap: str, group: str, total: int, workers: list[Worker], within_s: float
+    bootstrap: str,
+    group: str,
+    total: int,
+    workers: list[Worker],
+    within_s: float,
+    *,
+    after: int = 0,
 ) -> float:
-    """Records/s the group commits, from its first commit until all ``total`` are committed."""
-    return (await drain(bootstrap, group, total, workers, within_s)).rate
+    """Records/s the group commits, from its first commit past ``after`` records until
+    all ``total`` are committed."""
+    return (await drain(bootstrap, group, total, workers, within_s, after=after)).rate
