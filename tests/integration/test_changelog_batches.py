@@ -11,6 +11,9 @@ a fenced producer's add nothing, with ``transactions`` on and off.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import uuid
 from collections.abc import Iterable
 
@@ -20,6 +23,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from privstream.config import KafkaConfig
 from privstream.config.runtime import Runtime
+from privstream.errors import LedgerError
 from privstream.ledger import SubjectLedger
 from privstream.ledger.updates import Updates
 from privstream.metrics import Metrics
@@ -29,6 +33,7 @@ from privstream.worker.ledger_store import LedgerStore, Verdict
 from prometheus_client import CollectorRegistry
 
 from tests.broker import create_topics
+from tests.integration.faults import poll_until
 from tests.unit.ledger.test_charge import POLICY
 
 PARTITIONS = 3
@@ -148,3 +153,51 @@ async def test_without_transactions_a_restore_reads_every_batch(kafka_bootstrap:
     finally:
         await producer.stop()
     await assert_restored(config, ledger)
+
+
+@pytest.mark.parametrize("outcome", ["commit", "abort"])
+async def test_a_restore_waits_for_a_transaction_still_open_on_the_changelog(
+    kafka_bootstrap: str, caplog: pytest.LogCaptureFixture, outcome: str
+) -> None:
+    """The previous owner's last batch has written its charges and not yet its commit
+    marker (here: not yet committed at all). A restore that read up to the last stable
+    offset would finish without those charges while the consumed offsets may already
+    show the batch committed: it must wait, then count them if they commit."""
+    caplog.set_level(logging.INFO, logger="privstream.worker")
+    config = kafka(kafka_bootstrap, transactions=True)
+    store = store_of(config)
+    await create_topics(kafka_bootstrap, [store.topic], partitions=PARTITIONS)
+    committed, pending = SubjectLedger(policy=POLICY), SubjectLedger(policy=POLICY)
+    producer = await started(config)
+    restoring = store_of(config)
+    ready: asyncio.Task[None] | None = None
+    try:
+        await producer.begin_transaction()
+        await store.send_updates(producer, charges(committed, 50_000, [300, 20, 0], seed=7))
+        await producer.commit_transaction()
+        await producer.begin_transaction()
+        batch = charges(pending if outcome == "abort" else committed, 51_000, [200, 0, 9], seed=8)
+        await store.send_updates(producer, batch)
+        restoring.assigned(TopicPartition(config.input_topic, p) for p in range(PARTITIONS))
+        ready = asyncio.create_task(restoring.ready(range(PARTITIONS)))
+
+        async def waiting() -> bool:
+            return "waits for open transactions" in caplog.text
+
+        await poll_until(waiting, 30, "the restore waiting for the open transaction")
+        assert f"{store.topic}/0 (" in caplog.text
+        assert not ready.done()
+        await (
+            producer.commit_transaction() if outcome == "commit" else producer.abort_transaction()
+        )
+        await asyncio.wait_for(ready, 30)
+        for p in range(PARTITIONS):
+            assert restoring.ledger.snapshot(p) == committed.snapshot(p), f"partition {p}"
+            assert restoring.ledger.counts(p) == committed.counts(p)
+    finally:
+        await producer.stop()
+        await restoring.close()
+        if ready is not None:  # a restore closed early raises: the failure is above
+            ready.cancel()
+            with contextlib.suppress(asyncio.CancelledError, LedgerError):
+                await ready

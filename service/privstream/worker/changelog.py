@@ -8,6 +8,7 @@ budgets. Either stops the worker (``LedgerError``) with the fix.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,8 @@ log = logging.getLogger("privstream.worker")
 
 CHANGELOG_SUFFIX = "-privstream-ledger"
 ADMIN_TIMEOUT_MS = 30_000
+#: how often a restore looks again at changelog partitions with a transaction still open
+PENDING_RECHECK_S = 0.02
 
 
 def changelog_topic(config: AppConfig) -> str:
@@ -117,14 +120,20 @@ async def _cleanup_policy(admin: AIOKafkaAdminClient, topic: str) -> str:
 
 
 async def read_partitions(
-    reader: AIOKafkaConsumer, topic: str, partitions: list[int]
+    reader: AIOKafkaConsumer,
+    highwater: AIOKafkaConsumer,
+    topic: str,
+    partitions: list[int],
+    *,
+    within_s: float,
 ) -> dict[int, list[tuple[bytes, bytes | None]]]:
-    """Every (key, value) of these changelog partitions, in offset order, up to their end
-    offsets at this moment (``reader``: no group, ``read_committed``)."""
+    """Every (key, value) of these changelog partitions, in offset order, up to their
+    stable ends (``reader``: no group, ``read_committed``; ``highwater``:
+    ``read_uncommitted``, asked for end offsets only; ``stable_ends``)."""
     tps = [TopicPartition(topic, p) for p in partitions]
+    end = await stable_ends(reader, highwater, tps, within_s=within_s)
     reader.assign(tps)
     await reader.seek_to_beginning(*tps)
-    end = await reader.end_offsets(tps)
     entries: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in partitions}
     behind = [tp for tp in tps if await reader.position(tp) < end[tp]]
     while behind:
@@ -136,3 +145,54 @@ async def read_partitions(
         behind = [tp for tp in behind if await reader.position(tp) < end[tp]]
     reader.assign([])
     return entries
+
+
+async def stable_ends(
+    reader: AIOKafkaConsumer,
+    highwater: AIOKafkaConsumer,
+    tps: list[TopicPartition],
+    *,
+    within_s: float,
+) -> dict[TopicPartition, int]:
+    """The partitions' end offsets once no transaction on them is still open.
+
+    A transaction commits when its coordinator has logged the decision; the
+    commit markers reach each partition it wrote afterwards, one by one. The
+    previous owner's last batch wrote its charges here and its consumed
+    offsets to the group; read up to the last stable offset while the marker
+    is on its way here, a restore would miss those charges, while the group
+    may already show the offsets committed (another partition, another
+    marker): the new owner would go on without them, an under-charge. So the
+    restore waits until the last stable offset (``reader``'s end) equals the
+    high watermark (``highwater``'s end): every transaction that wrote here
+    is then complete, committed or aborted, and its records are settled.
+    The last stable offset is asked first: both only grow and LSO <= HW, so
+    ``LSO(t1) == HW(t2)`` with ``t1 < t2`` means nothing was appended in
+    between and the two were equal at ``t1``.
+
+    A transaction that stays open (a producer that died mid-batch and never
+    came back) is aborted by its coordinator after its timeout; past
+    ``within_s`` this is a ``LedgerError``: charging from a ledger that may
+    lack committed spending would reopen budgets.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    logged = False
+    while True:
+        stable = await reader.end_offsets(tps)
+        ends = await highwater.end_offsets(tps)
+        open_ = {tp: (stable[tp], ends[tp]) for tp in tps if stable[tp] < ends[tp]}
+        if not open_:
+            return {tp: int(stable[tp]) for tp in tps}
+        where = ", ".join(f"{tp.topic}/{tp.partition} ({a} < {b})" for tp, (a, b) in open_.items())
+        if loop.time() > deadline:
+            raise LedgerError(
+                f"ledger changelog partitions still hold an open transaction after "
+                f"{within_s:.0f} s (last stable offset < high watermark: {where}); refusing "
+                "to restore without its charges. Its producer is hung: its coordinator "
+                "aborts it after the producer's transaction_timeout_ms"
+            )
+        if not logged:
+            log.info("ledger restore waits for open transactions on %s", where)
+            logged = True
+        await asyncio.sleep(PENDING_RECHECK_S)

@@ -12,8 +12,9 @@ Kafka Streams' state-store pattern on Kafka itself (docs/ledger.md,
   budget) stops the worker with a ``LedgerError``.
 * On assignment, each partition's ledger is read back from its changelog
   partition (``read_committed``, from the beginning up to the end offset
-  taken at assignment) before any record of it is charged: ``ready`` waits
-  for that. On revoke the partition is forgotten; a new session starts
+  taken at assignment, once no transaction there is still open:
+  ``changelog.stable_ends``) before any record of it is charged: ``ready``
+  waits for that. On revoke the partition is forgotten; a new session starts
   from an empty ledger, so a batch whose transaction failed after it was
   charged never leaves its charge behind in memory.
 * Per batch, the records the pipeline released are charged, one
@@ -113,7 +114,8 @@ class LedgerStore:
         self._restores: dict[int, asyncio.Task[None]] = {}
         #: partitions whose ledger is restored for the current assignment
         self._restored: set[int] = set()
-        self._reader: AIOKafkaConsumer | None = None
+        #: the changelog readers (read_committed, read_uncommitted), started on first use
+        self._readers: tuple[AIOKafkaConsumer, AIOKafkaConsumer] | None = None
         self._reader_lock = asyncio.Lock()
         #: the input's partition count (from the changelog check)
         self._input_partitions: int | None = None
@@ -148,8 +150,8 @@ class LedgerStore:
 
     async def close(self) -> None:
         await self._forget_all()
-        if self._reader is not None:
-            reader, self._reader = self._reader, None
+        readers, self._readers = self._readers or (), None
+        for reader in readers:
             await reader.stop()
 
     def assigned(self, tps: Iterable[TopicPartition]) -> None:
@@ -295,8 +297,10 @@ class LedgerStore:
         """Replay each changelog partition up to its end offset at this moment."""
         started = time.perf_counter()
         async with self._reader_lock:
-            reader = self._reader or await self._start_reader()
-            entries = await read_partitions(reader, self.topic, partitions)
+            reader, highwater = self._readers or await self._start_readers()
+            entries = await read_partitions(
+                reader, highwater, self.topic, partitions, within_s=self._open_wait_s()
+            )
         me = asyncio.current_task()
         for partition in partitions:
             if self._restores.get(partition) is me:  # not revoked meanwhile
@@ -311,15 +315,29 @@ class LedgerStore:
             time.perf_counter() - started,
         )
 
-    async def _start_reader(self) -> AIOKafkaConsumer:
+    def _open_wait_s(self) -> float:
+        """How long a restore waits for a changelog transaction to complete: the
+        coordinator aborts one open past its timeout at its next check (the
+        broker's ``transaction.abort.timed.out.transaction.cleanup.interval.ms``,
+        10 s by default)."""
+        return 2 * self._kafka.transaction_timeout_ms / 1000 + 30
+
+    async def _start_readers(self) -> tuple[AIOKafkaConsumer, AIOKafkaConsumer]:
         """The changelog reader: no group, read_committed (a partition's ledger is what
-        committed transactions wrote, never what an aborted batch charged)."""
-        self._reader = AIOKafkaConsumer(
-            **common_options(self._kafka, self._runtime),
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
+        committed transactions wrote, never what an aborted batch charged); and a
+        read_uncommitted one whose end offsets are the high watermarks
+        (``changelog.stable_ends``)."""
+        readers = tuple(
+            AIOKafkaConsumer(
+                **common_options(self._kafka, self._runtime),
+                group_id=None,
+                enable_auto_commit=False,
+                isolation_level=isolation,
+                auto_offset_reset="earliest",
+            )
+            for isolation in ("read_committed", "read_uncommitted")
         )
-        await self._reader.start()
-        return self._reader
+        for reader in readers:
+            await reader.start()
+        self._readers = readers[0], readers[1]
+        return self._readers
