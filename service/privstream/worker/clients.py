@@ -38,6 +38,14 @@ CLOSE_TIMEOUT_S = 10.0
 MAX_BATCH_BYTES = 2**20
 
 
+def open_transaction_wait_s(kafka: KafkaConfig) -> float:
+    """How long to wait for another producer's transaction to complete before giving
+    up: its coordinator aborts one open past ``transaction_timeout_ms`` at its next
+    check (the broker's ``transaction.abort.timed.out.transaction.cleanup.interval.ms``,
+    10 s by default)."""
+    return 2 * kafka.transaction_timeout_ms / 1000 + 30
+
+
 def common_options(kafka: KafkaConfig, runtime: Runtime) -> dict[str, Any]:
     """Connection settings shared by the consumer and the producer."""
     security = kafka.security

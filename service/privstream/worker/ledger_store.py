@@ -55,7 +55,7 @@ from privstream.ledger.updates import Updates
 from privstream.pipeline import BatchResult
 from privstream.pipeline.results import DeadLetter
 from privstream.worker.changelog import changelog_topic, ensure_changelog, read_partitions
-from privstream.worker.clients import batch_bytes, common_options
+from privstream.worker.clients import batch_bytes, common_options, open_transaction_wait_s
 from privstream.worker.ledger_columns import Columns, misplaced
 from privstream.worker.ledger_reasons import ALWAYS_DEAD_LETTERED, reason_details
 from privstream.worker.produce import BatchSender, Headers
@@ -299,7 +299,11 @@ class LedgerStore:
         async with self._reader_lock:
             reader, highwater = self._readers or await self._start_readers()
             entries = await read_partitions(
-                reader, highwater, self.topic, partitions, within_s=self._open_wait_s()
+                reader,
+                highwater,
+                self.topic,
+                partitions,
+                within_s=open_transaction_wait_s(self._kafka),
             )
         me = asyncio.current_task()
         for partition in partitions:
@@ -314,13 +318,6 @@ class LedgerStore:
             sum(len(e) for e in entries.values()),
             time.perf_counter() - started,
         )
-
-    def _open_wait_s(self) -> float:
-        """How long a restore waits for a changelog transaction to complete: the
-        coordinator aborts one open past its timeout at its next check (the
-        broker's ``transaction.abort.timed.out.transaction.cleanup.interval.ms``,
-        10 s by default)."""
-        return 2 * self._kafka.transaction_timeout_ms / 1000 + 30
 
     async def _start_readers(self) -> tuple[AIOKafkaConsumer, AIOKafkaConsumer]:
         """The changelog reader: no group, read_committed (a partition's ledger is what

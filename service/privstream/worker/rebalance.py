@@ -1,9 +1,11 @@
 """What the worker does when its partitions move.
 
 A revoke waits for the transaction in flight (partitions move only between
-batches) and voids the batch fetched meanwhile; an assignment checks whether
-the group is about to release retained records it never committed (a second
-release if they were released before: docs/operations.md).
+batches) and voids the batch fetched meanwhile. An assignment starts each
+partition at its committed offset read with ``require_stable``
+(``stable_offsets``), and checks whether the group is about to release
+retained records it never committed (a second release if they were released
+before: docs/operations.md).
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ import logging
 from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
+
+from privstream.worker.clients import common_options, open_transaction_wait_s
+from privstream.worker.stable_offsets import stable_committed
 
 if TYPE_CHECKING:
     from privstream.worker.loop import Worker
@@ -44,10 +50,19 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         log.info("partitions revoked: %s", names(revoked))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        # paused first: aiokafka starts fetching at its own reading of the committed
+        # offsets while this runs; nothing of these partitions may be taken before they
+        # start where the stable reading says (a paused partition's records are never
+        # returned, and its position does not move)
+        self._consumer.pause(*assigned)
         self._worker._assigned = set(assigned)
         self._worker._generation += 1
         if self._worker._ledger is not None:  # restored before its records are charged
             self._worker._ledger.assigned(assigned)
+        try:
+            await self._seek_stable(assigned)
+        finally:
+            self._consumer.resume(*(assigned & self._consumer.assignment()))
         log.info("partitions assigned: %s", names(assigned))
         try:
             await asyncio.wait_for(
@@ -56,6 +71,38 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             )
         except (TimeoutError, KafkaError, OSError) as exc:  # a warning only: never block
             log.debug("could not check committed offsets: %s", type(exc).__name__)
+
+    async def _seek_stable(self, assigned: set[TopicPartition]) -> None:
+        """Start each new partition at its committed offset read with ``require_stable``.
+
+        aiokafka's own reading can answer with the offset from before the
+        previous owner's last commit, if its marker has not landed yet: this
+        worker would then release that batch again (``stable_offsets``). If the
+        broker cannot be asked that way, aiokafka's reading stands (a warning).
+        """
+        kafka = self._worker._kafka
+        if not assigned or not kafka.transactions:  # no transaction: nothing pending
+            return
+        admin = AIOKafkaAdminClient(**common_options(kafka, self._worker._runtime))
+        try:
+            await admin.start()
+            committed = await stable_committed(
+                admin, kafka.group_id, sorted(assigned), within_s=open_transaction_wait_s(kafka)
+            )
+        except (TimeoutError, KafkaError, OSError, NotImplementedError) as exc:
+            log.warning(
+                "could not read the committed offsets of %s with require_stable (%s): a "
+                "partition whose previous owner's last commit is still landing may start "
+                "one batch early and release it again, byte for byte",
+                names(assigned),
+                type(exc).__name__,
+            )
+            return
+        finally:
+            await admin.close()
+        for tp, offset in committed.items():
+            if offset is not None:
+                self._consumer.seek(tp, offset)
 
 
 async def warn_first_release(

@@ -1,0 +1,153 @@
+"""Committed offsets read with ``require_stable`` (KIP-447), where aiokafka reads them without.
+
+A batch's consumed offsets commit in its transaction: the group coordinator
+holds them as pending until the commit marker reaches ``__consumer_offsets``,
+a few milliseconds after the producer's commit returned. aiokafka asks for
+committed offsets with OffsetFetch v0-v3, which answer with the offset from
+before a pending commit. A new owner that asks in that gap starts one batch
+early and releases that batch a second time (byte for byte the first, the
+noise being bound to the record, but a duplicate all the same; with the
+ledger on, it is charged twice). OffsetFetch v7 with ``require_stable``
+answers ``UNSTABLE_OFFSET_COMMIT`` instead while a commit is pending; this
+module asks that way, waits the pending commit out, and the worker seeks its
+new partitions to the answer (``rebalance.Rebalance``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from typing import TypeAlias
+
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import for_code
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.types import (
+    Boolean,
+    CompactArray,
+    CompactString,
+    Int16,
+    Int32,
+    Int64,
+    Schema,
+    TaggedFields,
+)
+
+log = logging.getLogger("privstream.worker")
+
+#: Kafka's error code while a transactional offset commit is pending (KIP-447)
+UNSTABLE_OFFSET_COMMIT = 88
+#: how often a pending commit is asked about again
+RECHECK_S = 0.02
+
+
+class _OffsetFetchResponseV7(Response):  # type: ignore[misc]
+    API_KEY = 9
+    API_VERSION = 7
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "topics",
+            CompactArray(
+                ("name", CompactString("utf-8")),
+                (
+                    "partitions",
+                    CompactArray(
+                        ("partition_index", Int32),
+                        ("committed_offset", Int64),
+                        ("committed_leader_epoch", Int32),
+                        ("metadata", CompactString("utf-8")),
+                        ("error_code", Int16),
+                        ("tags", TaggedFields),
+                    ),
+                ),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("error_code", Int16),
+        ("tags", TaggedFields),
+    )
+
+
+class _OffsetFetchRequestV7(RequestStruct):  # type: ignore[misc]
+    FLEXIBLE_VERSION = True
+    API_KEY = 9
+    API_VERSION = 7
+    RESPONSE_TYPE = _OffsetFetchResponseV7
+    SCHEMA = Schema(
+        ("group_id", CompactString("utf-8")),
+        (
+            "topics",
+            CompactArray(
+                ("name", CompactString("utf-8")),
+                ("partition_indexes", CompactArray(Int32)),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("require_stable", Boolean),
+        ("tags", TaggedFields),
+    )
+
+
+_Struct: TypeAlias = _OffsetFetchRequestV7
+
+
+class StableOffsetFetch(Request[_Struct]):  # type: ignore[misc]
+    """OffsetFetch v7, ``require_stable`` set (a broker without v7 cannot be asked)."""
+
+    API_KEY = 9
+
+    def __init__(self, group: str, tps: list[TopicPartition]) -> None:
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for tp in tps:
+            by_topic[tp.topic].append(tp.partition)
+        self._group = group
+        self._topics: list[tuple[str, list[int], dict[int, bytes]]] = [
+            (topic, parts, {}) for topic, parts in sorted(by_topic.items())
+        ]
+
+    def build(self, request_struct_class: type[_Struct]) -> _Struct:
+        return request_struct_class(self._group, self._topics, True, {})
+
+
+async def stable_committed(
+    admin: AIOKafkaAdminClient, group: str, tps: list[TopicPartition], *, within_s: float
+) -> dict[TopicPartition, int | None]:
+    """Each partition's committed offset once no transactional commit of it is pending
+    (None: the group never committed it). Raises ``TimeoutError`` past ``within_s``
+    and the broker's error for anything but a pending commit."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while True:
+        coordinator = await admin.find_coordinator(group)
+        response = await admin._send_request_to_node(  # private: no public OffsetFetch v7
+            coordinator, StableOffsetFetch(group, tps)
+        )
+        pending, offsets = _parse(response)
+        if not pending:
+            return {tp: offsets.get(tp) for tp in tps}
+        if loop.time() > deadline:
+            raise TimeoutError(f"offset commits of {sorted(pending)} still pending")
+        await asyncio.sleep(RECHECK_S)
+
+
+def _parse(
+    response: _OffsetFetchResponseV7,
+) -> tuple[set[TopicPartition], dict[TopicPartition, int]]:
+    """(partitions with a pending commit, committed offsets; -1 is none)."""
+    if response.error_code:
+        raise for_code(response.error_code)(f"fetching committed offsets: {response.error_code}")
+    pending: set[TopicPartition] = set()
+    offsets: dict[TopicPartition, int] = {}
+    for name, partitions, _tags in response.topics:
+        for index, offset, _epoch, _metadata, code, _ptags in partitions:
+            tp = TopicPartition(name, index)
+            if code == UNSTABLE_OFFSET_COMMIT:
+                pending.add(tp)
+            elif code:
+                raise for_code(code)(f"fetching the committed offset of {tp}")
+            elif offset >= 0:
+                offsets[tp] = offset
+    return pending, offsets
