@@ -51,7 +51,6 @@ import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,11 +58,22 @@ from typing import Any
 import numpy as np
 import orjson
 import yaml
-from numpy.typing import NDArray
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.ldp_anchors import (  # noqa: E402
+    BEST_OF,
+    MEAN_ANCHORS,
+    NUMPY,
+    PURE_LDP,
+    Floats,
+    Ints,
+    Protocol,
+    exact_mse,
+    pure_ldp,
+    report_variance,
+)
 from bench.reference import Targets, print_environment  # noqa: E402
 
 DOMAINS = (48, 1000)
@@ -72,7 +82,6 @@ FREQ_N = 100_000
 MEAN_N = 10_000
 UPPER = 100.0
 KAFKA = {"input_topic": "raw", "output_topic": "clean", "dead_letter_topic": "dlq"}
-PRIME = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -96,10 +105,6 @@ class Reps:
 
 FULL = Reps(small_domain=100, large_domain=5, pure_ldp=2, mean=300)
 QUICK = Reps(small_domain=20, large_domain=2, pure_ldp=1, mean=50)
-
-Ints = NDArray[np.int64]
-Floats = NDArray[np.float64]
-Protocol = Callable[[Ints, int, float, np.random.Generator], Floats]
 
 
 # --- privstream, as processes ---------------------------------------------------------------
@@ -136,92 +141,6 @@ def privstream_run(work: Path, fields: list[dict[str, Any]], lines: list[bytes])
 
 def covered(ci: list[float], true: float) -> bool:
     return bool(ci[0] <= true <= ci[1])
-
-
-# --- frequency anchors (numpy; unbiased estimators) -----------------------------------------
-
-
-def grr(x: Ints, k: int, eps: float, rng: np.random.Generator) -> Floats:
-    e = np.exp(eps)
-    keep, other = e / (e + k - 1), 1 / (e + k - 1)
-    flip = rng.random(len(x)) >= keep
-    y = np.where(flip, (x + 1 + rng.integers(0, k - 1, len(x))) % k, x)
-    counts = np.bincount(y, minlength=k)
-    return (counts / len(x) - other) / (keep - other)  # type: ignore[no-any-return]
-
-
-def oue(x: Ints, k: int, eps: float, rng: np.random.Generator) -> Floats:
-    p, q = 0.5, 1 / (np.exp(eps) + 1)
-    counts = np.zeros(k)
-    for start in range(0, len(x), 10_000):  # every bit of every record, 10^7 at a time
-        chunk = x[start : start + 10_000]
-        bits = rng.random((len(chunk), k)) < q
-        bits[np.arange(len(chunk)), chunk] = rng.random(len(chunk)) < p
-        counts += bits.sum(axis=0)
-    return (counts / len(x) - q) / (p - q)  # type: ignore[no-any-return]
-
-
-def olh(x: Ints, k: int, eps: float, rng: np.random.Generator) -> Floats:
-    e = np.exp(eps)
-    g = round(float(e)) + 1
-    keep = e / (e + g - 1)
-    a = rng.integers(1, PRIME, len(x))
-    b = rng.integers(0, PRIME, len(x))
-    hashed = ((a * x + b) % PRIME) % g
-    flip = rng.random(len(x)) >= keep
-    y = np.where(flip, (hashed + 1 + rng.integers(0, g - 1, len(x))) % g, hashed)
-    support = np.zeros(k)
-    for start in range(0, k, 100):  # candidates 100 at a time: 10^7 hashes
-        v = np.arange(start, min(start + 100, k))
-        support[v] = (((a[:, None] * v + b[:, None]) % PRIME) % g == y[:, None]).sum(axis=0)
-    return (support / len(x) - 1 / g) / (keep - 1 / g)  # type: ignore[no-any-return]
-
-
-def pure_ldp(kind: str) -> Protocol:
-    """pure-ldp's client and server over the records (1-based items, its default mapping)."""
-
-    def run(x: Ints, k: int, eps: float, rng: np.random.Generator) -> Floats:
-        from pure_ldp.frequency_oracles.direct_encoding import DEClient, DEServer
-        from pure_ldp.frequency_oracles.local_hashing import LHClient, LHServer
-        from pure_ldp.frequency_oracles.unary_encoding import UEClient, UEServer
-
-        np.random.seed(int(rng.integers(2**31)))  # pure-ldp draws from numpy's global state
-        pair: dict[str, tuple[Any, Any]] = {
-            "DE": (DEClient(eps, k), DEServer(eps, k)),
-            "UE": (UEClient(eps, k, use_oue=True), UEServer(eps, k, use_oue=True)),
-            "LH": (LHClient(eps, k, use_olh=True), LHServer(eps, k, use_olh=True)),
-        }
-        client, server = pair[kind]
-        for item in (x + 1).tolist():
-            server.aggregate(client.privatise(item))
-        counts = [server.estimate(i, suppress_warnings=True) for i in range(1, k + 1)]
-        return np.asarray(counts, dtype=np.float64) / len(x)
-
-    return run
-
-
-NUMPY: dict[str, Protocol] = {"GRR": grr, "OUE": oue, "OLH": olh}
-PURE_LDP = {"GRR": "DE", "OUE": "UE", "OLH": "LH"}
-
-
-def exact_mse(protocol: str, k: int, eps: float, n: int) -> float:
-    """``(A + (k - 1) B) / n``: the expected summed squared error given the data, any truth.
-
-    ``keep`` and ``other`` are the chances that a record holding the value,
-    and one holding another value, support it; an unbiased estimator's
-    variance is ``(f keep (1 - keep) + (1 - f) other (1 - other)) / (n (keep
-    - other)^2)``, linear in the share ``f``, which sums to 1 over the values.
-    """
-    e = float(np.exp(eps))
-    if protocol == "GRR":
-        keep, other = e / (e + k - 1), 1 / (e + k - 1)
-    elif protocol == "OUE":
-        keep, other = 0.5, 1 / (e + 1)
-    else:  # OLH, with an ideal hash: a record holding another value supports it w.p. 1/g
-        g = round(e) + 1
-        keep, other = e / (e + g - 1), 1 / g
-    spread = keep * (1 - keep) + (k - 1) * other * (1 - other)
-    return spread / (n * (keep - other) ** 2)
 
 
 def zipf_shares(k: int) -> Floats:
@@ -274,58 +193,6 @@ def frequency_cell(work: Path, k: int, eps: float, reps: Reps, seed: int) -> dic
 def _mse(run: Protocol, data: Ints, truth: Floats, k: int, eps: float, rng: Any) -> float:
     errors = [((run(row, k, eps, rng) - t) ** 2).sum() for row, t in zip(data, truth, strict=True)]
     return float(np.mean(errors))
-
-
-# --- mean anchors (numpy, Wang et al. 2019) -------------------------------------------------
-
-
-def duchi(t: Floats, eps: float, rng: np.random.Generator) -> Floats:
-    """Duchi et al.: +-C with P(+C) = 1/2 + t (e - 1) / (2 (e + 1)), C = (e + 1)/(e - 1)."""
-    e = np.exp(eps)
-    c = (e + 1) / (e - 1)
-    up = rng.random(len(t)) < 0.5 + t * (e - 1) / (2 * (e + 1))
-    return np.where(up, c, -c)
-
-
-def piecewise(t: Floats, eps: float, rng: np.random.Generator) -> Floats:
-    """PM: uniform on [l, r] w.p. e^(eps/2)/(e^(eps/2)+1), else uniform on [-C, l) u (r, C]."""
-    e2 = np.exp(eps / 2)
-    c = (e2 + 1) / (e2 - 1)
-    left = (c + 1) / 2 * t - (c - 1) / 2
-    right = left + c - 1
-    inside = rng.random(len(t)) < e2 / (e2 + 1)
-    centre = left + rng.random(len(t)) * (c - 1)
-    u = rng.random(len(t)) * (c + 1)  # the two outer pieces have total length C + 1
-    outer = np.where(u < left + c, -c + u, right + (u - (left + c)))
-    return np.where(inside, centre, outer)
-
-
-def hybrid(t: Floats, eps: float, rng: np.random.Generator) -> Floats:
-    """HM: PM w.p. alpha = 1 - e^(-eps/2) for eps > 0.61, Duchi otherwise."""
-    alpha = 1 - np.exp(-eps / 2) if eps > 0.61 else 0.0
-    use_pm = rng.random(len(t)) < alpha
-    return np.where(use_pm, piecewise(t, eps, rng), duchi(t, eps, rng))
-
-
-def laplace(t: Floats, eps: float, rng: np.random.Generator) -> Floats:
-    return t + rng.laplace(0.0, 2.0 / eps, len(t))  # sensitivity 2 on [-1, 1]
-
-
-MEAN_ANCHORS = {"Duchi": duchi, "PM": piecewise, "HM": hybrid, "Laplace (numpy)": laplace}
-BEST_OF = ("Duchi", "PM", "HM")
-
-
-def report_variance(name: str, t: Floats, eps: float) -> Floats:
-    """``Var[y | t]`` of one report, exact (Duchi 2018; Wang et al. 2019, Lemmas 1 and 4)."""
-    e, a = np.exp(eps), np.exp(eps / 2)
-    duchi_var = ((e + 1) / (e - 1)) ** 2 - t**2
-    pm_var = t**2 / (a - 1) + (a + 3) / (3 * (a - 1) ** 2)
-    if name == "Duchi":
-        return duchi_var
-    if name == "PM":
-        return pm_var
-    alpha = 1 - 1 / a if eps > 0.61 else 0.0
-    return alpha * pm_var + (1 - alpha) * duchi_var
 
 
 def exact_mean_mse(name: str, data: Floats, eps: float) -> float:
