@@ -201,3 +201,40 @@ async def test_a_restore_waits_for_a_transaction_still_open_on_the_changelog(
             ready.cancel()
             with contextlib.suppress(asyncio.CancelledError, LedgerError):
                 await ready
+
+
+async def test_a_revoke_while_a_restore_waits_cancels_it_and_a_new_assignment_restores(
+    kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The restore waiting for an open transaction holds the changelog reader: a revoke
+    must end it at once (not after the transaction), and the next assignment's restore
+    must get the reader and count the transaction once it commits."""
+    caplog.set_level(logging.INFO, logger="privstream.worker")
+    config = kafka(kafka_bootstrap, transactions=True)
+    store = store_of(config)
+    await create_topics(kafka_bootstrap, [store.topic], partitions=PARTITIONS)
+    committed = SubjectLedger(policy=POLICY)
+    producer = await started(config)
+    restoring = store_of(config)
+    tps = [TopicPartition(config.input_topic, p) for p in range(PARTITIONS)]
+    try:
+        await producer.begin_transaction()
+        await store.send_updates(producer, charges(committed, 50_000, [0, 40, 7], seed=9))
+        restoring.assigned(tps)
+        first = asyncio.create_task(restoring.ready(range(PARTITIONS)))
+
+        async def waiting() -> bool:
+            return "waits for open transactions" in caplog.text
+
+        await poll_until(waiting, 30, "the restore waiting for the open transaction")
+        await asyncio.wait_for(restoring.revoked(tps), 5)  # not after the transaction
+        with pytest.raises(LedgerError, match="not restored"):  # the caller voids its batch
+            await asyncio.wait_for(first, 5)
+        await producer.commit_transaction()
+        restoring.assigned(tps)
+        await asyncio.wait_for(restoring.ready(range(PARTITIONS)), 30)
+        for p in range(PARTITIONS):
+            assert restoring.ledger.snapshot(p) == committed.snapshot(p), f"partition {p}"
+    finally:
+        await producer.stop()
+        await restoring.close()
