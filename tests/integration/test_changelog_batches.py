@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 import numpy as np
 import pytest
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from privstream.config import KafkaConfig
 from privstream.config.runtime import Runtime
@@ -28,6 +28,7 @@ from privstream.ledger import SubjectLedger
 from privstream.ledger.updates import Updates
 from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult
+from privstream.worker.changelog import stable_ends
 from privstream.worker.clients import is_fenced, producer_options
 from privstream.worker.ledger_store import LedgerStore, Verdict
 from prometheus_client import CollectorRegistry
@@ -201,3 +202,82 @@ async def test_a_restore_waits_for_a_transaction_still_open_on_the_changelog(
             ready.cancel()
             with contextlib.suppress(asyncio.CancelledError, LedgerError):
                 await ready
+
+
+async def test_a_revoke_while_a_restore_waits_cancels_it_and_a_new_assignment_restores(
+    kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The restore waiting for an open transaction holds the changelog reader: a revoke
+    must end it at once (not after the transaction), and the next assignment's restore
+    must get the reader and count the transaction once it commits."""
+    caplog.set_level(logging.INFO, logger="privstream.worker")
+    config = kafka(kafka_bootstrap, transactions=True)
+    store = store_of(config)
+    await create_topics(kafka_bootstrap, [store.topic], partitions=PARTITIONS)
+    committed = SubjectLedger(policy=POLICY)
+    producer = await started(config)
+    restoring = store_of(config)
+    tps = [TopicPartition(config.input_topic, p) for p in range(PARTITIONS)]
+    try:
+        await producer.begin_transaction()
+        await store.send_updates(producer, charges(committed, 50_000, [0, 40, 7], seed=9))
+        restoring.assigned(tps)
+        first = asyncio.create_task(restoring.ready(range(PARTITIONS)))
+
+        async def waiting() -> bool:
+            return "waits for open transactions" in caplog.text
+
+        await poll_until(waiting, 30, "the restore waiting for the open transaction")
+        await asyncio.wait_for(restoring.revoked(tps), 5)  # not after the transaction
+        with pytest.raises(LedgerError, match="not restored"):  # the caller voids its batch
+            await asyncio.wait_for(first, 5)
+        await producer.commit_transaction()
+        restoring.assigned(tps)
+        await asyncio.wait_for(restoring.ready(range(PARTITIONS)), 30)
+        for p in range(PARTITIONS):
+            assert restoring.ledger.snapshot(p) == committed.snapshot(p), f"partition {p}"
+    finally:
+        await producer.stop()
+        await restoring.close()
+
+
+async def test_a_transaction_open_past_the_wait_stops_the_restore_naming_its_start(
+    kafka_bootstrap: str,
+) -> None:
+    """Past its deadline the wait is a LedgerError that names each partition still open
+    and the offset its transaction starts at there (the abort's ``--start-offset``), and
+    gives the command; once the transaction completes, the wait ends at the end."""
+    config = kafka(kafka_bootstrap, transactions=True)
+    store = store_of(config)
+    await create_topics(kafka_bootstrap, [store.topic], partitions=PARTITIONS)
+    producer = await started(config)
+    readers = [
+        AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, isolation_level=level)
+        for level in ("read_committed", "read_uncommitted")
+    ]
+    tps = [TopicPartition(store.topic, p) for p in range(PARTITIONS)]
+    try:
+        for reader in readers:
+            await reader.start()
+        async with producer.transaction():
+            await store.send_updates(
+                producer, charges(SubjectLedger(policy=POLICY), 50_000, [30, 0, 5], seed=3)
+            )
+        starts = await readers[1].end_offsets(tps)  # where the next transaction begins
+        pending = charges(SubjectLedger(policy=POLICY), 51_000, [0, 0, 8], seed=4)
+        pending.updates = {2: pending.updates[2]}  # partitions 0 and 1 stay settled
+        await producer.begin_transaction()
+        await store.send_updates(producer, pending)
+        with pytest.raises(LedgerError) as raised:
+            await stable_ends(readers[0], readers[1], tps, within_s=0.5)
+        message = str(raised.value)
+        assert f"{store.topic}/2 ({starts[tps[2]]} < " in message
+        assert "/0 (" not in message and "/1 (" not in message  # settled: not named
+        assert f"abort --topic {store.topic} --partition <partition>" in message
+        await producer.commit_transaction()
+        ends = await stable_ends(readers[0], readers[1], tps, within_s=30)
+        assert ends == await readers[1].end_offsets(tps)
+    finally:
+        await producer.stop()
+        for reader in readers:
+            await reader.stop()

@@ -186,13 +186,24 @@ async def stable_ends(
             return {tp: int(stable[tp]) for tp in tps}
         where = ", ".join(f"{tp.topic}/{tp.partition} ({a} < {b})" for tp, (a, b) in open_.items())
         if loop.time() > deadline:
-            raise LedgerError(
-                f"ledger changelog partitions still hold an open transaction after "
-                f"{within_s:.0f} s (last stable offset < high watermark: {where}); refusing "
-                "to restore without its charges. Its producer is hung: its coordinator "
-                "aborts it after the producer's transaction_timeout_ms"
-            )
+            raise _still_open(where, tps[0].topic, within_s)
         if not logged:
             log.info("ledger restore waits for open transactions on %s", where)
             logged = True
         await asyncio.sleep(PENDING_RECHECK_S)
+
+
+def _still_open(where: str, topic: str, within_s: float) -> LedgerError:
+    """The error once the wait is over, with the commands that end the transaction: on
+    each partition it starts at that partition's last stable offset."""
+    return LedgerError(
+        f"ledger changelog partitions still hold an open transaction after {within_s:.0f} s "
+        f"(last stable offset < high watermark: {where}); refusing to restore without its "
+        "charges. A transaction open this long was begun with a longer "
+        "transaction_timeout_ms (up to the broker's transaction.max.timeout.ms) or is "
+        "hanging (KIP-664): list it with `kafka-transactions.sh --bootstrap-server <servers> "
+        "find-hanging --broker-id <leader>`, abort it on each partition above with "
+        f"`kafka-transactions.sh --bootstrap-server <servers> abort --topic {topic} "
+        "--partition <partition> --start-offset <its last stable offset>`, then restart "
+        "the worker"
+    )

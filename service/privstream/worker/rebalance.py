@@ -93,7 +93,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             log.warning(
                 "could not read the committed offsets of %s with require_stable (%s): a "
                 "partition whose previous owner's last commit is still landing may start "
-                "one batch early and release it again, byte for byte",
+                "one batch early and release it again, byte for byte (with the ledger on, "
+                "charged again too)",
                 names(assigned),
                 type(exc).__name__,
             )

@@ -22,7 +22,15 @@ from typing import TypeAlias
 
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import for_code
+from aiokafka.errors import (
+    GroupCoordinatorNotAvailableError,
+    GroupLoadInProgressError,
+    KafkaConnectionError,
+    NodeNotReadyError,
+    NotCoordinatorForGroupError,
+    RequestTimedOutError,
+    for_code,
+)
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import (
     Boolean,
@@ -41,6 +49,19 @@ log = logging.getLogger("privstream.worker")
 UNSTABLE_OFFSET_COMMIT = 88
 #: how often a pending commit is asked about again
 RECHECK_S = 0.02
+#: what a coordinator moving or loading answers (a broker restart, a failover): asked
+#: again until the deadline, as aiokafka's own reading does, rather than falling back to
+#: that reading, which is the one that may predate a pending commit
+_TRANSIENT = (
+    GroupCoordinatorNotAvailableError,
+    GroupLoadInProgressError,
+    NotCoordinatorForGroupError,
+    KafkaConnectionError,
+    NodeNotReadyError,
+    RequestTimedOutError,
+)
+#: the pause before asking again after such an answer
+TRANSIENT_BACKOFF_S = 0.1
 
 
 class _OffsetFetchResponseV7(Response):  # type: ignore[misc]
@@ -116,21 +137,36 @@ async def stable_committed(
     admin: AIOKafkaAdminClient, group: str, tps: list[TopicPartition], *, within_s: float
 ) -> dict[TopicPartition, int | None]:
     """Each partition's committed offset once no transactional commit of it is pending
-    (None: the group never committed it). Raises ``TimeoutError`` past ``within_s``
-    and the broker's error for anything but a pending commit."""
+    (None: the group never committed it). A coordinator moving or loading is asked
+    again (``_TRANSIENT``). Raises ``TimeoutError`` past ``within_s`` and the broker's
+    error for anything else."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
     while True:
-        coordinator = await admin.find_coordinator(group)
-        response = await admin._send_request_to_node(  # private: no public OffsetFetch v7
-            coordinator, StableOffsetFetch(group, tps)
-        )
-        pending, offsets = _parse(response)
+        try:
+            pending, offsets = _parse(await _fetch(admin, group, tps))
+        except _TRANSIENT as exc:
+            if loop.time() > deadline:
+                raise TimeoutError(f"group coordinator of {group}: {exc!r}") from exc
+            await asyncio.sleep(TRANSIENT_BACKOFF_S)
+            continue
         if not pending:
             return {tp: offsets.get(tp) for tp in tps}
         if loop.time() > deadline:
             raise TimeoutError(f"offset commits of {sorted(pending)} still pending")
         await asyncio.sleep(RECHECK_S)
+
+
+async def _fetch(
+    admin: AIOKafkaAdminClient, group: str, tps: list[TopicPartition]
+) -> _OffsetFetchResponseV7:
+    """One OffsetFetch v7 to the group's coordinator, found again each time (it moves)."""
+    coordinator = await admin.find_coordinator(group)
+    response: _OffsetFetchResponseV7 = await admin._send_request_to_node(  # private: no
+        coordinator,
+        StableOffsetFetch(group, tps),  # public OffsetFetch v7
+    )
+    return response
 
 
 def _parse(
