@@ -119,6 +119,22 @@ def read_latencies(
     return latencies
 
 
+async def steady(
+    bootstrap: str, written: str, read: str, seconds: float, *, settle_s: float
+) -> tuple[npt.NDArray[np.float64], int]:
+    """The steady load on ``written`` for ``seconds`` while ``read`` is read; the reader
+    stops ``settle_s`` after the last record is sent. Returns each record's
+    (latency, to worker) in seconds, and how many were sent."""
+    stop = threading.Event()
+    since_us = time.time_ns() // 1000  # earlier records (a warm-up) carry older stamps
+    reader = asyncio.create_task(asyncio.to_thread(read_latencies, bootstrap, read, stop, since_us))
+    await asyncio.sleep(1.0)  # the reader assigned before the first record
+    sent = await asyncio.to_thread(steady_load, bootstrap, written, seconds)
+    await asyncio.sleep(settle_s)
+    stop.set()
+    return np.array(await reader), sent
+
+
 async def one_size(bootstrap: str, workdir: Path, size: int, seconds: float, burst: int) -> bool:
     topics = await new_topics(bootstrap, f"latency{size}")
     config = write_config(
@@ -132,16 +148,7 @@ async def one_size(bootstrap: str, workdir: Path, size: int, seconds: float, bur
         # warm up: the group join and the first transactions are not steady state
         await preload(bootstrap, topics.raw, 1_000)
         await drain_rate(bootstrap, topics.group, 1_000, [worker], within_s=120)
-        stop = threading.Event()
-        since_us = time.time_ns() // 1000  # the warm-up records carry older stamps
-        reader = asyncio.create_task(
-            asyncio.to_thread(read_latencies, bootstrap, topics.out, stop, since_us)
-        )
-        await asyncio.sleep(1.0)
-        sent = await asyncio.to_thread(steady_load, bootstrap, topics.raw, seconds)
-        await asyncio.sleep(3.0)
-        stop.set()
-        latencies = np.array(await reader)
+        latencies, sent = await steady(bootstrap, topics.raw, topics.out, seconds, settle_s=3.0)
     finally:
         worker.stop()
     burst_rate = await burst_drain(bootstrap, topics, config, workdir, 1_000 + sent, burst)
@@ -180,16 +187,7 @@ async def floor(bootstrap: str, seconds: float) -> None:
     ticks and linger, the broker, the reader's fetch): the floor under every row.
     """
     topics = await new_topics(bootstrap, "latency-floor")
-    stop = threading.Event()
-    since_us = time.time_ns() // 1000
-    reader = asyncio.create_task(
-        asyncio.to_thread(read_latencies, bootstrap, topics.raw, stop, since_us)
-    )
-    await asyncio.sleep(1.0)
-    sent = await asyncio.to_thread(steady_load, bootstrap, topics.raw, seconds)
-    await asyncio.sleep(1.0)
-    stop.set()
-    latencies = np.array(await reader)
+    latencies, sent = await steady(bootstrap, topics.raw, topics.raw, seconds, settle_s=1.0)
     p50, p99 = over_sent(latencies[:, 0] if len(latencies) else np.empty(0), sent)
     print(f"{'no worker (floor)':>17} {len(latencies):>9,}/{sent:<9,} {p50:9.1f} {p99:9.1f}")
 
