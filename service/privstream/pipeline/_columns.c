@@ -1,0 +1,186 @@
+/* privstream.pipeline._columns: one field of a batch of decoded records, straight into an array.
+ *
+ * fill(records, key, kind, out, table) -> bool
+ *
+ * For each record (an exact dict, as orjson decodes a JSON object) reads
+ * record[key] and writes it to out[i], a writable C-contiguous buffer of
+ * len(records) native 8-byte items (float64 for FLOAT, int64 otherwise; the
+ * format is checked). Returns True if every record has the key and every
+ * value is of the kind's exact types; else False, as soon as one is not
+ * (what was written is then garbage, and the caller takes its Python path,
+ * which decides). The kinds are the fast path's column parsers
+ * (privstream.pipeline.columns), value for value:
+ *
+ *   FLOAT     float or int (not bool) -> float64, float(int) correctly rounded
+ *             (real_column: np.fromiter(col, float64));
+ *   INT64     int (not bool) within int64 -> int64 (integer_column, public_column);
+ *   BOOL      bool -> 0 or 1 (boolean_column);
+ *   POSITION  table[value], an int, for a value found in the dict ``table``
+ *             (categorical_column: table.get); unhashable or absent -> False.
+ *
+ * Types are exact (type(v) is float), as the Python path's ``only`` checks:
+ * a subclass is never taken here. One loop over the records in place of a
+ * list per field, a list of types and numpy's conversion of Python objects.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+enum { FLOAT = 0, INT64 = 1, BOOL = 2, POSITION = 3 };
+
+/* Whether a buffer's items are native 8-byte floats (FLOAT) or signed integers. */
+static int
+native_8_bytes(const Py_buffer *b, int kind)
+{
+    const char *f = b->format == NULL ? "B" : b->format;
+    if (*f == '@' || *f == '=') {
+        f++;
+    }
+    if (b->itemsize != 8 || f[0] == '\0' || f[1] != '\0') {
+        return 0;
+    }
+    if (kind == FLOAT) {
+        return *f == 'd';
+    }
+    return *f == 'q' || (*f == 'l' && sizeof(long) == 8);
+}
+
+/* One value: 1 written, 0 not of the kind (no exception set), -1 an exception. */
+static int
+put(PyObject *value, int kind, PyObject *table, char *at)
+{
+    PyTypeObject *type = Py_TYPE(value);
+    if (kind == FLOAT) {
+        double x;
+        if (type == &PyFloat_Type) {
+            x = PyFloat_AS_DOUBLE(value);
+        } else if (type == &PyLong_Type) {
+            x = PyLong_AsDouble(value);  /* float(int): correctly rounded */
+            if (x == -1.0 && PyErr_Occurred()) {
+                return -1;
+            }
+        } else {
+            return 0;
+        }
+        memcpy(at, &x, 8);
+        return 1;
+    }
+    long long v;
+    if (kind == BOOL) {
+        if (type != &PyBool_Type) {
+            return 0;
+        }
+        v = value == Py_True;
+    } else {
+        if (kind == POSITION) {
+            value = PyDict_GetItemWithError(table, value);  /* borrowed; as table.get */
+            if (value == NULL) {
+                return PyErr_Occurred() ? -1 : 0;
+            }
+            type = Py_TYPE(value);
+        }
+        if (type != &PyLong_Type) {
+            return 0;
+        }
+        int overflow;
+        v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow) {
+            return 0;
+        }
+        if (v == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    int64_t w = (int64_t)v;
+    memcpy(at, &w, 8);
+    return 1;
+}
+
+static PyObject *
+fill(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *records, *key, *target, *table;
+    int kind;
+    Py_buffer out;
+    if (!PyArg_ParseTuple(args, "O!OiOO", &PyList_Type, &records, &key, &kind, &target, &table)) {
+        return NULL;
+    }
+    if (kind < FLOAT || kind > POSITION) {
+        return PyErr_Format(PyExc_ValueError, "fill: unknown kind %d", kind);
+    }
+    if (kind == POSITION && !PyDict_CheckExact(table)) {
+        return PyErr_Format(PyExc_TypeError, "fill: POSITION needs a dict table");
+    }
+    if (PyObject_GetBuffer(target, &out, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    PyObject *result = NULL;
+    if (!native_8_bytes(&out, kind) || out.len != 8 * n) {
+        PyErr_Format(PyExc_ValueError,
+                     "fill: out must be %zd native %s, one per record; got %zd bytes of "
+                     "format %.20s", n, kind == FLOAT ? "float64s" : "int64s", out.len,
+                     out.format == NULL ? "B" : out.format);
+        goto done;
+    }
+    char *at = out.buf;
+    int good = 1;
+    for (Py_ssize_t i = 0; i < n && good; i++, at += 8) {
+        PyObject *record = PyList_GET_ITEM(records, i);
+        if (!PyDict_CheckExact(record)) {
+            PyErr_Format(PyExc_TypeError, "fill: record %zd is not a dict", i);
+            goto done;
+        }
+        PyObject *value = PyDict_GetItemWithError(record, key);  /* borrowed */
+        if (value == NULL) {
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            good = 0;  /* a missing field: the Python path decides */
+            break;
+        }
+        /* the dict and the table hold their items: no code runs that could drop them */
+        int written = put(value, kind, table, at);
+        if (written < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)
+                && !PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                goto done;
+            }
+            PyErr_Clear();  /* unhashable (table.get raises it too) or beyond a double */
+            written = 0;
+        }
+        good = written;
+    }
+    result = PyBool_FromLong(good);
+done:
+    PyBuffer_Release(&out);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"fill", fill, METH_VARARGS,
+     "fill(records, key, kind, out, table) -> bool: record[key] of each record into out."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "privstream.pipeline._columns",
+    "One field of a batch of decoded records into an array (see _columns.c).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__columns(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "FLOAT", FLOAT) || PyModule_AddIntConstant(m, "INT64", INT64)
+        || PyModule_AddIntConstant(m, "BOOL", BOOL)
+        || PyModule_AddIntConstant(m, "POSITION", POSITION)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,20 @@
+"""Type stub of the C extension ``_columns.c`` (one field of decoded records into an array)."""
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FLOAT: int
+INT64: int
+BOOL: int
+POSITION: int
+
+def fill(
+    records: list[dict[str, Any]],
+    key: str,
+    kind: int,
+    out: npt.NDArray[np.float64] | npt.NDArray[np.int64],
+    table: dict[Any, int] | None,
+    /,
+) -> bool: ...

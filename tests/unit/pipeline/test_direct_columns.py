@@ -1,0 +1,109 @@
+"""``direct_column`` (the C column reader, ``_columns.c``) gives the parsers' own arrays.
+
+Where it answers, it must give exactly what the field's column parser gives for the
+raw column, with no row left to the reference; where any record is not of the common
+kind (a missing field, another type, bool for a number, a category outside the domain,
+an integer beyond int64) it must step aside (None) for the parser to decide.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+from privstream.pipeline import _columns
+from privstream.pipeline.batch import _column
+from privstream.pipeline.columns import direct_column
+
+from tests.unit.pipeline.test_fast_path import MIXED, plan_of
+
+#: values of every JSON type orjson gives, and the edges of each kind
+POOL: list[Any] = [
+    0, 1, -1, 7, 2**53 + 1, 2**63 - 1, -(2**63), 2**63, 2**64 - 1, -(2**63) - 1,
+    0.0, -0.0, 1.5, -2.25, 1e300, 5e-324, 2.0**63,
+    True, False, None, "a", "b", "u", "zz", "", [], [1], {}, {"a": 1},
+]  # fmt: skip
+
+
+class Flt(float):
+    """A float subclass: never a JSON value, never taken by the C reader."""
+
+
+def _records(values: list[Any], name: str, drop: set[int] = frozenset()) -> list[dict[str, Any]]:
+    return [{"id": i} if i in drop else {"id": i, name: v} for i, v in enumerate(values)]
+
+
+@pytest.mark.parametrize("field", [f["name"] for f in MIXED if f["kind"] != "drop"])
+def test_direct_columns_are_the_parsers_columns(field: str) -> None:
+    """Random columns from the pool, and columns of one common value kind: 6,000 cases."""
+    plan = plan_of(MIXED)
+    planned = next(f for f in plan.fields if f.name == field)
+    parser, handler = planned.entry.column, planned.handler
+    rng = random.Random(field)
+    answered = 0
+    for case in range(3_000):
+        size = rng.randint(1, 6)
+        if case % 2:  # one kind of value, as most batches are
+            kind = rng.choice([int, float, bool, str])
+            pick = [v for v in POOL if type(v) is kind]
+            values = [rng.choice(pick) for _ in range(size)]
+        else:
+            values = [rng.choice(POOL) for _ in range(size)]
+        drop = {p for p in range(size) if rng.random() < 0.05}
+        records = _records(values, field, drop)
+        direct = direct_column(parser, handler, records, field)
+        expected, rejected = parser(handler, _column(records, field))
+        if direct is None:
+            continue
+        answered += 1
+        assert rejected == [], (values, drop)
+        assert isinstance(expected, np.ndarray), values
+        assert direct.dtype == expected.dtype
+        assert direct.tobytes() == expected.tobytes(), values  # -0.0 and 0.0 differ
+    if field not in ("m", "lvl"):  # memoized and unknown_as: always the parser
+        assert answered > 50  # the comparison is not vacuous
+
+
+def test_fill_takes_exact_types_only() -> None:
+    floats = np.empty(3, dtype=np.float64)
+    assert _columns.fill([{"x": 1.5}, {"x": 2}, {"x": 2**63}], "x", _columns.FLOAT, floats, None)
+    assert floats.tolist() == [1.5, 2.0, float(2**63)]
+    for bad in (True, "1.5", None, Flt(1.5), [1.0]):
+        assert not _columns.fill([{"x": 1.0}, {"x": bad}], "x", _columns.FLOAT, floats[:2], None)
+    ints = np.empty(2, dtype=np.int64)
+    assert _columns.fill([{"x": -(2**63)}, {"x": 2**63 - 1}], "x", _columns.INT64, ints, None)
+    assert ints.tolist() == [-(2**63), 2**63 - 1]
+    for bad in (2**63, -(2**63) - 1, 1.0, False):
+        assert not _columns.fill([{"x": 1}, {"x": bad}], "x", _columns.INT64, ints, None)
+    assert _columns.fill([{"x": True}, {"x": False}], "x", _columns.BOOL, ints, None)
+    assert ints.tolist() == [1, 0]
+    assert not _columns.fill([{"x": True}, {"x": 1}], "x", _columns.BOOL, ints, None)
+    table = {"a": 0, "b": 1}
+    assert _columns.fill([{"x": "b"}, {"x": "a"}], "x", _columns.POSITION, ints, table)
+    assert ints.tolist() == [1, 0]
+    for bad in ("c", 0, True, [], {}):  # absent or unhashable: no exception, the parser decides
+        assert not _columns.fill([{"x": "a"}, {"x": bad}], "x", _columns.POSITION, ints, table)
+    assert not _columns.fill([{"x": 1.0}, {"y": 2.0}], "x", _columns.FLOAT, floats[:2], None)
+    assert _columns.fill([], "x", _columns.FLOAT, floats[:0], None)
+
+
+def test_fill_refuses_a_wrong_output_or_record() -> None:
+    records = [{"x": 1}, {"x": 2}]
+    with pytest.raises(ValueError, match="int64s"):
+        _columns.fill(records, "x", _columns.INT64, np.empty(2, dtype=np.float64), None)
+    with pytest.raises(ValueError, match="float64s"):
+        _columns.fill(records, "x", _columns.FLOAT, np.empty(2, dtype=np.int64), None)
+    with pytest.raises(ValueError, match="one per record"):
+        _columns.fill(records, "x", _columns.INT64, np.empty(3, dtype=np.int64), None)
+    with pytest.raises(ValueError, match="int64s"):
+        _columns.fill(records, "x", _columns.INT64, np.empty(4, dtype=np.int32), None)
+    with pytest.raises(TypeError, match="not a dict"):
+        _columns.fill([{"x": 1}, [1]], "x", _columns.INT64, np.empty(2, dtype=np.int64), None)
+    with pytest.raises(TypeError, match="dict table"):
+        _columns.fill(records, "x", _columns.POSITION, np.empty(2, dtype=np.int64), None)
+    with pytest.raises(ValueError, match="unknown kind"):
+        _columns.fill(records, "x", 9, np.empty(2, dtype=np.int64), None)
+    with pytest.raises(ValueError, match="one per record"):  # a strided view is not C-contiguous
+        _columns.fill(records, "x", _columns.INT64, np.empty(4, dtype=np.int64)[::2][:1], None)
