@@ -1,4 +1,7 @@
-/* privstream.pipeline._columns: one field of a batch of decoded records, straight into an array.
+/* privstream.pipeline._columns: the fast path's loops over a batch's records, in C.
+ *
+ * fill: one field of a batch of decoded records, straight into an array;
+ * assemble: each record's output text from its columns' texts.
  *
  * fill(records, key, kind, out, table) -> bool
  *
@@ -157,15 +160,167 @@ done:
     return result;
 }
 
+/* assemble(parts, count) -> list of count bytes
+ *
+ * Record i's text is the concatenation, in order, of each part's text for
+ * record i: a bytes part is the same for every record; a list part holds one
+ * bytes per record; a 1-tuple part holds one bytes of count texts separated
+ * by commas (orjson's text of a numeric array without its brackets: numbers
+ * hold no comma), record i taking the i-th. The same bytes as joining each
+ * record's pieces in Python (privstream.pipeline.encode), without a Python
+ * object per piece. ValueError (nothing returned) if a list has another
+ * length, an item is not bytes, or a tuple holds another number of texts.
+ */
+static PyObject *
+assemble(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *parts;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &parts, &count)) {
+        return NULL;
+    }
+    if (count < 0) {
+        return PyErr_Format(PyExc_ValueError, "assemble: count %zd < 0", count);
+    }
+    Py_ssize_t k = PyList_GET_SIZE(parts);
+    /* per part: -1 constant, 0 list, 1 split; for splits, the start of each text */
+    Py_ssize_t *starts = NULL;
+    int *form = PyMem_Calloc((size_t)k + 1, sizeof(int));
+    Py_ssize_t *base = PyMem_Calloc((size_t)k + 1, sizeof(Py_ssize_t));
+    PyObject *result = NULL;
+    if (form == NULL || base == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t splits = 0;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        PyObject *part = PyList_GET_ITEM(parts, j);
+        if (PyBytes_CheckExact(part)) {
+            form[j] = -1;
+        } else if (PyList_CheckExact(part)) {
+            if (PyList_GET_SIZE(part) != count) {
+                PyErr_Format(PyExc_ValueError, "assemble: part %zd holds %zd texts, not %zd", j,
+                             PyList_GET_SIZE(part), count);
+                goto done;
+            }
+            for (Py_ssize_t i = 0; i < count; i++) {
+                if (!PyBytes_CheckExact(PyList_GET_ITEM(part, i))) {
+                    PyErr_Format(PyExc_ValueError, "assemble: part %zd item %zd is not bytes", j,
+                                 i);
+                    goto done;
+                }
+            }
+            form[j] = 0;
+        } else if (PyTuple_CheckExact(part) && PyTuple_GET_SIZE(part) == 1
+                   && PyBytes_CheckExact(PyTuple_GET_ITEM(part, 0))) {
+            form[j] = 1;
+            base[j] = splits;
+            splits++;
+        } else {
+            PyErr_Format(PyExc_ValueError, "assemble: part %zd is not bytes, a list or (bytes,)",
+                         j);
+            goto done;
+        }
+    }
+    /* the texts of split parts: text i of split s is [starts[s][i], starts[s][i + 1] - 1) */
+    starts = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(splits * (count + 1) + 1));
+    if (starts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (form[j] != 1) {
+            continue;
+        }
+        PyObject *body = PyTuple_GET_ITEM(PyList_GET_ITEM(parts, j), 0);
+        const char *text = PyBytes_AS_STRING(body);
+        Py_ssize_t length = PyBytes_GET_SIZE(body);
+        Py_ssize_t *at = starts + base[j] * (count + 1);
+        Py_ssize_t found = 0, position = 0;
+        at[0] = 0;
+        if (count == 0) {
+            if (length != 0) {
+                PyErr_Format(PyExc_ValueError, "assemble: part %zd holds texts for no record", j);
+                goto done;
+            }
+            continue;
+        }
+        while (found < count) {
+            const char *comma = memchr(text + position, ',', (size_t)(length - position));
+            Py_ssize_t end = comma == NULL ? length : comma - text;
+            at[++found] = end + 1;  /* one past the separator */
+            if (comma == NULL) {
+                break;
+            }
+            position = end + 1;
+        }
+        if (found != count || at[count] != length + 1) {
+            PyErr_Format(PyExc_ValueError, "assemble: part %zd does not hold %zd texts", j, count);
+            goto done;
+        }
+    }
+    result = PyList_New(count);
+    if (result == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t size = 0;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            PyObject *part = PyList_GET_ITEM(parts, j);
+            if (form[j] < 0) {
+                size += PyBytes_GET_SIZE(part);
+            } else if (form[j] == 0) {
+                size += PyBytes_GET_SIZE(PyList_GET_ITEM(part, i));
+            } else {
+                const Py_ssize_t *at = starts + base[j] * (count + 1);
+                size += at[i + 1] - 1 - at[i];
+            }
+        }
+        PyObject *record = PyBytes_FromStringAndSize(NULL, size);
+        if (record == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        char *out = PyBytes_AS_STRING(record);
+        for (Py_ssize_t j = 0; j < k; j++) {
+            PyObject *part = PyList_GET_ITEM(parts, j);
+            const char *from;
+            Py_ssize_t length;
+            if (form[j] < 0) {
+                from = PyBytes_AS_STRING(part);
+                length = PyBytes_GET_SIZE(part);
+            } else if (form[j] == 0) {
+                PyObject *item = PyList_GET_ITEM(part, i);
+                from = PyBytes_AS_STRING(item);
+                length = PyBytes_GET_SIZE(item);
+            } else {
+                const Py_ssize_t *at = starts + base[j] * (count + 1);
+                from = PyBytes_AS_STRING(PyTuple_GET_ITEM(part, 0)) + at[i];
+                length = at[i + 1] - 1 - at[i];
+            }
+            memcpy(out, from, (size_t)length);
+            out += length;
+        }
+        PyList_SET_ITEM(result, i, record);
+    }
+done:
+    PyMem_Free(starts);
+    PyMem_Free(form);
+    PyMem_Free(base);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"fill", fill, METH_VARARGS,
      "fill(records, key, kind, out, table) -> bool: record[key] of each record into out."},
+    {"assemble", assemble, METH_VARARGS,
+     "assemble(parts, count) -> list of bytes: each record's text from its parts' texts."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "privstream.pipeline._columns",
-    "One field of a batch of decoded records into an array (see _columns.c).", -1, methods,
+    "The fast path's loops over a batch's records (see _columns.c).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

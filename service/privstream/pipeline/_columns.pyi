@@ -1,4 +1,4 @@
-"""Type stub of the C extension ``_columns.c`` (one field of decoded records into an array)."""
+"""Type stub of the C extension ``_columns.c`` (the fast path's loops over a batch's records)."""
 
 from typing import Any
 
@@ -18,3 +18,4 @@ def fill(
     table: dict[Any, int] | None,
     /,
 ) -> bool: ...
+def assemble(parts: list[bytes | list[bytes] | tuple[bytes]], count: int, /) -> list[bytes]: ...

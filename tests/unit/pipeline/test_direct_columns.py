@@ -107,3 +107,48 @@ def test_fill_refuses_a_wrong_output_or_record() -> None:
         _columns.fill(records, "x", 9, np.empty(2, dtype=np.int64), None)
     with pytest.raises(ValueError, match="one per record"):  # a strided view is not C-contiguous
         _columns.fill(records, "x", _columns.INT64, np.empty(4, dtype=np.int64)[::2][:1], None)
+
+
+def test_assemble_joins_each_records_pieces() -> None:
+    rng = random.Random(17)
+    for _ in range(300):
+        count = rng.randint(1, 5)
+        parts: list[Any] = []
+        pieces: list[list[bytes]] = []
+        for _ in range(rng.randint(1, 6)):
+            form = rng.randrange(3)
+            texts = [
+                rng.choice([b"", b"1", b"-2.5", b'"a\\u00e9"', b"x" * 40]) for _ in range(count)
+            ]
+            if form == 0:
+                parts.append(texts[0])
+                pieces.append([texts[0]] * count)
+            elif form == 1:
+                parts.append(texts)
+                pieces.append(texts)
+            else:  # numbers hold no comma
+                numbers = [str(rng.randint(-999, 999)).encode() for _ in range(count)]
+                parts.append((b",".join(numbers),))
+                pieces.append(numbers)
+        assert _columns.assemble(parts, count) == [
+            b"".join(row) for row in zip(*pieces, strict=True)
+        ]
+    assert _columns.assemble([b"{}"], 0) == []
+    assert _columns.assemble([(b"",)], 0) == []
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [[b"a"]],  # one text for two records
+        [[b"a", "b"]],  # not bytes
+        [(b"1,2,3",)],  # three numbers for two records
+        [(b"1",)],  # one number for two records
+        [(b"1,2", b"3")],  # not a 1-tuple
+        [bytearray(b"a")],  # not bytes
+        [(b"1,2,",)],  # a trailing comma: three texts
+    ],
+)
+def test_assemble_refuses_pieces_that_do_not_fit(parts: list[Any]) -> None:
+    with pytest.raises(ValueError, match="assemble"):
+        _columns.assemble(parts, 2)
