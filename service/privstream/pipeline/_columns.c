@@ -1,7 +1,8 @@
 /* privstream.pipeline._columns: the fast path's loops over a batch's records, in C.
  *
  * fill: one field of a batch of decoded records, straight into an array;
- * assemble: each record's output text from its columns' texts.
+ * assemble: each record's output text from its columns' texts;
+ * only, longest: a batch's type check and its longest message.
  *
  * fill(records, key, kind, out, table) -> bool
  *
@@ -310,11 +311,69 @@ done:
     return result;
 }
 
+/* only(values, kinds) -> bool: whether every value's type is exactly one of the tuple
+ * ``kinds`` (no subclass: bool is not int); True for no values. */
+static PyObject *
+only(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *values, *kinds;
+    if (!PyArg_ParseTuple(args, "OO!", &values, &PyTuple_Type, &kinds)) {
+        return NULL;
+    }
+    PyObject *fast = PySequence_Fast(values, "only: values must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), k = PyTuple_GET_SIZE(kinds);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    int all = 1;
+    for (Py_ssize_t i = 0; i < n && all; i++) {
+        PyObject *type = (PyObject *)Py_TYPE(items[i]);
+        all = 0;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            if (type == PyTuple_GET_ITEM(kinds, j)) {
+                all = 1;
+                break;
+            }
+        }
+    }
+    Py_DECREF(fast);
+    return PyBool_FromLong(all);
+}
+
+/* longest(messages) -> int: the length of the longest message if every one is exactly
+ * bytes (0 for none), else -1. */
+static PyObject *
+longest(PyObject *Py_UNUSED(module), PyObject *messages)
+{
+    PyObject *fast = PySequence_Fast(messages, "longest: messages must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), most = 0;
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_CheckExact(items[i])) {
+            most = -1;
+            break;
+        }
+        if (PyBytes_GET_SIZE(items[i]) > most) {
+            most = PyBytes_GET_SIZE(items[i]);
+        }
+    }
+    Py_DECREF(fast);
+    return PyLong_FromSsize_t(most);
+}
+
 static PyMethodDef methods[] = {
     {"fill", fill, METH_VARARGS,
      "fill(records, key, kind, out, table) -> bool: record[key] of each record into out."},
     {"assemble", assemble, METH_VARARGS,
      "assemble(parts, count) -> list of bytes: each record's text from its parts' texts."},
+    {"only", only, METH_VARARGS,
+     "only(values, kinds) -> bool: every value's type is exactly one of kinds."},
+    {"longest", longest, METH_O,
+     "longest(messages) -> int: the longest message's length, -1 unless all are bytes."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -41,6 +41,7 @@ import numpy as np
 import orjson
 
 from privstream.mechanisms import NoiseSource
+from privstream.pipeline import _columns
 from privstream.pipeline.columns import MISSING, Values, direct_column, only
 from privstream.pipeline.encode import encode_records
 from privstream.pipeline.handlers import Rejected
@@ -61,14 +62,15 @@ def _decode_batch(
 ) -> tuple[list[dict[str, Any]], list[int], list[int]]:
     """orjson-decoded objects with their input indices, and the indices left to the reference."""
     loads, error = orjson.loads, orjson.JSONDecodeError
-    if messages and only(messages, bytes):
+    size = _columns.longest(messages)  # -1 unless every message is bytes
+    if messages and size >= 0:
         # the common batch: every message a short valid object, decoded in one C loop
         try:
             objs = list(map(loads, messages))
         except error:
             pass
         else:
-            if only(objs, dict) and not _deep(messages, longest):
+            if only(objs, dict) and not _deep(messages, size if longest is None else longest):
                 return objs, list(range(len(objs))), []
     records: list[dict[str, Any]] = []
     where: list[int] = []
@@ -92,12 +94,12 @@ def _decode_batch(
     return records, where, slow
 
 
-def _deep(messages: Sequence[bytes], longest: int | None) -> bool:
+def _deep(messages: Sequence[bytes], longest: int) -> bool:
     """Whether a message may nest deeper than the stdlib decoder can follow (C loops only).
 
-    ``longest``: the length of the longest message, when the caller knows it.
+    ``longest``: the length of the longest message.
     """
-    if (max(map(len, messages)) if longest is None else longest) <= _SHALLOW_BYTES:
+    if longest <= _SHALLOW_BYTES:
         return False
     count = bytes.count
     brackets = map(count, messages, itertools.repeat(b"["))

@@ -45,11 +45,10 @@ def only(values: Sequence[Any], *kinds: type) -> bool:
     """Whether every value's type is exactly one of ``kinds`` (no subclass: ``bool`` is not
     ``int``), True for no values.
 
-    ``list.count`` matches type objects by identity in C: 10 ns a value, against 17
-    for collecting the types in a set, which every column of every batch did.
+    One C loop comparing type objects (``_columns.only``): about 1 ns a value, against 10
+    for ``list.count`` over a list of the types, 17 for collecting them in a set.
     """
-    types = list(map(type, values))
-    return sum(map(types.count, kinds)) == len(types)
+    return _columns.only(values, kinds)
 
 
 def _plain(value: Any) -> bool:

@@ -152,3 +152,13 @@ def test_assemble_joins_each_records_pieces() -> None:
 def test_assemble_refuses_pieces_that_do_not_fit(parts: list[Any]) -> None:
     with pytest.raises(ValueError, match="assemble"):
         _columns.assemble(parts, 2)
+
+
+def test_longest_is_the_longest_bytes_message_or_minus_one() -> None:
+    assert _columns.longest([]) == 0
+    assert _columns.longest([b"", b"abc", b"ab"]) == 3
+    assert _columns.longest((b"x" * 500, b"")) == 500
+    for odd in (bytearray(b"abcd"), "abcd", None, memoryview(b"abcd")):
+        assert _columns.longest([b"a", odd]) == -1
+    with pytest.raises(TypeError, match="sequence"):
+        _columns.longest(3)
