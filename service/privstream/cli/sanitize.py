@@ -206,10 +206,9 @@ def _sanitize_chunk(
     line without its line end: a syntax error's position is recomputed on it
     (``_names_a_position``), every other verdict ignores trailing whitespace.
     """
-    result = process_batch(plan, lines, source)
-    if result.outputs:  # two writes: no copy of the joined text to append a newline
-        out.write(b"\n".join(result.outputs))
-        out.write(b"\n")
+    result = process_batch(plan, lines, source, joined=True)
+    if result.joined:  # every record followed by its newline, in one text
+        out.write(result.joined)
     blank = 0
     for dead in result.dead_letters:
         line = lines[dead.index]
@@ -224,7 +223,7 @@ def _sanitize_chunk(
         summary.reasons[reason] += 1
     summary.blank_lines += blank
     summary.records_in += len(lines) - blank
-    summary.records_out += len(result.outputs)
+    summary.records_out += len(result.output_index)
 
 
 def _names_a_position(reason: str, detail: str) -> bool:

@@ -161,7 +161,7 @@ done:
     return result;
 }
 
-/* assemble(parts, count) -> list of count bytes
+/* assemble(parts, count, joined) -> list of count bytes, or with joined one bytes
  *
  * Record i's text is the concatenation, in order, of each part's text for
  * record i: a bytes part is the same for every record; a list part holds one
@@ -169,15 +169,19 @@ done:
  * by commas (orjson's text of a numeric array without its brackets: numbers
  * hold no comma), record i taking the i-th. The same bytes as joining each
  * record's pieces in Python (privstream.pipeline.encode), without a Python
- * object per piece. ValueError (nothing returned) if a list has another
- * length, an item is not bytes, or a tuple holds another number of texts.
+ * object per piece. With ``joined`` true, one bytes of every record's text
+ * followed by a newline (what b"\n".join(records) + b"\n" gives, for file
+ * mode), without an object per record either. ValueError (nothing returned)
+ * if a list has another length, an item is not bytes, or a tuple holds
+ * another number of texts.
  */
 static PyObject *
 assemble(PyObject *Py_UNUSED(module), PyObject *args)
 {
     PyObject *parts;
     Py_ssize_t count;
-    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &parts, &count)) {
+    int joined = 0;
+    if (!PyArg_ParseTuple(args, "O!n|p", &PyList_Type, &parts, &count, &joined)) {
         return NULL;
     }
     if (count < 0) {
@@ -260,8 +264,11 @@ assemble(PyObject *Py_UNUSED(module), PyObject *args)
             goto done;
         }
     }
-    result = PyList_New(count);
-    if (result == NULL) {
+    /* each record's size, then its bytes: into its own object, or the joined text */
+    Py_ssize_t total = 0;
+    Py_ssize_t *sizes = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(count + 1));
+    if (sizes == NULL) {
+        PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -277,12 +284,24 @@ assemble(PyObject *Py_UNUSED(module), PyObject *args)
                 size += at[i + 1] - 1 - at[i];
             }
         }
-        PyObject *record = PyBytes_FromStringAndSize(NULL, size);
-        if (record == NULL) {
-            Py_CLEAR(result);
-            goto done;
+        sizes[i] = size;
+        total += size + 1;
+    }
+    result = joined ? PyBytes_FromStringAndSize(NULL, total) : PyList_New(count);
+    char *out = NULL;
+    if (result != NULL && joined) {
+        out = PyBytes_AS_STRING(result);
+    }
+    for (Py_ssize_t i = 0; i < count && result != NULL; i++) {
+        PyObject *record = NULL;
+        if (!joined) {
+            record = PyBytes_FromStringAndSize(NULL, sizes[i]);
+            if (record == NULL) {
+                Py_CLEAR(result);
+                break;
+            }
+            out = PyBytes_AS_STRING(record);
         }
-        char *out = PyBytes_AS_STRING(record);
         for (Py_ssize_t j = 0; j < k; j++) {
             PyObject *part = PyList_GET_ITEM(parts, j);
             const char *from;
@@ -302,8 +321,13 @@ assemble(PyObject *Py_UNUSED(module), PyObject *args)
             memcpy(out, from, (size_t)length);
             out += length;
         }
-        PyList_SET_ITEM(result, i, record);
+        if (joined) {
+            *out++ = '\n';
+        } else {
+            PyList_SET_ITEM(result, i, record);
+        }
     }
+    PyMem_Free(sizes);
 done:
     PyMem_Free(starts);
     PyMem_Free(form);
@@ -369,7 +393,8 @@ static PyMethodDef methods[] = {
     {"fill", fill, METH_VARARGS,
      "fill(records, key, kind, out, table) -> bool: record[key] of each record into out."},
     {"assemble", assemble, METH_VARARGS,
-     "assemble(parts, count) -> list of bytes: each record's text from its parts' texts."},
+     "assemble(parts, count, joined=False) -> list of bytes (or one bytes): each record's "
+     "text from its parts' texts."},
     {"only", only, METH_VARARGS,
      "only(values, kinds) -> bool: every value's type is exactly one of kinds."},
     {"longest", longest, METH_O,

@@ -1,7 +1,7 @@
 """Type stub of the C extension ``_columns.c`` (the fast path's loops over a batch's records)."""
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +19,13 @@ def fill(
     table: dict[Any, int] | None,
     /,
 ) -> bool: ...
-def assemble(parts: list[bytes | list[bytes] | tuple[bytes]], count: int, /) -> list[bytes]: ...
+@overload
+def assemble(
+    parts: list[bytes | list[bytes] | tuple[bytes]], count: int, joined: Literal[False] = ..., /
+) -> list[bytes]: ...
+@overload
+def assemble(
+    parts: list[bytes | list[bytes] | tuple[bytes]], count: int, joined: Literal[True], /
+) -> bytes: ...
 def only(values: Sequence[Any], kinds: tuple[type, ...], /) -> bool: ...
 def longest(messages: Sequence[Any], /) -> int: ...

@@ -33,7 +33,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import Any, cast
 
@@ -43,7 +43,7 @@ import orjson
 from privstream.mechanisms import NoiseSource
 from privstream.pipeline import _columns
 from privstream.pipeline.columns import MISSING, Values, direct_column, only
-from privstream.pipeline.encode import encode_records
+from privstream.pipeline.encode import encode_block, encode_records
 from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.noise import Fresh, NoiseProvider, Replayable
 from privstream.pipeline.plan import RecordPlan, field_identity
@@ -246,6 +246,7 @@ def process_batch(
     keys: Sequence[bytes | None] | None = None,
     *,
     subject: str | None = None,
+    joined: bool = False,
 ) -> BatchResult:
     """Sanitize a batch. Every input index ends up in exactly one of the two outputs.
 
@@ -255,8 +256,9 @@ def process_batch(
     fields memoized by the message key; without ``keys`` (file mode) such
     fields are not memoized (``privstream.pipeline.plan.unkeyed``). ``subject``: the
     subject field, whose value per output ``result.subjects`` then holds (from this
-    decode: the ledger needs no second one). Same bytes and reasons as
-    ``process_batch_reference``, computed column by column.
+    decode: the ledger needs no second one). ``joined``: the outputs come as one text
+    (``result.joined``, each followed by a newline) instead of one bytes each. Same
+    bytes and reasons as ``process_batch_reference``, computed column by column.
     """
     provider: NoiseProvider = noise if isinstance(noise, NoiseProvider) else Fresh(noise)
     plan, keys = with_keys(plan, messages, keys)
@@ -279,5 +281,7 @@ def process_batch(
     )
     columns = cast(list[Sequence[Any]], parsed.columns)
     released = release_columns(plan, provider, good, columns, parsed.tokens, result.observations)
+    if joined:
+        return replace(result, joined=encode_block(plan.fields, released, count))
     result.outputs.extend(encode_records(plan.fields, released, count))
     return result

@@ -206,12 +206,26 @@ def encode_records(
         return [b"{}"] * count
     if not count:
         return []
+    return _columns.assemble(_pieces(fields, columns), count)
+
+
+def encode_block(fields: Sequence[PlannedField], columns: Sequence[Column], count: int) -> bytes:
+    """``encode_records``' texts, each followed by a newline, as one text (file mode: no
+    object per record)."""
+    if not fields:
+        return b"{}\n" * count
+    if not count:
+        return b""
+    return _columns.assemble(_pieces(fields, columns), count, True)
+
+
+def _pieces(fields: Sequence[PlannedField], columns: Sequence[Column]) -> list[Piece]:
     segments = _segments(fields, columns)
     pieces: list[Piece] = []
     for at, (prefix, part) in enumerate(segments):
         suffix = b"}" if at == len(segments) - 1 else b""
         pieces += _render(prefix, part, suffix)
-    return _columns.assemble(pieces, count)
+    return pieces
 
 
 @dataclass

@@ -8,16 +8,18 @@ an integer beyond int64) it must step aside (None) for the parser to decide.
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
 import numpy as np
 import pytest
 from privstream.pipeline import _columns
-from privstream.pipeline.batch import _column
+from privstream.pipeline.batch import _column, process_batch
 from privstream.pipeline.columns import direct_column
+from privstream.testing import SeededSource
 
-from tests.unit.pipeline.test_fast_path import MIXED, plan_of
+from tests.unit.pipeline.test_fast_path import MIXED, edge_messages, good_mixed, plan_of
 
 #: values of every JSON type orjson gives, and the edges of each kind
 POOL: list[Any] = [
@@ -135,6 +137,7 @@ def test_assemble_joins_each_records_pieces() -> None:
         ]
     assert _columns.assemble([b"{}"], 0) == []
     assert _columns.assemble([(b"",)], 0) == []
+    assert _columns.assemble([(b"",)], 0, True) == b""
 
 
 @pytest.mark.parametrize(
@@ -162,3 +165,22 @@ def test_longest_is_the_longest_bytes_message_or_minus_one() -> None:
         assert _columns.longest([b"a", odd]) == -1
     with pytest.raises(TypeError, match="sequence"):
         _columns.longest(3)
+
+
+@pytest.mark.parametrize("fields", [MIXED, MIXED[:2], MIXED[:3]], ids=["mixed", "public", "real"])
+def test_a_joined_batch_is_its_outputs_each_with_a_newline(fields: list[dict[str, Any]]) -> None:
+    """``process_batch(..., joined=True)`` (file mode): the same records, indices, dead letters
+    and observations, the outputs as one text."""
+    plan = plan_of(fields)
+    rng = random.Random(23)
+    messages = [json.dumps(good_mixed(rng, i)).encode() for i in range(300)]
+    messages += edge_messages()
+    rng.shuffle(messages)
+    for batch in (messages, messages[:1], [], [b"{"]):
+        apart = process_batch(plan, batch, SeededSource(4))
+        joined = process_batch(plan, batch, SeededSource(4), joined=True)
+        assert joined.outputs == []
+        assert joined.joined == b"".join(out + b"\n" for out in apart.outputs)
+        assert joined.output_index == apart.output_index
+        assert joined.dead_letters == apart.dead_letters
+        assert joined.observations == apart.observations
