@@ -246,7 +246,6 @@ def process_batch(
     keys: Sequence[bytes | None] | None = None,
     *,
     subject: str | None = None,
-    joined: bool = False,
 ) -> BatchResult:
     """Sanitize a batch. Every input index ends up in exactly one of the two outputs.
 
@@ -256,10 +255,29 @@ def process_batch(
     fields memoized by the message key; without ``keys`` (file mode) such
     fields are not memoized (``privstream.pipeline.plan.unkeyed``). ``subject``: the
     subject field, whose value per output ``result.subjects`` then holds (from this
-    decode: the ledger needs no second one). ``joined``: the outputs come as one text
-    (``result.joined``, each followed by a newline) instead of one bytes each. Same
-    bytes and reasons as ``process_batch_reference``, computed column by column.
+    decode: the ledger needs no second one). Same bytes and reasons as
+    ``process_batch_reference``, computed column by column.
     """
+    return _process(plan, messages, noise, keys, subject, joined=False)
+
+
+def process_block(
+    plan: RecordPlan, lines: Sequence[bytes], noise: NoiseProvider | NoiseSource
+) -> BatchResult:
+    """``process_batch`` for file mode: the outputs as one text (``result.joined``, each
+    followed by a newline; ``result.outputs`` empty), no Python object per record."""
+    return _process(plan, lines, noise, None, None, joined=True)
+
+
+def _process(
+    plan: RecordPlan,
+    messages: Sequence[bytes],
+    noise: NoiseProvider | NoiseSource,
+    keys: Sequence[bytes | None] | None,
+    subject: str | None,
+    *,
+    joined: bool,
+) -> BatchResult:
     provider: NoiseProvider = noise if isinstance(noise, NoiseProvider) else Fresh(noise)
     plan, keys = with_keys(plan, messages, keys)
     # the worker's provider measured every message for the row seeds: reuse its lengths

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from privstream.pipeline import _columns
-from privstream.pipeline.batch import _column, process_batch
+from privstream.pipeline.batch import _column, process_batch, process_block
 from privstream.pipeline.columns import direct_column
 from privstream.testing import SeededSource
 
@@ -169,8 +169,8 @@ def test_longest_is_the_longest_bytes_message_or_minus_one() -> None:
 
 @pytest.mark.parametrize("fields", [MIXED, MIXED[:2], MIXED[:3]], ids=["mixed", "public", "real"])
 def test_a_joined_batch_is_its_outputs_each_with_a_newline(fields: list[dict[str, Any]]) -> None:
-    """``process_batch(..., joined=True)`` (file mode): the same records, indices, dead letters
-    and observations, the outputs as one text."""
+    """``process_block`` (file mode): ``process_batch``'s records, indices, dead letters and
+    observations, the outputs as one text."""
     plan = plan_of(fields)
     rng = random.Random(23)
     messages = [json.dumps(good_mixed(rng, i)).encode() for i in range(300)]
@@ -178,7 +178,7 @@ def test_a_joined_batch_is_its_outputs_each_with_a_newline(fields: list[dict[str
     rng.shuffle(messages)
     for batch in (messages, messages[:1], [], [b"{"]):
         apart = process_batch(plan, batch, SeededSource(4))
-        joined = process_batch(plan, batch, SeededSource(4), joined=True)
+        joined = process_block(plan, batch, SeededSource(4))
         assert joined.outputs == []
         assert joined.joined == b"".join(out + b"\n" for out in apart.outputs)
         assert joined.output_index == apart.output_index
