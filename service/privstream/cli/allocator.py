@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 #: mallopt parameters (glibc malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -35,9 +34,22 @@ _VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 _TUNABLES = ("glibc.malloc.mmap_threshold=", "glibc.malloc.trim_threshold=")
 
 
+def libc_name() -> str:
+    """``glibc``, or ``""`` for another C library.
+
+    ``os.confstr`` asks the C library itself (``platform.libc_ver`` reads the Python
+    executable's bytes, and importing ``platform`` costs 9 regular expressions).
+    """
+    try:
+        version = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError):  # no such name outside glibc
+        return ""
+    return version.split(" ", 1)[0]
+
+
 def tune_allocator() -> bool:
     """Fix the thresholds on glibc; True if they were set here."""
-    if platform.libc_ver()[0] != "glibc":
+    if libc_name() != "glibc":
         return False
     tunables = os.environ.get("GLIBC_TUNABLES", "").split(":")
     if any(v in os.environ for v in _VARIABLES) or any(t.startswith(_TUNABLES) for t in tunables):

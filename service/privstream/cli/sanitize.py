@@ -22,13 +22,14 @@ from typing import BinaryIO
 from privstream.config import AppConfig
 from privstream.errors import MisuseError, PrivstreamError, Rejected
 from privstream.mechanisms import NoiseSource
-from privstream.pipeline import RecordPlan, process_batch
+from privstream.pipeline import RecordPlan
+from privstream.pipeline.batch import process_block
 from privstream.pipeline.plan import unkeyed
 from privstream.pipeline.reference import parse_row
 
-#: lines per ``process_batch`` call at most when the input is an iterable of lines
+#: lines per ``process_block`` call at most when the input is an iterable of lines
 CHUNK_LINES = 10_000
-#: bytes per read of a file (about 7,000 reference records per ``process_batch`` call):
+#: bytes per read of a file (about 7,000 reference records per ``process_block`` call):
 #: bulk reads and C-level splitting, memory bounded by bytes rather than lines
 BLOCK_BYTES = 2**20
 
@@ -196,7 +197,7 @@ def _sanitize_chunk(
     source: NoiseSource,
     summary: Summary,
 ) -> None:
-    """One ``process_batch`` call over every line; per-line Python only for dead letters.
+    """One ``process_block`` call over every line; per-line Python only for dead letters.
 
     Lines may end with their line end (``_block_chunks``): JSON reads a trailing
     ``\\n`` or ``\\r\\n`` as whitespace, so a line is released, and with what
@@ -206,10 +207,9 @@ def _sanitize_chunk(
     line without its line end: a syntax error's position is recomputed on it
     (``_names_a_position``), every other verdict ignores trailing whitespace.
     """
-    result = process_batch(plan, lines, source)
-    if result.outputs:  # two writes: no copy of the joined text to append a newline
-        out.write(b"\n".join(result.outputs))
-        out.write(b"\n")
+    result = process_block(plan, lines, source)
+    if result.joined:  # every record followed by its newline, in one text
+        out.write(result.joined)
     blank = 0
     for dead in result.dead_letters:
         line = lines[dead.index]
@@ -224,7 +224,7 @@ def _sanitize_chunk(
         summary.reasons[reason] += 1
     summary.blank_lines += blank
     summary.records_in += len(lines) - blank
-    summary.records_out += len(result.outputs)
+    summary.records_out += len(result.output_index)
 
 
 def _names_a_position(reason: str, detail: str) -> bool:

@@ -6,8 +6,8 @@ Mechanism-specific parameters are validated by the same checks the
 mechanisms use (``privstream.mechanisms.validation``).
 """
 
-from __future__ import annotations
-
+# no ``from __future__ import annotations``: pydantic would compile every field's
+# annotation from its text at start-up (about 2.5 ms of every command, docs/benchmarks.md)
 from collections.abc import Callable, Sequence
 from typing import Annotated, Literal, TypeVar, get_args
 
@@ -132,7 +132,7 @@ class RealField(_NoisedField):
         return data
 
     @model_validator(mode="after")
-    def _calibration_fits_mechanism(self) -> RealField:
+    def _calibration_fits_mechanism(self) -> "RealField":
         allowed = {
             "auto": ("tight", "thesis"),
             "laplace": ("tight", "thesis"),
@@ -194,7 +194,7 @@ class CategoricalField(_NoisedField):
     memo_identity_trusted: bool = False
 
     @model_validator(mode="after")
-    def _domain_fits_mechanism(self) -> CategoricalField:
+    def _domain_fits_mechanism(self) -> "CategoricalField":
         if self.mechanism not in ("local_hashing", "auto") and self.domain is None:
             raise ValueError(f"{self.mechanism} needs a domain; list it or use local_hashing")
         if self.mechanism == "auto" and self.domain is None and self.delta != 0.0:
@@ -241,7 +241,7 @@ class SetField(_NoisedField):
     on_too_many: Literal["dead_letter", "truncate"] = "dead_letter"
 
     @model_validator(mode="after")
-    def _pure(self) -> SetField:
+    def _pure(self) -> "SetField":
         if self.delta != 0.0:
             raise ValueError("unary_encoding is pure epsilon-DP; set delta to 0")
         if self.on_too_many == "truncate" and len(self.universe) > MAX_TRUNCATED_UNIVERSE:

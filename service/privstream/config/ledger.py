@@ -10,8 +10,8 @@ windows start at 00:00, 06:00, 12:00, 18:00 UTC) or be a whole number of days
 The semantics and the proof of the guarantee are in ``docs/ledger.md``.
 """
 
-from __future__ import annotations
-
+# no ``from __future__ import annotations``: pydantic would compile every field's
+# annotation from its text at start-up (about 2.5 ms of every command, docs/benchmarks.md)
 import re
 from collections.abc import Mapping
 from fractions import Fraction
@@ -156,7 +156,7 @@ def cap_units(value: float, per: int) -> int:
     return (Fraction(value) * per).__floor__()
 
 
-def record_cost(config: AppConfig) -> tuple[Fraction, Fraction]:
+def record_cost(config: "AppConfig") -> tuple[Fraction, Fraction]:
     """What one released record costs its subject: the record's (epsilon, delta).
 
     The fields' event-level sum (basic composition), plus the clamped counts'
@@ -174,7 +174,7 @@ def record_cost(config: AppConfig) -> tuple[Fraction, Fraction]:
     return eps, sum((Fraction(g.delta) for g in shares), Fraction(0))
 
 
-def ledger_problems(config: AppConfig) -> list[str]:
+def ledger_problems(config: "AppConfig") -> list[str]:
     """The ledger's caps must admit at least one record of the configured cost."""
     ledger = config.privacy.ledger
     if ledger is None:

@@ -4,8 +4,8 @@ The config describes *what* to release. It knows nothing of Kafka clients or
 of mechanism objects; ``privstream.pipeline.plan`` turns it into mechanisms.
 """
 
-from __future__ import annotations
-
+# no ``from __future__ import annotations``: pydantic would compile every field's
+# annotation from its text at start-up (about 2.5 ms of every command, docs/benchmarks.md)
 from pathlib import Path
 from typing import Literal
 
@@ -44,7 +44,7 @@ class SecurityConfig(Strict):
         return self.protocol.startswith("SASL_")
 
     @model_validator(mode="after")
-    def _consistent(self) -> SecurityConfig:
+    def _consistent(self) -> "SecurityConfig":
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("cert_file and key_file go together (mutual TLS needs both)")
         tls_only = [name for name in ("ca_file", "cert_file") if getattr(self, name) is not None]
@@ -85,7 +85,7 @@ class KafkaConfig(Strict):
     security: SecurityConfig = SecurityConfig()
 
     @model_validator(mode="after")
-    def _distinct_topics(self) -> KafkaConfig:
+    def _distinct_topics(self) -> "KafkaConfig":
         topics = [self.input_topic, self.output_topic, self.dead_letter_topic]
         if len(set(topics)) != 3:
             raise ValueError(
@@ -160,7 +160,7 @@ class AppConfig(Strict):
     metrics: MetricsConfig = MetricsConfig()
 
     @model_validator(mode="after")
-    def _memoize_by_names_a_device_field(self) -> AppConfig:
+    def _memoize_by_names_a_device_field(self) -> "AppConfig":
         # cross-field: memoize_by must name another field that can hold a device id
         from privstream.config.fields import check_memo_references
 

@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 
 from privstream.config import Guarantee
 from privstream.errors import RegistryError
+from privstream.lazy import deferred
 from privstream.pipeline.columns import ColumnParser
 from privstream.pipeline.handlers import FieldHandler
 
@@ -105,6 +106,21 @@ class FieldKind:
     @property
     def key(self) -> tuple[str, str | None]:
         return (self.kind, self.mechanism)
+
+
+def later_estimator(name: str) -> Callable[..., Any]:
+    """``privstream.kinds.estimators.<name>``, imported when ``estimate`` first calls it."""
+    return deferred("privstream.kinds.estimators", name)
+
+
+def later_audit(name: str) -> Callable[..., Any]:
+    """``privstream.kinds.audits.<name>``, imported when ``audit`` first calls it."""
+    return deferred("privstream.kinds.audits", name)
+
+
+def later_canary(name: str) -> Callable[..., Any]:
+    """``privstream.pipeline.canary.<name>``, imported when the worker's metrics first call it."""
+    return deferred("privstream.pipeline.canary", name)
 
 
 def calibrated(kind: FieldKind | str, share: Guarantee | None) -> tuple[float, float]:

@@ -7,13 +7,20 @@ so reordering a memoized domain cannot change a device's answers.
 
 from __future__ import annotations
 
-from privstream.audit.targets import FiniteTarget, spread_codes
 from privstream.config import Guarantee
 from privstream.config.fields import BooleanField, CategoricalField
-from privstream.estimate.frequency import CategoryCounts
-from privstream.kinds.base import FieldKind, MemoSupport, calibrated, describe, mechanism_domain
+from privstream.kinds.base import (
+    FieldKind,
+    MemoSupport,
+    calibrated,
+    describe,
+    later_audit,
+    later_canary,
+    later_estimator,
+    mechanism_domain,
+)
 from privstream.mechanisms import RandomizedResponse
-from privstream.pipeline import canary, columns, encode
+from privstream.pipeline import columns, encode
 from privstream.pipeline.handlers import BooleanHandler, CategoricalHandler
 from privstream.pipeline.plan import canonical_json
 
@@ -40,10 +47,10 @@ CATEGORICAL = FieldKind(
     # without unknown_as only domain values parse: no distinct memo values
     memo_style=lambda handler: None if handler.unknown_as is None else "str",
     memo=MemoSupport(domain=mechanism_domain),
-    estimator=lambda h, kind, options: CategoryCounts(h.name, kind, h.mechanism),
-    audit_target=lambda h: FiniteTarget(h.name, h.mechanism, spread_codes(len(h.mechanism.domain))),
+    estimator=later_estimator("category_counts"),
+    audit_target=later_audit("domain_target"),
     explain=describe,
-    canary=canary.categorical_inputs,
+    canary=later_canary("categorical_inputs"),
 )
 
 
@@ -63,10 +70,10 @@ BOOLEAN = FieldKind(
     texts=lambda handler, values: encode.bool_texts(values),  # a bool column's tolist()
     memo_style=lambda handler: "str",
     memo=MemoSupport(domain=mechanism_domain),
-    estimator=lambda h, kind, options: CategoryCounts(h.name, kind, h.mechanism),
-    audit_target=lambda h: FiniteTarget(h.name, h.mechanism, (0, 1)),
+    estimator=later_estimator("category_counts"),
+    audit_target=later_audit("boolean_target"),
     explain=describe,
-    canary=canary.boolean_inputs,
+    canary=later_canary("boolean_inputs"),
 )
 
 REGISTRATIONS = (CATEGORICAL, BOOLEAN)

@@ -9,16 +9,20 @@ never memoized (``memo=None``: ``RealField`` has no ``memo_identity`` or ``memoi
 
 from __future__ import annotations
 
-from privstream.audit.targets import RealTarget
 from privstream.config import Guarantee
 from privstream.config.fields import RealField
-from privstream.estimate.accumulators import Accumulator, Options
-from privstream.estimate.unit_mean import UnitMeanReleases
-from privstream.kinds.base import FieldKind, calibrated, describe
+from privstream.kinds.base import (
+    FieldKind,
+    calibrated,
+    describe,
+    later_audit,
+    later_canary,
+    later_estimator,
+)
 from privstream.mechanisms.hybrid import HybridMechanism
 from privstream.mechanisms.piecewise import PiecewiseMechanism
 from privstream.mechanisms.unit_interval import UnitIntervalMechanism
-from privstream.pipeline import canary, columns, encode
+from privstream.pipeline import columns, encode
 from privstream.pipeline.handlers import RealHandler
 
 MECHANISMS: dict[str, type[UnitIntervalMechanism]] = {
@@ -34,13 +38,6 @@ def _build(spec: RealField, share: Guarantee | None) -> RealHandler:
     return RealHandler(spec.name, mech, bounds)
 
 
-def _estimator(handler: RealHandler, kind: str, options: Options) -> Accumulator:
-    mech = handler.mechanism
-    if not isinstance(mech, UnitIntervalMechanism):  # the registry builds these only
-        raise TypeError(f"{handler.name}: expected piecewise or hybrid, got {mech.name}")
-    return UnitMeanReleases(handler.name, kind, mech)
-
-
 def _registration(mechanism: str) -> FieldKind:
     return FieldKind(
         kind="real",
@@ -51,11 +48,11 @@ def _registration(mechanism: str) -> FieldKind:
         texts=lambda handler, values: encode.float_texts(values),
         memo_style=lambda handler: "str",
         memo=None,  # reals are not memoized
-        estimator=_estimator,
-        audit_target=lambda h: RealTarget(h.name, h.mechanism, h.bounds),
+        estimator=later_estimator("unit_mean_releases"),
+        audit_target=later_audit("real_target"),
         audit_width=lambda h: h.mechanism.words_per_value + 1,  # words, and one output
         explain=describe,
-        canary=canary.worst_case_inputs,
+        canary=later_canary("worst_case_inputs"),
     )
 
 

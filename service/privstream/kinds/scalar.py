@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from privstream.audit.targets import IntegerTarget, RealTarget
 from privstream.config import Guarantee
 from privstream.config.fields import IntegerField, PublicField, RealField
-from privstream.estimate.accumulators import Accumulator, Options
-from privstream.estimate.numeric import NumericApi, ScalarReleases
-from privstream.kinds.base import FieldKind, calibrated, describe
-from privstream.mechanisms import LaplaceMechanism, gaussian, integer_laplace, laplace
+from privstream.kinds.base import (
+    FieldKind,
+    calibrated,
+    describe,
+    later_audit,
+    later_canary,
+    later_estimator,
+)
+from privstream.mechanisms import LaplaceMechanism
 from privstream.mechanisms.gaussian import GaussianMechanism
 from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
-from privstream.pipeline import canary, columns, encode
+from privstream.pipeline import columns, encode
 from privstream.pipeline.handlers import IntegerHandler, PublicHandler, RealHandler
 
 
@@ -52,39 +56,7 @@ def _gaussian(spec: RealField, share: Guarantee | None) -> RealHandler:
     return RealHandler(spec.name, mech, _bounds(spec))
 
 
-def laplace_api(mechanism: LaplaceMechanism) -> NumericApi:
-    return NumericApi(
-        laplace.lattice_noise(mechanism),
-        lambda n, m, v: laplace.estimate_mean(mechanism, n, m, v),
-    )
-
-
-def gaussian_api(mechanism: GaussianMechanism) -> NumericApi:
-    return NumericApi(
-        gaussian.lattice_noise(mechanism),
-        lambda n, m, v: gaussian.estimate_mean(mechanism, n, m, v),
-    )
-
-
-def integer_laplace_api(mechanism: IntegerLaplaceMechanism) -> NumericApi:
-    return NumericApi(
-        integer_laplace.lattice_noise(mechanism),
-        lambda n, m, v: integer_laplace.estimate_mean(mechanism, n, m, v),
-    )
-
-
-def _scalar_estimator(api: Any, integer: bool) -> Any:
-    def make(handler: RealHandler | IntegerHandler, kind: str, options: Options) -> Accumulator:
-        mech: Any = handler.mechanism
-        numeric: NumericApi = api(mech)
-        return ScalarReleases(
-            handler.name, kind, mech, api=numeric, integer=integer, options=options
-        )
-
-    return make
-
-
-def _real(mechanism: str, build: Any, api: Any) -> FieldKind:
+def _real(mechanism: str, build: Any, estimator: str) -> FieldKind:
     return FieldKind(
         kind="real",
         mechanism=mechanism,
@@ -93,15 +65,15 @@ def _real(mechanism: str, build: Any, api: Any) -> FieldKind:
         column=columns.real_column,
         texts=lambda handler, values: encode.float_texts(values),  # a float64 column's tolist()
         memo_style=lambda handler: "str",
-        estimator=_scalar_estimator(api, integer=False),
-        audit_target=lambda h: RealTarget(h.name, h.mechanism, h.bounds),
+        estimator=later_estimator(estimator),
+        audit_target=later_audit("real_target"),
         explain=describe,
-        canary=canary.real_inputs,
+        canary=later_canary("real_inputs"),
     )
 
 
-REAL_LAPLACE = _real("laplace", _laplace, laplace_api)
-REAL_GAUSSIAN = _real("gaussian", _gaussian, gaussian_api)
+REAL_LAPLACE = _real("laplace", _laplace, "laplace_releases")
+REAL_GAUSSIAN = _real("gaussian", _gaussian, "gaussian_releases")
 
 
 def _integer(spec: IntegerField, share: Guarantee | None) -> IntegerHandler:
@@ -120,12 +92,10 @@ INTEGER = FieldKind(
     column=columns.integer_column,
     texts=lambda handler, values: encode.int_texts(values),  # an int64 column's tolist()
     memo_style=lambda handler: "int",
-    estimator=_scalar_estimator(integer_laplace_api, integer=True),
-    audit_target=lambda h: IntegerTarget(
-        h.name, h.mechanism, (h.mechanism.lower, h.mechanism.upper)
-    ),
+    estimator=later_estimator("integer_releases"),
+    audit_target=later_audit("integer_target"),
     explain=describe,
-    canary=canary.integer_inputs,
+    canary=later_canary("integer_inputs"),
 )
 
 REGISTRATIONS = (PUBLIC, REAL_LAPLACE, REAL_GAUSSIAN, INTEGER)

@@ -4,26 +4,36 @@ Vectors and functions are parsed as one float matrix per column
 (``vector_column``) and written from float64 rows by orjson
 (``float_rows_texts``); sets and local hashing run ``handler.parse`` value by
 value (``generic_column``) and are written from per-item texts
-(``string_list_texts``, ``report_texts``).
+(``string_list_texts``, ``report_texts``). Their mechanisms and handlers are
+imported when a field of the kind is built: a config without one never
+loads them (start-up).
 """
 
 from __future__ import annotations
 
-from privstream.audit.targets import HashedTarget, SetTarget, functional_target, vector_target
+from typing import TYPE_CHECKING
+
 from privstream.config import Guarantee
 from privstream.config.fields import CategoricalField, FunctionalField, SetField, VectorField
-from privstream.estimate.frequency import HashedReports, SetReports
-from privstream.estimate.numeric import CurveReleases
-from privstream.kinds.base import FieldKind, MemoSupport, calibrated, describe
-from privstream.mechanisms.functional import FunctionalMechanism, estimate_mean_curve
-from privstream.mechanisms.local_hashing import OptimalLocalHashing
-from privstream.mechanisms.unary_encoding import UnaryEncoding
-from privstream.mechanisms.vector_gaussian import VectorGaussianMechanism, estimate_vector_mean
-from privstream.pipeline import canary, columns, encode
-from privstream.pipeline.structured import HashedHandler, SetHandler, VectorHandler
+from privstream.kinds.base import (
+    FieldKind,
+    MemoSupport,
+    calibrated,
+    describe,
+    later_audit,
+    later_canary,
+    later_estimator,
+)
+from privstream.pipeline import columns, encode
+
+if TYPE_CHECKING:
+    from privstream.pipeline.structured import HashedHandler, SetHandler, VectorHandler
 
 
 def _hashed(spec: CategoricalField, share: Guarantee | None) -> HashedHandler:
+    from privstream.mechanisms.local_hashing import OptimalLocalHashing
+    from privstream.pipeline.structured import HashedHandler
+
     eps, _ = calibrated("categorical (local_hashing)", share)
     # a domain only comes from ``auto`` (privstream.kinds.auto), which allows string domains only
     domain = None if spec.domain is None else tuple(str(value) for value in spec.domain)
@@ -41,8 +51,8 @@ LOCAL_HASHING = FieldKind(
     memo_style=lambda handler: "str",
     # parse gives the string itself; word 0 is the hash seed (privstream.mechanisms.local_hashing)
     memo=MemoSupport(domain=lambda handler: None, identity_words=1),
-    estimator=lambda h, kind, options: HashedReports(h.name, kind, h.mechanism, h.domain),
-    audit_target=lambda h: HashedTarget(h.name, h.mechanism, h.domain),
+    estimator=later_estimator("hashed_reports"),
+    audit_target=later_audit("hashed_target"),
     explain=describe,
     # with a domain (``auto``), values outside it are never reported
     candidates=lambda h, values: (
@@ -52,6 +62,9 @@ LOCAL_HASHING = FieldKind(
 
 
 def _set(spec: SetField, share: Guarantee | None) -> SetHandler:
+    from privstream.mechanisms.unary_encoding import UnaryEncoding
+    from privstream.pipeline.structured import SetHandler
+
     eps, _ = calibrated("set", share)
     unary = UnaryEncoding(
         universe=spec.universe, max_items=spec.max_items, epsilon=eps, variant=spec.variant
@@ -74,8 +87,8 @@ SET = FieldKind(
     column=columns.generic_column,
     texts=lambda handler, values: encode.string_list_texts(handler.universe, values),
     memo_style=lambda handler: "str",
-    estimator=lambda h, kind, options: SetReports(h.name, kind, h.mechanism),
-    audit_target=lambda h: SetTarget(h.name, h.mechanism),
+    estimator=later_estimator("set_reports"),
+    audit_target=later_audit("set_target"),
     audit_width=lambda h: int(h.mechanism.universe_size),
     explain=describe,
     candidates=lambda handler, values: [v for v in values if v not in handler.universe],
@@ -83,6 +96,9 @@ SET = FieldKind(
 
 
 def _vector(spec: VectorField, share: Guarantee | None) -> VectorHandler:
+    from privstream.mechanisms.vector_gaussian import VectorGaussianMechanism
+    from privstream.pipeline.structured import VectorHandler
+
     eps, dlt = calibrated("vector", share)
     vector = VectorGaussianMechanism(
         dimension=spec.dimension,
@@ -95,6 +111,9 @@ def _vector(spec: VectorField, share: Guarantee | None) -> VectorHandler:
 
 
 def _functional(spec: FunctionalField, share: Guarantee | None) -> VectorHandler:
+    from privstream.mechanisms.functional import FunctionalMechanism
+    from privstream.pipeline.structured import VectorHandler
+
     eps, dlt = calibrated("functional", share)
     functional = FunctionalMechanism(
         grid_points=spec.grid,
@@ -107,32 +126,6 @@ def _functional(spec: FunctionalField, share: Guarantee | None) -> VectorHandler
     return VectorHandler(spec.name, functional, len(spec.grid))
 
 
-def vector_releases(name: str, kind: str, mechanism: VectorGaussianMechanism) -> CurveReleases:
-    """The accumulator of a vector field: per-coordinate means."""
-    return CurveReleases(
-        name,
-        kind,
-        mechanism,
-        points=range(mechanism.dimension),
-        mean=lambda n, m, v: estimate_vector_mean(mechanism, n, m, v),
-        note=f"the mean estimates the mean of the vectors clipped to the L2 ball of radius "
-        f"{mechanism.l2_bound:g}; intervals are per coordinate",
-    )
-
-
-def functional_releases(name: str, kind: str, mechanism: FunctionalMechanism) -> CurveReleases:
-    """The accumulator of a functional field: the mean curve on the grid."""
-    return CurveReleases(
-        name,
-        kind,
-        mechanism,
-        points=mechanism.grid_points.tolist(),
-        mean=lambda n, m, v: estimate_mean_curve(mechanism, n, m, v),
-        note=f"the mean curve estimates the mean of the curves clipped to the RKHS ball of "
-        f"radius {mechanism.rkhs_radius:g}; the bands are pointwise, not simultaneous",
-    )
-
-
 VECTOR = FieldKind(
     kind="vector",
     mechanism="gaussian",
@@ -141,11 +134,11 @@ VECTOR = FieldKind(
     column=columns.vector_column,
     texts=lambda handler, values: encode.float_rows_texts(values),
     memo_style=lambda handler: "str",
-    estimator=lambda h, kind, options: vector_releases(h.name, kind, h.mechanism),
-    audit_target=lambda h: vector_target(h.name, h.mechanism),
+    estimator=later_estimator("vector_field_releases"),
+    audit_target=later_audit("vector_field_target"),
     audit_width=lambda h: 3 * int(h.mechanism.dimension),
     explain=describe,
-    canary=canary.vector_inputs,
+    canary=later_canary("vector_inputs"),
 )
 
 FUNCTIONAL = FieldKind(
@@ -156,12 +149,12 @@ FUNCTIONAL = FieldKind(
     column=columns.vector_column,
     texts=lambda handler, values: encode.float_rows_texts(values),
     memo_style=lambda handler: "str",
-    estimator=lambda h, kind, options: functional_releases(h.name, kind, h.mechanism),
-    audit_target=lambda h: functional_target(h.name, h.mechanism),
+    estimator=later_estimator("functional_field_releases"),
+    audit_target=later_audit("functional_field_target"),
     audit_width=lambda h: 3 * int(h.mechanism.dimension),
     explain=describe,
     # the same inputs as vectors; not measured while its error is not noise-only
-    canary=canary.vector_inputs,
+    canary=later_canary("vector_inputs"),
 )
 
 REGISTRATIONS = (LOCAL_HASHING, SET, VECTOR, FUNCTIONAL)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import Any, cast
 
@@ -41,8 +41,9 @@ import numpy as np
 import orjson
 
 from privstream.mechanisms import NoiseSource
-from privstream.pipeline.columns import MISSING, Values, only
-from privstream.pipeline.encode import encode_records
+from privstream.pipeline import _columns
+from privstream.pipeline.columns import MISSING, Values, direct_column, only
+from privstream.pipeline.encode import encode_block, encode_records
 from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.noise import Fresh, NoiseProvider, Replayable
 from privstream.pipeline.plan import RecordPlan, field_identity
@@ -61,14 +62,15 @@ def _decode_batch(
 ) -> tuple[list[dict[str, Any]], list[int], list[int]]:
     """orjson-decoded objects with their input indices, and the indices left to the reference."""
     loads, error = orjson.loads, orjson.JSONDecodeError
-    if messages and only(messages, bytes):
+    size = _columns.longest(messages)  # -1 unless every message is bytes
+    if messages and size >= 0:
         # the common batch: every message a short valid object, decoded in one C loop
         try:
             objs = list(map(loads, messages))
         except error:
             pass
         else:
-            if only(objs, dict) and not _deep(messages, longest):
+            if only(objs, dict) and not _deep(messages, size if longest is None else longest):
                 return objs, list(range(len(objs))), []
     records: list[dict[str, Any]] = []
     where: list[int] = []
@@ -92,12 +94,12 @@ def _decode_batch(
     return records, where, slow
 
 
-def _deep(messages: Sequence[bytes], longest: int | None) -> bool:
+def _deep(messages: Sequence[bytes], longest: int) -> bool:
     """Whether a message may nest deeper than the stdlib decoder can follow (C loops only).
 
-    ``longest``: the length of the longest message, when the caller knows it.
+    ``longest``: the length of the longest message.
     """
-    if (max(map(len, messages)) if longest is None else longest) <= _SHALLOW_BYTES:
+    if longest <= _SHALLOW_BYTES:
         return False
     count = bytes.count
     brackets = map(count, messages, itertools.repeat(b"["))
@@ -106,22 +108,44 @@ def _deep(messages: Sequence[bytes], longest: int | None) -> bool:
     return deepest > _MAX_FAST_BRACKETS
 
 
-def _extract(records: list[dict[str, Any]], names: Sequence[str]) -> list[Sequence[Any]]:
-    """One column per name (``MISSING`` where a record lacks the field).
+def _own_keys(records: list[dict[str, Any]], names: Sequence[str]) -> list[str]:
+    """The decoder's own key objects for ``names``, where the first record has the field.
 
-    Looked up with the decoder's own key objects where the first record has the
-    field: orjson hands every record the same cached key string, so each lookup
-    matches by identity instead of comparing the name's bytes (20 ns a reference
-    record of 150). Same keys by value: same columns.
+    orjson hands every record the same cached key string, so each lookup matches by
+    identity instead of comparing the name's bytes (20 ns a reference record of
+    150). Same keys by value: same columns.
     """
     own = {key: key for key in records[0]} if records else {}
-    columns: list[Sequence[Any]] = []
-    for name in map(own.get, names, names):
-        try:  # one C loop per field
-            columns.append(list(map(itemgetter(name), records)))
-        except KeyError:
-            columns.append([record.get(name, MISSING) for record in records])
-    return columns
+    return list(map(own.get, names, names))
+
+
+def _column(records: list[dict[str, Any]], key: str) -> Sequence[Any]:
+    """The field's raw values (``MISSING`` where a record lacks it)."""
+    try:  # one C loop
+        return list(map(itemgetter(key), records))
+    except KeyError:
+        return [record.get(key, MISSING) for record in records]
+
+
+def _parse_columns(
+    plan: RecordPlan, records: list[dict[str, Any]]
+) -> tuple[list[Values], set[int]]:
+    """Each field's parsed column, and the rows left to the reference.
+
+    A column is read straight into its array where every record holds the
+    common kind of value (``direct_column``); else its parser sees the raw values.
+    """
+    columns: list[Values] = []
+    bad: set[int] = set()
+    keys = _own_keys(records, [handler.name for handler in plan.handlers])
+    for planned, key in zip(plan.fields, keys, strict=True):
+        parser, handler = planned.entry.column, planned.handler
+        values = direct_column(parser, handler, records, key)
+        if values is None:
+            values, rejected = parser(handler, _column(records, key))
+            bad.update(rejected)
+        columns.append(values)
+    return columns, bad
 
 
 def _as_list(values: Values) -> list[Any]:
@@ -152,14 +176,7 @@ def _parse_batch(
     subjects = None
     if subject is not None:
         subjects = subject_values(records, messages, subject, where)
-    columns: list[Values] = []
-    bad: set[int] = set()
-    raw_columns = _extract(records, [handler.name for handler in plan.handlers])
-    for planned, col in zip(plan.fields, raw_columns, strict=True):
-        handler = planned.handler
-        values, rejected = planned.entry.column(handler, col)
-        columns.append(values)
-        bad.update(rejected)
+    columns, bad = _parse_columns(plan, records)
     memo_values: list[list[bytes] | None] = []
     for memo in (f.memo for f in plan.fields):
         if memo is None:
@@ -241,6 +258,26 @@ def process_batch(
     decode: the ledger needs no second one). Same bytes and reasons as
     ``process_batch_reference``, computed column by column.
     """
+    return _process(plan, messages, noise, keys, subject, joined=False)
+
+
+def process_block(
+    plan: RecordPlan, lines: Sequence[bytes], noise: NoiseProvider | NoiseSource
+) -> BatchResult:
+    """``process_batch`` for file mode: the outputs as one text (``result.joined``, each
+    followed by a newline; ``result.outputs`` empty), no Python object per record."""
+    return _process(plan, lines, noise, None, None, joined=True)
+
+
+def _process(
+    plan: RecordPlan,
+    messages: Sequence[bytes],
+    noise: NoiseProvider | NoiseSource,
+    keys: Sequence[bytes | None] | None,
+    subject: str | None,
+    *,
+    joined: bool,
+) -> BatchResult:
     provider: NoiseProvider = noise if isinstance(noise, NoiseProvider) else Fresh(noise)
     plan, keys = with_keys(plan, messages, keys)
     # the worker's provider measured every message for the row seeds: reuse its lengths
@@ -262,5 +299,7 @@ def process_batch(
     )
     columns = cast(list[Sequence[Any]], parsed.columns)
     released = release_columns(plan, provider, good, columns, parsed.tokens, result.observations)
+    if joined:
+        return replace(result, joined=encode_block(plan.fields, released, count))
     result.outputs.extend(encode_records(plan.fields, released, count))
     return result

@@ -7,18 +7,18 @@ agree with ``repr``, and records are assembled from per-column texts.
 
 Per-record cost
 ---------------
-A record is one ``b"".join`` of its pieces, and each piece of each record
-costs a Python object, so ``encode_records`` makes as few as it can. A
-released column may come in an encoded form (``Column.encoded``, set by its
-handler): ``Numbers`` are written by one ``orjson.dumps`` with the field's key
-(and the closing brace, for the last field) spliced into the text before it
-is split, so key and value are one piece; consecutive ``Choices`` (finite
-domains: categorical, boolean) become one piece through a table of every
-combination of their texts with the keys between them, indexed by one numpy
-expression over their positions. Any other column is its kind's ``texts``
-behind a separate key piece, and so is a ``Numbers`` column orjson would not
-write as ``json.dumps`` does (a float below ``1e-4``, inf, nan): the kind's
-``texts`` stay the specification and the fallback.
+A record is put together by one C loop (``_columns.assemble``) from its
+columns' pieces: a text every record shares (a key), a text per record, or
+orjson's text of a whole numeric column, which the loop cuts at its commas,
+so a number costs no Python object. A released column may come in an
+encoded form (``Column.encoded``, set by its handler): ``Numbers`` are
+written by one ``orjson.dumps``; consecutive ``Choices`` (finite domains:
+categorical, boolean) become one piece through a table of every combination
+of their texts with the keys between them, indexed by one numpy expression
+over their positions. Any other column is its kind's ``texts``, and so is a
+``Numbers`` column orjson would not write as ``json.dumps`` does (a float
+below ``1e-4``, inf, nan): the kind's ``texts`` stay the specification and
+the fallback.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import orjson
 from numpy.typing import NDArray
+
+from privstream.pipeline import _columns
 
 if TYPE_CHECKING:
     from privstream.pipeline.handlers import Column
@@ -63,6 +65,9 @@ class Choices:
 
 
 Encoded = Numbers | Choices
+#: a record piece (``_columns.assemble``): one text for every record, a text per record,
+#: or one text of every record's number separated by commas
+Piece = bytes | list[bytes] | tuple[bytes]
 
 
 def _orjson_texts(values: list[Any]) -> list[bytes]:
@@ -194,20 +199,33 @@ def encode_records(
     """``json.dumps({name: column.values[i] ...}, separators=(",", ":")).encode()`` for every row.
 
     Each column is written from its encoded form, or else by its kind's ``texts``
-    (``privstream.kinds``), which knows the types its release gives.
+    (``privstream.kinds``), which knows the types its release gives. The records are
+    put together by one C loop (``_columns.assemble``) from the columns' pieces.
     """
     if not fields:
         return [b"{}"] * count
     if not count:
         return []
+    return _columns.assemble(_pieces(fields, columns), count)
+
+
+def encode_block(fields: Sequence[PlannedField], columns: Sequence[Column], count: int) -> bytes:
+    """``encode_records``' texts, each followed by a newline, as one text (file mode: no
+    object per record)."""
+    if not fields:
+        return b"{}\n" * count
+    if not count:
+        return b""
+    return _columns.assemble(_pieces(fields, columns), count, True)
+
+
+def _pieces(fields: Sequence[PlannedField], columns: Sequence[Column]) -> list[Piece]:
     segments = _segments(fields, columns)
-    pieces: list[Iterable[bytes]] = []
+    pieces: list[Piece] = []
     for at, (prefix, part) in enumerate(segments):
         suffix = b"}" if at == len(segments) - 1 else b""
         pieces += _render(prefix, part, suffix)
-    if len(pieces) == 1:
-        return list(pieces[0])
-    return list(map(b"".join, zip(*pieces, strict=False)))  # constant pieces repeat forever
+    return pieces
 
 
 @dataclass
@@ -254,35 +272,39 @@ def _in_domain(choices: Choices) -> bool:
     return bool(size and (not len(positions) or (positions.min() >= 0 and positions.max() < size)))
 
 
-def _render(prefix: bytes, part: _Part, suffix: bytes) -> list[Iterable[bytes]]:
-    """The record pieces of one segment (constant pieces as ``itertools.repeat``)."""
+def _render(prefix: bytes, part: _Part, suffix: bytes) -> list[Piece]:
+    """The record pieces of one segment."""
     if isinstance(part, _Group):
         return [_choices_texts(prefix, part.columns, suffix)]
     if isinstance(part, tuple):
         numbers, planned, column = part
-        texts = number_texts(numbers.values, prefix, suffix)
-        if texts is not None:
-            return [texts]
+        pieces = number_pieces(numbers.values, prefix, suffix)
+        if pieces is not None:
+            return pieces
         part = planned.entry.texts(planned.handler, column.values)
-    pieces: list[Iterable[bytes]] = [itertools.repeat(prefix), part]
-    return [*pieces, itertools.repeat(suffix)] if suffix else pieces
+    return _framed(prefix, part, suffix)
 
 
-def number_texts(
+def _framed(prefix: bytes, texts: Piece, suffix: bytes) -> list[Piece]:
+    """``prefix``, the texts and ``suffix``, leaving out what is empty."""
+    return [piece for piece in (prefix, texts, suffix) if piece != b""]
+
+
+def number_pieces(
     values: NDArray[np.float64] | NDArray[np.int64], prefix: bytes, suffix: bytes
-) -> list[bytes] | None:
-    """``prefix + text + suffix`` of each number from one ``orjson.dumps``; None where orjson
-    would not write what ``json.dumps`` does (a float below 1e-4, inf, nan).
+) -> list[Piece] | None:
+    """The pieces of ``prefix + text + suffix`` for each number, from one ``orjson.dumps``;
+    None where orjson would not write what ``json.dumps`` does (a float below 1e-4, inf, nan).
 
     orjson writes int64 as ``repr`` does; any other dtype (a float32's shortest digits are
-    not its float64 value's) is left to the kind's texts too. Number texts hold no newline:
-    the separators become ``suffix \\n prefix`` in one ``bytes.replace`` and the records
-    one ``split``.
+    not its float64 value's) is left to the kind's texts too. Its text of the array, less
+    the brackets, holds every number separated by commas (a number holds none): one
+    piece that ``_columns.assemble`` cuts, with no Python object per number.
     """
     if not _as_repr(values):
         return None
     body = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
-    return (prefix + body.replace(b",", suffix + b"\n" + prefix) + suffix).split(b"\n")
+    return _framed(prefix, (body,), suffix)
 
 
 def _as_repr(values: NDArray[np.float64] | NDArray[np.int64]) -> bool:

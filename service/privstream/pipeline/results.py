@@ -50,3 +50,6 @@ class BatchResult:
     observations: dict[str, Observation] = field(default_factory=dict)
     #: with ``process_batch(..., subject=)``: each output's subject (``subjects.subject_column``)
     subjects: list[bytes | None] | None = None
+    #: from ``process_block`` (file mode): the outputs as one text, each followed by a
+    #: newline; ``outputs`` is then empty
+    joined: bytes = b""

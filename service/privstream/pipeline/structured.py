@@ -14,7 +14,13 @@ from typing import Any
 import numpy as np
 
 from privstream.mechanisms import Mechanism, NoiseSource
-from privstream.pipeline.handlers import Column, Rejected, clamped_number, json_type
+from privstream.pipeline.handlers import (
+    CategoricalHandler,
+    Column,
+    Rejected,
+    clamped_number,
+    json_type,
+)
 
 
 @dataclass(frozen=True)
@@ -179,3 +185,22 @@ class HashedHandler:
     def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
         reports = self.mechanism.release(np.asarray(values, dtype=object), source).tolist()
         return Column([{"seed": seed, "bucket": bucket} for seed, bucket in reports])
+
+
+@dataclass(frozen=True)
+class UnaryCategoricalHandler(CategoricalHandler):
+    """A domain value in, the array of domain values whose noisy bit is 1 out
+    (``categorical`` with ``mechanism: unary_encoding``, ``privstream.kinds.unary``)."""
+
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
+        indices = np.asarray(values, dtype=np.int64)
+        bits = self.mechanism.release(indices, source)
+        domain = self.mechanism.domain
+        rows, cols = np.nonzero(bits)  # row-major: each row's values in domain order
+        picked = list(map(domain.__getitem__, cols.tolist()))
+        ends = np.cumsum(np.bincount(rows, minlength=len(indices))).tolist()
+        starts = [0, *ends[:-1]]
+        return Column(
+            [picked[a:b] for a, b in zip(starts, ends, strict=True)],
+            self.mechanism.noise_error(indices, bits),
+        )

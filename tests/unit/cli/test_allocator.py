@@ -23,8 +23,18 @@ def test_the_operators_environment_wins(monkeypatch: pytest.MonkeyPatch, variabl
 
 
 def test_another_c_library_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(allocator.platform, "libc_ver", lambda: ("musl", "1.2"))
+    monkeypatch.setattr(allocator, "libc_name", lambda: "")
     assert allocator.tune_allocator() is False
+
+
+def test_the_c_library_is_named_as_platform_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert allocator.libc_name() == platform.libc_ver()[0]
+
+    def unknown(name: str) -> str:
+        raise ValueError(f"unrecognized configuration name {name}")
+
+    monkeypatch.setattr(allocator.os, "confstr", unknown)  # musl, macOS
+    assert allocator.libc_name() == ""
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """The encoder's forms (``Numbers``, ``Choices``) against ``json.dumps`` and the reference.
 
-``number_texts`` must give ``prefix + json.dumps(v) + suffix`` for every number it
-accepts and refuse (None) what orjson writes differently; ``encode_records`` must give
+``number_pieces`` must give ``prefix + json.dumps(v) + suffix`` for every number it
+accepts (put together by ``_columns.assemble``) and refuse (None) what orjson writes
+differently; ``encode_records`` must give
 the reference's bytes whatever the order of the fields, however finite columns group
 and wherever a column falls back to its kind's ``texts``.
 """
@@ -14,12 +15,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from privstream.pipeline import _columns
 from privstream.pipeline.encode import (
     COMBINED_TEXTS_MAX,
     Choices,
     _Group,
     _segments,
-    number_texts,
+    number_pieces,
 )
 from privstream.pipeline.handlers import Column
 from privstream.testing import SeededSource
@@ -29,6 +31,12 @@ from tests.unit.pipeline.test_fast_path import assert_same, plan_of
 
 def expected(values: list[Any], prefix: bytes, suffix: bytes) -> list[bytes]:
     return [prefix + json.dumps(v).encode() + suffix for v in values]
+
+
+def number_texts(values: Any, prefix: bytes, suffix: bytes) -> list[bytes] | None:
+    """Each number's record text, as ``encode_records`` puts it together."""
+    pieces = number_pieces(values, prefix, suffix)
+    return None if pieces is None else _columns.assemble(pieces, len(values))
 
 
 @pytest.mark.parametrize(("prefix", "suffix"), [(b'{"a":', b""), (b',"b":', b"}"), (b"", b"")])
@@ -171,5 +179,5 @@ def test_consecutive_finite_columns_share_a_table_up_to_its_bound() -> None:
 
 def test_number_texts_leave_other_dtypes_to_the_kinds_texts() -> None:
     """float32 0.1 is written 0.1 by orjson, 0.10000000149011612 by json.dumps of its value."""
-    assert number_texts(np.array([0.1, 2.0], dtype=np.float32), b"", b"") is None  # type: ignore[arg-type]
-    assert number_texts(np.array([1, 2], dtype=np.int32), b"", b"") is None  # type: ignore[arg-type]
+    assert number_texts(np.array([0.1, 2.0], dtype=np.float32), b"", b"") is None
+    assert number_texts(np.array([1, 2], dtype=np.int32), b"", b"") is None

@@ -343,7 +343,7 @@ def _odd(temp: str, long: str, smile: str, x: str, first: str = "") -> bytes:
 
 
 def test_field_names_orjson_does_not_cache_are_found_as_before() -> None:
-    """``_extract`` looks fields up with the first record's own key strings; names that
+    """``_own_keys`` looks fields up with the first record's own key strings; names that
     are not cached keys, spelled with escapes, missing from the first record or given
     twice in one object are still found exactly as the reference finds them."""
     plain = ("température", "k" * 80, "🙂" * 20, "x")

@@ -1,0 +1,172 @@
+"""Each field kind's ``estimate`` accumulator (``FieldKind.estimator``), imported on first use.
+
+The registrations (``privstream.kinds``) name these through
+``privstream.lazy.deferred``: ``sanitize`` and ``run`` never load
+``privstream.estimate``. Each function takes ``(handler, kind, options)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from privstream.estimate.accumulators import Accumulator, Options, Truth, interval
+from privstream.estimate.frequency import (
+    CategoryCounts,
+    CategoryTruth,
+    DomainCounts,
+    HashedReports,
+    SetReports,
+    UnaryCategoryCounts,
+)
+from privstream.estimate.numeric import CurveReleases, NumericApi, ScalarReleases
+from privstream.estimate.unit_mean import UnitMeanReleases
+from privstream.mechanisms import gaussian, integer_laplace, laplace
+from privstream.mechanisms.exponential import OrdinalExponential, estimate_frequencies
+from privstream.mechanisms.functional import FunctionalMechanism, estimate_mean_curve
+from privstream.mechanisms.gaussian import GaussianMechanism
+from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
+from privstream.mechanisms.laplace import LaplaceMechanism
+from privstream.mechanisms.unit_interval import UnitIntervalMechanism
+from privstream.mechanisms.vector_gaussian import VectorGaussianMechanism, estimate_vector_mean
+
+
+def category_counts(handler: Any, kind: str, options: Options) -> Accumulator:
+    """Categorical and boolean fields (randomized response)."""
+    return CategoryCounts(handler.name, kind, handler.mechanism)
+
+
+def laplace_api(mechanism: LaplaceMechanism) -> NumericApi:
+    return NumericApi(
+        laplace.lattice_noise(mechanism),
+        lambda n, m, v: laplace.estimate_mean(mechanism, n, m, v),
+    )
+
+
+def gaussian_api(mechanism: GaussianMechanism) -> NumericApi:
+    return NumericApi(
+        gaussian.lattice_noise(mechanism),
+        lambda n, m, v: gaussian.estimate_mean(mechanism, n, m, v),
+    )
+
+
+def integer_laplace_api(mechanism: IntegerLaplaceMechanism) -> NumericApi:
+    return NumericApi(
+        integer_laplace.lattice_noise(mechanism),
+        lambda n, m, v: integer_laplace.estimate_mean(mechanism, n, m, v),
+    )
+
+
+def _scalar(handler: Any, kind: str, options: Options, api: Any, integer: bool) -> Accumulator:
+    return ScalarReleases(
+        handler.name,
+        kind,
+        handler.mechanism,
+        api=api(handler.mechanism),
+        integer=integer,
+        options=options,
+    )
+
+
+def laplace_releases(handler: Any, kind: str, options: Options) -> Accumulator:
+    return _scalar(handler, kind, options, laplace_api, integer=False)
+
+
+def gaussian_releases(handler: Any, kind: str, options: Options) -> Accumulator:
+    return _scalar(handler, kind, options, gaussian_api, integer=False)
+
+
+def integer_releases(handler: Any, kind: str, options: Options) -> Accumulator:
+    return _scalar(handler, kind, options, integer_laplace_api, integer=True)
+
+
+def unit_mean_releases(handler: Any, kind: str, options: Options) -> Accumulator:
+    """Piecewise and hybrid reals."""
+    mech = handler.mechanism
+    if not isinstance(mech, UnitIntervalMechanism):  # the registry builds these only
+        raise TypeError(f"{handler.name}: expected piecewise or hybrid, got {mech.name}")
+    return UnitMeanReleases(handler.name, kind, mech)
+
+
+class OrdinalCounts(DomainCounts):
+    """Released values of an ordinal field, counted; shares by transition-matrix inversion."""
+
+    def __init__(self, name: str, kind: str, mechanism: OrdinalExponential) -> None:
+        super().__init__(name, kind, mechanism)
+        self.ordinal = mechanism
+
+    def report(self, options: Options, truth: Truth | None) -> dict[str, Any]:
+        entry = self._header()
+        entry["estimator"] = "transition-matrix inversion (P^T)^-1 c/n"
+        n = self.records
+        if n == 0:
+            entry["frequencies"] = []
+            return entry
+        true_share = None
+        if isinstance(truth, CategoryTruth) and truth.counts.sum() > 0:
+            true_share = truth.counts / truth.counts.sum()
+        estimates, stderr = estimate_frequencies(self.ordinal, self.counts)
+        rows = []
+        for i, value in enumerate(self.ordinal.domain):
+            row: dict[str, Any] = {
+                "value": value,
+                "estimate": float(estimates[i]),
+                "stderr": float(stderr[i]),
+                "ci": interval(float(estimates[i]), float(stderr[i]), options.z),
+                "count": int(self.counts[i]),
+                "raw_share": float(self.counts[i] / n),
+            }
+            if true_share is not None:
+                row["true"] = float(true_share[i])
+            rows.append(row)
+        entry["frequencies"] = rows
+        return entry
+
+
+def ordinal_counts(handler: Any, kind: str, options: Options) -> Accumulator:
+    return OrdinalCounts(handler.name, kind, handler.mechanism)
+
+
+def hashed_reports(handler: Any, kind: str, options: Options) -> Accumulator:
+    return HashedReports(handler.name, kind, handler.mechanism, handler.domain)
+
+
+def set_reports(handler: Any, kind: str, options: Options) -> Accumulator:
+    return SetReports(handler.name, kind, handler.mechanism)
+
+
+def unary_category_counts(handler: Any, kind: str, options: Options) -> Accumulator:
+    return UnaryCategoryCounts(handler.name, kind, handler.mechanism)
+
+
+def vector_releases(name: str, kind: str, mechanism: VectorGaussianMechanism) -> CurveReleases:
+    """The accumulator of a vector field: per-coordinate means."""
+    return CurveReleases(
+        name,
+        kind,
+        mechanism,
+        points=range(mechanism.dimension),
+        mean=lambda n, m, v: estimate_vector_mean(mechanism, n, m, v),
+        note=f"the mean estimates the mean of the vectors clipped to the L2 ball of radius "
+        f"{mechanism.l2_bound:g}; intervals are per coordinate",
+    )
+
+
+def functional_releases(name: str, kind: str, mechanism: FunctionalMechanism) -> CurveReleases:
+    """The accumulator of a functional field: the mean curve on the grid."""
+    return CurveReleases(
+        name,
+        kind,
+        mechanism,
+        points=mechanism.grid_points.tolist(),
+        mean=lambda n, m, v: estimate_mean_curve(mechanism, n, m, v),
+        note=f"the mean curve estimates the mean of the curves clipped to the RKHS ball of "
+        f"radius {mechanism.rkhs_radius:g}; the bands are pointwise, not simultaneous",
+    )
+
+
+def vector_field_releases(handler: Any, kind: str, options: Options) -> Accumulator:
+    return vector_releases(handler.name, kind, handler.mechanism)
+
+
+def functional_field_releases(handler: Any, kind: str, options: Options) -> Accumulator:
+    return functional_releases(handler.name, kind, handler.mechanism)

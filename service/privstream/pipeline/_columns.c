@@ -1,0 +1,425 @@
+/* privstream.pipeline._columns: the fast path's loops over a batch's records, in C.
+ *
+ * fill: one field of a batch of decoded records, straight into an array;
+ * assemble: each record's output text from its columns' texts;
+ * only, longest: a batch's type check and its longest message.
+ *
+ * fill(records, key, kind, out, table) -> bool
+ *
+ * For each record (an exact dict, as orjson decodes a JSON object) reads
+ * record[key] and writes it to out[i], a writable C-contiguous buffer of
+ * len(records) native 8-byte items (float64 for FLOAT, int64 otherwise; the
+ * format is checked). Returns True if every record has the key and every
+ * value is of the kind's exact types; else False, as soon as one is not
+ * (what was written is then garbage, and the caller takes its Python path,
+ * which decides). The kinds are the fast path's column parsers
+ * (privstream.pipeline.columns), value for value:
+ *
+ *   FLOAT     float or int (not bool) -> float64, float(int) correctly rounded
+ *             (real_column: np.fromiter(col, float64));
+ *   INT64     int (not bool) within int64 -> int64 (integer_column, public_column);
+ *   BOOL      bool -> 0 or 1 (boolean_column);
+ *   POSITION  table[value], an int, for a value found in the dict ``table``
+ *             (categorical_column: table.get); unhashable or absent -> False.
+ *
+ * Types are exact (type(v) is float), as the Python path's ``only`` checks:
+ * a subclass is never taken here. One loop over the records in place of a
+ * list per field, a list of types and numpy's conversion of Python objects.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+enum { FLOAT = 0, INT64 = 1, BOOL = 2, POSITION = 3 };
+
+/* Whether a buffer's items are native 8-byte floats (FLOAT) or signed integers. */
+static int
+native_8_bytes(const Py_buffer *b, int kind)
+{
+    const char *f = b->format == NULL ? "B" : b->format;
+    if (*f == '@' || *f == '=') {
+        f++;
+    }
+    if (b->itemsize != 8 || f[0] == '\0' || f[1] != '\0') {
+        return 0;
+    }
+    if (kind == FLOAT) {
+        return *f == 'd';
+    }
+    return *f == 'q' || (*f == 'l' && sizeof(long) == 8);
+}
+
+/* One value: 1 written, 0 not of the kind (no exception set), -1 an exception. */
+static int
+put(PyObject *value, int kind, PyObject *table, char *at)
+{
+    PyTypeObject *type = Py_TYPE(value);
+    if (kind == FLOAT) {
+        double x;
+        if (type == &PyFloat_Type) {
+            x = PyFloat_AS_DOUBLE(value);
+        } else if (type == &PyLong_Type) {
+            x = PyLong_AsDouble(value);  /* float(int): correctly rounded */
+            if (x == -1.0 && PyErr_Occurred()) {
+                return -1;
+            }
+        } else {
+            return 0;
+        }
+        memcpy(at, &x, 8);
+        return 1;
+    }
+    long long v;
+    if (kind == BOOL) {
+        if (type != &PyBool_Type) {
+            return 0;
+        }
+        v = value == Py_True;
+    } else {
+        if (kind == POSITION) {
+            value = PyDict_GetItemWithError(table, value);  /* borrowed; as table.get */
+            if (value == NULL) {
+                return PyErr_Occurred() ? -1 : 0;
+            }
+            type = Py_TYPE(value);
+        }
+        if (type != &PyLong_Type) {
+            return 0;
+        }
+        int overflow;
+        v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow) {
+            return 0;
+        }
+        if (v == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    int64_t w = (int64_t)v;
+    memcpy(at, &w, 8);
+    return 1;
+}
+
+static PyObject *
+fill(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *records, *key, *target, *table;
+    int kind;
+    Py_buffer out;
+    if (!PyArg_ParseTuple(args, "O!OiOO", &PyList_Type, &records, &key, &kind, &target, &table)) {
+        return NULL;
+    }
+    if (kind < FLOAT || kind > POSITION) {
+        return PyErr_Format(PyExc_ValueError, "fill: unknown kind %d", kind);
+    }
+    if (kind == POSITION && !PyDict_CheckExact(table)) {
+        return PyErr_Format(PyExc_TypeError, "fill: POSITION needs a dict table");
+    }
+    if (PyObject_GetBuffer(target, &out, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    PyObject *result = NULL;
+    if (!native_8_bytes(&out, kind) || out.len != 8 * n) {
+        PyErr_Format(PyExc_ValueError,
+                     "fill: out must be %zd native %s, one per record; got %zd bytes of "
+                     "format %.20s", n, kind == FLOAT ? "float64s" : "int64s", out.len,
+                     out.format == NULL ? "B" : out.format);
+        goto done;
+    }
+    char *at = out.buf;
+    int good = 1;
+    for (Py_ssize_t i = 0; i < n && good; i++, at += 8) {
+        PyObject *record = PyList_GET_ITEM(records, i);
+        if (!PyDict_CheckExact(record)) {
+            PyErr_Format(PyExc_TypeError, "fill: record %zd is not a dict", i);
+            goto done;
+        }
+        PyObject *value = PyDict_GetItemWithError(record, key);  /* borrowed */
+        if (value == NULL) {
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            good = 0;  /* a missing field: the Python path decides */
+            break;
+        }
+        /* the dict and the table hold their items: no code runs that could drop them */
+        int written = put(value, kind, table, at);
+        if (written < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)
+                && !PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                goto done;
+            }
+            PyErr_Clear();  /* unhashable (table.get raises it too) or beyond a double */
+            written = 0;
+        }
+        good = written;
+    }
+    result = PyBool_FromLong(good);
+done:
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* assemble(parts, count, joined) -> list of count bytes, or with joined one bytes
+ *
+ * Record i's text is the concatenation, in order, of each part's text for
+ * record i: a bytes part is the same for every record; a list part holds one
+ * bytes per record; a 1-tuple part holds one bytes of count texts separated
+ * by commas (orjson's text of a numeric array without its brackets: numbers
+ * hold no comma), record i taking the i-th. The same bytes as joining each
+ * record's pieces in Python (privstream.pipeline.encode), without a Python
+ * object per piece. With ``joined`` true, one bytes of every record's text
+ * followed by a newline (what b"\n".join(records) + b"\n" gives, for file
+ * mode), without an object per record either. ValueError (nothing returned)
+ * if a list has another length, an item is not bytes, or a tuple holds
+ * another number of texts.
+ */
+static PyObject *
+assemble(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *parts;
+    Py_ssize_t count;
+    int joined = 0;
+    if (!PyArg_ParseTuple(args, "O!n|p", &PyList_Type, &parts, &count, &joined)) {
+        return NULL;
+    }
+    if (count < 0) {
+        return PyErr_Format(PyExc_ValueError, "assemble: count %zd < 0", count);
+    }
+    Py_ssize_t k = PyList_GET_SIZE(parts);
+    /* per part: -1 constant, 0 list, 1 split; for splits, the start of each text */
+    Py_ssize_t *starts = NULL;
+    int *form = PyMem_Calloc((size_t)k + 1, sizeof(int));
+    Py_ssize_t *base = PyMem_Calloc((size_t)k + 1, sizeof(Py_ssize_t));
+    PyObject *result = NULL;
+    if (form == NULL || base == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t splits = 0;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        PyObject *part = PyList_GET_ITEM(parts, j);
+        if (PyBytes_CheckExact(part)) {
+            form[j] = -1;
+        } else if (PyList_CheckExact(part)) {
+            if (PyList_GET_SIZE(part) != count) {
+                PyErr_Format(PyExc_ValueError, "assemble: part %zd holds %zd texts, not %zd", j,
+                             PyList_GET_SIZE(part), count);
+                goto done;
+            }
+            for (Py_ssize_t i = 0; i < count; i++) {
+                if (!PyBytes_CheckExact(PyList_GET_ITEM(part, i))) {
+                    PyErr_Format(PyExc_ValueError, "assemble: part %zd item %zd is not bytes", j,
+                                 i);
+                    goto done;
+                }
+            }
+            form[j] = 0;
+        } else if (PyTuple_CheckExact(part) && PyTuple_GET_SIZE(part) == 1
+                   && PyBytes_CheckExact(PyTuple_GET_ITEM(part, 0))) {
+            form[j] = 1;
+            base[j] = splits;
+            splits++;
+        } else {
+            PyErr_Format(PyExc_ValueError, "assemble: part %zd is not bytes, a list or (bytes,)",
+                         j);
+            goto done;
+        }
+    }
+    /* the texts of split parts: text i of split s is [starts[s][i], starts[s][i + 1] - 1) */
+    starts = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(splits * (count + 1) + 1));
+    if (starts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (form[j] != 1) {
+            continue;
+        }
+        PyObject *body = PyTuple_GET_ITEM(PyList_GET_ITEM(parts, j), 0);
+        const char *text = PyBytes_AS_STRING(body);
+        Py_ssize_t length = PyBytes_GET_SIZE(body);
+        Py_ssize_t *at = starts + base[j] * (count + 1);
+        Py_ssize_t found = 0, position = 0;
+        at[0] = 0;
+        if (count == 0) {
+            if (length != 0) {
+                PyErr_Format(PyExc_ValueError, "assemble: part %zd holds texts for no record", j);
+                goto done;
+            }
+            continue;
+        }
+        while (found < count) {
+            const char *comma = memchr(text + position, ',', (size_t)(length - position));
+            Py_ssize_t end = comma == NULL ? length : comma - text;
+            at[++found] = end + 1;  /* one past the separator */
+            if (comma == NULL) {
+                break;
+            }
+            position = end + 1;
+        }
+        if (found != count || at[count] != length + 1) {
+            PyErr_Format(PyExc_ValueError, "assemble: part %zd does not hold %zd texts", j, count);
+            goto done;
+        }
+    }
+    /* each record's size, then its bytes: into its own object, or the joined text */
+    Py_ssize_t total = 0;
+    Py_ssize_t *sizes = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(count + 1));
+    if (sizes == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t size = 0;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            PyObject *part = PyList_GET_ITEM(parts, j);
+            if (form[j] < 0) {
+                size += PyBytes_GET_SIZE(part);
+            } else if (form[j] == 0) {
+                size += PyBytes_GET_SIZE(PyList_GET_ITEM(part, i));
+            } else {
+                const Py_ssize_t *at = starts + base[j] * (count + 1);
+                size += at[i + 1] - 1 - at[i];
+            }
+        }
+        sizes[i] = size;
+        total += size + 1;
+    }
+    result = joined ? PyBytes_FromStringAndSize(NULL, total) : PyList_New(count);
+    char *out = NULL;
+    if (result != NULL && joined) {
+        out = PyBytes_AS_STRING(result);
+    }
+    for (Py_ssize_t i = 0; i < count && result != NULL; i++) {
+        PyObject *record = NULL;
+        if (!joined) {
+            record = PyBytes_FromStringAndSize(NULL, sizes[i]);
+            if (record == NULL) {
+                Py_CLEAR(result);
+                break;
+            }
+            out = PyBytes_AS_STRING(record);
+        }
+        for (Py_ssize_t j = 0; j < k; j++) {
+            PyObject *part = PyList_GET_ITEM(parts, j);
+            const char *from;
+            Py_ssize_t length;
+            if (form[j] < 0) {
+                from = PyBytes_AS_STRING(part);
+                length = PyBytes_GET_SIZE(part);
+            } else if (form[j] == 0) {
+                PyObject *item = PyList_GET_ITEM(part, i);
+                from = PyBytes_AS_STRING(item);
+                length = PyBytes_GET_SIZE(item);
+            } else {
+                const Py_ssize_t *at = starts + base[j] * (count + 1);
+                from = PyBytes_AS_STRING(PyTuple_GET_ITEM(part, 0)) + at[i];
+                length = at[i + 1] - 1 - at[i];
+            }
+            memcpy(out, from, (size_t)length);
+            out += length;
+        }
+        if (joined) {
+            *out++ = '\n';
+        } else {
+            PyList_SET_ITEM(result, i, record);
+        }
+    }
+    PyMem_Free(sizes);
+done:
+    PyMem_Free(starts);
+    PyMem_Free(form);
+    PyMem_Free(base);
+    return result;
+}
+
+/* only(values, kinds) -> bool: whether every value's type is exactly one of the tuple
+ * ``kinds`` (no subclass: bool is not int); True for no values. */
+static PyObject *
+only(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *values, *kinds;
+    if (!PyArg_ParseTuple(args, "OO!", &values, &PyTuple_Type, &kinds)) {
+        return NULL;
+    }
+    PyObject *fast = PySequence_Fast(values, "only: values must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), k = PyTuple_GET_SIZE(kinds);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    int all = 1;
+    for (Py_ssize_t i = 0; i < n && all; i++) {
+        PyObject *type = (PyObject *)Py_TYPE(items[i]);
+        all = 0;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            if (type == PyTuple_GET_ITEM(kinds, j)) {
+                all = 1;
+                break;
+            }
+        }
+    }
+    Py_DECREF(fast);
+    return PyBool_FromLong(all);
+}
+
+/* longest(messages) -> int: the length of the longest message if every one is exactly
+ * bytes (0 for none), else -1. */
+static PyObject *
+longest(PyObject *Py_UNUSED(module), PyObject *messages)
+{
+    PyObject *fast = PySequence_Fast(messages, "longest: messages must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), most = 0;
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_CheckExact(items[i])) {
+            most = -1;
+            break;
+        }
+        if (PyBytes_GET_SIZE(items[i]) > most) {
+            most = PyBytes_GET_SIZE(items[i]);
+        }
+    }
+    Py_DECREF(fast);
+    return PyLong_FromSsize_t(most);
+}
+
+static PyMethodDef methods[] = {
+    {"fill", fill, METH_VARARGS,
+     "fill(records, key, kind, out, table) -> bool: record[key] of each record into out."},
+    {"assemble", assemble, METH_VARARGS,
+     "assemble(parts, count, joined=False) -> list of bytes (or one bytes): each record's "
+     "text from its parts' texts."},
+    {"only", only, METH_VARARGS,
+     "only(values, kinds) -> bool: every value's type is exactly one of kinds."},
+    {"longest", longest, METH_O,
+     "longest(messages) -> int: the longest message's length, -1 unless all are bytes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "privstream.pipeline._columns",
+    "The fast path's loops over a batch's records (see _columns.c).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__columns(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "FLOAT", FLOAT) || PyModule_AddIntConstant(m, "INT64", INT64)
+        || PyModule_AddIntConstant(m, "BOOL", BOOL)
+        || PyModule_AddIntConstant(m, "POSITION", POSITION)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
