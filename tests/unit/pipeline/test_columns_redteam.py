@@ -212,3 +212,84 @@ def test_reference_and_fast_agree_on_an_empty_block() -> None:
     assert process_block(plan, [], noise([])).joined == b""
     assert process_batch(plan, [], noise([])).outputs == []
     assert process_batch_reference(plan, [], noise([])).outputs == []
+
+
+def _assemble_model(parts: list[Any], count: int) -> list[bytes] | None:
+    """What ``assemble`` must give, in Python; None where it must refuse (ValueError)."""
+    rows: list[list[bytes]] = []
+    for part in parts:
+        if type(part) is bytes:
+            rows.append([part] * count)
+        elif type(part) is list and len(part) == count and all(type(t) is bytes for t in part):
+            rows.append(part)
+        elif type(part) is tuple and len(part) == 1 and type(part[0]) is bytes:
+            texts = part[0].split(b",") if count else ([] if part[0] == b"" else [b""])
+            if len(texts) != count:
+                return None
+            rows.append(texts)
+        else:
+            return None
+    return [b"".join(row) for row in zip(*rows, strict=True)] if rows else [b""] * count
+
+
+TEXT = st.binary(max_size=6) | st.sampled_from([b",", b",,", b"1,2", b"\n", b"\x00", b"-0.0"])
+
+
+@st.composite
+def assemble_parts(draw: st.DrawFn) -> tuple[list[Any], int]:
+    count = draw(st.integers(0, 5))
+    parts: list[Any] = []
+    for _ in range(draw(st.integers(0, 5))):
+        form = draw(st.integers(0, 5))
+        if form == 0:
+            parts.append(draw(TEXT))
+        elif form == 1:  # mostly the right length, sometimes not
+            size = count if draw(st.booleans()) else draw(st.integers(0, 6))
+            parts.append([draw(TEXT) for _ in range(size)])
+        elif form == 2:  # numbers joined by commas, sometimes one too many or too few
+            size = max(0, count + draw(st.sampled_from([0, 0, 0, -1, 1])))
+            parts.append((b",".join(str(draw(st.integers())).encode() for _ in range(size)),))
+        elif form == 3:
+            parts.append((draw(TEXT),))
+        elif form == 4:  # not a piece at all
+            parts.append(draw(st.sampled_from([bytearray(b"a"), "a", (b"a", b"b"), (), None])))
+        else:
+            parts.append([draw(TEXT) for _ in range(count - 1)] + ["s"] if count else [1])
+    return parts, count
+
+
+@FAST
+@given(assemble_parts())
+def test_assemble_is_its_python_model_or_refuses(case: tuple[list[Any], int]) -> None:
+    """Each record's text (and the joined text) as the Python model gives it, or a
+    ValueError where the model refuses; never a text from pieces that do not fit."""
+    parts, count = case
+    expected = _assemble_model(parts, count)
+    if expected is None:
+        with pytest.raises(ValueError, match="assemble"):
+            _columns.assemble(parts, count)
+        with pytest.raises(ValueError, match="assemble"):
+            _columns.assemble(parts, count, True)
+        return
+    assert _columns.assemble(parts, count) == expected
+    assert _columns.assemble(parts, count, True) == b"".join(t + b"\n" for t in expected)
+
+
+def test_assemble_only_and_longest_keep_reference_counts() -> None:
+    shared = b"shared-constant-piece"
+    texts = [b"t%d" % i for i in range(4)]
+    body = b"1,2,3,4"
+    parts: list[Any] = [shared, texts, (body,)]
+    watched = [shared, body, parts[2], *texts]
+    before = [sys.getrefcount(v) for v in watched]
+    for _ in range(200):
+        _columns.assemble(parts, 4)
+        _columns.assemble(parts, 4, True)
+        with pytest.raises(ValueError):
+            _columns.assemble([*parts, [b"x"]], 4)
+        _columns.only(texts, (bytes,))
+        _columns.longest(texts)
+    assert [sys.getrefcount(v) for v in watched] == before
+    records = _columns.assemble(parts, 4)
+    fresh = [bytes(bytearray(b"fresh"))]  # a new bytes held by its list alone
+    assert [sys.getrefcount(r) for r in records] == [sys.getrefcount(r) for r in fresh] * 4
