@@ -12,6 +12,7 @@ spelled with escapes or repeated, and records are not objects.
 from __future__ import annotations
 
 import json
+import random
 import sys
 from typing import Any
 
@@ -31,7 +32,15 @@ from privstream.pipeline.columns import (
 )
 from privstream.pipeline.reference import process_batch_reference
 
-from tests.unit.pipeline.test_fast_path import MIXED, assert_same, noise, plan_of
+from tests.unit.pipeline.test_fast_path import (
+    MIXED,
+    STRUCTURED,
+    STRUCTURED_EDGES,
+    assert_same,
+    good_structured,
+    noise,
+    plan_of,
+)
 
 #: raw JSON texts of values a hostile writer may send for any field
 HOSTILE = [
@@ -127,6 +136,29 @@ def test_a_field_all_of_one_hostile_value_gives_the_reference_bytes(text: str) -
         released += _same_block(messages, MIXED[:-1])
     # not only dead letters: the plan without b releases the records whose b is hostile
     assert released >= 5
+
+
+def test_structured_kinds_in_file_mode_give_the_reference_bytes() -> None:
+    """Vectors, functions, sets, local hashing (pieces of every form ``assemble`` takes)
+    with their edge values, in one block and one record a block."""
+    rng = random.Random(31)
+    messages = [json.dumps(good_structured(rng, i)).encode() for i in range(100)]
+    for i, (name, text) in enumerate(STRUCTURED_EDGES):
+        record = good_structured(rng, i)
+        pairs = [(k, text if k == name else json.dumps(v)) for k, v in record.items()]
+        messages.insert(
+            3 * i, ("{" + ",".join(f"{json.dumps(k)}:{v}" for k, v in pairs) + "}").encode()
+        )
+    plan = plan_of(STRUCTURED)
+    released = 0
+    for batch in [messages, *([m] for m in messages[: 3 * len(STRUCTURED_EDGES)])]:
+        reference = process_batch_reference(plan, batch, noise(batch))
+        block = process_block(plan, batch, noise(batch))
+        assert block.joined == b"".join(out + b"\n" for out in reference.outputs)
+        assert block.output_index == reference.output_index
+        assert block.dead_letters == reference.dead_letters
+        released += len(reference.outputs)
+    assert released > 100
 
 
 #: (parser, what the field needs) for ``direct_column``
