@@ -278,7 +278,10 @@ assemble(PyObject *Py_UNUSED(module), PyObject *args)
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        Py_ssize_t size = 0;
+        /* what the record and its newline may still take: one part repeated k times may
+         * sum past Py_ssize_t, and a wrapped total is a small buffer the copies overrun */
+        const Py_ssize_t room = PY_SSIZE_T_MAX - 1 - total;
+        Py_ssize_t left = room;
         for (Py_ssize_t j = 0; j < k; j++) {
             PyObject *part = PyList_GET_ITEM(parts, j);
             Py_ssize_t piece;
@@ -290,17 +293,15 @@ assemble(PyObject *Py_UNUSED(module), PyObject *args)
                 const Py_ssize_t *at = starts + base[j] * (count + 1);
                 piece = at[i + 1] - 1 - at[i];
             }
-            /* one part repeated k times may sum past Py_ssize_t: a wrapped total is a
-             * small buffer the copies below overrun */
-            if (piece > PY_SSIZE_T_MAX - 1 - total - size) {
+            if (piece > left) {
                 PyMem_Free(sizes);
                 PyErr_NoMemory();
                 goto done;
             }
-            size += piece;
+            left -= piece;
         }
-        sizes[i] = size;
-        total += size + 1;
+        sizes[i] = room - left;
+        total += room - left + 1;
     }
     result = joined ? PyBytes_FromStringAndSize(NULL, total) : PyList_New(count);
     char *out = NULL;
