@@ -227,6 +227,12 @@ assemble(PyObject *Py_UNUSED(module), PyObject *args)
             goto done;
         }
     }
+    /* count + 1 offsets per split and per record's size must not wrap the allocations'
+     * sizes below (a count no list of records reaches, but a wrapped size is a heap write) */
+    if (count >= PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(Py_ssize_t) / (splits + 1)) {
+        PyErr_NoMemory();
+        goto done;
+    }
     /* the texts of split parts: text i of split s is [starts[s][i], starts[s][i + 1] - 1) */
     starts = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(splits * (count + 1) + 1));
     if (starts == NULL) {
@@ -272,20 +278,30 @@ assemble(PyObject *Py_UNUSED(module), PyObject *args)
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        Py_ssize_t size = 0;
+        /* what the record and its newline may still take: one part repeated k times may
+         * sum past Py_ssize_t, and a wrapped total is a small buffer the copies overrun */
+        const Py_ssize_t room = PY_SSIZE_T_MAX - 1 - total;
+        Py_ssize_t left = room;
         for (Py_ssize_t j = 0; j < k; j++) {
             PyObject *part = PyList_GET_ITEM(parts, j);
+            Py_ssize_t piece;
             if (form[j] < 0) {
-                size += PyBytes_GET_SIZE(part);
+                piece = PyBytes_GET_SIZE(part);
             } else if (form[j] == 0) {
-                size += PyBytes_GET_SIZE(PyList_GET_ITEM(part, i));
+                piece = PyBytes_GET_SIZE(PyList_GET_ITEM(part, i));
             } else {
                 const Py_ssize_t *at = starts + base[j] * (count + 1);
-                size += at[i + 1] - 1 - at[i];
+                piece = at[i + 1] - 1 - at[i];
             }
+            if (piece > left) {
+                PyMem_Free(sizes);
+                PyErr_NoMemory();
+                goto done;
+            }
+            left -= piece;
         }
-        sizes[i] = size;
-        total += size + 1;
+        sizes[i] = room - left;
+        total += room - left + 1;
     }
     result = joined ? PyBytes_FromStringAndSize(NULL, total) : PyList_New(count);
     char *out = NULL;
