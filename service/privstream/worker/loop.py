@@ -76,7 +76,7 @@ from privstream.worker.http import Health
 from privstream.worker.ledger_store import LedgerStore, Verdict
 from privstream.worker.produce import BatchSender
 from privstream.worker.rebalance import Rebalance, names
-from privstream.worker.restart import Backoff, describe
+from privstream.worker.restart import Backoff, describe, unless_failed
 from privstream.worker.sanitize import Prepared, sanitize
 
 log = logging.getLogger("privstream.worker")
@@ -222,7 +222,7 @@ class Worker:
                     await inflight  # caught up: fetch once it has committed
                     inflight = None
                     continue  # ``stop`` may have come meanwhile
-                prepared = await self._prepare(consumer)
+                prepared = await unless_failed(self._prepare(consumer), inflight)
                 if inflight is not None and (prepared is not None or inflight.done()):
                     await inflight  # its failure ends the session; ``prepared`` is replayed
                     inflight = None

@@ -1,8 +1,14 @@
-"""How the worker restarts a failed session: jittered backoff, and the error in one line."""
+"""How the worker restarts a failed session: jittered backoff, the error in one line, and
+a failed transaction noticed while the next batch is being prepared."""
 
 from __future__ import annotations
 
+import asyncio
 import random  # csprng-ok: backoff jitter only, never noise
+from collections.abc import Awaitable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def describe(exc: BaseException) -> str:
@@ -28,3 +34,26 @@ class Backoff:
 
     def reset(self) -> None:
         self._next = self._initial
+
+
+async def unless_failed(work: Awaitable[T], inflight: asyncio.Task[None] | None) -> T:
+    """``work``'s result, unless the transaction in flight fails first: then its error is
+    raised at once and ``work`` is cancelled (the session restarts either way).
+
+    Preparing the next batch can wait on that very transaction: a ledger restore
+    waits until no transaction on its changelog partitions is open, and one whose
+    commit and abort both failed stays open until the broker expires it. Without
+    this the session would notice its own failure only then.
+    """
+    if inflight is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait({task, inflight}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done() and (inflight.cancelled() or inflight.exception() is not None):
+            await inflight  # raises its error
+        return await task
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
