@@ -44,6 +44,12 @@ async def unless_failed(work: Awaitable[T], inflight: asyncio.Task[None] | None)
     waits until no transaction on its changelog partitions is open, and one whose
     commit and abort both failed stays open until the broker expires it. Without
     this the session would notice its own failure only then.
+
+    Cancelling ``work`` does not stop a thread it started (``asyncio.to_thread``):
+    the thread runs on and its result goes to a cancelled future, never to a
+    caller. The worker's one such thread, ``sanitize``, is pure: what it may share
+    with the next session's (the plan, the derived keys, cached tables) is read
+    only or memoised deterministically, so an overlap changes no byte.
     """
     if inflight is None:
         return await work
