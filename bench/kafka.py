@@ -280,14 +280,7 @@ async def drain(
 
 
 async def drain_rate(
-    bootstrap: str,
-    group: str,
-    total: int,
-    workers: list[Worker],
-    within_s: float,
-    *,
-    after: int = 0,
+    bootstrap: str, group: str, total: int, workers: list[Worker], within_s: float
 ) -> float:
-    """Records/s the group commits, from its first commit past ``after`` records until
-    all ``total`` are committed."""
-    return (await drain(bootstrap, group, total, workers, within_s, after=after)).rate
+    """Records/s the group commits, from its first commit until all ``total`` are committed."""
+    return (await drain(bootstrap, group, total, workers, within_s)).rate

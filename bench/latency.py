@@ -42,6 +42,7 @@ from bench.kafka import (
     Topics,
     Worker,
     broker,
+    drain,
     drain_rate,
     new_topics,
     preload,
@@ -204,9 +205,10 @@ async def burst_drain(
     await preload(bootstrap, topics.raw, burst)
     worker = Worker(config, workdir, f"{topics.group}-burst", passthrough=False)
     try:
-        return await drain_rate(
+        burst_run = await drain(
             bootstrap, topics.group, before + burst, [worker], within_s=600, after=before
         )
+        return burst_run.rate
     finally:
         worker.stop()
 
