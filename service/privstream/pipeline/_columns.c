@@ -2,7 +2,7 @@
  *
  * fill: one field of a batch of decoded records, straight into an array;
  * assemble: each record's output text from its columns' texts;
- * only, longest: a batch's type check and its longest message.
+ * only, longest, utf8: a batch's type check, its longest message, its UTF-8 check.
  *
  * fill(records, key, kind, out, table) -> bool
  *
@@ -405,6 +405,64 @@ longest(PyObject *Py_UNUSED(module), PyObject *messages)
     return PyLong_FromSsize_t(most);
 }
 
+/* Whether n bytes are all ASCII: eight at a time, then the rest. */
+static int
+ascii_only(const char *s, Py_ssize_t n)
+{
+    const uint64_t high = 0x8080808080808080u;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t word;
+        memcpy(&word, s + i, 8);
+        if (word & high) {
+            return 0;
+        }
+    }
+    for (; i < n; i++) {
+        if ((unsigned char)s[i] & 0x80u) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* utf8(messages) -> bool: whether every message is exactly bytes and valid UTF-8, by
+ * bytes.decode("utf-8")'s own verdict (asked only of a message that is not all ASCII). */
+static PyObject *
+utf8(PyObject *Py_UNUSED(module), PyObject *messages)
+{
+    PyObject *fast = PySequence_Fast(messages, "utf8: messages must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    int valid = 1;
+    for (Py_ssize_t i = 0; i < n && valid; i++) {
+        if (!PyBytes_CheckExact(items[i])) {
+            valid = 0;
+            break;
+        }
+        const char *s = PyBytes_AS_STRING(items[i]);
+        Py_ssize_t size = PyBytes_GET_SIZE(items[i]);
+        if (ascii_only(s, size)) {
+            continue;
+        }
+        PyObject *text = PyUnicode_DecodeUTF8(s, size, "strict");
+        if (text == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                Py_DECREF(fast);
+                return NULL;
+            }
+            PyErr_Clear();
+            valid = 0;
+        }
+        Py_XDECREF(text);
+    }
+    Py_DECREF(fast);
+    return PyBool_FromLong(valid);
+}
+
 static PyMethodDef methods[] = {
     {"fill", fill, METH_VARARGS,
      "fill(records, key, kind, out, table) -> bool: record[key] of each record into out."},
@@ -413,6 +471,8 @@ static PyMethodDef methods[] = {
      "text from its parts' texts."},
     {"only", only, METH_VARARGS,
      "only(values, kinds) -> bool: every value's type is exactly one of kinds."},
+    {"utf8", utf8, METH_O,
+     "utf8(messages) -> bool: every message is bytes and valid UTF-8."},
     {"longest", longest, METH_O,
      "longest(messages) -> int: the longest message's length, -1 unless all are bytes."},
     {NULL, NULL, 0, NULL},

@@ -11,13 +11,14 @@ The fast path and its reference
 ``process_batch`` gives the very bytes, output positions, dead-letter reasons
 and observations of ``process_batch_reference``
 (``privstream.pipeline.reference``, stdlib JSON one record at a time) for every
-batch, only faster: orjson decodes, each field is extracted and checked as a
-whole column here, and the output text is assembled column-wise
-(``privstream.pipeline.encode``). The fast path only *accepts* records; any
-record it is not sure about (orjson refuses it, a value of an unexpected type,
-a missing field, a number orjson may have read differently) is handed whole to
-the reference's ``parse_row``, whose verdict and reason stand. What orjson
-accepts, the stdlib accepts with the same value, except:
+batch, only faster: the batch is decoded at once (``privstream.pipeline.decode``:
+msgspec or orjson), each field is extracted and checked as a whole column here,
+and the output text is assembled column-wise (``privstream.pipeline.encode``).
+The fast path only *accepts* records; any record it is not sure about (the
+decoders refuse it, a value of an unexpected type, a missing field, a number
+orjson may have read differently) is handed whole to the reference's
+``parse_row``, whose verdict and reason stand. What the decoders accept, the
+stdlib accepts with the same value, except (orjson only):
 
 * integers beyond 64 bits, which orjson reads as (correctly rounded) floats:
   floats of magnitude >= 2**63 take the reference path wherever int vs float
@@ -30,19 +31,16 @@ accepts, the stdlib accepts with the same value, except:
 
 from __future__ import annotations
 
-import itertools
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import Any, cast
 
 import numpy as np
-import orjson
 
 from privstream.mechanisms import NoiseSource
-from privstream.pipeline import _columns
-from privstream.pipeline.columns import MISSING, Values, direct_column, only
+from privstream.pipeline.columns import MISSING, Values, direct_column
+from privstream.pipeline.decode import decode_batch
 from privstream.pipeline.encode import encode_block, encode_records
 from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.noise import Fresh, NoiseProvider, Replayable
@@ -51,67 +49,21 @@ from privstream.pipeline.reference import parse_row, release_columns, with_keys
 from privstream.pipeline.results import BatchResult, DeadLetter
 from privstream.pipeline.subjects import subject_column, subject_values
 
-#: a record this short cannot nest deeper than half its length
-_SHALLOW_BYTES = 400
-#: nesting bound below which the stdlib decoder never reaches the recursion limit
-_MAX_FAST_BRACKETS = 200
 
-
-def _decode_batch(
-    messages: Sequence[bytes], longest: int | None
-) -> tuple[list[dict[str, Any]], list[int], list[int]]:
-    """orjson-decoded objects with their input indices, and the indices left to the reference."""
-    loads, error = orjson.loads, orjson.JSONDecodeError
-    size = _columns.longest(messages)  # -1 unless every message is bytes
-    if messages and size >= 0:
-        # the common batch: every message a short valid object, decoded in one C loop
-        try:
-            objs = list(map(loads, messages))
-        except error:
-            pass
-        else:
-            if only(objs, dict) and not _deep(messages, size if longest is None else longest):
-                return objs, list(range(len(objs))), []
-    records: list[dict[str, Any]] = []
-    where: list[int] = []
-    slow: list[int] = []
-    for index, raw in enumerate(messages):
-        if type(raw) is not bytes:
-            slow.append(index)
-            continue
-        try:
-            obj = loads(raw)
-        except error:  # invalid JSON or UTF-8, NaN, 1e999, a lone surrogate, a BOM, ...
-            slow.append(index)
-            continue
-        if type(obj) is not dict or (
-            len(raw) > _SHALLOW_BYTES and raw.count(b"[") + raw.count(b"{") > _MAX_FAST_BRACKETS
-        ):
-            slow.append(index)
-            continue
-        records.append(obj)
-        where.append(index)
-    return records, where, slow
-
-
-def _deep(messages: Sequence[bytes], longest: int) -> bool:
-    """Whether a message may nest deeper than the stdlib decoder can follow (C loops only).
-
-    ``longest``: the length of the longest message.
-    """
-    if longest <= _SHALLOW_BYTES:
-        return False
-    count = bytes.count
-    brackets = map(count, messages, itertools.repeat(b"["))
-    braces = map(count, messages, itertools.repeat(b"{"))
-    deepest: int = max(map(operator.add, brackets, braces))
-    return deepest > _MAX_FAST_BRACKETS
+def _read_names(plan: RecordPlan, subject: str | None) -> list[str]:
+    """Every field the fast path reads from a record: the handlers', memo and subject fields."""
+    names = [handler.name for handler in plan.handlers]
+    memos = (f.memo for f in plan.fields if f.memo is not None)
+    names.extend(memo.field for memo in memos if memo.field is not None)
+    if subject is not None:
+        names.append(subject)
+    return names
 
 
 def _own_keys(records: list[dict[str, Any]], names: Sequence[str]) -> list[str]:
     """The decoder's own key objects for ``names``, where the first record has the field.
 
-    orjson hands every record the same cached key string, so each lookup matches by
+    The decoders hand every record the same cached key string, so each lookup matches by
     identity instead of comparing the name's bytes (20 ns a reference record of
     150). Same keys by value: same columns.
     """
@@ -172,7 +124,7 @@ def _parse_batch(
     longest: int | None = None,
     subject: str | None = None,
 ) -> _Parsed:
-    records, where, slow = _decode_batch(messages, longest)
+    records, where, slow = decode_batch(messages, longest, _read_names(plan, subject))
     subjects = None
     if subject is not None:
         subjects = subject_values(records, messages, subject, where)

@@ -1,6 +1,6 @@
 """Fast-path column parsers: one raw column in, parsed values and the rows left to the reference.
 
-A parser takes a field's handler and the column of its raw (orjson-decoded)
+A parser takes a field's handler and the column of its raw (decoded)
 values, ``MISSING`` where a record lacks the field, and returns the parsed
 column (what ``handler.parse`` would give, value by value) with the
 positions it is not sure about; those records go whole to the reference
@@ -82,14 +82,28 @@ def public_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
     ]
 
 
+def _double(value: Any) -> float | None:
+    """``float(value)`` for a JSON number within the double range, else None."""
+    if type(value) not in _NUMBERS:
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an exact integer beyond the double range (msgspec keeps them)
+        return None
+
+
 def real_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
-    # orjson numbers are finite (it refuses 1e999) and read like the stdlib's (correctly
-    # rounded, big integers included); float(int) is what ``json_number`` does
+    # decoded floats are finite (both decoders refuse 1e999) and read like the stdlib's
+    # (correctly rounded); float(int) is what ``json_number`` does. An integer beyond
+    # the double range goes to the reference, which clamps it (``clamped_number``)
     if only(col, *_NUMBERS):
-        return np.fromiter(col, dtype=np.float64, count=len(col)), []
-    bad = [p for p, value in enumerate(col) if type(value) not in _NUMBERS]
-    clean = [0.0 if type(value) not in _NUMBERS else value for value in col]
-    return np.array(clean, dtype=np.float64), bad
+        try:
+            return np.fromiter(col, dtype=np.float64, count=len(col)), []
+        except OverflowError:
+            pass
+    floats = list(map(_double, col))
+    bad = [p for p, value in enumerate(floats) if value is None]
+    return np.array([0.0 if value is None else value for value in floats]), bad
 
 
 def integer_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
@@ -157,17 +171,21 @@ def boolean_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]
 def vector_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
     """Arrays of ``handler.dimension`` numbers as one ``(n, dimension)`` float64 matrix.
 
-    One type check over the whole column: orjson numbers are finite and read like the
-    stdlib's (``real_column``), so a row of floats and ints (never bools) is exactly what
-    ``clamped_number`` gives element by element, ``float(int)`` included. Any other row
-    (not an array, another length, a non-number item) goes to the reference, whose
-    ``wrong_type`` / ``wrong_shape`` verdict or clamp stands.
+    One type check over the whole column: decoded numbers read like the stdlib's
+    (``real_column``), so a row of floats and ints (never bools) within the double range
+    is exactly what ``clamped_number`` gives element by element, ``float(int)``
+    included. Any other row (not an array, another length, a non-number item, an
+    integer beyond the double range) goes to the reference, whose ``wrong_type`` /
+    ``wrong_shape`` verdict or clamp stands.
     """
     dimension = handler.dimension
     if col and only(col, list) and list(map(len, col)).count(dimension) == len(col):
         flat = list(itertools.chain.from_iterable(col))
         if only(flat, *_NUMBERS):
-            return np.array(flat, dtype=np.float64).reshape(len(col), dimension), []
+            try:
+                return np.array(flat, dtype=np.float64).reshape(len(col), dimension), []
+            except OverflowError:  # an integer beyond the double range: sorted out below
+                pass
     ok = [_number_row(value, dimension) for value in col]
     rows = [value if good else [0.0] * dimension for value, good in zip(col, ok, strict=True)]
     bad = [p for p, good in enumerate(ok) if not good]
@@ -175,7 +193,10 @@ def vector_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
 
 
 def _number_row(value: Any, dimension: int) -> bool:
-    return type(value) is list and len(value) == dimension and set(map(type, value)) <= _NUMBERS
+    """A list of ``dimension`` numbers, each within the double range."""
+    if type(value) is not list or len(value) != dimension:
+        return False
+    return None not in map(_double, value)
 
 
 def generic_column(handler: FieldHandler, col: Sequence[Any]) -> tuple[Values, list[int]]:

@@ -1,0 +1,133 @@
+"""The fast path's JSON decoding: a batch of messages to dicts, and what is left to the reference.
+
+The reference (``privstream.pipeline.reference.decode_record``) decodes each
+message with the stdlib; the fast path must give the same value for every
+field it reads, and must never accept a message the reference refuses. Two
+decoders serve it:
+
+* **msgspec, the plan's fields only** (``_field_decoder``): each JSON object
+  becomes a dict of the fields the plan reads, every other member checked
+  for syntax and skipped without building it (about half of orjson's time on
+  the reference record). Used for a whole batch at once, and only where it
+  is exact:
+
+  - msgspec checks UTF-8 only in the strings it builds; every message is
+    checked first (``_columns.utf8``, ``bytes.decode``'s own verdict);
+  - msgspec reads an integer of any length that the stdlib refuses beyond
+    ``sys.get_int_max_str_digits()`` digits: only batches whose longest
+    message is shorter than that limit are decoded here;
+  - nesting deeper than the stdlib follows: ``deep``, as for orjson below.
+
+  Past that, what msgspec accepts the stdlib accepts with the same values:
+  numbers correctly rounded (``float(token)``; integers exact, of any
+  length), strings exactly (escapes, surrogate pairs; a lone surrogate is
+  refused), the last of duplicate keys, escaped keys unescaped. Anything
+  it refuses (NaN, ``1e999``, a lone surrogate, a non-object, bad syntax)
+  sends the batch to the second decoder.
+  ``tests/unit/pipeline/test_decode.py`` checks these claims one by one.
+* **orjson, message by message**: every message it decodes to a dict is
+  taken (integers beyond 64 bits are read as floats; ``columns`` keeps them
+  off the fast path), the others go to the reference.
+
+Both give plain dicts: the rest of the fast path reads the plan's fields
+from them and never looks at another key.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import operator
+import sys
+from collections.abc import Sequence
+from typing import Any, TypedDict
+
+import msgspec
+import orjson
+
+from privstream.pipeline import _columns
+from privstream.pipeline.columns import only
+
+#: a record this short cannot nest deeper than half its length
+_SHALLOW_BYTES = 400
+#: nesting bound below which the stdlib decoder never reaches the recursion limit
+_MAX_FAST_BRACKETS = 200
+#: what msgspec raises for a message it refuses (a string's bad UTF-8 is a ValueError)
+_REFUSED = (msgspec.DecodeError, ValueError, RecursionError)
+
+Decoded = tuple[list[dict[str, Any]], list[int], list[int]]
+
+
+@functools.lru_cache(maxsize=64)
+def _field_decoder(names: tuple[str, ...]) -> msgspec.json.Decoder[dict[str, Any]]:
+    """A decoder of JSON objects into dicts of ``names`` only (absent ones left out)."""
+    fields = TypedDict("fields", dict.fromkeys(names, Any), total=False)  # type: ignore[misc]
+    return msgspec.json.Decoder(fields)
+
+
+def decode_batch(messages: Sequence[bytes], longest: int | None, names: Sequence[str]) -> Decoded:
+    """Decoded objects with their input indices, and the indices left to the reference.
+
+    ``names``: the fields the caller reads. ``longest``: the longest message's
+    length when the caller knows it.
+    """
+    size = _columns.longest(messages)  # -1 unless every message is bytes
+    if not messages or size < 0:
+        return _one_by_one(messages)
+    longest = size if longest is None else longest
+    limit = sys.get_int_max_str_digits()
+    if (limit == 0 or size < limit) and _columns.utf8(messages):
+        decode = _field_decoder(tuple(dict.fromkeys(names))).decode
+        try:  # the common batch: every message a short valid object, in one C loop
+            objs = list(map(decode, messages))
+        except _REFUSED:
+            return _one_by_one(messages)
+        if not deep(messages, longest):
+            return objs, list(range(len(objs))), []
+        return _one_by_one(messages)
+    try:  # long messages, or not UTF-8 (one message at least goes to the reference)
+        objs = list(map(orjson.loads, messages))
+    except orjson.JSONDecodeError:
+        return _one_by_one(messages)
+    if only(objs, dict) and not deep(messages, longest):
+        return objs, list(range(len(objs))), []
+    return _one_by_one(messages)
+
+
+def _one_by_one(messages: Sequence[bytes]) -> Decoded:
+    """orjson per message: its dicts taken, every other message left to the reference."""
+    loads, error = orjson.loads, orjson.JSONDecodeError
+    records: list[dict[str, Any]] = []
+    where: list[int] = []
+    slow: list[int] = []
+    for index, raw in enumerate(messages):
+        if type(raw) is not bytes:
+            slow.append(index)
+            continue
+        try:
+            obj = loads(raw)
+        except error:  # invalid JSON or UTF-8, NaN, 1e999, a lone surrogate, a BOM, ...
+            slow.append(index)
+            continue
+        if type(obj) is not dict or (
+            len(raw) > _SHALLOW_BYTES and raw.count(b"[") + raw.count(b"{") > _MAX_FAST_BRACKETS
+        ):
+            slow.append(index)
+            continue
+        records.append(obj)
+        where.append(index)
+    return records, where, slow
+
+
+def deep(messages: Sequence[bytes], longest: int) -> bool:
+    """Whether a message may nest deeper than the stdlib decoder can follow (C loops only).
+
+    ``longest``: the length of the longest message.
+    """
+    if longest <= _SHALLOW_BYTES:
+        return False
+    count = bytes.count
+    brackets = map(count, messages, itertools.repeat(b"["))
+    braces = map(count, messages, itertools.repeat(b"{"))
+    deepest: int = max(map(operator.add, brackets, braces))
+    return deepest > _MAX_FAST_BRACKETS
