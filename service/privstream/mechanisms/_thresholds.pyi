@@ -6,7 +6,7 @@ import numpy.typing as npt
 def count(
     words: npt.NDArray[np.uint64],
     padded: npt.NDArray[np.uint64],
-    guide: npt.NDArray[np.int32],
+    guide: npt.NDArray[np.uint16],
     steps: int,
     size: int,
     out: npt.NDArray[np.int64],

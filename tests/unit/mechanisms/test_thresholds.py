@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 from privstream.config import parse_config
+from privstream.errors import MechanismError
 from privstream.mechanisms._thresholds import count
 from privstream.mechanisms.discrete_laplace import DiscreteLaplace, GeometricSampler
-from privstream.mechanisms.thresholds import Level
+from privstream.mechanisms.thresholds import MAX_THRESHOLDS, Level
 from privstream.pipeline import build_plan
 from privstream.testing import SeededSource
 
@@ -107,6 +108,12 @@ def test_the_count_is_exact_on_edge_tables(bounds: list[int]) -> None:
     np.testing.assert_array_equal(level.values(words), _searched(table, words))
 
 
+def test_a_level_refuses_more_thresholds_than_its_guide_counts() -> None:
+    Level(shift=0, bounds=list(range(MAX_THRESHOLDS)), xi=0.0)
+    with pytest.raises(MechanismError, match="65536 thresholds exceeds the 65535"):
+        Level(shift=0, bounds=list(range(MAX_THRESHOLDS + 1)), xi=0.0)
+
+
 # --- the whole sampler, bit for bit ---------------------------------------------------
 
 
@@ -152,7 +159,7 @@ def test_the_sampler_output_is_the_definitions_bit_for_bit(t: float) -> None:
 # --- refusals -------------------------------------------------------------------------
 
 
-def _table() -> tuple[NDArray[np.uint64], NDArray[np.int32], int, int]:
+def _table() -> tuple[NDArray[np.uint64], NDArray[np.uint16], int, int]:
     level = _reference_samplers()[0].levels[0]
     return level.padded, level.guide, level.steps, len(level.bounds)
 
@@ -182,12 +189,12 @@ def test_well_formed_arguments_pass() -> None:
         ({"words": np.zeros(4, dtype=np.float64)}, "words must hold native uint64"),
         ({"words": np.zeros(4, dtype=">u8")}, "words must hold native uint64"),
         ({"padded": np.zeros(8, dtype=np.int64)}, "padded must hold native uint64"),
-        ({"guide": np.zeros(65536, dtype=np.int64)}, "guide must hold native int32"),
-        ({"guide": np.zeros(65536, dtype=np.uint32)}, "guide must hold native int32"),
+        ({"guide": np.zeros(65536, dtype=np.int32)}, "guide must hold native uint16"),
+        ({"guide": np.zeros(65536, dtype=np.int16)}, "guide must hold native uint16"),
         ({"out": np.full(4, 7, dtype=np.uint64)}, "out must hold native int64"),
         ({"out": np.full(4, 7, dtype=np.int32)}, "out must hold native int64"),
-        ({"guide": np.zeros(65535, dtype=np.int32)}, "guide holds 65535 entries"),
-        ({"guide": np.zeros(1 << 17, dtype=np.int32)}, "guide holds 131072 entries"),
+        ({"guide": np.zeros(65535, dtype=np.uint16)}, "guide holds 65535 entries"),
+        ({"guide": np.zeros(1 << 17, dtype=np.uint16)}, "guide holds 131072 entries"),
         ({"out": np.full(3, 7, dtype=np.int64)}, "out holds 3 items"),
         ({"steps": 0}, "padded holds"),
         ({"steps": -1}, "padded holds"),
@@ -215,7 +222,7 @@ def test_a_short_padded_table_raises() -> None:
     "change",
     [
         {"words": np.zeros(8, dtype=np.uint64)[::2]},
-        {"guide": np.zeros(2 * 65536, dtype=np.int32)[::2]},
+        {"guide": np.zeros(2 * 65536, dtype=np.uint16)[::2]},
         {"out": np.empty(8, dtype=np.int64)[::2]},
     ],
 )
@@ -231,11 +238,12 @@ def test_a_read_only_out_is_refused() -> None:
         _call(out=out)
 
 
-@pytest.mark.parametrize("entry", [-1, -(2**31), None, 2**31 - 1])
-def test_a_corrupt_guide_entry_raises_instead_of_reading_past_the_table(entry: int | None) -> None:
+@pytest.mark.parametrize("beyond", [1, 2, None])
+def test_a_corrupt_guide_entry_raises_instead_of_reading_past_the_table(beyond: int | None) -> None:
     padded, guide, steps, size = _table()
     corrupt = guide.copy()
-    corrupt[0xBEEF] = size + 1 if entry is None else entry  # outside [0, size]
+    # past the thresholds (None: the largest uint16): reads from there would leave padded
+    corrupt[0xBEEF] = 65535 if beyond is None else size + beyond
     words = np.array([5, 0xBEEF << 48, 7], dtype=np.uint64)
     with pytest.raises(ValueError, match=rf"guide\[48879\] = {corrupt[0xBEEF]} is outside"):
         count(words, padded, corrupt, steps, size, np.empty(3, dtype=np.int64))
