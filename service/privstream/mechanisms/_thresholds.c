@@ -12,11 +12,11 @@
  *
  * ``padded`` is the ``size`` thresholds followed by ``steps`` sentinels
  * 2^64 - 1 (only the word 2^64 - 1 passes one: hence the minimum), ``guide``
- * the 65,536 counts per bucket of the top 16 bits (uint16: 128 KiB, half the
- * cache misses of int32 when a batch's other work has evicted it; a table
- * holds at most 16,384 thresholds). One loop over the words
- * in place of numpy's passes (a shift, two gathers per step, a compare, an
- * add, a minimum and a copy, each over the whole column).
+ * the 65,536 counts per bucket of the top 16 bits, as uint16 (128 KiB, half
+ * the cache misses of int32 when a batch's other work has evicted it; a
+ * level holds at most 65,535 thresholds). One loop over the words in place
+ * of numpy's passes (a shift, two gathers per step, a compare, an add, a
+ * minimum and a copy, each over the whole column).
  *
  * Buffers: words uint64, padded uint64, guide uint16, out int64 (writable),
  * each native and C-contiguous (any shape: read as flat), guide of 65,536

@@ -83,6 +83,9 @@ def test_the_count_keeps_the_words_shape_and_reads_strided_columns() -> None:
     got = level.values(column)
     assert got.shape == (1000, 2)
     np.testing.assert_array_equal(got, _searched(level.bounds, column))
+    none = level.values(np.empty((0, 2), dtype=np.uint64))
+    assert none.shape == (0, 2)
+    assert none.dtype == np.int64
 
 
 def _edge_tables() -> list[list[int]]:
@@ -126,9 +129,10 @@ def _head_value(sampler: GeometricSampler, words: NDArray[np.uint64]) -> tuple[A
     return np.where(extends, sampler.head_jump, counted << head.shift), extends
 
 
-def _expected_difference(t: float, seed: int, n: int) -> NDArray[np.int64]:
+def _expected_difference(t: float, seed: int, n: int) -> tuple[NDArray[np.int64], int]:
     """``G1 - G2`` per row, read in the documented order: ``w`` words per geometric
-    (digits, then the head), then two words per round of the rows whose heads extend."""
+    (digits, then the head), then two words per round of the rows whose heads extend;
+    and the number of such rounds."""
     sampler = GeometricSampler(t)
     source = SeededSource(seed)
     width = len(sampler.levels)
@@ -144,16 +148,17 @@ def _expected_difference(t: float, seed: int, n: int) -> NDArray[np.int64]:
         extends[rows] &= again
         start += 2
     expected: NDArray[np.int64] = value[:, 0] - value[:, 1]
-    return expected
+    return expected, (start - 2 * width) // 2
 
 
 @pytest.mark.parametrize("t", [100.00000000045476, 1280.000000005821, 1e6, 1e9, 0.3])
 def test_the_sampler_output_is_the_definitions_bit_for_bit(t: float) -> None:
     n = 40_000  # a head extends w.p. about e^-4 a round: ~1,400 rows take more words here
     got = DiscreteLaplace(t).sample(SeededSource(11), n)
-    expected = _expected_difference(t, 11, n)
+    expected, rounds = _expected_difference(t, 11, n)
     np.testing.assert_array_equal(got, expected)
     assert (got != 0).any()  # the comparison is not of two zero columns
+    assert rounds >= 1  # and it covers the words read for extending heads
 
 
 # --- refusals -------------------------------------------------------------------------
