@@ -6,10 +6,11 @@
 # Stage 1 builds wheels for privstream and its dependencies and installs them
 # into a virtualenv; stage 2 copies only that virtualenv onto a fresh slim base
 # (same Python, same path), so no compiler, wheel cache or source tree ships.
-# The compiler is there for three small C extensions: the ledger's hash table
+# The compiler is there for four small C extensions: the ledger's hash table
 # (service/privstream/ledger/_slots.c), Kafka's partitioner hash
-# (service/privstream/worker/_murmur2.c) and the fast path's column reader
-# (service/privstream/pipeline/_columns.c).
+# (service/privstream/worker/_murmur2.c), the fast path's column reader
+# (service/privstream/pipeline/_columns.c) and the exact samplers' threshold
+# lookup (service/privstream/mechanisms/_thresholds.c).
 
 FROM python:3.11-slim AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \

@@ -11,9 +11,9 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 # PYTHONWARNINGS: setuptools' notice on editable installs is noise for a newcomer.
-# The install compiles three small C extensions (a C compiler and Python's headers).
+# The install compiles four small C extensions (a C compiler and Python's headers).
 $(STAMP): pyproject.toml service/privstream/ledger/_slots.c service/privstream/worker/_murmur2.c \
-		service/privstream/pipeline/_columns.c
+		service/privstream/pipeline/_columns.c service/privstream/mechanisms/_thresholds.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev]'

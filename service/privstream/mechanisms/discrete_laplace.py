@@ -43,7 +43,8 @@ reads depends on its own words only, so replays read the same words. The
 count ``#{l : C_l <= w}`` is found without a search: a table indexed by the
 word's top 16 bits gives the count below the bucket, and the few thresholds
 inside any bucket (at most ``steps``, known at construction) are compared
-one by one, in integers.
+one by one, in integers (one C loop over a column's words,
+``privstream.mechanisms.thresholds``).
 
 *The realised reference.* ``T = ceil(2^64 a^N)`` (``N = 2^S K``, at least 1)
 defines ``a_ref = (T / 2^64)^(1/N) >= a``: the head extends with probability
@@ -110,6 +111,7 @@ from numpy.typing import NDArray
 
 from privstream.errors import MechanismError
 from privstream.mechanisms.rng import NoiseSource, Words
+from privstream.mechanisms.thresholds import Level
 
 _BISECTION_STEPS = 200
 #: largest noise parameter served (noise sums stay far inside int64)
@@ -130,63 +132,7 @@ _MAX_ROUNDS = 4096
 _CTX = Context(prec=60)
 
 
-_GUIDE_BITS = 16
-_CHUNK = 32768
-_TOP_WORD = np.uint64(_TWO_64 - 1)
-
-
-class _Level:
-    """One component: a word's value is ``#{l : bounds[l] <= w}``, scaled by ``2^shift``.
-
-    Lookup without search: ``guide[j]`` counts the thresholds below ``j 2^48``
-    (the word's top 16 bits), and at most ``steps`` more thresholds lie in any
-    such bucket, so ``steps`` integer comparisons finish the count exactly.
-    """
-
-    def __init__(self, shift: int, bounds: list[int], xi: float) -> None:
-        self.shift, self.xi = shift, xi
-        self.bounds: NDArray[np.uint64] = np.array(bounds, dtype=np.uint64)
-        # int32: the 256 KiB table stays in cache (int64 measured several times slower)
-        self.guide, through = _bucket_counts(self.bounds)
-        self.steps = int((through - self.guide).max())
-        self.padded: NDArray[np.uint64] = np.append(self.bounds, np.full(self.steps, _TOP_WORD))
-
-    def values(self, words: Words) -> NDArray[np.int64]:
-        flat = np.ravel(words)
-        out = np.empty(flat.shape, dtype=np.int64)
-        # chunks of 32768: temporaries stay in cache and off mmap (page faults measured
-        # costing more than the lookups themselves on whole 200k-value columns)
-        for start in range(0, len(flat), _CHUNK):
-            chunk = flat[start : start + _CHUNK]
-            top = (chunk >> np.uint64(64 - _GUIDE_BITS)).view(np.int64)  # < 2^16
-            index: NDArray[np.int32] = self.guide[top]
-            for _ in range(self.steps):
-                index += self.padded[index] <= chunk
-            np.minimum(index, len(self.bounds), out=index)  # sentinels pass only 2^64 - 1
-            out[start : start + _CHUNK] = index
-        return out.reshape(np.shape(words))
-
-
-def _bucket_counts(bounds: NDArray[np.uint64]) -> tuple[NDArray[np.int32], NDArray[np.int32]]:
-    """Per bucket ``j`` of the top 16 bits: ``#{l : bounds[l] <= j 2^48}`` (the guide) and
-    ``#{l : bounds[l] < (j + 1) 2^48}``, from one pass over the sorted ``bounds``.
-
-    ``b <= j 2^48`` iff ``j >= ceil(b / 2^48)``, and ``b < (j + 1) 2^48`` iff
-    ``j >= floor(b / 2^48)``: both counts are cumulative sums of a histogram of
-    those bucket numbers (``numpy.searchsorted`` of the 65,536 bucket starts gives
-    the same arrays, ``tests/unit/mechanisms/test_discrete_laplace_guide.py``, in
-    four times the time: the reference config's three tables 5.8 ms against 1.4).
-    """
-    shift = np.uint64(64 - _GUIDE_BITS)
-    floor = (bounds >> shift).astype(np.intp)
-    ceil = floor + ((bounds & np.uint64((1 << (64 - _GUIDE_BITS)) - 1)) != 0)
-    size = 1 << _GUIDE_BITS
-    guide = np.cumsum(np.bincount(ceil, minlength=size + 1)[:size]).astype(np.int32)
-    through = np.cumsum(np.bincount(floor, minlength=size)[:size]).astype(np.int32)
-    return guide, through
-
-
-def _level(log_a: Decimal, exponent: int, cells: int, extension: int | None) -> _Level:
+def _level(log_a: Decimal, exponent: int, cells: int, extension: int | None) -> Level:
     """Thresholds of a component with base ``b = a_ref^exponent`` and ``cells`` cells.
 
     ``extension`` is ``T`` for the head (top ``T`` words extend), None for a digit.
@@ -210,7 +156,7 @@ def _level(log_a: Decimal, exponent: int, cells: int, extension: int | None) -> 
         bounds.append(_TWO_64 - extension)
     smallest = divide(multiply(_CTX.power(b, cells - 1), subtract(one, b)), top)
     xi = float(divide(Decimal("1.000001"), multiply(smallest, scale)))
-    return _Level(exponent.bit_length() - 1, bounds, xi)
+    return Level(shift=exponent.bit_length() - 1, bounds=bounds, xi=xi)
 
 
 class GeometricSampler:

@@ -1,6 +1,6 @@
 """The discrete Laplace sampler's tables, built faster at start-up, hold what they held.
 
-``_bucket_counts`` replaced two ``numpy.searchsorted`` calls over the 65,536
+``bucket_counts`` replaced two ``numpy.searchsorted`` calls over the 65,536
 bucket starts, and ``_level`` lost its division by exactly 1 in the head and
 its per-threshold ``int(to_integral_value)``: these tests recompute the
 guide, the step count and every threshold the way the code did before and
@@ -17,14 +17,15 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 from privstream.mechanisms import discrete_laplace as dl
-from privstream.mechanisms.discrete_laplace import GeometricSampler, _bucket_counts
+from privstream.mechanisms.discrete_laplace import GeometricSampler
+from privstream.mechanisms.thresholds import bucket_counts
 
 _BITS = 16
 _TOP = np.uint64(2**64 - 1)
 
 
 def _searched(bounds: NDArray[np.uint64]) -> tuple[NDArray[np.int32], NDArray[np.int32]]:
-    """What ``_Level`` computed before: a search of every bucket's first and last word."""
+    """What ``Level`` computed before: a search of every bucket's first and last word."""
     probes = np.arange(1 << _BITS, dtype=np.uint64) << np.uint64(64 - _BITS)
     guide = np.searchsorted(bounds, probes, side="right").astype(np.int32)
     last = np.append(probes[1:] - np.uint64(1), _TOP)
@@ -54,9 +55,8 @@ def _random(seed: int) -> NDArray[np.uint64]:
 
 @pytest.mark.parametrize("bounds", _edges() + [_random(seed) for seed in range(12)])
 def test_bucket_counts_equal_the_searched_counts(bounds: NDArray[np.uint64]) -> None:
-    guide, through = _bucket_counts(bounds)
+    guide, through = bucket_counts(bounds)
     expected_guide, expected_through = _searched(bounds)
-    assert guide.dtype == np.int32
     np.testing.assert_array_equal(guide, expected_guide)
     np.testing.assert_array_equal(through, expected_through)
 
@@ -67,6 +67,7 @@ def test_bucket_counts_equal_the_searched_counts(bounds: NDArray[np.uint64]) -> 
 def test_every_level_of_a_sampler_has_the_searched_guide_and_steps(t: float) -> None:
     for level in GeometricSampler(t).levels:
         expected_guide, expected_through = _searched(level.bounds)
+        assert level.guide.dtype == np.uint16  # what _thresholds.count reads
         np.testing.assert_array_equal(level.guide, expected_guide)
         assert level.steps == int((expected_through - expected_guide).max())
         assert len(level.padded) == len(level.bounds) + level.steps
