@@ -60,7 +60,15 @@ Decoded = tuple[list[dict[str, Any]], list[int], list[int]]
 
 @functools.lru_cache(maxsize=64)
 def _field_decoder(names: tuple[str, ...]) -> msgspec.json.Decoder[dict[str, Any]]:
-    """A decoder of JSON objects into dicts of ``names`` only (absent ones left out)."""
+    """A decoder of JSON objects into dicts of ``names`` only (absent ones left out).
+
+    msgspec (0.22) matches an object's keys against each name's *cached* UTF-8 form
+    (``unicode_str_and_size_nocheck``) and never computes it: a non-ASCII name loaded
+    from a config has none, and then matched only the empty key ``""``. Encoding the
+    names caches that form in each very str the TypedDict keeps
+    (``PyUnicode_AsUTF8AndSize``).
+    """
+    msgspec.json.encode(names)
     fields = TypedDict("fields", dict.fromkeys(names, Any), total=False)  # type: ignore[misc]
     return msgspec.json.Decoder(fields)
 
