@@ -192,3 +192,47 @@ def test_odd_names_escaped_duplicated_and_shared_with_memo_and_subject() -> None
             for subject in ("__class__", 'a"b\\c'):
                 subjects = process_batch(plan, batch, noise(batch), subject=subject).subjects
                 assert subjects == [_subject(batch[i], subject) for i in result.output_index]
+
+
+UTF8_SAMPLES = [
+    b"",
+    b"a" * 7,
+    b"a" * 8 + b"\xc3\xa9",  # past the first 8-byte word
+    b"\xc3\xa9" * 9,
+    b"\xff",
+    b"\xed\xa0\x80",  # a surrogate, UTF-8 encoded
+    b"\xc0\xaf",  # overlong
+    b"\xf4\x90\x80\x80",  # beyond U+10FFFF
+    b"a" * 15 + b"\xe2\x82",  # truncated at the end
+    b"\xf0\x9f\x99\x82",
+]
+
+
+def test_utf8_gives_bytes_decode_verdict_and_keeps_references() -> None:
+    """``_columns.utf8``: bytes.decode's verdict on edge and random bytes (fixed seed), False
+    for anything not exactly bytes, and no reference gained or lost."""
+    from privstream.pipeline import _columns
+
+    rng = random.Random(33)
+    alphabet = [0x41, 0x7F, 0x80, 0xBF, 0xC3, 0xA9, 0xE2, 0xED, 0xF0, 0xF4, 0x9F]
+    randoms = [bytes(rng.choice(alphabet) for _ in range(rng.randrange(24))) for _ in range(3000)]
+    for raw in UTF8_SAMPLES + randoms:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            valid = False
+        else:
+            valid = True
+        before = sys.getrefcount(raw)
+        assert _columns.utf8([b"ok", raw]) is valid, raw
+        assert _columns.utf8((raw,)) is valid
+        assert sys.getrefcount(raw) == before
+
+    class Bytes(bytes):
+        pass
+
+    for odd in (Bytes(b"a"), bytearray(b"a"), memoryview(b"a"), "a", None, 1):
+        assert _columns.utf8([b"a", odd]) is False
+        assert _columns.longest([b"a", odd]) == -1
+    with pytest.raises(TypeError, match="utf8: messages must be a sequence"):
+        _columns.utf8(None)  # type: ignore[arg-type]
