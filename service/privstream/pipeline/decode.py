@@ -16,7 +16,9 @@ decoders serve it:
   - msgspec reads an integer of any length that the stdlib refuses beyond
     ``sys.get_int_max_str_digits()`` digits: only batches whose longest
     message is shorter than that limit are decoded here;
-  - nesting deeper than the stdlib follows: ``deep``, as for orjson below.
+  - nesting deeper than the stdlib follows: ``deep``, as for orjson below;
+  - msgspec compares keys with each name's cached UTF-8 form, which a
+    non-ASCII str may not have yet: ``_field_decoder`` caches it first.
 
   Past that, what msgspec accepts the stdlib accepts with the same values:
   numbers correctly rounded (``float(token)``; integers exact, of any
