@@ -16,7 +16,9 @@ decoders serve it:
   - msgspec reads an integer of any length that the stdlib refuses beyond
     ``sys.get_int_max_str_digits()`` digits: only batches whose longest
     message is shorter than that limit are decoded here;
-  - nesting deeper than the stdlib follows: ``deep``, as for orjson below.
+  - nesting deeper than the stdlib follows: ``deep``, as for orjson below;
+  - msgspec compares keys with each name's cached UTF-8 form, which a
+    non-ASCII str may not have yet: ``_field_decoder`` caches it first.
 
   Past that, what msgspec accepts the stdlib accepts with the same values:
   numbers correctly rounded (``float(token)``; integers exact, of any
@@ -60,7 +62,15 @@ Decoded = tuple[list[dict[str, Any]], list[int], list[int]]
 
 @functools.lru_cache(maxsize=64)
 def _field_decoder(names: tuple[str, ...]) -> msgspec.json.Decoder[dict[str, Any]]:
-    """A decoder of JSON objects into dicts of ``names`` only (absent ones left out)."""
+    """A decoder of JSON objects into dicts of ``names`` only (absent ones left out).
+
+    msgspec (0.22) matches an object's keys against each name's *cached* UTF-8 form
+    (``unicode_str_and_size_nocheck``) and never computes it: a non-ASCII name loaded
+    from a config has none, and then matched only the empty key ``""``. Encoding the
+    names caches that form in each very str the TypedDict keeps
+    (``PyUnicode_AsUTF8AndSize``).
+    """
+    msgspec.json.encode(names)
     fields = TypedDict("fields", dict.fromkeys(names, Any), total=False)  # type: ignore[misc]
     return msgspec.json.Decoder(fields)
 
