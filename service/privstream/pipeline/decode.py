@@ -17,8 +17,10 @@ decoders serve it:
     ``sys.get_int_max_str_digits()`` digits: only batches whose longest
     message is shorter than that limit are decoded here;
   - nesting deeper than the stdlib follows: ``deep``, as for orjson below;
-  - msgspec compares keys with each name's cached UTF-8 form, which a
-    non-ASCII str may not have yet: ``_field_decoder`` caches it first.
+  - msgspec (0.22) compares keys with each name's *cached* UTF-8 form and
+    never computes it: a non-ASCII name without one matched only the key
+    ``""``. Only plans whose names are all ASCII are decoded here (an ASCII
+    str's UTF-8 form is its own data).
 
   Past that, what msgspec accepts the stdlib accepts with the same values:
   numbers correctly rounded (``float(token)``; integers exact, of any
@@ -62,15 +64,7 @@ Decoded = tuple[list[dict[str, Any]], list[int], list[int]]
 
 @functools.lru_cache(maxsize=64)
 def _field_decoder(names: tuple[str, ...]) -> msgspec.json.Decoder[dict[str, Any]]:
-    """A decoder of JSON objects into dicts of ``names`` only (absent ones left out).
-
-    msgspec (0.22) matches an object's keys against each name's *cached* UTF-8 form
-    (``unicode_str_and_size_nocheck``) and never computes it: a non-ASCII name loaded
-    from a config has none, and then matched only the empty key ``""``. Encoding the
-    names caches that form in each very str the TypedDict keeps
-    (``PyUnicode_AsUTF8AndSize``).
-    """
-    msgspec.json.encode(names)
+    """A decoder of JSON objects into dicts of ``names`` only (absent ones left out)."""
     fields = TypedDict("fields", dict.fromkeys(names, Any), total=False)  # type: ignore[misc]
     return msgspec.json.Decoder(fields)
 
@@ -86,8 +80,9 @@ def decode_batch(messages: Sequence[bytes], longest: int | None, names: Sequence
         return _one_by_one(messages)
     longest = size if longest is None else longest
     limit = sys.get_int_max_str_digits()
-    if (limit == 0 or size < limit) and _columns.utf8(messages):
-        decode = _field_decoder(tuple(dict.fromkeys(names))).decode
+    fields = tuple(dict.fromkeys(names))
+    if (limit == 0 or size < limit) and all(map(str.isascii, fields)) and _columns.utf8(messages):
+        decode = _field_decoder(fields).decode
         try:  # the common batch: every message a short valid object, in one C loop
             objs = list(map(decode, messages))
         except _REFUSED:

@@ -44,7 +44,8 @@ def _stdlib(raw: bytes, names: list[str]) -> dict[str, object]:
 
 def test_non_ascii_names_match_their_own_keys_not_the_empty_key() -> None:
     """msgspec 0.22 compares a TypedDict's keys with each name's *cached* UTF-8 form and
-    never computes it: a non-ASCII name without one matched nothing but the empty key."""
+    never computes it: a non-ASCII name without one matched nothing but the empty key
+    (such names are now read by orjson)."""
     names = [_uncached("température-rt"), _uncached("🙂-rt"), "x"]
     messages = [
         '{"température-rt": 1.5, "🙂-rt": true, "x": 3}'.encode(),
@@ -54,7 +55,8 @@ def test_non_ascii_names_match_their_own_keys_not_the_empty_key() -> None:
     ]
     records, where, slow = decode_batch(messages, None, names)
     assert where == [0, 1, 2, 3] and slow == []
-    assert records == [_stdlib(raw, names) for raw in messages]
+    read = [{name: record[name] for name in names if name in record} for record in records]
+    assert read == [_stdlib(raw, names) for raw in messages]
 
 
 def test_a_non_ascii_subject_is_read_from_its_own_field() -> None:
