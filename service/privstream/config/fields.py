@@ -97,8 +97,9 @@ class PublicField(_NamedField):
     """Released as is. Only for values that are not personal (a timestamp, a sequence)."""
 
     kind: Literal["public"]
-    #: copy objects and arrays too; by default only strings, numbers, booleans and null pass,
-    #: so personal data nested under a public field by an upstream change never leaks
+    #: copy objects and arrays too (at most 100 levels deep); by default only strings,
+    #: numbers, booleans and null pass, so personal data nested under a public field by an
+    #: upstream change never leaks
     allow_nested: bool = False
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from privstream.pipeline import _columns
-from privstream.pipeline.handlers import FieldHandler, Rejected
+from privstream.pipeline.handlers import MAX_PUBLIC_DEPTH, FieldHandler, Rejected, nested_deeper
 
 #: orjson reads integers beyond 64 bits as floats; a float this large may be one of them
 _BIG = 2.0**63
@@ -73,12 +73,16 @@ def public_column(handler: Any, col: Sequence[Any]) -> tuple[Values, list[int]]:
             return col, []
     if only(col, *_SCALARS):
         return col, []
-    # objects and arrays without allow_nested: the reference rejects them (nested_public)
+    # objects and arrays without allow_nested, or nested too deep: the reference rejects
+    # them (nested_public); the depth is checked before ``_plain`` walks a value
     nested = () if handler.allow_nested else (dict, list)
     return col, [
         p
         for p, value in enumerate(col)
-        if value is MISSING or type(value) in nested or not _plain(value)
+        if value is MISSING
+        or type(value) in nested
+        or nested_deeper(value, MAX_PUBLIC_DEPTH)
+        or not _plain(value)
     ]
 
 

@@ -58,6 +58,30 @@ def clamped_number(name: str, value: object) -> float:
     return number if math.isfinite(number) else math.copysign(sys.float_info.max, number)
 
 
+#: levels of arrays and objects a public value may nest (``allow_nested``): what every
+#: walk over it (here, in the fast path's checks, in the JSON encoders) follows safely
+MAX_PUBLIC_DEPTH = 100
+
+
+def nested_deeper(value: object, limit: int) -> bool:
+    """Whether a decoded JSON value nests arrays and objects more than ``limit`` levels.
+
+    Level by level, without recursion: a hostile record nested 900 deep (the
+    stdlib decodes it) must not exhaust the stack of whatever walks it next.
+    """
+    level = [value]
+    for _ in range(limit + 1):
+        containers = [item for item in level if isinstance(item, list | dict)]
+        if not containers:
+            return False
+        level = [
+            child
+            for container in containers
+            for child in (container.values() if isinstance(container, dict) else container)
+        ]
+    return True
+
+
 def non_finite_inside(value: object) -> bool:
     """Whether a decoded JSON value holds a number beyond the double range (at any depth)."""
     if isinstance(value, float):
@@ -137,6 +161,12 @@ class PublicHandler:
                 "nested_public",
                 f"field {self.name!r}: public fields take a string, number, boolean or null, "
                 f"got {json_type(value)}; set allow_nested: true to copy objects and arrays",
+            )
+        if nested_deeper(value, MAX_PUBLIC_DEPTH):
+            raise Rejected(
+                "nested_public",
+                f"field {self.name!r}: the value nests arrays and objects more than "
+                f"{MAX_PUBLIC_DEPTH} levels deep, the most a public field copies",
             )
         # 1e999 decodes to inf, which has no JSON form: a public value is copied, not clamped
         if non_finite_inside(value):

@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import yaml
 from privstream.cli import sanitize
 from privstream.cli.main import main
 from privstream.config import load_config
@@ -414,3 +415,19 @@ def test_line_iterables_are_cut_by_bytes_as_well_as_lines(monkeypatch: pytest.Mo
     chunks = list(sanitize._line_chunks(lines))
     assert [(first, len(chunk)) for first, chunk in chunks] == [(1, 3), (4, 3), (7, 4), (11, 3)]
     assert [line for _, chunk in chunks for line in chunk] == [line[:-1] for line in lines]
+
+
+def test_a_deeply_nested_public_value_is_a_dead_letter_not_a_crash(
+    files: dict[str, Path],
+) -> None:
+    config = yaml.safe_load(files["config"].read_text())
+    config["fields"].append({"name": "meta", "kind": "public", "allow_nested": True})
+    files["config"].write_text(yaml.safe_dump(config))
+    deep = json.loads("[" * 600 + "]" * 600)  # the stdlib decodes it: a record, not an error
+    metas = [{"a": [1]}, deep, {"b": {"c": None}}]
+    files["input"].write_text("".join(rec(ts=i, meta=m) + "\n" for i, m in enumerate(metas)))
+    assert run(files) == 0
+    dead = [json.loads(line) for line in files["dead"].read_text().splitlines()]
+    assert [(d["line"], d["reason"]) for d in dead] == [(2, "nested_public")]
+    released = [json.loads(line) for line in files["output"].read_text().splitlines()]
+    assert [r["meta"] for r in released] == [metas[0], metas[2]]

@@ -108,3 +108,26 @@ def test_fuzz_corpus_reasons_and_equivalence() -> None:
         case = cases[letter.index]
         assert letter.reason in case.reasons, (case.kind, letter.reason)
     assert any(cases[d.index].kind == "nested_public_object" for d in result.dead_letters)
+
+
+def _nested(depth: int) -> object:
+    value: object = "leaf"
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def test_allowed_nesting_stops_at_the_depth_every_walk_follows() -> None:
+    """A hostile record nested 600 deep once exhausted the stack of the not-finite check
+    (``privstream sanitize`` crashed); past MAX_PUBLIC_DEPTH it is dead-lettered."""
+    from privstream.pipeline.handlers import MAX_PUBLIC_DEPTH
+
+    depths = [1, MAX_PUBLIC_DEPTH - 1, MAX_PUBLIC_DEPTH, MAX_PUBLIC_DEPTH + 1, 150, 600, 900]
+    messages = [json.dumps({"ts": _nested(d), "x": 0.5}).encode() for d in depths]
+    result = both(plan_of(True), messages)
+    assert result.output_index == [0, 1, 2]
+    assert [d.index for d in result.dead_letters] == [3, 4, 5, 6]
+    for letter in result.dead_letters:
+        assert letter.reason == "nested_public"
+        assert f"more than {MAX_PUBLIC_DEPTH} levels" in letter.detail
+    assert json.loads(result.outputs[2])["ts"] == _nested(MAX_PUBLIC_DEPTH)
