@@ -85,25 +85,24 @@ class CategoryCounts(DomainCounts):
     def report(self, options: Options, truth: Truth | None) -> dict[str, Any]:
         entry = self._header()
         entry["estimator"] = "randomized response inversion (c/n - p) / (1 - (m+1) p)"
-        true_share = _true_share(truth)
         if self.records == 0:
             entry["frequencies"] = []
             return entry
         estimates, stderr = rr.estimate_frequencies(self.counts, self.rr.epsilon, self.rr.delta)
-        entry["frequencies"] = _domain_rows(self, estimates, stderr, options, true_share)
+        entry["frequencies"] = domain_rows(self, estimates, stderr, options, true_share(truth))
         if options.consistent:
             _add_consistent(entry, estimates)
         return entry
 
 
-def _domain_rows(
+def domain_rows(
     counted: DomainCounts,
     estimates: NDArray[np.float64],
     stderr: NDArray[np.float64],
     options: Options,
-    true_share: NDArray[np.float64] | None,
+    shares: NDArray[np.float64] | None,
 ) -> list[dict[str, Any]]:
-    """One row per domain value, in the mechanism's domain order."""
+    """One row per domain value, in the mechanism's domain order (``shares``: the true ones)."""
     rows = []
     n = counted.records
     for i, value in enumerate(counted.mechanism_domain):
@@ -115,13 +114,13 @@ def _domain_rows(
             "count": int(counted.counts[i]),
             "raw_share": float(counted.counts[i] / n),
         }
-        if true_share is not None:
-            row["true"] = float(true_share[i])
+        if shares is not None:
+            row["true"] = float(shares[i])
         rows.append(row)
     return rows
 
 
-def _true_share(truth: Truth | None) -> NDArray[np.float64] | None:
+def true_share(truth: Truth | None) -> NDArray[np.float64] | None:
     if isinstance(truth, CategoryTruth) and truth.counts.sum() > 0:
         share: NDArray[np.float64] = truth.counts / truth.counts.sum()
         return share
@@ -157,7 +156,7 @@ class UnaryCategoryCounts(DomainCounts):
         estimates, stderr = estimate_item_frequencies_from_counts(
             self.counts, self.records, self.unary.epsilon, max_items=1
         )
-        entry["frequencies"] = _domain_rows(self, estimates, stderr, options, _true_share(truth))
+        entry["frequencies"] = domain_rows(self, estimates, stderr, options, true_share(truth))
         if options.consistent:
             _add_consistent(entry, estimates)
         return entry

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from privstream.estimate.accumulators import Accumulator, Options, Truth, interval
+from privstream.estimate.accumulators import Accumulator, Options, Truth
 from privstream.estimate.frequency import (
     CategoryCounts,
-    CategoryTruth,
     DomainCounts,
     HashedReports,
     SetReports,
     UnaryCategoryCounts,
+    domain_rows,
+    true_share,
 )
 from privstream.estimate.numeric import CurveReleases, NumericApi, ScalarReleases
 from privstream.estimate.unit_mean import UnitMeanReleases
@@ -97,28 +98,11 @@ class OrdinalCounts(DomainCounts):
     def report(self, options: Options, truth: Truth | None) -> dict[str, Any]:
         entry = self._header()
         entry["estimator"] = "transition-matrix inversion (P^T)^-1 c/n"
-        n = self.records
-        if n == 0:
+        if self.records == 0:
             entry["frequencies"] = []
             return entry
-        true_share = None
-        if isinstance(truth, CategoryTruth) and truth.counts.sum() > 0:
-            true_share = truth.counts / truth.counts.sum()
         estimates, stderr = estimate_frequencies(self.ordinal, self.counts)
-        rows = []
-        for i, value in enumerate(self.ordinal.domain):
-            row: dict[str, Any] = {
-                "value": value,
-                "estimate": float(estimates[i]),
-                "stderr": float(stderr[i]),
-                "ci": interval(float(estimates[i]), float(stderr[i]), options.z),
-                "count": int(self.counts[i]),
-                "raw_share": float(self.counts[i] / n),
-            }
-            if true_share is not None:
-                row["true"] = float(true_share[i])
-            rows.append(row)
-        entry["frequencies"] = rows
+        entry["frequencies"] = domain_rows(self, estimates, stderr, options, true_share(truth))
         return entry
 
 
