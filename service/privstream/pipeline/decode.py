@@ -120,9 +120,7 @@ def _one_by_one(messages: Sequence[bytes]) -> Decoded:
         except error:  # invalid JSON or UTF-8, NaN, 1e999, a lone surrogate, a BOM, ...
             slow.append(index)
             continue
-        if type(obj) is not dict or (
-            len(raw) > _SHALLOW_BYTES and raw.count(b"[") + raw.count(b"{") > _MAX_FAST_BRACKETS
-        ):
+        if type(obj) is not dict or deep([raw], len(raw)):
             slow.append(index)
             continue
         records.append(obj)
