@@ -25,7 +25,6 @@ from privstream.audit.engine import (
     Scenario,
     run_scenario,
 )
-from privstream.audit.sampling import memo_styles
 from privstream.audit.scenarios import PlanAuditor
 from privstream.audit.selfcheck import self_check_scenarios
 from privstream.config import AppConfig
@@ -89,7 +88,7 @@ def audit(
     kinds: list[str] = []
     skipped: tuple[str, ...] = ()
     if plan is not None and config is not None:
-        auditor = PlanAuditor(plan, memo_styles(config, plan))
+        auditor = PlanAuditor(plan)
         names = [t.name for t in auditor.targets]
         chosen = list(names) if fields is None else list(dict.fromkeys(fields))
         for name in chosen:

@@ -12,19 +12,15 @@ construction), never skipped.
 Memoized fields (``memoize_by``). Their noise words are a keyed function of
 (memo value, true value): with one memo value every draw would be the same
 answer, and the draws would not be independent. Each draw therefore carries
-a distinct memo value (``audit-<nonce>-<i>``, or an integer for an
-``integer`` memo field), and the words come from the production
-``MemoSource`` under a memo key drawn for the audit run
+a distinct memo value (``audit-<nonce>-<i>``; a memo field is of kind
+``drop`` or ``public``, which take any JSON value), and the words come from
+the production ``MemoSource`` under a memo key drawn for the audit run
 (``derive_memo_key(os.urandom(32))``). That audits what the guarantee is
 about: one device's single answer, with the randomness of the secret key.
 Neighbouring inputs are the same device holding ``x`` or ``x'``, i.e. two
 records that differ in the field's value only. (Not audited, because no
 epsilon covers it: that a device's answers change exactly when its value
-does; README, "What it does not protect".) A memo field that can only hold
-the values of a finite domain (a ``categorical`` one without
-``unknown_as``) cannot give distinct memo values; then the run uses fresh
-CSPRNG words for memoized fields, which is the same law for one answer
-(a PRF under a random key versus random words), and the report says so.
+does; README, "What it does not protect".)
 """
 
 from __future__ import annotations
@@ -33,22 +29,18 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from privstream.audit.events import Sample
 from privstream.audit.targets import Target
-from privstream.config import AppConfig
 from privstream.errors import AuditError
 from privstream.mechanisms import OsEntropy
 from privstream.mechanisms.rng import derive_memo_key
 from privstream.pipeline import RecordPlan, process_batch
 from privstream.pipeline.noise import Fresh
-
-#: how distinct memo values are made: JSON strings or integers
-MemoStyle = Literal["str", "int"]
 
 #: records per ``process_batch`` call
 BATCH_RECORDS = 100_000
@@ -62,28 +54,13 @@ def record_width(plan: RecordPlan) -> int:
     return max(sum(f.entry.audit_width(f.handler) for f in plan.fields), 1)
 
 
-def memo_styles(config: AppConfig, plan: RecordPlan) -> dict[str, MemoStyle | None]:
-    """For each field of the config: how distinct memo values are made, or None if they can't.
-
-    A dropped field takes any value (a string); a released one asks its kind.
-    """
-    released = {f.name: f for f in plan.fields}
-    styles: dict[str, MemoStyle | None] = {}
-    for spec in config.fields:
-        planned = released.get(spec.name)
-        styles[spec.name] = "str" if planned is None else planned.entry.memo_style(planned.handler)
-    return styles
-
-
 @dataclass(frozen=True)
 class RecordSpec:
     """The raw records of one audit input: fixed field values, plus per-draw memo values."""
 
     fixed: Mapping[str, Any]
-    #: (field, style): this field gets a distinct value in every draw
-    unique: tuple[tuple[str, MemoStyle], ...] = ()
-    #: memoized fields draw fresh CSPRNG words instead of keyed memo words
-    fresh_memo: bool = False
+    #: these (memo) fields get a distinct string in every draw
+    unique: tuple[str, ...] = ()
 
     def messages(self, start: int, count: int, nonce: int) -> list[bytes]:
         """JSON bytes of draws ``start .. start + count - 1``."""
@@ -91,13 +68,10 @@ class RecordSpec:
         if not self.unique:
             return [body.encode()] * count
         head = body[:-1] + ("," if self.fixed else "")
-        keys = [(json.dumps(name), style) for name, style in self.unique]
+        keys = [json.dumps(name) for name in self.unique]
         out: list[bytes] = []
         for i in range(start, start + count):
-            parts = [
-                f'{key}:"audit-{nonce:x}-{i}"' if style == "str" else f"{key}:{nonce + i}"
-                for key, style in keys
-            ]
+            parts = [f'{key}:"audit-{nonce:x}-{i}"' for key in keys]
             out.append((head + ",".join(parts) + "}").encode())
         return out
 
@@ -114,9 +88,7 @@ class PipelineSampler:
 
     def sample(self, spec: RecordSpec, count: int, targets: Sequence[Target]) -> Sample:
         """``count`` independent releases of the record ``spec``; columns of ``targets``."""
-        provider = (
-            Fresh(self._source) if spec.fresh_memo else Fresh(self._source, memo_key=self._memo_key)
-        )
+        provider = Fresh(self._source, memo_key=self._memo_key)
         parts: dict[str, list[NDArray[Any]]] = {t.name: [] for t in targets}
         nonce = int.from_bytes(os.urandom(6), "big") << 32  # distinct memo values per call
         for start in range(0, count, self.batch_records):

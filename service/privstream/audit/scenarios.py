@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 
 from privstream.audit.engine import Scenario, event_counts
 from privstream.audit.events import AllOf, Event, Sample
-from privstream.audit.sampling import MemoStyle, PipelineSampler, RecordSpec
+from privstream.audit.sampling import PipelineSampler, RecordSpec
 from privstream.audit.stats import cp_lower, cp_upper, epsilon_lower_bound
 from privstream.audit.targets import Target, target_for
 from privstream.errors import AuditError
@@ -56,9 +56,8 @@ def all_pairs(count: int) -> list[tuple[int, int]]:
 class PlanAuditor:
     """Builds the per-field and whole-record scenarios of one plan."""
 
-    def __init__(self, plan: RecordPlan, styles: Mapping[str, MemoStyle | None]) -> None:
+    def __init__(self, plan: RecordPlan) -> None:
         self.plan = plan
-        self.styles = dict(styles)
         self.targets = [target_for(f) for f in plan.fields if f.handler.mechanism is not None]
         self.by_name = {t.name: t for t in self.targets}
         # fields memoized by the message key draw fresh words here (no keys: ``unkeyed``)
@@ -80,38 +79,21 @@ class PlanAuditor:
 
     def _specs(
         self, examined: Sequence[Target], values: Sequence[Mapping[str, object]]
-    ) -> tuple[list[RecordSpec], list[str]]:
+    ) -> list[RecordSpec]:
         """One record per input: the base with ``values[i]`` over it, memo ids made unique."""
-        notes: list[str] = []
-        unique: dict[str, MemoStyle] = {}
-        fresh = False
-        differing = {name for v in values for name in v}
+        unique: list[str] = []
         for target in examined:
             memo = self.memo_of.get(target.name)
-            if memo is None:
-                continue
-            style = self.styles.get(memo, "str")
-            if style is None:
-                fresh = True
-                notes.append(
-                    f"{target.name} is memoized by {memo}, which holds only domain values: "
-                    "fresh CSPRNG words per draw (same law as one keyed answer)"
-                )
-            else:
-                unique[memo] = style
-                if memo in differing:
-                    notes.append(
-                        f"{memo} is {target.name}'s memo field: it takes a distinct value per "
-                        "draw on both sides, so it does not differ here (audited on its own)"
-                    )
+            if memo is not None and memo not in unique:
+                unique.append(memo)
         base = self._base()
         specs = []
         for value in values:
             fixed = {**base, **{k: v for k, v in value.items() if k not in unique}}
             for name in unique:
                 fixed.pop(name, None)
-            specs.append(RecordSpec(fixed, tuple(unique.items()), fresh))
-        return specs, notes
+            specs.append(RecordSpec(fixed, tuple(unique)))
+        return specs
 
     def field_plan(self, name: str) -> RecordPlan:
         """The plan restricted to field ``name``: its handler, memo plan and field id.
@@ -131,8 +113,9 @@ class PlanAuditor:
         if target is None:
             raise AuditError(f"field {name!r} has no mechanism to audit")
         values = [{name: v} for v in target.inputs]
-        specs, notes = self._specs([target], values)
-        if name in self.memo_of and not specs[0].fresh_memo:
+        specs = self._specs([target], values)
+        notes: list[str] = []
+        if name in self.memo_of:
             notes.append(
                 f"memoized by {self.memo_of[name]}: a distinct memo value (device) per draw, "
                 "keyed memo words"
@@ -163,7 +146,7 @@ class PlanAuditor:
         if not targets:
             raise AuditError("no field has a mechanism: nothing to audit")
         values = [{t.name: t.inputs[i] for t in targets} for i in (0, 1)]
-        specs, notes = self._specs(targets, values)
+        specs = self._specs(targets, values)
         differing = [t for t in targets if specs[0].fixed.get(t.name) != specs[1].fixed.get(t.name)]
         sampler = PipelineSampler(self.plan)
 
@@ -187,7 +170,6 @@ class PlanAuditor:
             draw=draw,
             build_events=build,
             needs_pilot=True,
-            notes=notes,
             sampler=sampler,
         )
 

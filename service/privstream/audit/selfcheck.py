@@ -143,7 +143,7 @@ def _rr_exact(target: FiniteTarget, keep: float, p: float) -> Any:
 
 
 def _scenario(plan: RecordPlan) -> Scenario:
-    return PlanAuditor(plan, {}).field_scenario(plan.handlers[0].name)
+    return PlanAuditor(plan).field_scenario(plan.handlers[0].name)
 
 
 def laplace_scenarios() -> list[Scenario]:
@@ -173,7 +173,7 @@ def rr_scenario() -> Scenario:
         f"3 values, claims eps {RR_EPSILON:g} but flips with p = {p:.4f} (that of eps "
         f"{2 * RR_EPSILON:g}): must fail"
     )
-    target = PlanAuditor(plan, {}).targets[0]
+    target = PlanAuditor(plan).targets[0]
     assert isinstance(target, FiniteTarget)  # noqa: S101
     scenario.exact = _rr_exact(target, rr.keep_probability, p)
     return scenario
@@ -202,7 +202,7 @@ def example_4_5_scenarios() -> list[Scenario]:
         f"binary randomized response p = {THESIS_P}, claims ({THESIS_EPSILON:g}, "
         f"{THESIS_DELTA:g}) and keeps it: must pass"
     )
-    target = PlanAuditor(plan, {}).targets[0]
+    target = PlanAuditor(plan).targets[0]
     assert isinstance(target, FiniteTarget)  # noqa: S101
     single.exact = _rr_exact(target, rr.keep_probability, rr.p)
 

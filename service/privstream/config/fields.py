@@ -54,8 +54,9 @@ PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Radius = Annotated[PositiveFloat, _pydantic(lambda r: validation.check_magnitude(r, "radius"))]
 #: the name of another field of the record (``memoize_by``)
 MemoField = Annotated[StrictStr, Field(min_length=1)]
-#: kinds whose values can be a memo (a JSON string or integer identifying the individual)
-MEMO_KINDS = ("drop", "public", "integer", "categorical")
+#: kinds whose values can be a memo identity: never a noised kind, whose raw value would
+#: then steer the noise and be given away by it (docs/protection.md, "Repeated reports")
+MEMO_KINDS = ("drop", "public")
 #: truncation draws one word per item after the mechanism's one per universe item, and a
 #: record's stream holds 2**17 words per field
 MAX_TRUNCATED_UNIVERSE = 2**16
@@ -337,8 +338,11 @@ def _memo_problem(spec: _NamedField, kinds: dict[str, str]) -> tuple[str, str] |
         )
     if kinds[memo] not in MEMO_KINDS:
         return "memoize_by", (
-            f"field {memo!r} is of kind {kinds[memo]}, which cannot hold a device id; "
-            f"memoize by a field of kind {', '.join(MEMO_KINDS[:-1])} or {MEMO_KINDS[-1]}"
+            f"field {memo!r} is of kind {kinds[memo]}, which is released with noise: "
+            "memo answers keyed by its raw value would fall into one group per raw "
+            "value and give it away whatever its epsilon; memoize by the device id "
+            "field of kind drop (kept out of the output) or public, or use "
+            "memo_identity: message_key"
         )
     return None
 

@@ -25,7 +25,6 @@ from privstream.pipeline.handlers import FieldHandler
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from privstream.audit.sampling import MemoStyle
     from privstream.audit.targets import Target
     from privstream.estimate.accumulators import Accumulator, Options
 
@@ -70,8 +69,6 @@ class FieldKind:
     column: ColumnParser
     #: the JSON text of each released value of a column (``privstream.pipeline.encode``)
     texts: Callable[[Any, list[Any]], list[bytes]]
-    #: how the audit makes distinct memo values for a field of this kind (None: cannot)
-    memo_style: Callable[[Any], MemoStyle | None]
     #: memo tokens; None: the kind cannot be memoized
     memo: MemoSupport | None = None
     #: (handler, kind, options) -> the ``estimate`` accumulator; None only without noise

@@ -45,7 +45,6 @@ CATEGORICAL = FieldKind(
     # domain values (strings and integers, no bools), each encoded once
     texts=lambda handler, values: encode.domain_texts(handler.mechanism.domain, values),
     # without unknown_as only domain values parse: no distinct memo values
-    memo_style=lambda handler: None if handler.unknown_as is None else "str",
     memo=MemoSupport(domain=mechanism_domain),
     estimator=later_estimator("category_counts"),
     audit_target=later_audit("domain_target"),
@@ -68,7 +67,6 @@ BOOLEAN = FieldKind(
     build=_boolean,
     column=columns.boolean_column,
     texts=lambda handler, values: encode.bool_texts(values),  # a bool column's tolist()
-    memo_style=lambda handler: "str",
     memo=MemoSupport(domain=mechanism_domain),
     estimator=later_estimator("category_counts"),
     audit_target=later_audit("boolean_target"),

@@ -43,7 +43,6 @@ ORDINAL = FieldKind(
     build=_ordinal,
     column=columns.categorical_column,
     texts=lambda handler, values: encode.domain_texts(handler.mechanism.domain, values),
-    memo_style=lambda handler: None if handler.unknown_as is None else "str",
     # the token holds the value; the scope holds the domain in its declared order
     memo=MemoSupport(domain=mechanism_domain),
     estimator=later_estimator("ordinal_counts"),

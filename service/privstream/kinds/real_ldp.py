@@ -46,7 +46,6 @@ def _registration(mechanism: str) -> FieldKind:
         build=_build,
         column=columns.real_column,
         texts=lambda handler, values: encode.float_texts(values),
-        memo_style=lambda handler: "str",
         memo=None,  # reals are not memoized
         estimator=later_estimator("unit_mean_releases"),
         audit_target=later_audit("real_target"),

@@ -32,7 +32,6 @@ PUBLIC = FieldKind(
     build=_public,
     column=columns.public_column,
     texts=lambda handler, values: encode.column_texts(values),
-    memo_style=lambda handler: "str",
 )
 
 
@@ -64,7 +63,6 @@ def _real(mechanism: str, build: Any, estimator: str) -> FieldKind:
         build=build,
         column=columns.real_column,
         texts=lambda handler, values: encode.float_texts(values),  # a float64 column's tolist()
-        memo_style=lambda handler: "str",
         estimator=later_estimator(estimator),
         audit_target=later_audit("real_target"),
         explain=describe,
@@ -91,7 +89,6 @@ INTEGER = FieldKind(
     build=_integer,
     column=columns.integer_column,
     texts=lambda handler, values: encode.int_texts(values),  # an int64 column's tolist()
-    memo_style=lambda handler: "int",
     estimator=later_estimator("integer_releases"),
     audit_target=later_audit("integer_target"),
     explain=describe,

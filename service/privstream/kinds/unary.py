@@ -53,7 +53,6 @@ UNARY = FieldKind(
     build=_unary,
     column=columns.categorical_column,
     texts=lambda handler, values: encode.column_texts(values),
-    memo_style=lambda handler: None if handler.unknown_as is None else "str",
     # the token holds the value; the scope holds the domain in canonical order
     memo=MemoSupport(domain=mechanism_domain),
     estimator=later_estimator("unary_category_counts"),
