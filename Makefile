@@ -36,10 +36,11 @@ system-deps: ## Debian packages the tests use (prometheus, promtool, docker-comp
 			--no-install-recommends $(SYSTEM_PACKAGES) >/dev/null; \
 	fi
 
-lint: $(STAMP) ## ruff (lint + format check) and mypy --strict on service/privstream
+lint: $(STAMP) ## ruff, mypy --strict, and the import contracts (layers point inward, no circles)
 	$(BIN)/ruff check service tests bench deploy
 	$(BIN)/ruff format --check service tests bench deploy
 	$(BIN)/mypy service/privstream
+	$(BIN)/lint-imports --no-cache
 
 format: $(STAMP) ## apply ruff's formatter and safe fixes
 	$(BIN)/ruff format service tests bench deploy

@@ -102,8 +102,8 @@ async def throughput(total: int, rounds: int, devices: int | None = None) -> dic
 def ledger_memory(subjects: int) -> tuple[float, float]:
     """(MB of RSS per million active subject-windows, records/s charged) of the pure ledger."""
     from privstream.config import parse_config
+    from privstream.kinds import build_plan
     from privstream.ledger import LedgerPolicy, SubjectLedger
-    from privstream.pipeline import build_plan
 
     data = config_dict()
     data["privacy"].update({"subject": "device_id", "ledger": LEDGER})

@@ -91,7 +91,7 @@ def messages(n: int = BATCH, seed: int = 7, start: int = 0) -> list[bytes]:
 
 def plan() -> Any:
     from privstream.config import parse_config
-    from privstream.pipeline import build_plan
+    from privstream.kinds import build_plan
 
     return build_plan(parse_config(config_dict()))
 

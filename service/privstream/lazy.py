@@ -1,4 +1,4 @@
-"""Imported on first use (PEP 562 attributes, deferred calls): start-up pays only for what runs."""
+"""Imported on first use (PEP 562 attributes): start-up pays only for what runs."""
 
 from __future__ import annotations
 
@@ -20,17 +20,3 @@ def lazy_attributes(package: str, where: dict[str, str]) -> Callable[[str], Any]
         return value
 
     return __getattr__
-
-
-def deferred(module: str, name: str) -> Callable[..., Any]:
-    """``module.name(*args)``, its module imported at the first call, not before.
-
-    For the parts of a field kind that only some commands call (estimators,
-    audit targets, canary inputs): ``sanitize`` never imports them.
-    """
-
-    def call(*args: Any) -> Any:
-        return getattr(importlib.import_module(module), name)(*args)
-
-    call.__qualname__ = f"deferred({module}.{name})"
-    return call

@@ -22,8 +22,9 @@ from typing import Any, cast
 
 from aiokafka import ConsumerRecord
 from privstream.config import load_config
+from privstream.kinds import build_plan
 from privstream.mechanisms.rng import OsEntropy
-from privstream.pipeline import build_plan, process_batch
+from privstream.pipeline import process_batch
 
 from tests.broker import create_topics
 from tests.integration.faults import free_port, scrape_until

@@ -13,9 +13,9 @@ import numpy as np
 from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
 from privstream.config import load_config
 from privstream.config.runtime import Runtime
+from privstream.kinds import build_plan
 from privstream.ledger import SubjectLedger
 from privstream.metrics import Metrics
-from privstream.pipeline import build_plan
 from privstream.worker.ledger_store import LedgerStore
 from prometheus_client import CollectorRegistry
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from privstream.config import load_config
+from privstream.kinds import build_plan
 from privstream.ledger import LedgerPolicy
-from privstream.pipeline import build_plan
 
 from tests.broker import LocalBroker, local_broker
 from tests.http_get import http_get

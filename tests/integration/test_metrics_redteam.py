@@ -18,8 +18,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from privstream.config import load_config
+from privstream.kinds import build_plan
 from privstream.mechanisms import LaplaceMechanism
-from privstream.pipeline import build_plan
 
 from tests.broker import create_topics
 from tests.integration.faults import Samples, free_port, metric, poll_until, scrape_until

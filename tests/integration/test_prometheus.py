@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 import yaml
 from privstream.config import load_config
+from privstream.kinds import build_plan
 from privstream.mechanisms import LaplaceMechanism, RandomizedResponse
 from privstream.mechanisms.base import Mechanism
 from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
-from privstream.pipeline import build_plan
 
 from tests.broker import create_topics
 from tests.integration.faults import poll_until

@@ -16,8 +16,9 @@ import numpy as np
 import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from privstream.config import load_config
+from privstream.kinds import build_plan
 from privstream.mechanisms.rng import NoiseKeys
-from privstream.pipeline import build_plan, process_batch
+from privstream.pipeline import process_batch
 from privstream.pipeline.noise import Replayable
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,8 @@ import pytest
 import yaml
 from privstream.config import AppConfig
 from privstream.config.load import load_config
-from privstream.pipeline import build_plan, process_batch
+from privstream.kinds import build_plan
+from privstream.pipeline import process_batch
 from privstream.testing import SeededSource
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from privstream.cli.main import _parser, main
 from privstream.config import docs_reference, parse_config
-from privstream.pipeline import build_plan
+from privstream.kinds import build_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

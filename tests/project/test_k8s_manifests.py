@@ -25,7 +25,7 @@ from kubernetes_validate.utils import all_versions
 from privstream.config import AppConfig, parse_config
 from privstream.config.runtime import Runtime, parse_noise_key, replica_identity
 from privstream.errors import SecretError
-from privstream.pipeline import build_plan
+from privstream.kinds import build_plan
 from privstream.worker.clients import transactional_id
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 import yaml
 from privstream.config import parse_config
+from privstream.kinds import build_plan
 from privstream.metrics import Metrics
-from privstream.pipeline import build_plan, process_batch
+from privstream.pipeline import process_batch
 from privstream.testing import SeededSource
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 from privstream.config import parse_config
-from privstream.pipeline import build_plan
+from privstream.kinds import build_plan
 
 CONFIG_PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 from privstream.canary_metrics import BUCKET_MULTIPLES, CanaryErrors, error_buckets
 from privstream.config import parse_config
+from privstream.kinds import build_plan
 from privstream.mechanisms import LaplaceMechanism, RandomizedResponse
 from privstream.mechanisms.gaussian import GaussianMechanism
 from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from privstream.mechanisms.vector_gaussian import VectorGaussianMechanism
 from privstream.metrics import Metrics
-from privstream.pipeline import build_plan, process_batch
+from privstream.pipeline import process_batch
 from privstream.pipeline.canary import Canaries
 from privstream.pipeline.handlers import CategoricalHandler, IntegerHandler, RealHandler
 from privstream.pipeline.results import Observation

@@ -20,8 +20,9 @@ from privstream.clamped_counts import NoisyClampedCounts
 from privstream.cli.explain import explain, explain_data
 from privstream.config import parse_config
 from privstream.errors import ConfigError
+from privstream.kinds import build_plan
 from privstream.metrics import Metrics
-from privstream.pipeline import build_plan, process_batch
+from privstream.pipeline import process_batch
 from privstream.pipeline.results import Observation
 from privstream.testing import SeededSource
 from prometheus_client import CollectorRegistry, generate_latest

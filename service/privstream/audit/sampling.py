@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from privstream.audit.by_kind import audit_width
 from privstream.audit.events import Sample
 from privstream.audit.targets import Target
 from privstream.errors import AuditError
@@ -51,7 +52,7 @@ BATCH_VALUES = 2**23
 
 def record_width(plan: RecordPlan) -> int:
     """Roughly how many noise words and output numbers one record of ``plan`` costs."""
-    return max(sum(f.entry.audit_width(f.handler) for f in plan.fields), 1)
+    return max(sum(audit_width(f) for f in plan.fields), 1)
 
 
 @dataclass(frozen=True)

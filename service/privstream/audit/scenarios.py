@@ -35,11 +35,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from privstream.audit.by_kind import target_for
 from privstream.audit.engine import Scenario, event_counts
 from privstream.audit.events import AllOf, Event, Sample
 from privstream.audit.sampling import PipelineSampler, RecordSpec
 from privstream.audit.stats import cp_lower, cp_upper, epsilon_lower_bound
-from privstream.audit.targets import Target, target_for
+from privstream.audit.targets import Target
 from privstream.errors import AuditError
 from privstream.pipeline import RecordPlan
 

@@ -51,11 +51,12 @@ from privstream.audit.events import Event, HalfLine, InSet, Sample, Statistic, h
 from privstream.audit.scenarios import PlanAuditor
 from privstream.audit.targets import FiniteTarget
 from privstream.config import parse_config
+from privstream.kinds import build_plan
 from privstream.mechanisms import LaplaceMechanism, RandomizedResponse
 from privstream.mechanisms.discrete_laplace import DiscreteLaplace
 from privstream.mechanisms.grid import to_grid
 from privstream.mechanisms.randomized_response import DomainValue
-from privstream.pipeline import RecordPlan, build_plan
+from privstream.pipeline import RecordPlan
 from privstream.pipeline.handlers import BooleanHandler, CategoricalHandler, RealHandler
 
 _KAFKA = {"input_topic": "audit", "output_topic": "audit.out", "dead_letter_topic": "audit.dlq"}

@@ -51,14 +51,12 @@ from privstream.audit.events import (
     half_lines,
     singletons_and_complements,
 )
-from privstream.errors import AuditError
 from privstream.mechanisms import Mechanism
 from privstream.mechanisms.base import FiniteMechanism
 from privstream.mechanisms.functional import FunctionalMechanism
 from privstream.mechanisms.local_hashing import OptimalLocalHashing, value_digests
 from privstream.mechanisms.unary_encoding import UnaryEncoding, worst_case_differences
 from privstream.mechanisms.vector_gaussian import VectorGaussianMechanism
-from privstream.pipeline.plan import PlannedField
 
 #: randomized response: audit every pair of at most this many domain values
 MAX_CATEGORIES = 8
@@ -350,11 +348,3 @@ def functional_target(name: str, mech: FunctionalMechanism) -> ProjectionTarget:
     return ProjectionTarget(
         name, mech, point, directions, f"flat curve {point[0]:.4g} (RKHS norm R)"
     )
-
-
-def target_for(planned: PlannedField) -> Target:
-    """The audit's view of one released field with a mechanism (its kind's audit target)."""
-    make = planned.entry.audit_target
-    if planned.handler.mechanism is None or make is None:
-        raise AuditError(f"field {planned.name!r}: released as is, nothing to audit")
-    return make(planned.handler)

@@ -33,6 +33,7 @@ from privstream.estimate import (
 )
 from privstream.estimate.report import impossible_values
 from privstream.estimate.source import PROGRESS_THRESHOLD, Progress, file_lines
+from privstream.kinds import registration_for
 from privstream.pipeline import RecordPlan
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -169,7 +170,7 @@ def options_from(args: argparse.Namespace, plan: RecordPlan) -> Options:
     for spec in args.candidates:
         name, values = _read_candidates(spec)
         planned = by_name.get(name)
-        check = planned.entry.candidates if planned is not None else None
+        check = registration_for(planned).candidates if planned is not None else None
         if planned is not None and check is not None:
             outside = check(planned.handler, values)
             if outside:

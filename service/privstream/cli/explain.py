@@ -8,6 +8,7 @@ from typing import Any
 
 from privstream.config import AppConfig, FieldConfig, Guarantee
 from privstream.config.fields import FORGEABLE, CategoricalField, RealField
+from privstream.kinds import registration_for
 from privstream.kinds.auto import WARN_RATIO, auto_choice
 from privstream.kinds.auto_real import explain_auto_real
 from privstream.mechanisms import Mechanism
@@ -24,7 +25,7 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
     fields: list[dict[str, Any]] = []
     for spec in config.fields:
         planned = by_name.get(spec.name)
-        describe = planned.entry.explain if planned is not None else None
+        describe = registration_for(planned).explain if planned is not None else None
         entry: dict[str, Any] = {"name": spec.name, "kind": spec.kind, "mechanism": None}
         if planned is not None and describe is not None and planned.handler.mechanism is not None:
             declared = plan.budget.declared[spec.name]

@@ -136,7 +136,7 @@ def _load(path: str) -> tuple[AppConfig, RecordPlan]:
     """The config and its plan; building the plan checks every mechanism's parameters."""
     # imported here, not at the top: after ``main`` has paused the collector
     from privstream.config import load_config
-    from privstream.pipeline import build_plan
+    from privstream.kinds import build_plan
 
     try:
         config = load_config(path)

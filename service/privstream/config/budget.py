@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 from privstream.config.fields import NoisedField
+from privstream.config.ledger import DELTA_UNITS, EPSILON_UNITS, cap_units, cost_units
 from privstream.config.models import AppConfig
 
 #: relative slack when comparing summed field budgets with the record budget,
@@ -109,3 +111,41 @@ def resolve_budget(config: AppConfig) -> Budget:
     )
     group = Guarantee(k * event.epsilon, math.fsum(g.delta for g in declared.values()))
     return Budget(calibrated, declared, k, event, group)
+
+
+def record_cost(config: AppConfig) -> tuple[Fraction, Fraction]:
+    """What one released record costs its subject: the record's (epsilon, delta).
+
+    The fields' event-level sum (basic composition), plus the clamped counts'
+    epsilon when they are on: a released record enters them too. Summed
+    exactly over the fields' shares (each a double the mechanism is calibrated
+    to), not as a rounded double: ``0.1 + 0.9`` is a little above 1.
+    """
+    shares = resolve_budget(config).fields.values()
+    clamped = config.metrics.clamped_counts
+    eps = sum((Fraction(g.epsilon) for g in shares), Fraction(0))
+    if clamped is not None:
+        eps += Fraction(clamped.epsilon)
+    return eps, sum((Fraction(g.delta) for g in shares), Fraction(0))
+
+
+def ledger_problems(config: AppConfig) -> list[str]:
+    """The ledger's caps must admit at least one record of the configured cost."""
+    ledger = config.privacy.ledger
+    if ledger is None:
+        return []
+    eps, delta = record_cost(config)
+    caps = [
+        ("epsilon", eps, ledger.epsilon, EPSILON_UNITS),
+        ("delta", delta, ledger.delta, DELTA_UNITS),
+    ]
+    if ledger.lifetime_epsilon is not None:
+        caps.append(("lifetime_epsilon", eps, ledger.lifetime_epsilon, EPSILON_UNITS))
+    return [
+        f"privacy.ledger.{name}: one record costs {name.removeprefix('lifetime_')} "
+        f"{float(cost):g} "
+        f"> cap {cap:g}, so no record could ever be released; raise privacy.ledger.{name} "
+        "or lower the record's budget (privacy.epsilon, the fields' shares)"
+        for name, cost, cap, per in caps
+        if cost_units(cost, per) > cap_units(cap, per)
+    ]

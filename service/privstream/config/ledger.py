@@ -15,14 +15,11 @@ The semantics and the proof of the guarantee are in ``docs/ledger.md``.
 import re
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
 from privstream.config.fields import Delta, Epsilon, Strict
-
-if TYPE_CHECKING:
-    from privstream.config.models import AppConfig
 
 #: milliseconds per duration unit
 UNIT_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -154,43 +151,3 @@ def cost_units(value: float | Fraction, per: int) -> int:
 def cap_units(value: float, per: int) -> int:
     """``floor(value * per)``, computed exactly on the double's rational value."""
     return (Fraction(value) * per).__floor__()
-
-
-def record_cost(config: "AppConfig") -> tuple[Fraction, Fraction]:
-    """What one released record costs its subject: the record's (epsilon, delta).
-
-    The fields' event-level sum (basic composition), plus the clamped counts'
-    epsilon when they are on: a released record enters them too. Summed
-    exactly over the fields' shares (each a double the mechanism is calibrated
-    to), not as a rounded double: ``0.1 + 0.9`` is a little above 1.
-    """
-    from privstream.config.budget import resolve_budget
-
-    shares = resolve_budget(config).fields.values()
-    clamped = config.metrics.clamped_counts
-    eps = sum((Fraction(g.epsilon) for g in shares), Fraction(0))
-    if clamped is not None:
-        eps += Fraction(clamped.epsilon)
-    return eps, sum((Fraction(g.delta) for g in shares), Fraction(0))
-
-
-def ledger_problems(config: "AppConfig") -> list[str]:
-    """The ledger's caps must admit at least one record of the configured cost."""
-    ledger = config.privacy.ledger
-    if ledger is None:
-        return []
-    eps, delta = record_cost(config)
-    caps = [
-        ("epsilon", eps, ledger.epsilon, EPSILON_UNITS),
-        ("delta", delta, ledger.delta, DELTA_UNITS),
-    ]
-    if ledger.lifetime_epsilon is not None:
-        caps.append(("lifetime_epsilon", eps, ledger.lifetime_epsilon, EPSILON_UNITS))
-    return [
-        f"privacy.ledger.{name}: one record costs {name.removeprefix('lifetime_')} "
-        f"{float(cost):g} "
-        f"> cap {cap:g}, so no record could ever be released; raise privacy.ledger.{name} "
-        "or lower the record's budget (privacy.epsilon, the fields' shares)"
-        for name, cost, cap, per in caps
-        if cost_units(cost, per) > cap_units(cap, per)
-    ]

@@ -16,9 +16,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from privstream.config.budget import Guarantee, budget_problems, noised_fields, resolve_budget
+from privstream.config.budget import (
+    Guarantee,
+    budget_problems,
+    ledger_problems,
+    noised_fields,
+    resolve_budget,
+)
 from privstream.config.fields import FIELD_KINDS, RealField
-from privstream.config.ledger import ledger_problems
 from privstream.config.models import AppConfig
 from privstream.errors import ConfigError, MechanismError
 from privstream.mechanisms.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma

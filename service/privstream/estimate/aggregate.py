@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from privstream.estimate.accumulators import MISSING, Accumulator, Options, Truth
+from privstream.estimate.by_kind import estimator_of
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.plan import PlannedField
@@ -47,7 +48,7 @@ def decode(raw: bytes) -> tuple[dict[str, Any] | None, str]:
 
 def accumulator_for(planned: PlannedField, options: Options) -> Accumulator | None:
     """The accumulator of one released field (its kind's estimator), None for public fields."""
-    estimator = planned.entry.estimator
+    estimator = estimator_of(planned)
     if planned.handler.mechanism is None or estimator is None:
         return None  # released as is: nothing to estimate
     made = estimator(planned.handler, planned.kind, options)

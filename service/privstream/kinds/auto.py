@@ -18,26 +18,14 @@ mechanism, so the release id (its ``spec`` dump) names it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from privstream.config import FieldConfig, Guarantee
 from privstream.config.fields import CategoricalField, RealField
-from privstream.mechanisms.selection import VARIANCE_N, frequency_variances, least_variance
+from privstream.kinds.auto_real import resolve_auto_real
+from privstream.kinds.base import AutoChoice
+from privstream.mechanisms.selection import frequency_variances, least_variance
 
 #: declared mechanisms compared with auto's choice (``explain`` warns past this ratio)
 WARN_RATIO = 1.5
-
-
-@dataclass(frozen=True, kw_only=True)
-class AutoChoice:
-    """What ``auto`` picks for one categorical field, and why."""
-
-    mechanism: str
-    #: summed frequency-vector variance of each candidate at ``n`` records (selection)
-    variances: dict[str, float]
-    n: int = VARIANCE_N
-    #: why the candidates were narrowed, or None
-    restricted: str | None = None
 
 
 def auto_choice(spec: CategoricalField, share: Guarantee) -> AutoChoice:
@@ -59,8 +47,6 @@ def auto_choice(spec: CategoricalField, share: Guarantee) -> AutoChoice:
 def resolve_auto(spec: FieldConfig, share: Guarantee | None) -> FieldConfig:
     """The spec with ``mechanism: auto`` replaced by the chosen mechanism (others unchanged)."""
     if isinstance(spec, RealField) and spec.mechanism == "auto" and share is not None:
-        from privstream.kinds.auto_real import resolve_auto_real  # it imports AutoChoice
-
         return resolve_auto_real(spec, share)
     if not isinstance(spec, CategoricalField) or spec.mechanism != "auto" or share is None:
         return spec

@@ -43,7 +43,7 @@ from typing import Any, Literal
 from privstream.config import Guarantee
 from privstream.config.fields import RealField
 from privstream.errors import MechanismError, RegistryError
-from privstream.kinds.auto import AutoChoice
+from privstream.kinds.base import AutoChoice
 from privstream.mechanisms.base import Mechanism
 from privstream.mechanisms.hybrid import HybridMechanism
 from privstream.mechanisms.laplace import LaplaceMechanism

@@ -1,11 +1,14 @@
 """What one field kind registers: a ``FieldKind`` bundling every per-kind part.
 
-The plan (``privstream.pipeline.plan``), the fast path (``batch``, ``encode``),
-``estimate``, ``audit`` and ``explain`` ask a field's ``FieldKind`` and
-switch on nothing. A registration is keyed by the config's ``kind`` and
-``mechanism`` (``None`` for a kind without one, ``public``); a noised kind
-must give every part, a missing one is a ``RegistryError`` when the
-registry loads.
+The plan builder (``privstream.kinds.plan``), ``explain`` and ``estimate
+--candidates`` ask a field's ``FieldKind``, and the pipeline its
+``FieldCodec``; none switches on kinds. A registration is keyed by the
+config's ``kind`` and ``mechanism`` (``None`` for a kind without one,
+``public``); the layers above keep their per-kind parts in tables of their
+own under the same key (``privstream.estimate.by_kind``,
+``privstream.audit.by_kind``), each checked against the registry when it
+loads. A noised kind must give every part, a missing one is a
+``RegistryError`` when the registry loads.
 """
 
 from __future__ import annotations
@@ -18,15 +21,25 @@ from numpy.typing import NDArray
 
 from privstream.config import Guarantee
 from privstream.errors import RegistryError
-from privstream.lazy import deferred
+from privstream.mechanisms.selection import VARIANCE_N
 from privstream.pipeline.columns import ColumnParser
 from privstream.pipeline.handlers import FieldHandler
+from privstream.pipeline.plan import FieldCodec
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from privstream.audit.targets import Target
-    from privstream.estimate.accumulators import Accumulator, Options
+
+@dataclass(frozen=True, kw_only=True)
+class AutoChoice:
+    """What ``auto`` picks for one categorical field, and why."""
+
+    mechanism: str
+    #: summed frequency-vector variance of each candidate at ``n`` records (selection)
+    variances: dict[str, float]
+    n: int = VARIANCE_N
+    #: why the candidates were narrowed, or None
+    restricted: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +64,7 @@ def mechanism_domain(handler: Any) -> tuple[Any, ...]:
 
 
 #: what every noised kind must register
-_NOISED_PARTS = ("estimator", "audit_target", "explain")
+_NOISED_PARTS = ("explain",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,12 +84,6 @@ class FieldKind:
     texts: Callable[[Any, list[Any]], list[bytes]]
     #: memo tokens; None: the kind cannot be memoized
     memo: MemoSupport | None = None
-    #: (handler, kind, options) -> the ``estimate`` accumulator; None only without noise
-    estimator: Callable[[Any, str, Options], Accumulator] | None = None
-    #: handler -> the audit's worst-case inputs and test sets; None only without noise
-    audit_target: Callable[[Any], Target] | None = None
-    #: handler -> roughly how many noise words and output numbers one record costs
-    audit_width: Callable[[Any], int] = lambda handler: 3
     #: handler -> the ``explain`` entry of its mechanism; None only without noise
     explain: Callable[[Any], dict[str, Any]] | None = None
     #: (handler, count) -> canary inputs for the error metrics (``privstream.pipeline.canary``);
@@ -93,7 +100,7 @@ class FieldKind:
         if missing:
             raise RegistryError(
                 f"field kind {self.label}: the registration lacks {', '.join(missing)}; "
-                "a noised kind must give its estimator and audit target (privstream.kinds)"
+                "a noised kind must say how explain describes it (privstream.kinds)"
             )
 
     @property
@@ -104,20 +111,10 @@ class FieldKind:
     def key(self) -> tuple[str, str | None]:
         return (self.kind, self.mechanism)
 
-
-def later_estimator(name: str) -> Callable[..., Any]:
-    """``privstream.kinds.estimators.<name>``, imported when ``estimate`` first calls it."""
-    return deferred("privstream.kinds.estimators", name)
-
-
-def later_audit(name: str) -> Callable[..., Any]:
-    """``privstream.kinds.audits.<name>``, imported when ``audit`` first calls it."""
-    return deferred("privstream.kinds.audits", name)
-
-
-def later_canary(name: str) -> Callable[..., Any]:
-    """``privstream.pipeline.canary.<name>``, imported when the worker's metrics first call it."""
-    return deferred("privstream.pipeline.canary", name)
+    @property
+    def codec(self) -> FieldCodec:
+        """What the pipeline keeps of this registration in each ``PlannedField``."""
+        return FieldCodec(column=self.column, texts=self.texts, canary=self.canary)
 
 
 def calibrated(kind: FieldKind | str, share: Guarantee | None) -> tuple[float, float]:

@@ -14,13 +14,10 @@ from privstream.kinds.base import (
     MemoSupport,
     calibrated,
     describe,
-    later_audit,
-    later_canary,
-    later_estimator,
     mechanism_domain,
 )
 from privstream.mechanisms import RandomizedResponse
-from privstream.pipeline import columns, encode
+from privstream.pipeline import canary, columns, encode
 from privstream.pipeline.handlers import BooleanHandler, CategoricalHandler
 from privstream.pipeline.plan import canonical_json
 
@@ -46,10 +43,8 @@ CATEGORICAL = FieldKind(
     texts=lambda handler, values: encode.domain_texts(handler.mechanism.domain, values),
     # without unknown_as only domain values parse: no distinct memo values
     memo=MemoSupport(domain=mechanism_domain),
-    estimator=later_estimator("category_counts"),
-    audit_target=later_audit("domain_target"),
     explain=describe,
-    canary=later_canary("categorical_inputs"),
+    canary=canary.categorical_inputs,
 )
 
 
@@ -68,10 +63,8 @@ BOOLEAN = FieldKind(
     column=columns.boolean_column,
     texts=lambda handler, values: encode.bool_texts(values),  # a bool column's tolist()
     memo=MemoSupport(domain=mechanism_domain),
-    estimator=later_estimator("category_counts"),
-    audit_target=later_audit("boolean_target"),
     explain=describe,
-    canary=later_canary("boolean_inputs"),
+    canary=canary.boolean_inputs,
 )
 
 REGISTRATIONS = (CATEGORICAL, BOOLEAN)

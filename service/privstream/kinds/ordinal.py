@@ -16,12 +16,9 @@ from privstream.kinds.base import (
     MemoSupport,
     calibrated,
     describe,
-    later_audit,
-    later_canary,
-    later_estimator,
     mechanism_domain,
 )
-from privstream.pipeline import columns, encode
+from privstream.pipeline import canary, columns, encode
 from privstream.pipeline.handlers import CategoricalHandler
 
 
@@ -45,11 +42,9 @@ ORDINAL = FieldKind(
     texts=lambda handler, values: encode.domain_texts(handler.mechanism.domain, values),
     # the token holds the value; the scope holds the domain in its declared order
     memo=MemoSupport(domain=mechanism_domain),
-    estimator=later_estimator("ordinal_counts"),
     # the ends are the worst pair (P(0|0) / P(0|m) is the largest ratio); spread keeps both
-    audit_target=later_audit("domain_target"),
     explain=describe,
-    canary=later_canary("categorical_inputs"),
+    canary=canary.categorical_inputs,
 )
 
 REGISTRATIONS = (ORDINAL,)

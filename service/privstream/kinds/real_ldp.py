@@ -15,14 +15,11 @@ from privstream.kinds.base import (
     FieldKind,
     calibrated,
     describe,
-    later_audit,
-    later_canary,
-    later_estimator,
 )
 from privstream.mechanisms.hybrid import HybridMechanism
 from privstream.mechanisms.piecewise import PiecewiseMechanism
 from privstream.mechanisms.unit_interval import UnitIntervalMechanism
-from privstream.pipeline import columns, encode
+from privstream.pipeline import canary, columns, encode
 from privstream.pipeline.handlers import RealHandler
 
 MECHANISMS: dict[str, type[UnitIntervalMechanism]] = {
@@ -47,11 +44,8 @@ def _registration(mechanism: str) -> FieldKind:
         column=columns.real_column,
         texts=lambda handler, values: encode.float_texts(values),
         memo=None,  # reals are not memoized
-        estimator=later_estimator("unit_mean_releases"),
-        audit_target=later_audit("real_target"),
-        audit_width=lambda h: h.mechanism.words_per_value + 1,  # words, and one output
         explain=describe,
-        canary=later_canary("worst_case_inputs"),
+        canary=canary.worst_case_inputs,
     )
 
 

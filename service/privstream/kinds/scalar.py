@@ -10,14 +10,11 @@ from privstream.kinds.base import (
     FieldKind,
     calibrated,
     describe,
-    later_audit,
-    later_canary,
-    later_estimator,
 )
 from privstream.mechanisms import LaplaceMechanism
 from privstream.mechanisms.gaussian import GaussianMechanism
 from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
-from privstream.pipeline import columns, encode
+from privstream.pipeline import canary, columns, encode
 from privstream.pipeline.handlers import IntegerHandler, PublicHandler, RealHandler
 
 
@@ -55,7 +52,7 @@ def _gaussian(spec: RealField, share: Guarantee | None) -> RealHandler:
     return RealHandler(spec.name, mech, _bounds(spec))
 
 
-def _real(mechanism: str, build: Any, estimator: str) -> FieldKind:
+def _real(mechanism: str, build: Any) -> FieldKind:
     return FieldKind(
         kind="real",
         mechanism=mechanism,
@@ -63,15 +60,13 @@ def _real(mechanism: str, build: Any, estimator: str) -> FieldKind:
         build=build,
         column=columns.real_column,
         texts=lambda handler, values: encode.float_texts(values),  # a float64 column's tolist()
-        estimator=later_estimator(estimator),
-        audit_target=later_audit("real_target"),
         explain=describe,
-        canary=later_canary("real_inputs"),
+        canary=canary.real_inputs,
     )
 
 
-REAL_LAPLACE = _real("laplace", _laplace, "laplace_releases")
-REAL_GAUSSIAN = _real("gaussian", _gaussian, "gaussian_releases")
+REAL_LAPLACE = _real("laplace", _laplace)
+REAL_GAUSSIAN = _real("gaussian", _gaussian)
 
 
 def _integer(spec: IntegerField, share: Guarantee | None) -> IntegerHandler:
@@ -89,10 +84,8 @@ INTEGER = FieldKind(
     build=_integer,
     column=columns.integer_column,
     texts=lambda handler, values: encode.int_texts(values),  # an int64 column's tolist()
-    estimator=later_estimator("integer_releases"),
-    audit_target=later_audit("integer_target"),
     explain=describe,
-    canary=later_canary("integer_inputs"),
+    canary=canary.integer_inputs,
 )
 
 REGISTRATIONS = (PUBLIC, REAL_LAPLACE, REAL_GAUSSIAN, INTEGER)

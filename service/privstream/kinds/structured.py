@@ -20,11 +20,8 @@ from privstream.kinds.base import (
     MemoSupport,
     calibrated,
     describe,
-    later_audit,
-    later_canary,
-    later_estimator,
 )
-from privstream.pipeline import columns, encode
+from privstream.pipeline import canary, columns, encode
 
 if TYPE_CHECKING:
     from privstream.pipeline.structured import HashedHandler, SetHandler, VectorHandler
@@ -50,8 +47,6 @@ LOCAL_HASHING = FieldKind(
     texts=lambda handler, values: encode.report_texts(values),
     # parse gives the string itself; word 0 is the hash seed (privstream.mechanisms.local_hashing)
     memo=MemoSupport(domain=lambda handler: None, identity_words=1),
-    estimator=later_estimator("hashed_reports"),
-    audit_target=later_audit("hashed_target"),
     explain=describe,
     # with a domain (``auto``), values outside it are never reported
     candidates=lambda h, values: (
@@ -85,9 +80,6 @@ SET = FieldKind(
     build=_set,
     column=columns.generic_column,
     texts=lambda handler, values: encode.string_list_texts(handler.universe, values),
-    estimator=later_estimator("set_reports"),
-    audit_target=later_audit("set_target"),
-    audit_width=lambda h: int(h.mechanism.universe_size),
     explain=describe,
     candidates=lambda handler, values: [v for v in values if v not in handler.universe],
 )
@@ -131,11 +123,8 @@ VECTOR = FieldKind(
     build=_vector,
     column=columns.vector_column,
     texts=lambda handler, values: encode.float_rows_texts(values),
-    estimator=later_estimator("vector_field_releases"),
-    audit_target=later_audit("vector_field_target"),
-    audit_width=lambda h: 3 * int(h.mechanism.dimension),
     explain=describe,
-    canary=later_canary("vector_inputs"),
+    canary=canary.vector_inputs,
 )
 
 FUNCTIONAL = FieldKind(
@@ -145,12 +134,9 @@ FUNCTIONAL = FieldKind(
     build=_functional,
     column=columns.vector_column,
     texts=lambda handler, values: encode.float_rows_texts(values),
-    estimator=later_estimator("functional_field_releases"),
-    audit_target=later_audit("functional_field_target"),
-    audit_width=lambda h: 3 * int(h.mechanism.dimension),
     explain=describe,
     # the same inputs as vectors; not measured while its error is not noise-only
-    canary=later_canary("vector_inputs"),
+    canary=canary.vector_inputs,
 )
 
 REGISTRATIONS = (LOCAL_HASHING, SET, VECTOR, FUNCTIONAL)

@@ -21,12 +21,9 @@ from privstream.kinds.base import (
     MemoSupport,
     calibrated,
     describe,
-    later_audit,
-    later_canary,
-    later_estimator,
     mechanism_domain,
 )
-from privstream.pipeline import columns, encode
+from privstream.pipeline import canary, columns, encode
 from privstream.pipeline.plan import canonical_json
 
 if TYPE_CHECKING:
@@ -55,11 +52,8 @@ UNARY = FieldKind(
     texts=lambda handler, values: encode.column_texts(values),
     # the token holds the value; the scope holds the domain in canonical order
     memo=MemoSupport(domain=mechanism_domain),
-    estimator=later_estimator("unary_category_counts"),
-    audit_target=later_audit("unary_categorical_target"),
-    audit_width=lambda h: len(h.mechanism.domain),
     explain=describe,
-    canary=later_canary("categorical_inputs"),
+    canary=canary.categorical_inputs,
 )
 
 REGISTRATIONS = (UNARY,)

@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from privstream.config.budget import record_cost
 from privstream.config.ledger import (
     DELTA_UNITS,
     EPSILON_UNITS,
     cap_units,
     cost_units,
     format_duration,
-    record_cost,
 )
 from privstream.errors import MisuseError
 

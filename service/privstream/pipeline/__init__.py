@@ -1,7 +1,7 @@
-"""The columnar batch transform: pure, no Kafka."""
+"""The columnar batch transform: pure, no Kafka. Plans are built by ``privstream.kinds``."""
 
 from privstream.pipeline.batch import process_batch
-from privstream.pipeline.plan import RecordPlan, build_plan
+from privstream.pipeline.plan import RecordPlan
 from privstream.pipeline.results import BatchResult, DeadLetter
 
-__all__ = ["BatchResult", "DeadLetter", "RecordPlan", "build_plan", "process_batch"]
+__all__ = ["BatchResult", "DeadLetter", "RecordPlan", "process_batch"]

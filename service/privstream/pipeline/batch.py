@@ -39,9 +39,9 @@ from typing import Any, cast
 import numpy as np
 
 from privstream.mechanisms import NoiseSource
+from privstream.pipeline.assemble import encode_block, encode_records
 from privstream.pipeline.columns import MISSING, Values, direct_column
 from privstream.pipeline.decode import decode_batch
-from privstream.pipeline.encode import encode_block, encode_records
 from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.noise import Fresh, NoiseProvider, Replayable
 from privstream.pipeline.plan import RecordPlan, field_identity
@@ -91,7 +91,7 @@ def _parse_columns(
     bad: set[int] = set()
     keys = _own_keys(records, [handler.name for handler in plan.handlers])
     for planned, key in zip(plan.fields, keys, strict=True):
-        parser, handler = planned.entry.column, planned.handler
+        parser, handler = planned.codec.column, planned.handler
         values = direct_column(parser, handler, records, key)
         if values is None:
             values, rejected = parser(handler, _column(records, key))

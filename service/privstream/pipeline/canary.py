@@ -109,7 +109,7 @@ class Canaries:
         self.count = count
         self._canaries: list[_Canary] = []
         for planned in plan.fields:
-            build, handler = planned.entry.canary, planned.handler
+            build, handler = planned.codec.canary, planned.handler
             if build is not None and measurable(handler.mechanism):
                 self._canaries.append(_Canary(handler, build(handler, count).tolist()))
 

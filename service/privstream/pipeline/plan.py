@@ -1,8 +1,10 @@
-"""Turn a validated config into the per-field handlers the batch transform runs.
+"""The plan of a record: the per-field handlers the batch transform runs, and their keys.
 
-This is the only place that maps config models to mechanism objects. Each
-mechanism is calibrated with the field's resolved budget (``epsilon: auto``
-shares and group-size scaling applied, ``privstream.config.budget``).
+A plan is data the pipeline owns: each ``PlannedField`` carries its handler,
+its release id, its memo plan and a small ``FieldCodec`` (how the fast path
+parses and encodes its column). Plans are built one layer up, by the
+field-kind registry (``privstream.kinds.build_plan``), the only place that
+maps config models to mechanism objects.
 
 Memoized fields (``memo_identity: message_key``, or ``memoize_by`` with
 ``memo_identity_trusted``) also get a ``MemoPlan``: where the device's
@@ -22,24 +24,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from privstream.config import (
-    AppConfig,
-    Budget,
-    FieldConfig,
-    Guarantee,
-    config_sha256,
-    resolve_budget,
-)
-from privstream.errors import ConfigError, MechanismError, RegistryError
+from numpy.typing import NDArray
+
+from privstream.config import Budget, FieldConfig, Guarantee
 from privstream.mechanisms.randomized_response import DomainValue
+from privstream.pipeline.columns import ColumnParser
 from privstream.pipeline.handlers import FieldHandler
-
-if TYPE_CHECKING:
-    from privstream.kinds.base import FieldKind
 
 
 def canonical_json(value: object) -> bytes:
@@ -111,18 +105,34 @@ def unkeyed(plan: RecordPlan) -> RecordPlan:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FieldCodec:
+    """What the pipeline needs of a field's kind: read its column, write its values."""
+
+    #: the fast path's column parser (``privstream.pipeline.columns``)
+    column: ColumnParser
+    #: (handler, released values) -> the JSON text of each (``privstream.pipeline.encode``)
+    texts: Callable[[Any, list[Any]], list[bytes]]
+    #: (handler, count) -> canary inputs for the error metrics (``privstream.pipeline.canary``);
+    #: None: the kind's error is not measured
+    canary: Callable[[Any, int], NDArray[Any]] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class PlannedField:
     """One released field of a plan: its handler and everything that keys its release."""
 
     handler: FieldHandler
     #: the config kind (``real``, ``categorical``, ...)
     kind: str
+    #: the config's mechanism, ``auto`` resolved (None for public): with ``kind``, the key
+    #: of the field's registration in ``privstream.kinds`` and the per-layer tables
+    mechanism: str | None
     #: the digest of the field's release (``release_id``): what keys its noise
     release_id: bytes
     #: how its noise is memoized, or None when it is not
     memo: MemoPlan | None = None
-    #: its kind's registration (``privstream.kinds``): parser, encoder, estimator, audit target
-    entry: FieldKind
+    #: how the fast path reads and writes it
+    codec: FieldCodec
 
     @property
     def name(self) -> str:
@@ -158,44 +168,6 @@ class RecordPlan:
         return self.budget.event.delta
 
 
-def build_plan(config: AppConfig) -> RecordPlan:
-    """Handlers for every released field, in config order; dropped fields have none.
-
-    Each field's handler comes from its kind's registration; loading the
-    registry checks it covers every kind and mechanism the config accepts.
-    """
-    # the registry sits above the pipeline
-    from privstream.kinds import UNRELEASED, registration_of
-    from privstream.kinds.auto import resolve_auto
-
-    budget = resolve_budget(config)
-    fields: list[PlannedField] = []
-    problems: list[str] = []
-    for i, spec in enumerate(config.fields):
-        if spec.kind in UNRELEASED:
-            continue
-        share = budget.fields.get(spec.name)
-        spec = resolve_auto(spec, share)  # ``mechanism: auto`` made concrete
-        entry = registration_of(spec)
-        try:
-            handler = entry.build(spec, share)
-        except MechanismError as exc:  # parameters no mechanism can honour: a config problem
-            problems.append(f"fields[{i}] ({spec.name}): {exc}")
-            continue
-        fields.append(
-            PlannedField(
-                handler=handler,
-                kind=spec.kind,
-                release_id=release_id(spec, handler, share),
-                memo=_memo_plan(spec, handler, entry),
-                entry=entry,
-            )
-        )
-    if problems:
-        raise ConfigError(problems)
-    return RecordPlan(fields=tuple(fields), budget=budget, config_sha256=config_sha256(config))
-
-
 #: version of the release descriptor; part of every release id
 RELEASE_VERSION = 2
 
@@ -223,33 +195,3 @@ def release_id(spec: FieldConfig, handler: FieldHandler, share: Guarantee | None
         "params": None if mechanism is None else mechanism.params(),
     }
     return hashlib.sha256(canonical_json(description)).digest()
-
-
-def _memo_plan(spec: FieldConfig, handler: FieldHandler, entry: FieldKind) -> MemoPlan | None:
-    memo = getattr(spec, "memoize_by", None)
-    by_key = getattr(spec, "memo_identity", None) == "message_key"
-    mech = handler.mechanism
-    if (memo is None and not by_key) or mech is None:
-        return None
-    if entry.memo is None:
-        raise RegistryError(
-            f"field {spec.name!r}: kind {entry.label} takes memo options but registers "
-            "no memo token (MemoSupport)"
-        )
-    domain = entry.memo.domain(handler)
-    parameters = {
-        "v": 2,
-        "field": spec.name,
-        "identity": ["message_key"] if by_key else ["field", memo],
-        "mechanism": mech.name,
-        "epsilon": mech.epsilon,
-        "delta": mech.delta,
-        "domain": list(domain) if domain is not None else None,
-    }
-    return MemoPlan(
-        field=None if by_key else memo,
-        scope=canonical_json({**parameters, "words": "value"}),
-        domain=domain,
-        identity_words=entry.memo.identity_words,
-        seed_scope=canonical_json({**parameters, "words": "identity"}),
-    )

@@ -29,14 +29,14 @@ from typing import Any
 import numpy as np
 import pytest
 from privstream.audit import DEFAULT_SAMPLES, AuditReport, audit
+from privstream.audit.by_kind import target_for
 from privstream.audit.sampling import PipelineSampler, RecordSpec
 from privstream.audit.scenarios import PlanAuditor
 from privstream.audit.selfcheck import FixedFlipResponse, HalfScaleLaplace, rr_flip_probability
-from privstream.audit.targets import target_for
 from privstream.cli import audit as audit_cli
 from privstream.cli.main import main
 from privstream.config import parse_config
-from privstream.pipeline import build_plan
+from privstream.kinds import build_plan
 from privstream.pipeline.handlers import CategoricalHandler, RealHandler
 
 from tests.unit._support import config_dict

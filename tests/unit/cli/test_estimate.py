@@ -25,7 +25,7 @@ from privstream.config import parse_config
 from privstream.errors import PrivstreamError
 from privstream.estimate import Options, StreamAggregate
 from privstream.estimate.source import CONFIG_HEADER, Progress, read_topic
-from privstream.pipeline import build_plan
+from privstream.kinds import build_plan
 from privstream.testing import SeededSource
 
 CONFIG = """\

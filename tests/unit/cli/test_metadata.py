@@ -17,7 +17,7 @@ from privstream.cli.estimate import check_topic_read
 from privstream.cli.main import main
 from privstream.cli.metadata import MetadataError
 from privstream.config import parse_config
-from privstream.pipeline import build_plan
+from privstream.kinds import build_plan
 
 CONFIG = """\
 kafka: {input_topic: raw, output_topic: clean, dead_letter_topic: dlq}

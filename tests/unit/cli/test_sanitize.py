@@ -20,7 +20,7 @@ from privstream.cli import sanitize
 from privstream.cli.main import main
 from privstream.config import load_config
 from privstream.errors import Rejected
-from privstream.pipeline import build_plan
+from privstream.kinds import build_plan
 from privstream.pipeline.plan import unkeyed
 from privstream.pipeline.reference import parse_row
 

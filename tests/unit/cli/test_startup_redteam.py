@@ -40,11 +40,11 @@ fields:
 RELEASE = """
 import hashlib, json, sys
 if sys.argv[1] == "eager":  # everything the lazy imports defer, imported first
-    import privstream.audit, privstream.estimate, privstream.kinds.audits
-    import privstream.kinds.estimators, privstream.pipeline.canary
+    import privstream.audit, privstream.estimate, privstream.audit.by_kind
+    import privstream.estimate.by_kind
     import privstream.pipeline.structured
 from privstream.config import load_config
-from privstream.pipeline import build_plan
+from privstream.kinds import build_plan
 from privstream.pipeline.batch import process_batch, process_block
 from privstream.testing import SeededSource
 plan = build_plan(load_config(sys.argv[2]))
@@ -63,7 +63,7 @@ print(json.dumps({
     "block": hashlib.sha256(block.joined).hexdigest(),
     "count": len(apart.outputs),
     "dead": [(d.index, d.reason) for d in apart.dead_letters],
-    "estimators": "privstream.kinds.estimators" in sys.modules,
+    "estimators": "privstream.estimate.by_kind" in sys.modules,
 }))
 """
 
@@ -89,7 +89,7 @@ LIBRARY = """
 import json, os, sys
 import privstream
 from privstream.config import load_config
-from privstream.pipeline import build_plan
+from privstream.kinds import build_plan
 from privstream.pipeline.batch import process_block
 from privstream.testing import SeededSource
 plan = build_plan(load_config(sys.argv[1]))

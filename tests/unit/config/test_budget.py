@@ -18,7 +18,7 @@ import pytest
 from privstream.cli.explain import explain_data, render_table
 from privstream.config import AppConfig, parse_config, resolve_budget
 from privstream.errors import ConfigError
-from privstream.pipeline import build_plan
+from privstream.kinds import build_plan
 
 from tests.unit._support import config_dict, laplace_tight_scale
 

@@ -15,8 +15,8 @@ from privstream.cli.sanitize import sanitize_stream
 from privstream.config import parse_config
 from privstream.errors import MechanismError
 from privstream.estimate.frequency import CONSISTENT_CAVEAT
+from privstream.kinds import build_plan
 from privstream.mechanisms.consistency import project_to_simplex
-from privstream.pipeline import build_plan
 from privstream.testing import SeededSource
 
 
@@ -84,7 +84,7 @@ def test_estimate_gives_consistent_frequencies_beside_the_unbiased_ones(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan = build_plan(parse_config(yaml.safe_load(CONFIG)))
-    assert [f.entry.mechanism for f in plan.fields] == [
+    assert [f.mechanism for f in plan.fields] == [
         "randomized_response",
         "local_hashing",
         "local_hashing",

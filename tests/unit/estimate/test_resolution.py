@@ -18,7 +18,7 @@ from privstream.cli.main import main
 from privstream.cli.metadata import sidecar_path, write_sidecar
 from privstream.cli.sanitize import sanitize_stream
 from privstream.config import parse_config
-from privstream.pipeline import build_plan
+from privstream.kinds import build_plan
 from privstream.testing import SeededSource
 
 CONFIG = """\

@@ -10,7 +10,7 @@ from privstream.config import parse_config
 from privstream.estimate import Options, StreamAggregate, build_report, render_table
 from privstream.estimate.source import CONFIG_HEADER
 from privstream.estimate.suppression import COUNTS_HEADER, parse_counts, render, summary
-from privstream.pipeline import build_plan
+from privstream.kinds import build_plan
 
 from tests.unit.cli.test_estimate import CONFIG, FakeConsumer, _run_read
 

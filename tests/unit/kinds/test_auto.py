@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from privstream.audit.targets import target_for
+from privstream.audit.by_kind import target_for
 from privstream.cli.main import main
 from privstream.cli.metadata import sidecar_path, write_sidecar
 from privstream.cli.sanitize import sanitize_stream
 from privstream.config import parse_config
+from privstream.kinds import build_plan
 from privstream.mechanisms.selection import frequency_variances, least_variance
-from privstream.pipeline import build_plan
 from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.plan import RecordPlan
 from privstream.testing import SeededSource
@@ -118,8 +118,8 @@ def test_auto_is_the_default_and_picks_by_domain_size_and_epsilon() -> None:
     small = _plan({"name": "c", "kind": "categorical", "domain": ["a", "b", "c"], "epsilon": 1})
     large = _plan({"name": "c", "kind": "categorical", "domain": DOMAIN, "epsilon": 1})
     (s,), (g,) = small.fields, large.fields
-    assert s.entry.mechanism == "randomized_response"
-    assert g.entry.mechanism == "local_hashing"
+    assert s.mechanism == "randomized_response"
+    assert g.mechanism == "local_hashing"
     assert g.handler.mechanism is not None and g.handler.mechanism.name == "local_hashing"
 
 
@@ -132,7 +132,7 @@ def test_choice_is_deterministic_and_stable_under_domain_reordering() -> None:
     for _ in range(5):
         shuffled = [str(v) for v in rng.permutation(DOMAIN)]
         planned = _plan({**field, "domain": shuffled}).fields[0]
-        assert planned.entry is first.entry
+        assert (planned.kind, planned.mechanism) == (first.kind, first.mechanism)
 
 
 def test_release_id_names_the_resolved_mechanism() -> None:
@@ -150,10 +150,10 @@ def test_integer_domains_choose_between_randomized_response_and_unary_encoding()
     ints = _plan({"name": "c", "kind": "categorical", "domain": list(range(48)), "epsilon": 1})
     few = _plan({"name": "c", "kind": "categorical", "domain": [1, 2, 3], "epsilon": 1})
     assert oue_variance(48, 1.0) < rr_variance(48, 1.0) / 4  # 4.6x
-    assert ints.fields[0].entry.mechanism == "unary_encoding"
-    assert few.fields[0].entry.mechanism == "randomized_response"
+    assert ints.fields[0].mechanism == "unary_encoding"
+    assert few.fields[0].mechanism == "randomized_response"
     mixed = {"name": "c", "kind": "categorical", "domain": [*DOMAIN[:47], 7], "epsilon": 1}
-    assert _plan(mixed).fields[0].entry.mechanism == "unary_encoding"
+    assert _plan(mixed).fields[0].mechanism == "unary_encoding"
 
 
 def test_integer_domain_choice_is_stable_under_reordering() -> None:
@@ -170,7 +170,7 @@ def test_integer_domain_choice_is_stable_under_reordering() -> None:
     for _ in range(3):
         shuffled = [int(v) for v in rng.permutation(48)]
         planned = _plan({**field, "domain": shuffled}).fields[0]
-        assert planned.entry is first.entry
+        assert (planned.kind, planned.mechanism) == (first.kind, first.mechanism)
         # canonical bit order: the same words give the same arrays, whatever the listing
         assert released(planned) == expected
 
@@ -194,8 +194,8 @@ def test_only_randomized_response_where_it_alone_fits() -> None:
         )
     )
     open_domain = _plan({"name": "c", "kind": "categorical", "epsilon": 1})
-    assert with_delta.fields[0].entry.mechanism == "randomized_response"
-    assert open_domain.fields[0].entry.mechanism == "local_hashing"
+    assert with_delta.fields[0].mechanism == "randomized_response"
+    assert open_domain.fields[0].mechanism == "local_hashing"
 
 
 def test_local_hashing_chosen_by_auto_enforces_the_domain() -> None:
@@ -218,7 +218,7 @@ def test_memo_identity_works_with_auto_local_hashing() -> None:
         "memo_identity": "message_key",
     }
     (planned,) = _plan(field).fields
-    assert planned.entry.mechanism == "local_hashing"
+    assert planned.mechanism == "local_hashing"
     assert planned.memo is not None and planned.memo.identity_words == 1
     # the token holds the value itself, so the domain order cannot change it
     assert planned.memo.token(b"dev", "v03") == b"\x03\x00\x00\x00dev" + b'"v03"'
@@ -296,7 +296,7 @@ def test_estimate_end_to_end_on_an_auto_field(
     config = tmp_path / "config.yaml"
     config.write_text(ESTIMATE_CONFIG, encoding="utf-8")
     plan = build_plan(parse_config(yaml.safe_load(ESTIMATE_CONFIG)))
-    assert plan.fields[0].entry.mechanism == "local_hashing"
+    assert plan.fields[0].mechanism == "local_hashing"
     rng = np.random.default_rng(16)
     weights = np.r_[np.full(4, 0.15), np.full(44, 0.4 / 44)]
     values = [str(v) for v in rng.choice(DOMAIN, size=6000, p=weights)]

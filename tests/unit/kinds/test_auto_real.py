@@ -13,9 +13,9 @@ from privstream.cli.main import main
 from privstream.config import Guarantee, parse_config
 from privstream.config.fields import RealField
 from privstream.errors import ConfigError
+from privstream.kinds import build_plan
 from privstream.kinds.auto_real import auto_real_choice, real_regrets
 from privstream.mechanisms.hybrid import HybridMechanism
-from privstream.pipeline import build_plan
 
 from tests.unit._support import config_dict, laplace_tight_scale
 

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 from privstream.config import parse_config
+from privstream.kinds import build_plan
 from privstream.mechanisms.rng import NoiseKeys
-from privstream.pipeline import BatchResult, RecordPlan, build_plan, process_batch
+from privstream.pipeline import BatchResult, RecordPlan, process_batch
 from privstream.pipeline.noise import Replayable
 from privstream.pipeline.reference import process_batch_reference
 

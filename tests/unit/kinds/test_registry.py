@@ -13,16 +13,24 @@ import json
 from typing import Any
 
 import pytest
-from privstream.audit.targets import target_for
+from privstream.audit.by_kind import TARGETS, target_for
 from privstream.config import parse_config
 from privstream.config.fields import FIELD_KINDS, FIELD_MODELS, mechanisms_of
 from privstream.errors import PrivstreamError, RegistryError
 from privstream.estimate.accumulators import Options
 from privstream.estimate.aggregate import accumulator_for
-from privstream.kinds import AUTO, REGISTRY, check_registry, registration_of
+from privstream.estimate.by_kind import ESTIMATORS
+from privstream.kinds import (
+    AUTO,
+    REGISTRY,
+    build_plan,
+    check_registry,
+    check_table,
+    registration_for,
+    registration_of,
+)
 from privstream.kinds.auto import resolve_auto
 from privstream.kinds.base import FieldKind
-from privstream.pipeline import build_plan
 
 from tests.unit._support import config_dict
 
@@ -85,18 +93,23 @@ def test_a_registration_no_config_model_accepts_is_refused() -> None:
         check_registry({**REGISTRY, extra.key: extra})
 
 
-@pytest.mark.parametrize("part", ["estimator", "audit_target", "explain"])
-def test_a_noised_registration_without_a_part_fails_when_made(part: str) -> None:
+def test_a_noised_registration_without_explain_fails_when_made() -> None:
     whole = REGISTRY[("integer", "discrete_laplace")]
-    with pytest.raises(RegistryError, match=rf"integer \(discrete_laplace\).*lacks {part}"):
-        dataclasses.replace(whole, **{part: None})
+    with pytest.raises(RegistryError, match=r"integer \(discrete_laplace\).*lacks explain"):
+        dataclasses.replace(whole, explain=None)
     assert issubclass(RegistryError, PrivstreamError)
 
 
-def test_public_needs_no_estimator_or_audit_target() -> None:
-    public = REGISTRY[("public", None)]
-    assert public.estimator is None
-    assert public.audit_target is None
+@pytest.mark.parametrize("table", [ESTIMATORS, TARGETS], ids=["estimate", "audit"])
+def test_each_layer_table_covers_exactly_the_noised_registrations(table: Any) -> None:
+    noised = {key for key, entry in REGISTRY.items() if entry.mechanism is not None}
+    assert set(table) == noised
+    assert ("public", None) not in table
+    partial = {k: v for k, v in table.items() if k != ("set", "unary_encoding")}
+    with pytest.raises(RegistryError, match=r"layer's per-kind table: no entry for set"):
+        check_table("layer", partial)
+    with pytest.raises(RegistryError, match=r"entries for unregistered real \(exp\)"):
+        check_table("layer", {**table, ("real", "exp"): None})
 
 
 def test_every_noised_field_is_estimated_and_audited() -> None:
@@ -113,7 +126,7 @@ def test_every_noised_field_is_estimated_and_audited() -> None:
             if s.name == planned.name
         )
         share = plan.budget.fields[planned.name]
-        assert planned.entry is registration_of(resolve_auto(spec, share))
+        assert registration_for(planned) is registration_of(resolve_auto(spec, share))
 
 
 def test_memo_tokens_hold_domain_values_not_positions() -> None:

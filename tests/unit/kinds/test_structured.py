@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from privstream.config import parse_config
 from privstream.errors import ConfigError
-from privstream.pipeline import build_plan, process_batch
+from privstream.kinds import build_plan
+from privstream.pipeline import process_batch
 from privstream.pipeline.plan import RecordPlan
 from privstream.testing import SeededSource
 

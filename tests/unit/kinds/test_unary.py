@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import yaml
 from privstream.audit import audit
-from privstream.audit.targets import target_for
+from privstream.audit.by_kind import target_for
 from privstream.cli.main import main
 from privstream.cli.metadata import sidecar_path, write_sidecar
 from privstream.cli.sanitize import sanitize_stream
 from privstream.config import parse_config
 from privstream.errors import ConfigError
-from privstream.pipeline import build_plan
+from privstream.kinds import build_plan
 from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.plan import PlannedField
 from privstream.testing import SeededSource

@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 from privstream.config import parse_config
 from privstream.errors import MisuseError
+from privstream.kinds import build_plan
 from privstream.ledger import LedgerPolicy
 from privstream.ledger.policy import UNLIMITED
-from privstream.pipeline import build_plan
 
 from tests.unit.config.test_ledger_config import ledger_config
 

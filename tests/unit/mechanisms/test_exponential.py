@@ -20,10 +20,11 @@ from privstream.cli.explain import explain_data
 from privstream.config import parse_config
 from privstream.errors import ConfigError
 from privstream.estimate import Options, StreamAggregate
+from privstream.kinds import build_plan
 from privstream.mechanisms import exponential
 from privstream.mechanisms.exponential import OrdinalExponential, estimate_frequencies
 from privstream.mechanisms.rng import NoiseKeys
-from privstream.pipeline import build_plan, process_batch
+from privstream.pipeline import process_batch
 from privstream.pipeline.noise import Replayable
 from privstream.pipeline.reference import process_batch_reference
 from privstream.testing import SeededSource
@@ -169,7 +170,7 @@ def test_the_standard_error_is_the_spread_of_the_estimates() -> None:
 def test_config_and_plan() -> None:
     plan = build_plan(parse_config(config_dict([FIELD])))
     (planned,) = plan.fields
-    assert planned.entry.mechanism == "exponential"
+    assert planned.mechanism == "exponential"
     assert isinstance(planned.handler.mechanism, OrdinalExponential)
     # the declared order, never sorted
     assert planned.handler.mechanism.domain == tuple(BRACKETS)

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from privstream.config import parse_config
 from privstream.errors import ConfigError, MechanismError
+from privstream.kinds import build_plan
 from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from privstream.mechanisms.rng import Words
-from privstream.pipeline import build_plan
 from privstream.testing import SeededSource
 
 from tests.unit._support import config_dict

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from privstream.cli.main import main
 from privstream.config import load_config, parse_config
 from privstream.errors import MechanismError
+from privstream.kinds import build_plan
 from privstream.mechanisms import validation
 from privstream.mechanisms.functional import FunctionalMechanism
 from privstream.mechanisms.gaussian import GaussianMechanism
@@ -40,7 +41,7 @@ from privstream.mechanisms.laplace import LaplaceMechanism
 from privstream.mechanisms.unit_interval import UnitIntervalMechanism
 from privstream.mechanisms.validation import check_finite
 from privstream.mechanisms.vector_gaussian import VectorGaussianMechanism
-from privstream.pipeline import RecordPlan, build_plan, process_batch
+from privstream.pipeline import RecordPlan, process_batch
 from privstream.testing import SeededSource
 
 from tests.unit._support import config_dict

@@ -18,10 +18,10 @@ import pytest
 from numpy.typing import NDArray
 from privstream.config import parse_config
 from privstream.errors import MechanismError
+from privstream.kinds import build_plan
 from privstream.mechanisms._thresholds import count
 from privstream.mechanisms.discrete_laplace import DiscreteLaplace, GeometricSampler
 from privstream.mechanisms.thresholds import MAX_THRESHOLDS, Level
-from privstream.pipeline import build_plan
 from privstream.testing import SeededSource
 
 from tests.unit._support import config_dict

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from privstream.config import parse_config
 from privstream.errors import ConfigError
-from privstream.pipeline import BatchResult, build_plan, process_batch
+from privstream.kinds import build_plan
+from privstream.pipeline import BatchResult, process_batch
 from privstream.pipeline.plan import RecordPlan
 from privstream.testing import SeededSource
 from scipy import stats

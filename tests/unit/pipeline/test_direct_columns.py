@@ -42,7 +42,7 @@ def test_direct_columns_are_the_parsers_columns(field: str) -> None:
     """Random columns from the pool, and columns of one common value kind: 6,000 cases."""
     plan = plan_of(MIXED)
     planned = next(f for f in plan.fields if f.name == field)
-    parser, handler = planned.entry.column, planned.handler
+    parser, handler = planned.codec.column, planned.handler
     rng = random.Random(field)
     answered = 0
     for case in range(3_000):

@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 import pytest
 from privstream.pipeline import _columns
-from privstream.pipeline.encode import (
+from privstream.pipeline.assemble import (
     COMBINED_TEXTS_MAX,
-    Choices,
     _Group,
     _segments,
     number_pieces,
 )
+from privstream.pipeline.encode import Choices
 from privstream.pipeline.handlers import Column
 from privstream.testing import SeededSource
 

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 from privstream.config import parse_config
+from privstream.kinds import build_plan
 from privstream.mechanisms.rng import NoiseKeys
-from privstream.pipeline import build_plan
 from privstream.pipeline.batch import process_batch
 from privstream.pipeline.noise import Replayable
 from privstream.pipeline.plan import RecordPlan

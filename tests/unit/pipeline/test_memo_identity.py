@@ -24,8 +24,9 @@ import pytest
 from privstream.cli.main import main
 from privstream.config import parse_config
 from privstream.errors import ConfigError
+from privstream.kinds import build_plan
 from privstream.mechanisms.rng import MemoSource, NoiseKeys, SplicedSource, derive_memo_key
-from privstream.pipeline import BatchResult, RecordPlan, build_plan, process_batch
+from privstream.pipeline import BatchResult, RecordPlan, process_batch
 from privstream.pipeline.noise import Fresh, Replayable
 from privstream.pipeline.plan import MemoPlan, field_identity
 from privstream.pipeline.reference import process_batch_reference

@@ -30,8 +30,9 @@ import numpy as np
 import pytest
 from privstream.config import parse_config
 from privstream.errors import ConfigError
+from privstream.kinds import build_plan
 from privstream.mechanisms.rng import NoiseKeys
-from privstream.pipeline import build_plan, process_batch
+from privstream.pipeline import process_batch
 from privstream.pipeline.noise import Replayable
 
 from tests.unit._support import config_dict

@@ -25,9 +25,10 @@ import pytest
 import yaml
 from privstream.config import config_sha256, parse_config
 from privstream.errors import ConfigError
+from privstream.kinds import build_plan
 from privstream.mechanisms.local_hashing import hash_to_bucket, value_digests
 from privstream.mechanisms.rng import MemoSource, NoiseKeys, derive_memo_key
-from privstream.pipeline import BatchResult, build_plan, process_batch
+from privstream.pipeline import BatchResult, process_batch
 from privstream.pipeline.noise import Fresh, Replayable
 from privstream.pipeline.plan import MemoPlan, RecordPlan, canonical_json, field_identity
 from privstream.testing import SeededSource

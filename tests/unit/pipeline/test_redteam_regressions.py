@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 from privstream.config import parse_config
+from privstream.kinds import build_plan
 from privstream.mechanisms.discrete_laplace import calibrate
 from privstream.mechanisms.laplace import LaplaceMechanism
-from privstream.pipeline import build_plan, process_batch
+from privstream.pipeline import process_batch
 from privstream.testing import SeededSource
 
 from tests.unit._support import config_dict

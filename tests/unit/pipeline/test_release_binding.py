@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 from privstream.config import parse_config
+from privstream.kinds import build_plan
 from privstream.mechanisms.rng import KeyedSource, NoiseKeys, NoiseSource, row_seeds
-from privstream.pipeline import build_plan, process_batch
+from privstream.pipeline import process_batch
 from privstream.pipeline.noise import Replayable
 from privstream.pipeline.plan import RecordPlan
 

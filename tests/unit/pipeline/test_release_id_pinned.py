@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from privstream.config import parse_config
-from privstream.pipeline import build_plan
+from privstream.kinds import build_plan
 
 from tests.unit._support import KAFKA
 

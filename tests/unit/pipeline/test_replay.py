@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 import pytest
 from privstream.config import parse_config
+from privstream.kinds import build_plan
 from privstream.mechanisms import OsEntropy
 from privstream.mechanisms.rng import NoiseKeys
-from privstream.pipeline import build_plan, process_batch
+from privstream.pipeline import process_batch
 from privstream.pipeline.noise import Fresh, Replayable
 from privstream.pipeline.plan import RecordPlan
 

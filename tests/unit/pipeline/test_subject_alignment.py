@@ -21,8 +21,9 @@ from aiokafka import ConsumerRecord
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from privstream.config import parse_config
+from privstream.kinds import build_plan
 from privstream.mechanisms.rng import NoiseKeys
-from privstream.pipeline import build_plan, process_batch
+from privstream.pipeline import process_batch
 from privstream.pipeline.noise import Replayable
 from privstream.pipeline.plan import RecordPlan
 from privstream.pipeline.subjects import subject_column

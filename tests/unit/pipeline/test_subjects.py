@@ -6,8 +6,9 @@ import random
 
 import pytest
 from privstream.config import parse_config
+from privstream.kinds import build_plan
 from privstream.mechanisms import OsEntropy
-from privstream.pipeline import build_plan, process_batch
+from privstream.pipeline import process_batch
 from privstream.pipeline.subjects import subject_column, subject_values
 
 from tests.unit._support import config_dict

@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 from privstream.config import parse_config
 from privstream.errors import ConfigError
+from privstream.kinds import build_plan
 from privstream.mechanisms.rng import NoiseKeys, Words
 from privstream.mechanisms.unary_encoding import UnaryEncoding
-from privstream.pipeline import RecordPlan, build_plan, process_batch
+from privstream.pipeline import RecordPlan, process_batch
 from privstream.pipeline.noise import Replayable
 from privstream.pipeline.reference import process_batch_reference
 from privstream.pipeline.structured import SetHandler

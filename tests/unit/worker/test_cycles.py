@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from aiokafka import ConsumerRecord
 from privstream.config import parse_config
+from privstream.kinds import build_plan
 from privstream.mechanisms.rng import NoiseKeys
-from privstream.pipeline import build_plan
 from privstream.worker.sanitize import sanitize
 
 from tests.unit._support import config_dict, consumer_record

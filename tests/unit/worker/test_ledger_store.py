@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from privstream.config import parse_config
 from privstream.config.runtime import Runtime
 from privstream.errors import LedgerError
+from privstream.kinds import build_plan
 from privstream.metrics import Metrics
-from privstream.pipeline import BatchResult, build_plan
+from privstream.pipeline import BatchResult
 from privstream.pipeline.results import DeadLetter, Observation
 from privstream.pipeline.subjects import subject_column
 from privstream.worker.ledger_store import LedgerStore, Verdict

@@ -18,8 +18,9 @@ import pytest
 from aiokafka import ConsumerRecord
 from privstream.config import parse_config
 from privstream.config.runtime import Runtime
+from privstream.kinds import build_plan
 from privstream.metrics import Metrics
-from privstream.pipeline import BatchResult, build_plan
+from privstream.pipeline import BatchResult
 from privstream.worker.http import Health
 from privstream.worker.ledger_store import LedgerStore
 from privstream.worker.loop import Worker

@@ -30,8 +30,8 @@ from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBat
 from privstream.config import parse_config
 from privstream.config.runtime import Runtime
 from privstream.errors import BrokerError
+from privstream.kinds import build_plan
 from privstream.metrics import Metrics
-from privstream.pipeline import build_plan
 from privstream.pipeline.handlers import RealHandler
 from privstream.worker import loop
 from privstream.worker.clients import (

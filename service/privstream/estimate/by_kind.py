@@ -1,12 +1,15 @@
-"""Each field kind's ``estimate`` accumulator (``FieldKind.estimator``), imported on first use.
+"""Each field kind's ``estimate`` accumulator, keyed like its registration.
 
-The registrations (``privstream.kinds``) name these through
-``privstream.lazy.deferred``: ``sanitize`` and ``run`` never load
-``privstream.estimate``. Each function takes ``(handler, kind, options)``.
+``ESTIMATORS`` maps a registration's (kind, mechanism) to a function of
+``(handler, kind, options)``; ``estimator_of`` looks a plan's field up. The
+table is checked against the registry when this module loads
+(``privstream.kinds.check_table``): a noised kind without an estimator is a
+``RegistryError``, never a silent gap.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from privstream.estimate.accumulators import Accumulator, Options, Truth
@@ -21,6 +24,7 @@ from privstream.estimate.frequency import (
 )
 from privstream.estimate.numeric import CurveReleases, NumericApi, ScalarReleases
 from privstream.estimate.unit_mean import UnitMeanReleases
+from privstream.kinds import check_table
 from privstream.mechanisms import gaussian, integer_laplace, laplace
 from privstream.mechanisms.exponential import OrdinalExponential, estimate_frequencies
 from privstream.mechanisms.functional import FunctionalMechanism, estimate_mean_curve
@@ -29,6 +33,7 @@ from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from privstream.mechanisms.laplace import LaplaceMechanism
 from privstream.mechanisms.unit_interval import UnitIntervalMechanism
 from privstream.mechanisms.vector_gaussian import VectorGaussianMechanism, estimate_vector_mean
+from privstream.pipeline.plan import PlannedField
 
 
 def category_counts(handler: Any, kind: str, options: Options) -> Accumulator:
@@ -154,3 +159,29 @@ def vector_field_releases(handler: Any, kind: str, options: Options) -> Accumula
 
 def functional_field_releases(handler: Any, kind: str, options: Options) -> Accumulator:
     return functional_releases(handler.name, kind, handler.mechanism)
+
+
+Estimator = Callable[[Any, str, Options], Accumulator]
+
+#: (kind, mechanism) of a registration -> its accumulator
+ESTIMATORS: dict[tuple[str, str | None], Estimator] = {
+    ("real", "laplace"): laplace_releases,
+    ("real", "gaussian"): gaussian_releases,
+    ("real", "piecewise"): unit_mean_releases,
+    ("real", "hybrid"): unit_mean_releases,
+    ("integer", "discrete_laplace"): integer_releases,
+    ("categorical", "randomized_response"): category_counts,
+    ("boolean", "randomized_response"): category_counts,
+    ("categorical", "exponential"): ordinal_counts,
+    ("categorical", "local_hashing"): hashed_reports,
+    ("categorical", "unary_encoding"): unary_category_counts,
+    ("set", "unary_encoding"): set_reports,
+    ("vector", "gaussian"): vector_field_releases,
+    ("functional", "gaussian_process"): functional_field_releases,
+}
+check_table("privstream.estimate.by_kind", ESTIMATORS)
+
+
+def estimator_of(planned: PlannedField) -> Estimator | None:
+    """The accumulator of a plan's field; None for a field without noise."""
+    return ESTIMATORS.get((planned.kind, planned.mechanism))
