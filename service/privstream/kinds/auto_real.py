@@ -35,47 +35,20 @@ chosen mechanism's own variance law.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-from typing import Any, Literal
+from typing import Any
 
 from privstream.config import Guarantee
 from privstream.config.fields import RealField
 from privstream.errors import MechanismError, RegistryError
 from privstream.kinds.base import AutoChoice
+from privstream.kinds.registry import registration_of
 from privstream.mechanisms.base import Mechanism
-from privstream.mechanisms.hybrid import HybridMechanism
-from privstream.mechanisms.laplace import LaplaceMechanism
-from privstream.mechanisms.piecewise import PiecewiseMechanism
 from privstream.mechanisms.selection import VARIANCE_N
 
 #: candidates in tie-break order
 CANDIDATES = ("laplace", "piecewise", "hybrid")
-
-
-#: what builds a candidate: (name, lower, upper, epsilon, delta, laplace calibration or None)
-CandidateKey = tuple[str, float, float, float, float, str | None]
-
-
-def _key(name: str, spec: RealField, share: Guarantee) -> CandidateKey:
-    calibration = (
-        ("thesis" if spec.calibration == "thesis" else "tight") if name == "laplace" else None
-    )
-    lower, upper = float(spec.bounds[0]), float(spec.bounds[1])
-    return name, lower, upper, share.epsilon, share.delta, calibration
-
-
-def _key_of(mechanism: Mechanism) -> CandidateKey | None:
-    """The key ``mechanism`` would have been built from, if it is a candidate."""
-    if isinstance(mechanism, LaplaceMechanism):
-        calibration: str | None = mechanism.calibration
-    elif isinstance(mechanism, PiecewiseMechanism | HybridMechanism):
-        calibration = None
-    else:
-        return None
-    lower, upper = mechanism.lower, mechanism.upper
-    return mechanism.name, lower, upper, mechanism.epsilon, mechanism.delta, calibration
 
 
 #: a candidate's variance law ``(s, c)`` and its worst-case variance of the mean at ``VARIANCE_N``
@@ -83,28 +56,26 @@ Measures = tuple[tuple[float, float], float]
 
 
 def _measures(mechanism: Mechanism) -> Measures:
-    return _law(mechanism), _worst_variance(mechanism, VARIANCE_N)
+    law = mechanism.variance_law()
+    if law is None:  # pragma: no cover - every candidate's mechanism states its law
+        raise RegistryError(f"{mechanism.name} states no variance law; it cannot be a candidate")
+    return law, _worst_variance(mechanism, VARIANCE_N)
 
 
 @functools.lru_cache(maxsize=256)
-def _candidate_measures(key: CandidateKey) -> Measures | None:
-    """One candidate's measures, None where it does not run (an epsilon too small for 64-bit
-    thresholds). A build calibrates a sampler (up to ~20 ms) and the plan's ``auto`` and the
-    declared-mechanism warnings ask for the same ones: the numbers are kept, not the build."""
-    name, lower, upper, epsilon, delta, calibration = key
-    bounds = (lower, upper)
-    mechanism: Mechanism
+def _candidate_measures(spec: RealField, share: Guarantee) -> Measures | None:
+    """One candidate's measures, built by its registration; None where it does not run (an
+    epsilon too small for 64-bit thresholds). A build calibrates a sampler (up to ~20 ms) and
+    the plan's ``auto`` and the declared-mechanism warnings ask for the same ones: the numbers
+    are kept, not the build. ``spec`` names the candidate and carries no field name, so fields
+    with the same bounds and share share the entry."""
     try:
-        if name == "laplace":
-            tight: Literal["tight", "thesis"] = "thesis" if calibration == "thesis" else "tight"
-            mechanism = LaplaceMechanism(
-                bounds=bounds, epsilon=epsilon, delta=delta, calibration=tight
-            )
-        else:
-            local = PiecewiseMechanism if name == "piecewise" else HybridMechanism
-            mechanism = local(bounds=bounds, epsilon=epsilon, delta=delta)
+        handler = registration_of(spec).build(spec, share)
     except MechanismError:
         return None
+    mechanism = handler.mechanism
+    if mechanism is None:  # pragma: no cover - real registrations are noised
+        raise RegistryError(f"real ({spec.mechanism}) built no mechanism")
     return _measures(mechanism)
 
 
@@ -112,36 +83,20 @@ def _candidates(
     spec: RealField, share: Guarantee, planned: Mechanism | None
 ) -> dict[str, Measures]:
     """Each candidate that runs at this share; ``planned`` (the field's own mechanism, built
-    from the same inputs by the plan) is measured instead of a build of the same candidate."""
-    reuse = _key_of(planned) if planned is not None else None
+    by the plan from this spec and share) is measured instead of a build of the same one."""
     built: dict[str, Measures] = {}
+    reuse = None
+    if planned is not None and (planned.epsilon, planned.delta) == (share.epsilon, share.delta):
+        reuse = planned
     for name in CANDIDATES:
-        key = _key(name, spec, share)
-        if planned is not None and key == reuse:
-            measures: Measures | None = _measures(planned)
+        if reuse is not None and reuse.name == name:
+            measures: Measures | None = _measures(reuse)
         else:
-            measures = _candidate_measures(key)
+            candidate = spec.model_copy(update={"name": "auto", "mechanism": name})
+            measures = _candidate_measures(candidate, share)
         if measures is not None:
             built[name] = measures
     return built
-
-
-def _law(mechanism: Mechanism) -> tuple[float, float]:
-    """``(s, c)``: ``Var[y | t] = s t^2 + c`` in ``t`` units (Laplace's noise is flat)."""
-    if isinstance(mechanism, PiecewiseMechanism | HybridMechanism):
-        return mechanism.variance_law()
-    if not isinstance(mechanism, LaplaceMechanism):  # pragma: no cover - CANDIDATES are these
-        raise RegistryError(f"no variance law for {type(mechanism).__name__}")
-    half = (mechanism.upper - mechanism.lower) / 2.0
-    noise = mechanism.noise
-    if half <= 0.0 or noise is None:  # zero width: no noise
-        return 0.0, 0.0
-    square = half * half
-    if math.isfinite(square):
-        with contextlib.suppress(OverflowError):
-            return 0.0, mechanism.estimator_variance(1) / square
-    # bounds near the double range (g^2 or half^2 beyond it): g / half before squaring
-    return 0.0, (mechanism.granularity / half) ** 2 * noise.variance
 
 
 def regrets(laws: dict[str, tuple[float, float]]) -> dict[str, float]:

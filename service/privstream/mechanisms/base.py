@@ -60,6 +60,15 @@ class Mechanism(ABC):
     def release(self, values: NDArray[Any], source: NoiseSource) -> NDArray[Any]:
         """Sanitize a whole column; calls ``source.words`` exactly once."""
 
+    def variance_law(self) -> tuple[float, float] | None:
+        """``(s, c)`` with ``Var[y | t] = s t^2 + c`` for the value ``t`` rescaled to ``[-1, 1]``.
+
+        What ``mechanism: auto`` ranks the mean-oriented candidates by (their
+        regret over every data spread). None where the mechanism releases no
+        unbiased scalar (finite domains, sets, vectors).
+        """
+        return None
+
     def noise_error(
         self, inputs: NDArray[Any], outputs: NDArray[Any]
     ) -> NDArray[np.float64] | None:

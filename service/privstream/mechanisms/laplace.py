@@ -65,6 +65,7 @@ References
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import ClassVar, Literal
 
@@ -167,6 +168,19 @@ class LaplaceMechanism(Mechanism):
     @property
     def gamma_lower_bound(self) -> float:
         return compact_gamma(self.diameter, self.epsilon, self.delta)
+
+    def variance_law(self) -> tuple[float, float]:
+        """``(0, c)``: the noise is the same at every value (``t`` units, ``half`` = 1)."""
+        half = (self.upper - self.lower) / 2.0
+        noise = self.noise
+        if half <= 0.0 or noise is None:  # zero width: no noise
+            return 0.0, 0.0
+        square = half * half
+        if math.isfinite(square):
+            with contextlib.suppress(OverflowError):
+                return 0.0, self.estimator_variance(1) / square
+        # bounds near the double range (g^2 or half^2 beyond it): g / half before squaring
+        return 0.0, (self.granularity / half) ** 2 * noise.variance
 
     def estimator_variance(self, n: int) -> float:
         if self.noise is None:

@@ -18,6 +18,7 @@ from privstream.config.fields import RealField
 from privstream.kinds import auto_real
 from privstream.kinds.auto import WARN_RATIO
 from privstream.mechanisms.base import Mechanism
+from privstream.mechanisms.gaussian import GaussianMechanism
 from privstream.mechanisms.hybrid import HybridMechanism
 from privstream.mechanisms.laplace import LaplaceMechanism
 from privstream.mechanisms.piecewise import PiecewiseMechanism
@@ -66,9 +67,10 @@ def test_the_kept_numbers_are_those_of_fresh_builds(
         fresh = _fresh(name, spec, share)
         assert variance == fresh.estimator_variance(1000)
         # and the law behind the regrets: asked again, it comes from the cache unchanged
-        measures = auto_real._candidate_measures(auto_real._key(name, spec, share))
+        candidate = spec.model_copy(update={"name": "auto", "mechanism": name})
+        measures = auto_real._candidate_measures(candidate, share)
         assert measures is not None
-        assert measures[0] == auto_real._law(fresh)
+        assert measures[0] == fresh.variance_law()
     # a second assessment builds nothing: every candidate is a cache hit
     misses = auto_real._candidate_measures.cache_info().misses
     assert auto_real.explain_auto_real(spec, share, WARN_RATIO)["auto"] == entry
@@ -86,12 +88,14 @@ def test_the_plan_mechanism_stands_in_for_its_candidate() -> None:
     assert with_plan["auto_warning"] is not None and "1.87x" in with_plan["auto_warning"]
 
 
-def test_a_mechanism_built_from_other_inputs_is_not_reused() -> None:
+def test_a_mechanism_built_at_another_share_or_of_another_kind_is_not_reused() -> None:
+    # the plan's mechanism is built from the same spec (explain passes the field's own),
+    # so its bounds and calibration are the spec's; its share and name are checked
     spec, share = real(bounds=[-20, 60], mechanism="laplace"), Guarantee(1.0, 0.0)
     others = [
-        _fresh("laplace", real(bounds=[-20, 61]), share),
         _fresh("laplace", spec, Guarantee(1.5, 0.0)),
-        _fresh("laplace", real(bounds=[-20, 60], calibration="thesis"), share),
+        _fresh("laplace", spec, Guarantee(1.0, 1e-9)),
+        GaussianMechanism(bounds=(-20.0, 60.0), epsilon=1.0, delta=1e-6),
     ]
     for other in others:
         auto_real._candidate_measures.cache_clear()
@@ -122,7 +126,7 @@ def test_bounds_near_the_double_range_get_a_finite_laplace_law() -> None:
     # used to raise OverflowError (a traceback from build_plan) or come out as 0
     for bounds, epsilon in (((0.0, 1e280), 1.0), ((0.0, 3e154), 1000.0)):
         mechanism = LaplaceMechanism(bounds=bounds, epsilon=epsilon)
-        slope, constant = auto_real._law(mechanism)
+        slope, constant = mechanism.variance_law()
         half = bounds[1] / 2.0
         assert slope == 0.0
         assert mechanism.noise is not None
@@ -130,7 +134,7 @@ def test_bounds_near_the_double_range_get_a_finite_laplace_law() -> None:
         assert 0.0 < constant < float("inf")
         # the same law, in t units, as at ordinary bounds with the same grid ratio
         scaled = LaplaceMechanism(bounds=(0.0, bounds[1] * 2.0**-900), epsilon=epsilon)
-        assert auto_real._law(scaled)[1] == pytest.approx(constant, rel=1e-12)
+        assert scaled.variance_law()[1] == pytest.approx(constant, rel=1e-12)
     spec = real(bounds=[0, 1e280])
     choice = auto_real.auto_real_choice(spec, Guarantee(1.0, 0.0))
     assert choice.mechanism == "hybrid"  # as at every width: the law does not see the bounds
