@@ -173,6 +173,7 @@ def test_make_demo_uses_the_telemetry_config() -> None:
     assert '"examples" / "telemetry.yaml"' in demo
 
 
+@pytest.mark.slow
 def test_every_mechanism_kind_passes(every_kind: AuditReport) -> None:
     assert [r.name for r in every_kind.fields] == NOISED
     failed = [(r.name, r.epsilon_lower_bound) for r in every_kind.fields if not r.passed]
@@ -185,6 +186,7 @@ def test_every_mechanism_kind_passes(every_kind: AuditReport) -> None:
         assert result.alpha == pytest.approx(1e-3 / (len(NOISED) + 1))  # and the record
 
 
+@pytest.mark.slow
 def test_the_audit_comes_close_on_pure_mechanisms(every_kind: AuditReport) -> None:
     """Pure-DP mechanisms reach their epsilon on half-lines/singletons: the bound is near it.
 
@@ -200,6 +202,7 @@ def test_the_audit_comes_close_on_pure_mechanisms(every_kind: AuditReport) -> No
     assert by_name["latency"].epsilon_lower_bound < 0.5 * by_name["latency"].claimed_epsilon
 
 
+@pytest.mark.slow
 def test_memoized_fields_use_distinct_memo_values(every_kind: AuditReport) -> None:
     by_name = {r.name: r for r in every_kind.fields}
     for name in ("state_memo", "url_memo", "flag_memo"):
@@ -224,6 +227,7 @@ def test_a_memoized_field_with_one_memo_value_gives_one_answer() -> None:
 # --- the demo config at the default sample size, self-check included --------------------
 
 
+@pytest.mark.slow
 def test_demo_config_passes_at_default_samples_in_under_two_minutes(
     demo_default: tuple[int, dict[str, Any], str, float],
 ) -> None:
@@ -243,6 +247,7 @@ def test_demo_config_passes_at_default_samples_in_under_two_minutes(
     assert data["false_failure_probability"] == pytest.approx(1e-3)
 
 
+@pytest.mark.slow
 def test_the_record_audit_sees_the_composition(
     demo_default: tuple[int, dict[str, Any], str, float],
 ) -> None:
@@ -252,6 +257,7 @@ def test_the_record_audit_sees_the_composition(
     assert " and " in record["worst_test_set"]
 
 
+@pytest.mark.slow
 def test_self_check_catches_the_broken_mechanisms_at_default_samples(
     demo_default: tuple[int, dict[str, Any], str, float],
 ) -> None:
@@ -275,6 +281,7 @@ def test_self_check_catches_the_broken_mechanisms_at_default_samples(
     assert checks["laplace (half scale)"]["epsilon_lower_bound"] > 0.8
 
 
+@pytest.mark.slow
 def test_example_4_5_is_reproduced_numerically(
     demo_default: tuple[int, dict[str, Any], str, float],
 ) -> None:
