@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from numpy.typing import NDArray
 
@@ -67,9 +67,17 @@ def mechanism_domain(handler: Any) -> tuple[Any, ...]:
 _NOISED_PARTS = ("explain",)
 
 
+#: the handler type a registration builds; every part of it takes that handler
+H = TypeVar("H", bound=FieldHandler)
+
+
 @dataclass(frozen=True, kw_only=True)
-class FieldKind:
-    """One registration: a field kind with one mechanism, and everything the code needs of it."""
+class FieldKind(Generic[H]):
+    """One registration: a field kind with one mechanism, and everything the code needs of it.
+
+    Generic over the handler type ``build`` returns, so that mypy checks every
+    other part of the registration against that handler (``FieldKind[RealHandler]``).
+    """
 
     kind: str
     #: the config's ``mechanism`` value, None for a kind without noise (public)
@@ -77,21 +85,21 @@ class FieldKind:
     #: the pydantic config model (``privstream.config.fields``)
     model: type[BaseModel]
     #: (spec, resolved share or None) -> handler: calibrates the mechanism (the factory)
-    build: Callable[[Any, Guarantee | None], FieldHandler]
+    build: Callable[[Any, Guarantee | None], H]
     #: the fast path's column parser (``privstream.pipeline.columns``)
     column: ColumnParser
     #: the JSON text of each released value of a column (``privstream.pipeline.encode``)
-    texts: Callable[[Any, list[Any]], list[bytes]]
+    texts: Callable[[H, list[Any]], list[bytes]]
     #: memo tokens; None: the kind cannot be memoized
     memo: MemoSupport | None = None
     #: handler -> the ``explain`` entry of its mechanism; None only without noise
-    explain: Callable[[Any], dict[str, Any]] | None = None
+    explain: Callable[[H], dict[str, Any]] | None = None
     #: (handler, count) -> canary inputs for the error metrics (``privstream.pipeline.canary``);
     #: None: the kind's error is not measured
-    canary: Callable[[Any, int], NDArray[Any]] | None = None
+    canary: Callable[[H, int], NDArray[Any]] | None = None
     #: (handler, candidate values) -> those the field can never report; None: the kind
     #: takes no ``estimate --candidates`` (it estimates its whole domain)
-    candidates: Callable[[Any, tuple[str, ...]], list[str]] | None = None
+    candidates: Callable[[H, tuple[str, ...]], list[str]] | None = None
 
     def __post_init__(self) -> None:
         if self.mechanism is None:
@@ -117,7 +125,7 @@ class FieldKind:
         return FieldCodec(column=self.column, texts=self.texts, canary=self.canary)
 
 
-def calibrated(kind: FieldKind | str, share: Guarantee | None) -> tuple[float, float]:
+def calibrated(kind: FieldKind[Any] | str, share: Guarantee | None) -> tuple[float, float]:
     """(epsilon, delta) of a noised field's share; a noised field always has one."""
     if share is None:
         label = kind if isinstance(kind, str) else kind.label

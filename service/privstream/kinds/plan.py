@@ -22,6 +22,8 @@ and the new one kept would give the true value away with certainty.
 
 from __future__ import annotations
 
+from typing import Any
+
 from privstream.config import AppConfig, FieldConfig, config_sha256, resolve_budget
 from privstream.errors import ConfigError, MechanismError, RegistryError
 from privstream.kinds.auto import resolve_auto
@@ -72,7 +74,7 @@ def build_plan(config: AppConfig) -> RecordPlan:
     return RecordPlan(fields=tuple(fields), budget=budget, config_sha256=config_sha256(config))
 
 
-def _memo_plan(spec: FieldConfig, handler: FieldHandler, entry: FieldKind) -> MemoPlan | None:
+def _memo_plan(spec: FieldConfig, handler: FieldHandler, entry: FieldKind[Any]) -> MemoPlan | None:
     memo = getattr(spec, "memoize_by", None)
     by_key = getattr(spec, "memo_identity", None) == "message_key"
     mech = handler.mechanism

@@ -35,7 +35,7 @@ def _build(spec: RealField, share: Guarantee | None) -> RealHandler:
     return RealHandler(spec.name, mech, bounds)
 
 
-def _registration(mechanism: str) -> FieldKind:
+def _registration(mechanism: str) -> FieldKind[RealHandler]:
     return FieldKind(
         kind="real",
         mechanism=mechanism,

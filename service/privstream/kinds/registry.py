@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from privstream.config.fields import FIELD_KINDS, FIELD_MODELS, mechanisms_of
 from privstream.errors import RegistryError
@@ -16,8 +17,8 @@ UNRELEASED = frozenset({"drop"})
 AUTO = "auto"
 
 
-def _index(registrations: Iterable[FieldKind]) -> dict[tuple[str, str | None], FieldKind]:
-    registry: dict[tuple[str, str | None], FieldKind] = {}
+def _index(registrations: Iterable[FieldKind[Any]]) -> dict[tuple[str, str | None], FieldKind[Any]]:
+    registry: dict[tuple[str, str | None], FieldKind[Any]] = {}
     for entry in registrations:
         if entry.key in registry:
             raise RegistryError(f"field kind {entry.label} is registered twice")
@@ -25,7 +26,7 @@ def _index(registrations: Iterable[FieldKind]) -> dict[tuple[str, str | None], F
     return registry
 
 
-def check_registry(registry: dict[tuple[str, str | None], FieldKind]) -> None:
+def check_registry(registry: dict[tuple[str, str | None], FieldKind[Any]]) -> None:
     """Raise RegistryError unless registry and config models cover each other exactly."""
     expected: dict[tuple[str, str | None], type] = {}
     for kind, model in zip(FIELD_KINDS, FIELD_MODELS, strict=True):
@@ -64,7 +65,7 @@ REGISTRY = _index(entry for module in _MODULES for entry in module.REGISTRATIONS
 check_registry(REGISTRY)
 
 
-def registration_of(spec: object) -> FieldKind:
+def registration_of(spec: object) -> FieldKind[Any]:
     """The registration of one released config field (its kind and mechanism)."""
     kind = getattr(spec, "kind", None)
     key = (str(kind), getattr(spec, "mechanism", None))
@@ -74,7 +75,7 @@ def registration_of(spec: object) -> FieldKind:
     return entry
 
 
-def registration_for(planned: PlannedField) -> FieldKind:
+def registration_for(planned: PlannedField) -> FieldKind[Any]:
     """The registration a plan's field was built from."""
     entry = REGISTRY.get((planned.kind, planned.mechanism))
     if entry is None:

@@ -52,7 +52,7 @@ def _gaussian(spec: RealField, share: Guarantee | None) -> RealHandler:
     return RealHandler(spec.name, mech, _bounds(spec))
 
 
-def _real(mechanism: str, build: Any) -> FieldKind:
+def _real(mechanism: str, build: Any) -> FieldKind[RealHandler]:
     return FieldKind(
         kind="real",
         mechanism=mechanism,
