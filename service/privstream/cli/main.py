@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import sys
 import types
@@ -48,6 +49,20 @@ if TYPE_CHECKING:
     from privstream.pipeline import RecordPlan
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG = 0, 1, 2
+#: ``sanitize``'s default limit on the dead-lettered share of a run's records; the
+#: worker's PrivstreamDeadLetterRateHigh alert (deploy/prometheus/rules.yml) uses the same
+DEFAULT_MAX_DEAD_LETTER_SHARE = 0.01
+
+
+def _share(text: str) -> float:
+    """A share between 0 and 1 (argparse type)."""
+    try:
+        share = float(text)
+    except ValueError:
+        share = math.nan
+    if not 0.0 <= share <= 1.0:  # also NaN
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share between 0 and 1 (0.01 = 1%)")
+    return share
 
 
 def _parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -87,6 +102,20 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         default="privstream-dead-letters.jsonl",
         help="where unsanitizable lines go, with line number and reason; holds raw data "
         "(default: %(default)s, created only if needed)",
+    )
+    san.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --output (a second release of the same records adds "
+        "epsilon: only for an output never shared) and --dead-letter file",
+    )
+    san.add_argument(
+        "--max-dead-letter-share",
+        type=_share,
+        default=DEFAULT_MAX_DEAD_LETTER_SHARE,
+        metavar="SHARE",
+        help="exit 1 when more than this share of the records is dead-lettered, with a "
+        "summary by reason; the output is written all the same (default: %(default)s)",
     )
     san.add_argument(
         "--metadata",
@@ -214,21 +243,22 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
 
             print(explain(config, plan, args.format, None if args.wide else TABLE_WIDTH))
         elif args.command == "sanitize":
-            from privstream.cli.metadata import MetadataError, metadata_target, write_sidecar
-            from privstream.cli.sanitize import (
-                DeadLetterPathError,
-                FileModeError,
-                check_dead_letter_path,
-                check_file_mode,
-                run_sanitize,
-            )
+            from privstream.cli.metadata import MetadataError, metadata_target
+            from privstream.cli.release_files import FilePathError, FilePaths, check_paths
+            from privstream.cli.sanitize import FileModeError, check_file_mode, run_sanitize
             from privstream.pipeline.noise import KernelSeededAes
 
             try:  # a usage error: refused before any output is written
                 check_file_mode(config)
-                check_dead_letter_path(args.dead_letter, args.output)
-                metadata = metadata_target(args.metadata, args.input, args.output, args.dead_letter)
-            except (DeadLetterPathError, FileModeError, MetadataError) as exc:
+                paths = FilePaths(
+                    args.input,
+                    args.output,
+                    args.dead_letter,
+                    metadata_target(args.metadata, args.input, args.output, args.dead_letter),
+                    args.overwrite,
+                )
+                check_paths(paths)
+            except (FilePathError, FileModeError, MetadataError) as exc:
                 print(f"privstream: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
 
@@ -244,18 +274,20 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
             for warning in declared_warnings(config, plan):
                 print(f"privstream: WARNING: {warning}", file=sys.stderr)
             _startup_done(args.command, owns_process)
-            summary = run_sanitize(
-                plan, args.input, args.output, args.dead_letter, KernelSeededAes()
-            )
+            summary = run_sanitize(plan, paths, KernelSeededAes())
             print(summary.render(args.dead_letter), file=sys.stderr)
-            if metadata is None:
+            if paths.metadata is None:
                 print(
                     "privstream: note: output on stdout has no release metadata; "
                     "`privstream estimate` then needs one: write it with --metadata PATH",
                     file=sys.stderr,
                 )
-            else:
-                write_sidecar(metadata, plan, summary.records_out)
+            if summary.share > args.max_dead_letter_share:
+                report = summary.share_report(
+                    args.max_dead_letter_share, args.output, args.dead_letter
+                )
+                print(report, file=sys.stderr)
+                return EXIT_FAILURE
         elif args.command == "estimate":
             from privstream.cli import estimate
 

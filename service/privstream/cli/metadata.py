@@ -20,13 +20,13 @@ input made under another config.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 from privstream import __version__
+from privstream.cli.release_files import OUTPUT_MODE, AtomicFile
 from privstream.errors import PrivstreamError
 from privstream.pipeline import RecordPlan
 
@@ -84,9 +84,8 @@ def metadata_target(
     """Where ``sanitize`` writes the metadata (None: output on stdout, no ``--metadata``).
 
     Refuses a path that is the input, the output or the dead-letter file. An
-    earlier run's metadata at that path is removed now, before the output is
-    truncated: if this run fails, the new (partial) output must not sit
-    beside metadata that vouches for it.
+    earlier run's metadata at that path stays until this run's output is
+    renamed into place (``run_sanitize``): a failing run leaves both as they were.
     """
     path = metadata or (sidecar_path(output) if output else None)
     if path is None:
@@ -98,17 +97,18 @@ def metadata_target(
     ):
         if other is not None and os.path.realpath(path) == os.path.realpath(other):
             raise MetadataError(f"--metadata {path} is the {role} file: name another file")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
     return path
 
 
 def write_sidecar(path: str, plan: RecordPlan, records: int) -> None:
     """Write the metadata whole or not at all (a temporary file renamed over ``path``)."""
-    temporary = f"{path}.{os.getpid()}.tmp"
     text = json.dumps(release_metadata(plan, records), indent=2, allow_nan=False)
-    Path(temporary).write_text(text + "\n")
-    os.replace(temporary, path)
+    sidecar = AtomicFile(path, OUTPUT_MODE)
+    try:
+        sidecar.write(text.encode() + b"\n")
+        sidecar.commit()
+    finally:
+        sidecar.discard()  # a no-op once committed
 
 
 def read_sidecar(path: str) -> dict[str, Any]:

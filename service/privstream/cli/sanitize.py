@@ -2,8 +2,11 @@
 
 A bad line never stops the run: it goes to the dead-letter file with its
 line number and reason. The dead-letter file holds raw data: it is as
-sensitive as the input, so it is created new (never an existing path, never
-through a symlink, never the output) and readable by its owner only.
+sensitive as the input, so it is readable by its owner only, and never the
+input, the output or (without ``--overwrite``) an existing path
+(``release_files``). A run that dead-letters more than
+``--max-dead-letter-share`` of its records still writes its output and
+exits 1 (``Summary.share_report``; docs/sanitize-a-file.md says why).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from privstream.cli.metadata import write_sidecar
+from privstream.cli.release_files import OUTPUT_MODE, PRIVATE_MODE, AtomicFile, FilePaths
 from privstream.config import AppConfig
 from privstream.errors import MisuseError, PrivstreamError, Rejected
 from privstream.mechanisms import NoiseSource
@@ -43,9 +48,40 @@ class Summary:
     records_out: int = 0
     blank_lines: int = 0
     reasons: Counter[str] = field(default_factory=Counter)
+    #: reason -> (line, detail) of its first dead letter: a detail names the field, never a value
+    first: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    @property
+    def dead_lettered(self) -> int:
+        return sum(self.reasons.values())
+
+    @property
+    def share(self) -> float:
+        """The dead-lettered share of the records (blank lines are no records)."""
+        return self.dead_lettered / self.records_in if self.records_in else 0.0
+
+    def share_report(self, max_share: float, output: str | None, dead_letter: str) -> str:
+        """What exit 1 says when ``share`` exceeds ``max_share``: each reason's count and first
+        dead letter, where the records went, and what to do next."""
+        lines = [
+            f"{self.dead_lettered} of {self.records_in} records ({self.share:.1%}) were "
+            f"dead-lettered, more than --max-dead-letter-share {max_share:g} ({max_share:.1%}):"
+        ]
+        for reason, count in sorted(self.reasons.items(), key=lambda rc: (-rc[1], rc[0])):
+            line, detail = self.first[reason]
+            lines.append(f"  {reason} {count}, the first at line {line}: {detail}")
+        where = f"in {output}" if output else "on stdout"
+        lines += [
+            f"the {self.records_out} sanitized records are {where} all the same, a release like "
+            "any other: never also release another run over the same records",
+            f"the raw dead-lettered lines are in {dead_letter}: fix them and sanitize those "
+            "lines alone, or fix the config and run again with --overwrite if the output was "
+            "never shared; a larger --max-dead-letter-share accepts this share",
+        ]
+        return "\n".join(f"privstream: {line}" for line in lines)
 
     def render(self, dead_letter_path: str) -> str:
-        dead = sum(self.reasons.values())
+        dead = self.dead_lettered
         text = (
             f"privstream sanitize: {self.records_in} records in, {self.records_out} sanitized, "
             f"{dead} dead-lettered"
@@ -103,10 +139,6 @@ def _dead_letter_line(number: int, raw: bytes, reason: str, detail: str) -> byte
     return json.dumps(entry).encode() + b"\n"
 
 
-class DeadLetterPathError(PrivstreamError):
-    """``--dead-letter`` names a file that exists or the output itself."""
-
-
 class FileModeError(PrivstreamError):
     """The config asks for something a file cannot give (a per-subject ledger): exit 2."""
 
@@ -127,47 +159,6 @@ def check_file_mode(config: AppConfig) -> None:
         )
 
 
-#: a new file, never through a symlink, readable by its owner only: it holds raw records
-_NEW_PRIVATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def check_dead_letter_path(dead_letter: str, output: str | None) -> None:
-    """Refuse a dead-letter path that exists (a file, a link, the input) or is the output.
-
-    Dead letters are raw records: appending them to, or truncating, an
-    existing file could put raw lines into a sanitized file or a shared one.
-    An existing path covers a symlink or hard link to the output; comparing
-    resolved paths covers an output that does not exist yet.
-    """
-    if os.path.lexists(dead_letter):
-        raise DeadLetterPathError(
-            f"--dead-letter {dead_letter}: the path exists; dead letters hold raw records "
-            "and never overwrite or follow an existing file: move it away or name a new file"
-        )
-    if output is not None and os.path.realpath(dead_letter) == os.path.realpath(output):
-        raise DeadLetterPathError(
-            f"--dead-letter {dead_letter} is the --output file: raw records would land among "
-            "the sanitized ones; name another file"
-        )
-
-
-class _LazyFile:
-    """Creates the dead-letter file (0600, new, no symlink) when the first dead letter arrives."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._fh: BinaryIO | None = None
-
-    def write(self, data: bytes) -> None:
-        if self._fh is None:
-            self._fh = os.fdopen(os.open(self.path, _NEW_PRIVATE, 0o600), "wb")
-        self._fh.write(data)
-
-    def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-
-
 def sanitize_stream(
     plan: RecordPlan,
     lines: BinaryIO | Iterable[bytes],
@@ -175,16 +166,22 @@ def sanitize_stream(
     dead_letter_path: str,
     source: NoiseSource,
 ) -> Summary:
-    """Sanitize a binary stream (read in blocks) or an iterable of lines into ``out``."""
+    """Sanitize a binary stream (read in blocks) or an iterable of lines into ``out``.
+
+    The dead letters appear at ``dead_letter_path`` only if the whole input was
+    read (``AtomicFile``), and only if there are any: a run without dead letters
+    leaves whatever is at that path as it was.
+    """
     chunks = _block_chunks(lines) if isinstance(lines, io.BufferedIOBase) else _line_chunks(lines)
     summary = Summary()
-    dead_file = _LazyFile(dead_letter_path)
+    dead_file = AtomicFile(dead_letter_path, PRIVATE_MODE, lazy=True)
     try:
         for first, chunk in chunks:
             _sanitize_chunk(plan, first, chunk, out, dead_file, source, summary)
+        out.flush()
+        dead_file.commit()
     finally:
-        dead_file.close()
-    out.flush()
+        dead_file.discard()  # a no-op once committed
     return summary
 
 
@@ -193,7 +190,7 @@ def _sanitize_chunk(
     first: int,
     lines: list[bytes],
     out: BinaryIO,
-    dead_file: _LazyFile,
+    dead_file: AtomicFile,
     source: NoiseSource,
     summary: Summary,
 ) -> None:
@@ -222,6 +219,7 @@ def _sanitize_chunk(
             reason, detail = _verdict(plan, raw)
         dead_file.write(_dead_letter_line(first + dead.index, raw, reason, detail))
         summary.reasons[reason] += 1
+        summary.first.setdefault(reason, (first + dead.index, detail))
     summary.blank_lines += blank
     summary.records_in += len(lines) - blank
     summary.records_out += len(result.output_index)
@@ -249,15 +247,27 @@ def _verdict(plan: RecordPlan, raw: bytes) -> tuple[str, str]:
     raise MisuseError("a line dead-lettered with its line end parses without it")
 
 
-def run_sanitize(
-    plan: RecordPlan,
-    input_path: str | None,
-    output_path: str | None,
-    dead_letter_path: str,
-    source: NoiseSource,
-) -> Summary:
-    check_dead_letter_path(dead_letter_path, output_path)
+def run_sanitize(plan: RecordPlan, paths: FilePaths, source: NoiseSource) -> Summary:
+    """Sanitize ``paths.input`` into ``paths.output``, whole or not at all (``AtomicFile``).
+
+    Once the input is read: the dead letters appear, then an earlier sidecar
+    goes, the output is renamed into place and its sidecar written. A crash
+    between two steps leaves an output without a sidecar (``estimate``
+    refuses it), never a sidecar vouching for another output. A failing run
+    leaves the earlier files as they were.
+    """
     with contextlib.ExitStack() as stack:
-        src = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
-        dst = stack.enter_context(open(output_path, "wb")) if output_path else sys.stdout.buffer
-        return sanitize_stream(plan, src, dst, dead_letter_path, source)
+        src = stack.enter_context(open(paths.input, "rb")) if paths.input else sys.stdin.buffer
+        out = None if paths.output is None else AtomicFile(paths.output, OUTPUT_MODE)
+        if out is not None:
+            stack.callback(out.discard)  # a no-op once committed
+        dst = sys.stdout.buffer if out is None else out.stream
+        summary = sanitize_stream(plan, src, dst, paths.dead_letter, source)
+        if paths.metadata is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(paths.metadata)
+        if out is not None:
+            out.commit()
+    if paths.metadata is not None:
+        write_sidecar(paths.metadata, plan, summary.records_out)
+    return summary

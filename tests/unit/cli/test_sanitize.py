@@ -85,7 +85,9 @@ def files(tmp_path: Path) -> dict[str, Path]:
     }
 
 
-def run(files: dict[str, Path]) -> int:
+def run(files: dict[str, Path], *extra: str) -> int:
+    """``sanitize`` on ``files``; LINES dead-letter 5 of 8 records, so the share limit is
+    off (1) unless ``extra`` sets one: these tests are about what is written."""
     return main(
         [
             "sanitize",
@@ -97,6 +99,7 @@ def run(files: dict[str, Path]) -> int:
             str(files["output"]),
             "--dead-letter",
             str(files["dead"]),
+            *(extra or ("--max-dead-letter-share", "1")),
         ]
     )
 
@@ -263,7 +266,8 @@ def test_stdin_to_stdout(
 ) -> None:
     stdin = io.TextIOWrapper(io.BytesIO((rec() + "\n" + "{bad\n").encode()), encoding="utf-8")
     monkeypatch.setattr(sys, "stdin", stdin)
-    code = main(["sanitize", "--config", str(files["config"]), "--dead-letter", str(files["dead"])])
+    args = ["sanitize", "--config", str(files["config"]), "--dead-letter", str(files["dead"])]
+    code = main([*args, "--max-dead-letter-share", "0.5"])  # 1 of 2
     assert code == 0
     captured = capsys.readouterr()
     out_lines = captured.out.splitlines()
@@ -351,8 +355,10 @@ def test_dead_letter_file_is_private(files: dict[str, Path]) -> None:
     assert stat.S_IMODE(files["dead"].stat().st_mode) == 0o600
 
 
-def _refused(files: dict[str, Path], capsys: pytest.CaptureFixture[str], needle: str) -> None:
-    assert run(files) == 2
+def _refused(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str], needle: str, *extra: str
+) -> None:
+    assert run(files, *extra) == 2
     err = capsys.readouterr().err
     assert needle in err, err
     assert "CANARY" not in err
@@ -367,19 +373,34 @@ def test_existing_dead_letter_file_is_never_overwritten(
     assert not files["output"].exists()  # refused before any output
 
 
-@pytest.mark.parametrize("link", ["symlink", "hardlink", "dangling"])
+@pytest.mark.parametrize(
+    ("link", "refusal"),
+    [
+        ("symlink", "is the --output file"),
+        ("hardlink", "is the --output file"),
+        ("dangling", "the path exists"),
+    ],
+)
 def test_dead_letter_through_a_link_is_refused(
-    files: dict[str, Path], capsys: pytest.CaptureFixture[str], link: str
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str], link: str, refusal: str
 ) -> None:
-    files["output"].write_text("sanitized\n")
     target = files["output"] if link != "dangling" else files["output"].with_suffix(".none")
+    if link != "dangling":
+        files["output"].write_text("sanitized\n")
     if link == "hardlink":
         os.link(target, files["dead"])
     else:
         files["dead"].symlink_to(target)
-    _refused(files, capsys, "the path exists")
-    assert files["output"].read_text() == "sanitized\n"
-    assert not target.with_suffix(".none").exists()
+    _refused(files, capsys, refusal)
+    if link != "dangling":
+        _refused(files, capsys, refusal, "--overwrite")  # never the output, overwrite or not
+        assert files["output"].read_text() == "sanitized\n"
+        return
+    # --overwrite replaces the link itself: its target is never created
+    assert run(files, "--overwrite", "--max-dead-letter-share", "1") == 0
+    assert not target.exists()
+    assert not files["dead"].is_symlink()
+    assert stat.S_IMODE(files["dead"].stat().st_mode) == 0o600
 
 
 def test_dead_letter_equal_to_output_is_refused(
@@ -402,6 +423,7 @@ def test_sanitize_start_up_leaves_out_what_only_other_commands_need(
     )
     args = ["sanitize", "--config", str(files["config"]), "--input", str(files["input"])]
     args += ["--output", str(files["output"]), "--dead-letter", str(files["dead"])]
+    args += ["--max-dead-letter-share", "1"]
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, check=False)
     assert done.returncode == 0, done.stderr.decode()
     assert len(files["output"].read_bytes().splitlines()) == len(EXPECTED_TS)
