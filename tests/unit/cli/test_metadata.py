@@ -267,7 +267,7 @@ def test_estimate_on_a_topic_refuses_another_config_and_headerless_records(
     assert code == 0 and "read unchecked (--unchecked)" in err
 
 
-def test_sanitize_refuses_a_metadata_path_that_is_a_data_file_and_drops_stale_metadata(
+def test_sanitize_refuses_a_metadata_path_that_is_a_data_file_and_keeps_the_old_pair(
     made: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     raw, out, tmp = made["raw"], made["out"], made["tmp"]
@@ -279,11 +279,12 @@ def test_sanitize_refuses_a_metadata_path_that_is_a_data_file_and_drops_stale_me
     )  # fmt: skip
     assert code == 2 and "--metadata" in err and "is the --input file" in err
     assert raw.read_bytes() == before
-    # a failing run (the input does not exist) leaves no metadata vouching for its output
+    # a failing run (the input does not exist) leaves the earlier output and its metadata
     sidecar = Path(f"{out}.privstream.json")
-    assert sidecar.exists()
+    pair = out.read_bytes(), sidecar.read_bytes()
     code, _, err = _run(
         capsys, "sanitize", "--config", str(made["config"]), "--input", str(tmp / "missing"),
-        "--output", str(out), "--dead-letter", str(tmp / "d4.jsonl"),
+        "--output", str(out), "--dead-letter", str(tmp / "d4.jsonl"), "--overwrite",
     )  # fmt: skip
-    assert code == 1 and not sidecar.exists()
+    assert code == 1 and (out.read_bytes(), sidecar.read_bytes()) == pair
+    assert sorted(p.name for p in tmp.iterdir() if p.name.startswith(".")) == []  # no temp
