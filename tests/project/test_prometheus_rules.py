@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from privstream.cli.main import DEFAULT_MAX_DEAD_LETTER_SHARE
 from privstream.config import parse_config
 from privstream.kinds import build_plan
 from privstream.metrics import Metrics
@@ -138,6 +139,29 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
         mine = [case for case in cases if case["alertname"] == name]
         assert any(case["exp_alerts"] for case in mine), f"{name}: no test where it fires"
         assert any(not case["exp_alerts"] for case in mine), f"{name}: no test where it is quiet"
+
+
+def test_the_dead_letter_alert_bounds_the_share_sanitize_bounds() -> None:
+    """The worker's alert and file mode's exit 1 judge the same share (dead letters over
+    records in) against the same default limit; the share's values are unit-tested."""
+    name = "privstream:records_dead_lettered:share5m"
+    share = next(r for r in rules() if r.get("record") == name)
+    assert series_names(share["expr"]) == {
+        "privstream_records_dead_lettered_total",
+        "privstream_records_in_total",
+    }
+    numerator, denominator = share["expr"].split("/ on(job)")
+    assert "privstream_records_dead_lettered_total" in numerator
+    assert series_names(denominator) == {"privstream_records_in_total"}
+    limit = re.fullmatch(
+        re.escape(name) + r" > ([0-9.]+)",
+        alerts()["PrivstreamDeadLetterRateHigh"]["expr"].strip(),
+    )
+    assert limit is not None
+    assert float(limit[1]) == DEFAULT_MAX_DEAD_LETTER_SHARE
+    exprs = [case["expr"] for test in yaml.safe_load(RULES_TEST.read_text())["tests"]
+             for case in test.get("promql_expr_test", [])]  # fmt: skip
+    assert any(name in expr for expr in exprs)
 
 
 # --- the metrics the rules query ----------------------------------------------
