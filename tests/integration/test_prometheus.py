@@ -364,6 +364,7 @@ async def test_prometheus_sees_canary_error_near_expected_and_above_gamma(
             window_n = await prometheus.by_field("privstream:field_canary_error:count15m")
             totals = await prometheus.query("sum(privstream_records_out_total)")
             dead = await prometheus.query("sum(privstream_records_dead_lettered_total)")
+            share = await prometheus.query("privstream:records_dead_lettered:share5m")
             active = (await prometheus.api("alerts"))["alerts"]
     finally:
         if worker.alive:
@@ -383,6 +384,7 @@ async def test_prometheus_sees_canary_error_near_expected_and_above_gamma(
 
     assert list(totals.values()) == [N]
     assert list(dead.values()) == [0.0]  # no dead letter (no reason label by default)
+    assert share == {(("job", "privstream"),): 0.0}  # the share sanitize bounds: none
 
     assert set(observed) == set(expected) == set(gamma) == set(NOISED)
     for name in NOISED:
