@@ -126,6 +126,7 @@ def sanitize(work: Path, config: dict[str, object], data: Path, tag: str) -> lis
         *(sys.executable, "-m", "privstream.cli.main", "sanitize", "--config", str(path)),
         *("--input", str(data), "--output", str(work / f"{tag}.out.jsonl")),
         *("--dead-letter", str(work / f"{tag}.dead.jsonl")),
+        "--overwrite",  # every round writes the same output again
     ]
 
 
