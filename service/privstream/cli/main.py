@@ -244,7 +244,12 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
             print(explain(config, plan, args.format, None if args.wide else TABLE_WIDTH))
         elif args.command == "sanitize":
             from privstream.cli.metadata import MetadataError, metadata_target
-            from privstream.cli.release_files import FilePathError, FilePaths, check_paths
+            from privstream.cli.release_files import (
+                FilePathError,
+                FilePaths,
+                check_paths,
+                exit_cleanly_on_sigterm,
+            )
             from privstream.cli.sanitize import FileModeError, check_file_mode, run_sanitize
             from privstream.pipeline.noise import KernelSeededAes
 
@@ -274,6 +279,8 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
             for warning in declared_warnings(config, plan):
                 print(f"privstream: WARNING: {warning}", file=sys.stderr)
             _startup_done(args.command, owns_process)
+            if owns_process:
+                exit_cleanly_on_sigterm()
             summary = run_sanitize(plan, paths, KernelSeededAes())
             print(summary.render(args.dead_letter), file=sys.stderr)
             if paths.metadata is None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import stat
 import sys
 from dataclasses import dataclass
@@ -105,6 +106,10 @@ def _check_distinct(paths: FilePaths) -> None:
 
 
 def _check_new(paths: FilePaths) -> None:
+    for option, path in (("--output", paths.output), ("--dead-letter", paths.dead_letter)):
+        with contextlib.suppress(OSError):
+            if path is not None and stat.S_ISDIR(os.lstat(path).st_mode):
+                raise FilePathError(f"{option} {path} is a directory: name a file")
     if paths.overwrite:
         return
     if paths.output is not None and os.path.lexists(paths.output):
@@ -171,13 +176,17 @@ class AtomicFile:
         """Make the written bytes the target's (a lazy file never written: no-op)."""
         if self._done:
             return
-        self._done = True
         if self._fh is None or self.temporary is None:
+            self._done = True
             return
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self._fh.close()
-        os.replace(self.temporary, self.target)
+        try:
+            os.replace(self.temporary, self.target)
+        except OSError as exc:  # name the target, not the temporary (discard removes it)
+            raise OSError(exc.errno, exc.strerror, self.target) from exc
+        self._done = True
         sync_directory(self.target)
 
     def discard(self) -> None:
@@ -189,6 +198,21 @@ class AtomicFile:
             self._fh.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.temporary)
+
+
+def exit_cleanly_on_sigterm() -> None:
+    """SIGTERM raises SystemExit(143) instead of ending the process where it stands.
+
+    The exception unwinds through ``discard``, so a run stopped by a service
+    manager or ``kill`` removes its temporary files like a failing one (the
+    default action would leave them; the targets are safe either way). Only
+    for a process ``main`` owns: a handler is process-wide.
+    """
+    signal.signal(signal.SIGTERM, _terminated)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def sync_directory(path: str) -> None:

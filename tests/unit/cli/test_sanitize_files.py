@@ -12,7 +12,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -211,6 +214,30 @@ def test_an_existing_dead_letter_file_is_replaced_only_with_overwrite(
     assert oct(files["dead"].stat().st_mode & 0o777) == oct(0o600)
 
 
+def test_a_directory_is_no_output(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    files["output"].mkdir()
+    assert run(files, "--overwrite") == 2
+    assert f"--output {files['output']} is a directory: name a file" in capsys.readouterr().err
+    assert list(files["output"].iterdir()) == [] and leftovers(files["input"].parent) == []
+
+
+def test_a_rename_that_fails_leaves_no_temporary_file(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rename at the end fails (exit 1, naming the output): the written temporary file
+    goes with it, and nothing is in the output's place."""
+
+    def refuse(source: str, target: str) -> None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), source)
+
+    monkeypatch.setattr(os, "replace", refuse)
+    assert run(files) == 1
+    assert f"privstream: {files['output']}: Permission denied" in capsys.readouterr().err
+    assert not files["output"].exists() and leftovers(files["input"].parent) == []
+
+
 # --- a crash mid-write leaves no half-written release -----------------------------------
 
 CRASH = b'{"ts": "CRASH"}'
@@ -275,6 +302,32 @@ def test_a_full_disk_mid_run_exits_1_and_cleans_up(
     assert sizes[0] > 0
     assert "No space left on device" in capsys.readouterr().err
     assert leftovers(files["input"].parent) == []
+    assert not files["output"].exists() and not files["dead"].exists()
+
+
+def test_sigterm_mid_run_removes_the_temporary_output(files: dict[str, Path]) -> None:
+    """A real process stopped by SIGTERM (a service manager, ``kill``) while it writes: exit
+    143, no traceback, no temporary file, no output. The input comes from a pipe that stays
+    open, so the run is mid-way for as long as the test needs."""
+    command = [sys.executable, "-m", "privstream.cli.main", "sanitize", "--config",
+               str(files["config"]), "--output", str(files["output"]), "--dead-letter",
+               str(files["dead"])]  # fmt: skip
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        assert process.stdin is not None and process.stderr is not None
+        process.stdin.write(files["input"].read_bytes() + b"{broken\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + 60
+        # polling, not a guess: the temporary output exists once the handler is installed
+        while not leftovers(files["output"].parent):
+            assert process.poll() is None, process.stderr.read().decode()
+            assert time.monotonic() < deadline, "no temporary output after 60 s"
+            time.sleep(0.01)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 128 + signal.SIGTERM
+        err = process.stderr.read().decode()
+        process.stdin.close()
+    assert "Traceback" not in err, err
+    assert leftovers(files["output"].parent) == []
     assert not files["output"].exists() and not files["dead"].exists()
 
 
