@@ -11,12 +11,13 @@ Refused before anything is read (exit 2):
 * an existing ``--output`` or ``--dead-letter`` path (a file, a link, even a
   dangling one) unless ``--overwrite``: an earlier output is an earlier
   release, and releasing the same records again with fresh noise adds its
-  epsilon to theirs.
+  epsilon to theirs. A directory, ``--overwrite`` or not.
 
 Every file is written to a new temporary file beside its target (same
 directory, so same file system: the rename is atomic), fsync'd and renamed
 over the target only when the run has read its whole input. A failing run
-removes its temporary files; one killed outright (SIGKILL, power loss)
+removes its temporary files, and so does one stopped by SIGTERM
+(``exit_cleanly_on_sigterm``); one killed outright (SIGKILL, power loss)
 leaves a ``.NAME.privstream-*.tmp`` file and the target as it was, never a
 half-written target. The rename replaces a symlink at the target, never
 the file it points to.
@@ -30,7 +31,7 @@ import signal
 import stat
 import sys
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 from privstream.errors import PrivstreamError
 
@@ -68,11 +69,11 @@ def _identity(path: str | None, stream: int) -> tuple[int, int] | None:
     return (info.st_dev, info.st_ino) if stat.S_ISREG(info.st_mode) else None
 
 
-def _fd(stream: object) -> int:
-    """The descriptor of a standard stream, -1 when it has none (a test's StringIO)."""
+def _fd(stream: TextIO | None) -> int:
+    """The descriptor of a standard stream, -1 when it has none (closed, a StringIO)."""
     try:
-        return stream.fileno()  # type: ignore[attr-defined, no-any-return]
-    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return stream.fileno() if stream is not None else -1
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
         return -1
 
 
