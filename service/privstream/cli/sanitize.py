@@ -253,8 +253,8 @@ def run_sanitize(plan: RecordPlan, paths: FilePaths, source: NoiseSource) -> Sum
     Once the input is read: the dead letters appear, then an earlier sidecar
     goes, the output is renamed into place and its sidecar written. A crash
     between two steps leaves an output without a sidecar (``estimate``
-    refuses it), never a sidecar vouching for another output. A failing run
-    leaves the earlier files as they were.
+    refuses it), never a sidecar vouching for another output. A run that
+    fails before the renames leaves the earlier files as they were.
     """
     with contextlib.ExitStack() as stack:
         src = stack.enter_context(open(paths.input, "rb")) if paths.input else sys.stdin.buffer

@@ -364,7 +364,7 @@ def _refused(
     assert "CANARY" not in err
 
 
-def test_existing_dead_letter_file_is_never_overwritten(
+def test_existing_dead_letter_file_is_kept_without_overwrite(
     files: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     files["dead"].write_text("earlier raw records\n")
