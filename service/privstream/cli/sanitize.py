@@ -70,15 +70,24 @@ class Summary:
         for reason, count in sorted(self.reasons.items(), key=lambda rc: (-rc[1], rc[0])):
             line, detail = self.first[reason]
             lines.append(f"  {reason} {count}, the first at line {line}: {detail}")
+        lines += self._next_steps(output, dead_letter)
+        return "\n".join(f"privstream: {line}" for line in lines)
+
+    def _next_steps(self, output: str | None, dead_letter: str) -> list[str]:
+        if not self.records_out:  # nothing released: a second run is no second release
+            overwrite = f" (with --overwrite: {output} holds no record)" if output else ""
+            return [
+                f"no record was released: fix the cause (the raw dead-lettered lines are in "
+                f"{dead_letter}) and run again{overwrite}"
+            ]
         where = f"in {output}" if output else "on stdout"
-        lines += [
-            f"the {self.records_out} sanitized records are {where} all the same, a release like "
-            "any other: never also release another run over the same records",
+        return [
+            f"the sanitized records ({self.records_out}) are {where} all the same, a release "
+            "like any other: never also release another run over the same records",
             f"the raw dead-lettered lines are in {dead_letter}: fix them and sanitize those "
             "lines alone, or fix the config and run again with --overwrite if the output was "
             "never shared; a larger --max-dead-letter-share accepts this share",
         ]
-        return "\n".join(f"privstream: {line}" for line in lines)
 
     def render(self, dead_letter_path: str) -> str:
         dead = self.dead_lettered

@@ -356,8 +356,8 @@ def test_a_run_that_dead_letters_most_records_exits_1_with_a_summary_by_reason(
         "privstream:   missing_field 10, the first at line 4: field 'salary': missing",
         "privstream:   wrong_type 9, the first at line 14: field 'salary': expected a number, "
         "got null",
-        f"privstream: the 1 sanitized records are in {files['output']} all the same, a release "
-        "like any other: never also release another run over the same records",
+        f"privstream: the sanitized records (1) are in {files['output']} all the same, a "
+        "release like any other: never also release another run over the same records",
     ]
     assert f"the raw dead-lettered lines are in {files['dead']}" in report[4]
     # the output is written all the same, with its metadata
@@ -365,6 +365,26 @@ def test_a_run_that_dead_letters_most_records_exits_1_with_a_summary_by_reason(
     assert json.loads(sidecar(files["output"]).read_text())["records"] == 1
     assert len(files["dead"].read_text().splitlines()) == 19
     assert leftovers(files["input"].parent) == []
+
+
+def test_a_dotted_name_dead_letters_every_record_and_exits_1(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The config names ``user.age``, a top-level name no record has: nothing released."""
+    files["config"].write_text(CONFIG.replace("name: salary", "name: user.salary"))
+    files["input"].write_text("".join(json.dumps({"ts": i, "user": {"salary": 5}}) + "\n"
+                                      for i in range(20)))  # fmt: skip
+    assert run(files) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[-3:] == [
+        "privstream: 20 of 20 records (100.0%) were dead-lettered, more than "
+        "--max-dead-letter-share 0.01 (1.0%):",
+        "privstream:   missing_field 20, the first at line 1: field 'user.salary': missing",
+        f"privstream: no record was released: fix the cause (the raw dead-lettered lines are "
+        f"in {files['dead']}) and run again (with --overwrite: {files['output']} holds no "
+        "record)",
+    ]
+    assert files["output"].read_bytes() == b""
 
 
 @pytest.mark.parametrize(
