@@ -257,7 +257,17 @@ def check_readme_explain(body: str, tmp_path: Path, capsys: pytest.CaptureFixtur
         assert line in out.splitlines(), (line, out)
 
 
+def check_layers(body: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The layer diagram is the order .importlinter's layers contract enforces."""
+    contract = (ROOT / ".importlinter").read_text().split("layers =", 1)[1]
+    lines = contract.split("ignore_imports")[0].strip().splitlines()
+    enforced = [line.strip().replace("privstream.", "") for line in lines]
+    shown = [part.strip() for part in body.strip().split("->")]
+    assert shown == enforced, (shown, enforced)
+
+
 TEXT_CHECKERS: dict[str, Callable[[str, Path, pytest.CaptureFixture[str]], None]] = {
+    "cli  ->  worker": check_layers,
     "privstream: config error:": check_config_errors,
     "service/             the source root": check_module_tree,
     "raw topic ->": check_pipeline_diagram,
