@@ -6,15 +6,18 @@ an operator can fix the file without reading a traceback.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
+import re
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from privstream.config.budget import (
     Guarantee,
@@ -23,7 +26,7 @@ from privstream.config.budget import (
     noised_fields,
     resolve_budget,
 )
-from privstream.config.fields import FIELD_KINDS, RealField
+from privstream.config.fields import FIELD_KINDS, FIELD_MODELS, RealField
 from privstream.config.models import AppConfig
 from privstream.errors import ConfigError, MechanismError
 from privstream.mechanisms.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
@@ -164,18 +167,70 @@ def config_sha256(config: AppConfig) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+#: keys people write for a field's ``kind`` (other tools' spelling)
+_KIND_SYNONYMS = ("type", "kind_", "Kind", "field_kind", "fieldtype")
+
+
 def _format_error(err: Any, data: dict[str, Any]) -> str:
     loc: tuple[Any, ...] = tuple(err["loc"])
     path = _format_path(loc, data)
     kind = err["type"]
     if kind == "extra_forbidden":
-        return f"{path}: unknown key; remove it or check its spelling (docs/configuration.md)"
+        hint = did_you_mean(str(loc[-1]), allowed_keys(loc[:-1], data))
+        fix = hint or "; remove it or check its spelling"
+        return f"{path}: unknown key{fix} (docs/configuration.md)"
     if kind == "missing":
         return f"{path}: required key is missing"
+    if kind == "union_tag_not_found":  # a field entry without ``kind``
+        entry = _field_entry(data, loc[-1]) if isinstance(loc[-1], int) else {}
+        wrong = next((key for key in _KIND_SYNONYMS if key in entry), None)
+        kinds = ", ".join(FIELD_KINDS)
+        if wrong is not None:
+            return f"{path}: {wrong!r} is not a field option; did you mean 'kind'? (one of {kinds})"
+        return f"{path}.kind: required key is missing; use one of {kinds}"
     if kind == "union_tag_invalid":
-        return f"{path}.kind: unknown field kind; use one of {', '.join(FIELD_KINDS)}"
+        tag = str(err.get("ctx", {}).get("tag", ""))
+        hint = did_you_mean(tag, FIELD_KINDS) or ";"
+        return f"{path}.kind: unknown field kind {tag!r}{hint} (one of {', '.join(FIELD_KINDS)})"
     message = str(err["msg"]).removeprefix("Value error, ")
+    if kind == "literal_error" and isinstance(err.get("input"), str):
+        message += did_you_mean(err["input"], re.findall(r"'([^']*)'", str(err["msg"])))
     return f"{path}: {message}"
+
+
+def did_you_mean(written: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'bounds'?"`` for the closest choice, or ``""`` when none is close."""
+    close = difflib.get_close_matches(written, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def allowed_keys(loc: tuple[Any, ...], data: dict[str, Any]) -> list[str]:
+    """The keys the model at ``loc`` (a location's parent, as pydantic gives it) accepts."""
+    model: type[BaseModel] | None = AppConfig
+    position = 0
+    while position < len(loc):
+        step = loc[position]
+        if isinstance(step, int):  # an index into ``fields``: the entry's kind picks its model
+            kind = _field_kind(data, step)
+            model = _FIELD_MODEL_OF.get(str(kind))
+            if position + 1 < len(loc) and loc[position + 1] == kind:
+                position += 1  # pydantic's discriminator step
+        elif model is not None:
+            info = model.model_fields.get(str(step))
+            model = None if info is None else _model_in(info.annotation)
+        position += 1
+    return [] if model is None else list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The one pydantic model an annotation holds (through Optional, Annotated, tuple)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    found = [m for arg in get_args(annotation) if (m := _model_in(arg)) is not None]
+    return found[0] if len(found) == 1 else None
+
+
+_FIELD_MODEL_OF: dict[str, type[BaseModel]] = dict(zip(FIELD_KINDS, FIELD_MODELS, strict=True))
 
 
 def _format_path(loc: tuple[Any, ...], data: dict[str, Any]) -> str:

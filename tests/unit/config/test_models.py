@@ -472,3 +472,69 @@ def test_epsilons_summing_beyond_the_double_range_are_refused() -> None:
     fields = [{**SALARY, "epsilon": 1.7e308}, {**SALARY, "name": "bonus", "epsilon": 1.7e308}]
     (problem,) = problems_of(config_dict(fields, epsilon=1.7e308))
     assert problem.startswith("fields: the fields' epsilons sum beyond the largest double")
+
+
+# --- errors a person can act on (issue 36, item 5) -----------------------------------------
+
+
+def _problems(data: dict[str, Any]) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    return info.value.problems
+
+
+def test_type_instead_of_kind_names_the_key_and_the_fix() -> None:
+    (problem,) = _problems(config_dict([{"name": "x", "type": "real", "bounds": [0, 1]}]))
+    assert problem.startswith("fields[0] (x): 'type' is not a field option; did you mean 'kind'?")
+    assert "Unable to extract tag" not in problem
+
+
+def test_a_missing_kind_lists_the_kinds() -> None:
+    (problem,) = _problems(config_dict([{"name": "x", "bounds": [0, 1]}]))
+    assert problem.startswith("fields[0] (x).kind: required key is missing; use one of drop,")
+
+
+@pytest.mark.parametrize(
+    ("section", "typo", "meant"),
+    [("privacy", "epslion", "epsilon"), ("kafka", "input_topik", "input_topic")],
+)
+def test_a_misspelled_section_key_gets_a_suggestion(section: str, typo: str, meant: str) -> None:
+    data = config_dict([{"name": "x", "kind": "real", "bounds": [0, 1], "epsilon": 1}])
+    data[section][typo] = 1
+    (problem,) = _problems(data)
+    assert (
+        problem == f"{section}.{typo}: unknown key; did you mean {meant!r}? (docs/configuration.md)"
+    )
+
+
+def test_a_misspelled_field_key_kind_and_mechanism_get_suggestions() -> None:
+    problems = _problems(config_dict([{"name": "x", "kind": "real", "bonds": [0, 1]}]))
+    assert "fields[0] (x).bonds: unknown key; did you mean 'bounds'? (docs/configuration.md)" in (
+        problems
+    )
+    (kind,) = _problems(config_dict([{"name": "x", "kind": "reel", "bounds": [0, 1]}]))
+    assert kind.startswith("fields[0] (x).kind: unknown field kind 'reel'; did you mean 'real'?")
+    spec = {"name": "x", "kind": "real", "bounds": [0, 1], "epsilon": 1, "mechanism": "laplase"}
+    (mechanism,) = _problems(config_dict([spec]))
+    assert mechanism.endswith("did you mean 'laplace'?")
+
+
+def test_a_key_far_from_every_option_gets_no_guess() -> None:
+    data = config_dict([{"name": "x", "kind": "real", "bounds": [0, 1], "epsilon": 1, "zzzzqq": 1}])
+    (problem,) = _problems(data)
+    assert problem.endswith(
+        "zzzzqq: unknown key; remove it or check its spelling (docs/configuration.md)"
+    )
+
+
+def test_explicit_epsilons_over_the_budget_give_the_sum_and_the_budget() -> None:
+    fields = [
+        {"name": "x", "kind": "real", "bounds": [0, 1], "epsilon": 1.5},
+        {"name": "y", "kind": "real", "bounds": [0, 1], "epsilon": 1.0},
+        {"name": "z", "kind": "real", "bounds": [0, 1], "epsilon": "auto"},
+    ]
+    (problem,) = _problems(config_dict(fields, epsilon=2.0))
+    assert problem.startswith(
+        "privacy.epsilon: the explicit field epsilons sum to 2.5, more than the per-record "
+        "budget 2, so nothing is left"
+    )
