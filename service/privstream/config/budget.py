@@ -66,11 +66,11 @@ def budget_problems(config: AppConfig) -> list[str]:
     fields = noised_fields(config)
     if _auto_share(config, fields) is None:
         explicit = math.fsum(float(f.epsilon) for f in fields if f.epsilon != "auto")
-        budget = config.privacy.epsilon
-        used = "all of" if explicit <= budget else "more than"
+        limit = config.privacy.epsilon
+        used = "all of" if explicit <= limit else "more than"
         return [
             f"privacy.epsilon: the explicit field epsilons sum to {explicit:g}, {used} the "
-            f"per-record budget {budget:g}, so nothing is left for the fields with epsilon: "
+            f"per-record budget {limit:g}, so nothing is left for the fields with epsilon: "
             "auto; lower the explicit epsilons or raise privacy.epsilon"
         ]
     budget = resolve_budget(config)
