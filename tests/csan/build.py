@@ -1,0 +1,75 @@
+"""Build the C extensions with AddressSanitizer and UBSan into a separate directory.
+
+``make csan`` runs this, then the extensions' tests against these builds (see
+``tests/csan/sitecustomize.py``). The extensions and their flags are read from
+pyproject.toml's ``[[tool.setuptools.ext-modules]]``, so a new extension is built here
+without a change. Each module lands at ``OUT/<dotted name as a path><EXT_SUFFIX>``; the
+in-place builds of ``make install`` are left alone.
+
+Usage: python tests/csan/build.py OUT [CC]
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+#: -O1 keeps the stack traces readable; no recovery: the first report fails the run
+SANITIZE = [
+    "-O1",
+    "-g",
+    "-fno-omit-frame-pointer",
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+]
+
+
+def extensions() -> list[dict[str, list[str] | str]]:
+    """pyproject.toml's extension modules (name, sources, include-dirs, compile args)."""
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        project = tomllib.load(handle)
+    modules: list[dict[str, list[str] | str]] = project["tool"]["setuptools"]["ext-modules"]
+    return modules
+
+
+def build(out: Path, compiler: str) -> list[Path]:
+    """Compile every extension into ``out``; the paths of the shared objects."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    python_include = sysconfig.get_path("include")
+    built = []
+    for module in extensions():
+        name = str(module["name"])
+        target = out / (name.replace(".", "/") + suffix)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        includes = [f"-I{ROOT / d}" for d in module.get("include-dirs", [])]
+        sources = [str(ROOT / s) for s in module["sources"]]
+        command = [
+            compiler,
+            "-shared",
+            "-fPIC",
+            *SANITIZE,
+            *module.get("extra-compile-args", []),
+            f"-I{python_include}",
+            *includes,
+            *sources,
+            "-o",
+            str(target),
+        ]
+        subprocess.run(command, check=True)
+        built.append(target)
+    return built
+
+
+def main() -> None:
+    out = Path(sys.argv[1]).resolve()
+    compiler = sys.argv[2] if len(sys.argv) > 2 else "gcc"
+    for target in build(out, compiler):
+        print(f"built {target.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
