@@ -51,7 +51,7 @@ format: $(STAMP) ## apply ruff's formatter and safe fixes
 docs: $(STAMP) ## build the documentation site into site/ (mkdocs --strict)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-test: lint docs system-deps ## every test, integration with a real Kafka broker included
+test: lint docs system-deps csan ## every test: the C extensions under ASan (make csan), then all of pytest
 	$(BIN)/pytest
 
 unit: $(STAMP) ## the fast tests only (no broker)
