@@ -51,7 +51,7 @@ format: $(STAMP) ## apply ruff's formatter and safe fixes
 docs: $(STAMP) ## build the documentation site into site/ (mkdocs --strict)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-test: lint docs system-deps csan ## every test: the C extensions under ASan (make csan), then all of pytest
+test: lint docs system-deps csan ## every test: lint, docs, C extensions under ASan, unit, integration
 	$(BIN)/pytest
 
 unit: $(STAMP) ## the fast tests only (no broker)
@@ -111,4 +111,4 @@ kafka-stop: ## stop the local Kafka broker
 
 clean: ## remove the venv, caches and local broker data
 	-deploy/local-kafka/kafka.sh stop
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache deploy/local-kafka/run site
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache deploy/local-kafka/run site $(CSAN_DIR)

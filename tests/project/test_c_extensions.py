@@ -11,9 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = "service/privstream/_buffer_checks.h"
-MODULES = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
-    "ext-modules"
-]
+MODULES = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["ext-modules"]
 
 
 def test_there_are_the_four_extensions() -> None:
