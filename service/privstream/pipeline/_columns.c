@@ -98,7 +98,9 @@ put(PyObject *value, int kind, PyObject *table, char *at)
  * Invariant: the record and its value stay alive while they are read. The lookups run
  * the key's and the value's __hash__ and __eq__ (for a POSITION, the table lookup hashes
  * the value), which for a Python caller's objects may empty the record or the list of
- * records and free either: both are held here until the value is written. */
+ * records and free either: the record is held until the value is written, and a
+ * POSITION's value across the table lookup (the other kinds run no code on a value:
+ * put() tests exact types and converts exact ints). */
 static int
 take(PyObject *record, PyObject *key, int kind, PyObject *table, char *at)
 {
@@ -108,9 +110,9 @@ take(PyObject *record, PyObject *key, int kind, PyObject *table, char *at)
     if (value == NULL) {
         written = PyErr_Occurred() ? -1 : 0;  /* a missing field: the Python path decides */
     } else {
-        Py_INCREF(value);
+        Py_XINCREF(kind == POSITION ? value : NULL);
         written = put(value, kind, table, at);
-        Py_DECREF(value);
+        Py_XDECREF(kind == POSITION ? value : NULL);
         if (written < 0 && (PyErr_ExceptionMatches(PyExc_TypeError)
                             || PyErr_ExceptionMatches(PyExc_OverflowError))) {
             PyErr_Clear();  /* unhashable (table.get raises it too) or beyond a double */
