@@ -261,3 +261,84 @@ def test_slots() -> None:
             assert size == len(held)
             assert slots.tolist() == [held.get(k, -1) for k in keys]
             assert firsts[: len(new)].tolist() == new
+
+
+#: values each kind takes (a POSITION's table maps every hashable value)
+OF_KIND: dict[int, list[Any]] = {
+    _columns.FLOAT: [1.5, -0.0, 7],
+    _columns.INT64: [0, -1, I64_MAX],
+    _columns.BOOL: [True, False],
+    _columns.POSITION: ["a", 0, None],
+}
+
+
+class Meddler:
+    """A value or key whose hashing and comparison change what fill is reading: the
+    list of records, a record, or the table, as its seeded generator says (while armed)."""
+
+    armed = False
+
+    def __init__(self, rng: random.Random, records: list[Any], table: dict[Any, Any]) -> None:
+        self.rng, self.records, self.table = rng, records, table
+
+    def meddle(self) -> None:
+        if not Meddler.armed:
+            return
+        action = self.rng.randrange(6)
+        if action == 0 and self.records:
+            self.records.pop()
+        elif action == 1:
+            self.records.append({"v": 1})
+        elif action == 2 and self.records:
+            self.records[self.rng.randrange(len(self.records))] = {"v": 2.5}
+        elif action == 3 and self.records:
+            self.records[0].clear()
+        elif action == 4:
+            self.table.clear()
+        else:
+            self.records.clear()
+
+    def __hash__(self) -> int:
+        self.meddle()
+        return self.rng.choice([0, 1, hash("v"), hash("v")])  # mostly the key's: compared
+
+    def __eq__(self, other: object) -> bool:
+        self.meddle()
+        return self.rng.random() < 0.8
+
+
+@pytest.mark.parametrize("kind", [_columns.FLOAT, _columns.INT64, _columns.BOOL, 3])
+def test_fill_with_meddling_values_and_keys(kind: int) -> None:
+    """Values and keys that change the records, a record or the table while fill reads
+    them: an answer (True or False) or RuntimeError (the list changed size), nothing
+    else; under make csan, no read or write outside an object either (the code before
+    the fix failed here under UBSan: a read through a freed record). The rounds are
+    seeded; only the interpreter's str hashing varies between runs, and each outcome
+    is seen at least 5 times per kind in 300 rounds (PYTHONHASHSEED 0-5)."""
+    rng = random.Random(f"meddle-{kind}")
+    dtype = np.float64 if kind == _columns.FLOAT else np.int64
+    outcomes = set()
+    for _ in range(ROUNDS):
+        records: list[Any] = []
+        table: dict[Any, Any] = {}
+        size = rng.randint(1, 6)
+        for _ in range(size):  # values mostly of the kind, so that the read goes on
+            pool = VALUES if rng.random() < 0.3 else OF_KIND[kind]
+            value = Meddler(rng, records, table) if rng.random() < 0.3 else rng.choice(pool)
+            records.append({"v": value})
+        table.update({v: 1 for r in records for v in r.values() if type(v) is Meddler})
+        table["v"] = 3
+        key: Any = Meddler(rng, records, table) if rng.random() < 0.3 else "v"
+        out = np.zeros(size, dtype=dtype)
+        Meddler.armed = True
+        try:
+            answer = _columns.fill(records, key, kind, out, table)
+        except RuntimeError as error:
+            assert "records changed size" in str(error)
+            outcomes.add("changed")
+        else:
+            assert answer in (True, False)
+            outcomes.add(answer)
+        finally:
+            Meddler.armed = False
+    assert outcomes == {True, False, "changed"}
