@@ -64,11 +64,26 @@ def build(out: Path, compiler: str) -> list[Path]:
     return built
 
 
+def runtime(compiler: str) -> Path:
+    """The compiler's ASan runtime (make csan preloads it); exits naming the package if
+    the compiler has none (a bare name back from -print-file-name)."""
+    found = subprocess.run(
+        [compiler, "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if not Path(found).is_absolute() or not Path(found).exists():
+        sys.exit(
+            f"{compiler} has no AddressSanitizer runtime (libasan.so); install it (Debian: "
+            "libasan8, which gcc brings; Fedora: libasan) or set CSAN_CC to a compiler with one"
+        )
+    return Path(found)
+
+
 def main() -> None:
     out = Path(sys.argv[1]).resolve()
     compiler = sys.argv[2] if len(sys.argv) > 2 else "gcc"
+    print(f"ASan runtime: {runtime(compiler)}")
     for target in build(out, compiler):
-        print(f"built {target.relative_to(ROOT)}")
+        print(f"built {target}")
 
 
 if __name__ == "__main__":
