@@ -19,9 +19,9 @@
  * minimum and a copy, each over the whole column).
  *
  * Buffers: words uint64, padded uint64, guide uint16, out int64 (writable),
- * each native and C-contiguous (any shape: read as flat), guide of 65,536
- * items, padded of size + steps, out of as many items as words; all checked
- * before anything is written (ValueError; numpy's own ValueError for a
+ * each native, aligned and C-contiguous (any shape: read as flat), guide of
+ * 65,536 items, padded of size + steps, out of as many items as words; all
+ * checked before anything is written (ValueError; numpy's own ValueError for a
  * strided or read-only array it will not export so). No read leaves a
  * buffer, whatever the tables hold: each guide entry is checked to be at
  * most size before it is used, so the s-th read (s < steps) is of
