@@ -70,7 +70,7 @@ def check_delta(delta: float) -> float:
     return dlt
 
 
-#: the grid step ``g = 2^e`` keeps ``e`` in this range (proof page)
+#: the grid step ``g = 2^e`` keeps ``e`` in this range (module docstring)
 MAX_GRID_EXPONENT: Final = 952
 MIN_GRID_EXPONENT: Final = -1022
 #: largest ``|bound|`` or L2 radius: ``g >= M / 2^50`` must stay ``<= 2^952``
