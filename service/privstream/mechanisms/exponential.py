@@ -139,7 +139,7 @@ class OrdinalExponential(FiniteMechanism):
         return finite_gamma(self.m, self.epsilon, self.delta)
 
     def frequency_variances(self) -> NDArray[np.float64]:
-        """``V[v, i]``: ``n Var(f_hat_v)`` when every record holds ``i`` (module docstring)."""
+        """``V[v, i]``: ``n Var(f_hat_v)`` when every record holds ``i`` (proof page)."""
         inverse = np.linalg.inv(self.law.T)
         variances: NDArray[np.float64] = (inverse**2) @ self.law.T - np.eye(self.m + 1)
         return variances
@@ -180,7 +180,7 @@ class OrdinalExponential(FiniteMechanism):
 def estimate_frequencies(
     mechanism: OrdinalExponential, counts: Sequence[int] | NDArray[np.int64]
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Debiased share of records holding each value, and its standard error (module docstring)."""
+    """Debiased share of records holding each value, and its standard error (proof page)."""
     arr = np.asarray(counts, dtype=np.float64)
     if arr.shape != (mechanism.m + 1,) or np.any(arr < 0):
         raise MechanismError(f"expected {mechanism.m + 1} non-negative counts, got {arr.shape}")

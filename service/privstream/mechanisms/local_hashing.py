@@ -188,8 +188,8 @@ def estimate_frequencies(
     ``seeds`` and ``buckets`` are the two columns of OLH releases made at
     ``epsilon``. ``f_hat = (c/n - 1/g) / (p - 1/g)`` with ``c`` the number of
     reports that support the candidate; the standard error is the exact
-    variance given the data evaluated at ``f_hat`` clipped to [0, 1] (see the
-    module docstring). Estimates themselves are not clipped: clipping would
+    variance given the data evaluated at ``f_hat`` clipped to [0, 1] (see the proof
+    page). Estimates themselves are not clipped: clipping would
     bias them.
     """
     if isinstance(candidates, str):
