@@ -303,14 +303,15 @@ class LedgerStore:
         """Queue the changelog records (record batches built whole, ``record_batch``) and
         await them; the broker's timestamp of each batch (-1: the producer's kept)."""
         max_bytes, transactional = batch_bytes(self._kafka), self._kafka.transactions
-        pending: list[asyncio.Future[RecordMetadata]] = [
+        pending: list[asyncio.Future[RecordMetadata | None]] = [
             await producer.send_batch(batch, self.topic, partition=partition)
             for partition, updates in sorted(verdict.updates.items())
             for batch in changelog_batches(
                 updates.runs, max_bytes=max_bytes, transactional=transactional
             )
         ]
-        return [int(meta.timestamp) for meta in await asyncio.gather(*pending)]
+        acked = await asyncio.gather(*pending)  # None: not acknowledged (acks=0, never ours)
+        return [int(meta.timestamp) for meta in acked if meta is not None]
 
     async def _forget_all(self) -> None:
         """Nothing in memory: what a failed batch charged is forgotten with the rest."""
