@@ -6,10 +6,13 @@ Kafka Streams' state-store pattern on Kafka itself (docs/ledger.md,
 * The changelog topic (``privacy.ledger.changelog_topic``, default
   ``<input topic>-privstream-ledger``) is compacted and has the input's
   partition count: the ledger of input partition p is changelog partition
-  p. It is created at start if missing (the input's replication factor,
-  ``cleanup.policy=compact``); one that exists with another partition count
-  or any other cleanup policy (``delete`` would lose spending, hence
-  budget) stops the worker with a ``LedgerError``.
+  p. ``topics.check_topics`` creates it at session start if missing, or
+  stops the worker (``TopicError``) on one of another shape.
+* Charges are made at this replica's time, checked against the broker's
+  append time of the changelog records before the batch commits
+  (``clock.BrokerClock``): a clock ahead by more than ``max_future``
+  aborts the batch (``ClockAheadError``) and never moves the changelog's
+  clock.
 * On assignment, each partition's ledger is read back from its changelog
   partition (``read_committed``, from the beginning up to the end offset
   taken at assignment, once no transaction there is still open:

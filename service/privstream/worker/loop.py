@@ -27,8 +27,11 @@ aborted, both clients are closed) and a new one starts after an exponential
 backoff, from the committed offsets. So does a fencing after an outage: the
 broker aborted a transaction older than ``transaction_timeout_ms`` and
 bumped the epoch (``clients.Fencing`` tells that from a second worker).
-Errors a human must fix (``clients.final_error``) stop the worker with a
-message.
+Errors a human must fix (``clients.final_error``, a missing or
+misconfigured topic: ``topics``) stop the worker with a message. A replica
+whose clock is ahead of the broker's (``clock``) ends its session with the
+batch aborted, is not ready, and retries with backoff until its clock is
+fixed.
 """
 
 from __future__ import annotations
