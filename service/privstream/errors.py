@@ -83,3 +83,20 @@ class LedgerError(PrivstreamError):
     ledger that does not hold the partition's true spending would break the
     per-subject guarantee.
     """
+
+
+class TopicError(PrivstreamError):
+    """A topic the worker names is missing or misconfigured (exit 2, before any record).
+
+    A human fixes it (creates the topic, alters its config); the worker never
+    creates one by accident nor works around one that would weaken a guarantee.
+    """
+
+
+class ClockAheadError(PrivstreamError):
+    """This replica's clock is ahead of the broker's by more than the ledger allows.
+
+    The worker charges nothing while it is (the batch's transaction is
+    aborted) and retries: a fast clock committed to the changelog would close
+    every open window on every replica (docs/ledger.md, Clock sanity).
+    """

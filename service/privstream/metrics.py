@@ -97,6 +97,19 @@ class Metrics:
             ["reason"],
             registry=registry,
         )
+        self.clock_ahead = Gauge(
+            "privstream_clock_ahead_seconds",
+            "How far this replica's clock was ahead of the broker's at the last charged batch "
+            "(charge time minus the broker's append time of its changelog records; negative "
+            "when behind, by at least the produce latency)",
+            registry=registry,
+        )
+        self.clock_refusals = Counter(
+            "privstream_clock_refusals",
+            "Batches the ledger refused to charge (their transaction aborted) because this "
+            "replica's clock was ahead of the broker's by more than privacy.ledger.max_future",
+            registry=registry,
+        )
         self.ledger_subjects = Gauge(
             "privstream_ledger_subjects",
             "Active (subject, window) pairs in the ledger of this worker's partitions",

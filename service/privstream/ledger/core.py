@@ -86,6 +86,10 @@ class SubjectLedger:
         """Cumulative ``released`` and per-reason counts of the partition (persisted)."""
         return {"released": 0, **dict.fromkeys(REASONS, 0), **self._state(partition).counts}
 
+    def clock(self, partition: int) -> int | None:
+        """The partition's clock: the largest time it was charged at (None: never)."""
+        return self._state(partition).clock
+
     def active_subject_windows(self) -> int:
         """(subject, window) pairs held in memory over all partitions (a gauge)."""
         return sum(len(w) for p in self._partitions.values() for w in p.windows.values())

@@ -27,8 +27,11 @@ aborted, both clients are closed) and a new one starts after an exponential
 backoff, from the committed offsets. So does a fencing after an outage: the
 broker aborted a transaction older than ``transaction_timeout_ms`` and
 bumped the epoch (``clients.Fencing`` tells that from a second worker).
-Errors a human must fix (``clients.final_error``) stop the worker with a
-message.
+Errors a human must fix (``clients.final_error``, a missing or
+misconfigured topic: ``topics``) stop the worker with a message. A replica
+whose clock is ahead of the broker's (``clock``) ends its session with the
+batch aborted, is not ready, and retries with backoff until its clock is
+fixed.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from privstream.config import KafkaConfig
 from privstream.config.runtime import Runtime
-from privstream.errors import LedgerError
+from privstream.errors import ClockAheadError, LedgerError
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult, RecordPlan
@@ -78,6 +81,7 @@ from privstream.worker.produce import BatchSender
 from privstream.worker.rebalance import Rebalance, names
 from privstream.worker.restart import Backoff, describe, unless_failed
 from privstream.worker.sanitize import Prepared, sanitize
+from privstream.worker.topics import check_topics
 
 log = logging.getLogger("privstream.worker")
 
@@ -122,6 +126,7 @@ class Worker:
         self._txn_outage = False  # a connection dropped or the probe failed since it began
         self._unreachable_at = float("-inf")
         self._fenced_before = False
+        self._up = False  # the broker answers (readiness also needs the ledger's clock)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Process batches until ``stop`` is set, reconnecting after broker trouble.
@@ -139,6 +144,13 @@ class Worker:
         while not stop.is_set():
             try:
                 await self._session(stop)
+            except ClockAheadError as exc:  # nothing charged: retried until the clock is fixed
+                self._metrics.clock_refusals.inc()
+                self._set_connected(False)
+                delay = self._backoff.next_delay()
+                log.warning("%s; retrying in %.1f s", exc, delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
             except RETRIABLE as exc:
                 fencing = self._fencing(exc)
                 final = final_error(exc, self._kafka, self._runtime, fencing)
@@ -174,8 +186,14 @@ class Worker:
         )
 
     async def _session(self, stop: asyncio.Event) -> None:
-        """One pair of clients, from start to ``stop`` or the first broker error."""
+        """One pair of clients, from start to ``stop`` or the first broker error.
+
+        The topics are checked first (``topics``: a ``TopicError`` stops the worker),
+        before any client could read or write one.
+        """
         self._txn_age_s = None
+        changelog = None if self._ledger is None else self._ledger.topic
+        partitions = await check_topics(self._kafka, self._runtime, changelog)
         async with contextlib.AsyncExitStack() as stack:
             producer = AIOKafkaProducer(**producer_options(self._kafka, self._runtime))
             stack.push_async_callback(close_client, producer)
@@ -183,7 +201,7 @@ class Worker:
             self._producer_since, self._producer_client = time.monotonic(), producer.client
             if self._ledger is not None:  # a new session restores the ledger from the changelog
                 stack.push_async_callback(self._ledger.close)
-                await self._ledger.open()
+                await self._ledger.open(partitions)
             consumer = AIOKafkaConsumer(**consumer_options(self._kafka, self._runtime))
             stack.push_async_callback(close_client, consumer)
             consumer.subscribe([self._kafka.input_topic], listener=Rebalance(self, consumer))
@@ -300,10 +318,12 @@ class Worker:
             await asyncio.sleep(PROBE_INTERVAL_S)
 
     def _set_connected(self, up: bool) -> None:
-        if up != self._health.ready:
+        if up != self._up:
             log.info("broker %s", "reachable" if up else "unreachable")
-        self._health.ready = up
+        self._up = up
         self._metrics.broker_connected.set(1 if up else 0)
+        # not ready either while the ledger refuses this replica's clock (``clock``)
+        self._health.ready = up and (self._ledger is None or self._ledger.clock.ok)
 
     async def _commit(
         self,
