@@ -103,6 +103,10 @@ class Spending:
         slots, _ = self._find(keys, insert=False)
         return np.where((slots >= 0)[:, None], self.rows[slots], 0)
 
+    def slots(self, keys: Int64s) -> Int64s:
+        """The slot of each key (-1 where absent)."""
+        return self._find(keys, insert=False)[0]
+
     def put(
         self, keys: Int64s, names: Sequence[bytes], rows: Int64s, lengths: Int64s | None = None
     ) -> None:
