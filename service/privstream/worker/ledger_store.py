@@ -294,28 +294,31 @@ class LedgerStore:
                 await task
 
     async def _restore(self, partitions: list[int]) -> None:
-        """Replay each changelog partition up to its end offset at this moment."""
+        """Replay each changelog partition up to its end offset at this moment, folding
+        each fetched batch into the partition's ledger as it arrives (bounded memory)."""
         started = time.perf_counter()
+        replays = {partition: self.ledger.replay(partition) for partition in partitions}
         async with self._reader_lock:
             reader, highwater = self._readers or await self._start_readers()
-            entries = await read_partitions(
+            await read_partitions(
                 reader,
                 highwater,
                 self.topic,
                 partitions,
                 within_s=open_transaction_wait_s(self._kafka),
+                fold=lambda partition, keys, values: replays[partition].add(keys, values),
             )
         me = asyncio.current_task()
         for partition in partitions:
             if self._restores.get(partition) is me:  # not revoked meanwhile
-                self.ledger.restore(partition, entries[partition])
+                self.ledger.restored(replays[partition])
                 self._restored.add(partition)
         self._set_gauge()
         log.info(
             "ledger restored for partitions %s from %s: %d changelog records in %.2f s",
             partitions,
             self.topic,
-            sum(len(e) for e in entries.values()),
+            sum(replay.records for replay in replays.values()),
             time.perf_counter() - started,
         )
 
