@@ -235,13 +235,14 @@ def _rounds(keys: Int64s) -> list[Int64s] | None:
 
 
 def _rows(values: _Values, dead: Bools, width: int) -> Int64s:
-    """The records' rows (zeros for tombstones), decoded from their big-endian values."""
-    if not dead.any():
-        joined = b"".join(values)  # type: ignore[arg-type]  # no tombstone: all bytes
-        return np.frombuffer(joined, dtype=">i8").astype(np.int64).reshape(-1, width)
-    rows = np.zeros((len(values), width), dtype=np.int64)
+    """The records' rows (zeros for tombstones), decoded from their big-endian values; a
+    negative one (never written) reads as 0, as the replay into zeroed rows always read it."""
     joined = b"".join(v for v in values if v is not None)
-    rows[~dead] = np.frombuffer(joined, dtype=">i8").astype(np.int64).reshape(-1, width)
+    decoded = np.maximum(np.frombuffer(joined, dtype=">i8").astype(np.int64), 0)
+    if not dead.any():
+        return decoded.reshape(-1, width)
+    rows = np.zeros((len(values), width), dtype=np.int64)
+    rows[~dead] = decoded.reshape(-1, width)
     return rows
 
 
