@@ -204,7 +204,8 @@ class _Table:
                 self.aliases.pop(alias, None)
             else:
                 earlier = self.aliases.get(alias)
-                self.aliases[alias] = rows[i] if earlier is None else merged(earlier, rows[i])
+                row = rows[i] if earlier is None else merged(earlier, rows[i])
+                self.aliases[alias] = row.copy()  # not a view keeping the batch's rows
 
     def _mark(self, slots: Int64s, live: bool) -> None:
         """Set the slots' flags (distinct slots), counting the live ones."""

@@ -22,13 +22,14 @@ now may not later: every subject keeps a changelog record of its own, at
 least what it spent (the shared row's value whenever one of its records is
 released; ``core`` writes one per subject, even for two of one row in one
 batch). ``aliases`` are the subjects known to share a slot with its first:
-those ``merge`` meets (a restore) or ``core`` reports (a collision inside a
+those a restore meets (``replay`` compares the names of a held hash; its
+``merge`` makes them aliases) or ``core`` reports (a collision inside a
 batch). ``put`` does not look for them: that would compare each subject's
 bytes with its slot's name, a cache miss per subject, the cost this table
 exists to avoid. So a subject that first collides in a later batch has a
 record the window's tombstones miss; it is harmless (a closed window is
-never charged again) and short-lived: a restore reads it, ``merge`` makes it
-an alias, and the first charge after the restore tombstones it.
+never charged again) and short-lived: a restore reads it and makes it an
+alias, and the first charge after the restore tombstones it.
 """
 
 from __future__ import annotations
