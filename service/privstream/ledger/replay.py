@@ -18,7 +18,10 @@ the slot the largest of them, as ``Spending.merge`` does. Rows cannot leave
 the hash table, so a table that ends with tombstoned rows or aliases is
 rebuilt at ``finish`` from what is live; a window the changelog tombstoned
 whole (the usual way a window ends) is dropped as soon as its last live row
-goes.
+goes. The tables grow as a charge grows them, not pre-sized from the
+changelog's offsets: a record count bounds the subjects only from above, by
+as many records as a subject has in the uncompacted head (one per charge),
+and a table sized to it would be kept for the partition's life.
 """
 
 from __future__ import annotations
