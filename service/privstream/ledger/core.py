@@ -78,8 +78,7 @@ class SubjectLedger:
         replay = self.replay(partition)
         records = iter(entries)
         while chunk := list(islice(records, RESTORE_BATCH)):
-            keys, values = zip(*chunk, strict=True)
-            replay.add(keys, values)
+            replay.add([key for key, _ in chunk], [value for _, value in chunk])
         self.restored(replay)
 
     def replay(self, partition: int) -> Replay:

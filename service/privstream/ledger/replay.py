@@ -26,6 +26,7 @@ and a table sized to it would be kept for the partition's life.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -58,7 +59,7 @@ class Replay:
         #: (window start, window length) -> its table; windows of another length than
         #: ``window_ms`` are kept only to refuse the changelog if any is live at the end
         self._windows: dict[tuple[int, int], _Table] = {}
-        self._lifetime = _Table(width=1)
+        self._lifetime = _Table(kind=b"L")
         self._clock: int | None = None
         self._closed: int | None = None
         self._counts: dict[str, int] = {}
@@ -67,15 +68,20 @@ class Replay:
 
     def add(self, keys: Sequence[bytes], values: _Values) -> None:
         """Fold the next changelog records (offset order)."""
+        self.records += len(keys)
+        head = _one_window(keys)
+        if head is not None:  # usual: a batch of one window's records, C loops only
+            self._fold(head, list(map(_NAME, keys)), values)
+            return
         runs: dict[bytes, tuple[list[bytes], list[bytes | None]]] = {}
         for key, value in zip(keys, values, strict=True):
-            kind = _kind(key, value)
-            if kind == b"W":
+            lead = key[:2]  # checked in full per record only off the usual path (``_kind``)
+            if lead == codec.WINDOW and len(key) >= codec.WINDOW_PREFIX_LEN:
                 head, name = key[: codec.WINDOW_PREFIX_LEN], key[codec.WINDOW_PREFIX_LEN :]
-            elif kind == b"L":
-                head, name = codec.LIFETIME, key[len(codec.LIFETIME) :]
+            elif lead == codec.LIFETIME:
+                head, name = lead, key[len(lead) :]
             else:
-                self._scalar(kind, value)
+                self._scalar(_kind(key, value), value)
                 continue
             run = runs.get(head)
             if run is None:
@@ -84,7 +90,6 @@ class Replay:
             run[1].append(value)
         for head, (names, run_values) in runs.items():
             self._fold(head, names, run_values)
-        self.records += len(keys)
 
     def finish(self) -> PartitionState:
         """The partition's ledger; LedgerError if it holds live spending under another
@@ -113,7 +118,7 @@ class Replay:
         window = codec.window_of(head)
         table = self._windows.get(window)
         if table is None:
-            table = self._windows[window] = _Table(width=2)
+            table = self._windows[window] = _Table(kind=b"W")
         table.fold(names, values)
         if table.empty:  # tombstoned whole (or tombstones of subjects never held)
             del self._windows[window]
@@ -130,8 +135,9 @@ class Replay:
 class _Table:
     """One window's (or the lifetime's) spending while it is restored."""
 
-    def __init__(self, *, width: int) -> None:
-        self.spending = Spending(width=width)
+    def __init__(self, *, kind: bytes) -> None:
+        self.kind = kind
+        self.spending = Spending(width=_VALUE_BYTES[kind] // 8)
         #: per slot: its first subject's last record is a value, not a tombstone
         self._live = np.zeros(0, dtype=bool)
         self._held = 0  # live slots
@@ -171,7 +177,7 @@ class _Table:
     def _fold_distinct(self, keys: Int64s, names: list[bytes], values: _Values) -> None:
         """Fold records of distinct keys."""
         dead = np.fromiter(map(_is_none, values), dtype=bool, count=len(values))
-        rows = _rows(values, dead, self.spending.width)
+        rows = _rows(values, dead, self.kind)
         slots = self.spending.slots(keys)
         held = slots >= 0
         if held.any():
@@ -187,11 +193,9 @@ class _Table:
     ) -> None:
         """Fold the records at ``at``, whose keys the table holds (``slots``)."""
         rows, dead = read
-        name = self.spending.name
+        held = self.spending.names_of(slots[at])
         own = np.fromiter(
-            (name(s) == names[i] for i, s in zip(at.tolist(), slots[at].tolist(), strict=True)),
-            dtype=bool,
-            count=len(at),
+            map(operator.eq, held, map(names.__getitem__, at.tolist())), dtype=bool, count=len(at)
         )
         mine = at[own]
         self._mark(slots[mine[dead[mine]]], False)
@@ -221,6 +225,22 @@ class _Table:
         self._held += (len(slots) if live else 0) - before
 
 
+_LEAD = operator.itemgetter(slice(0, len(codec.WINDOW)))
+_HEAD = operator.itemgetter(slice(0, codec.WINDOW_PREFIX_LEN))
+_NAME = operator.itemgetter(slice(codec.WINDOW_PREFIX_LEN, None))
+
+
+def _one_window(keys: Sequence[bytes]) -> bytes | None:
+    """The key prefix (``codec.window_prefix``) if every key is a record of that window."""
+    n = len(keys)
+    if not n or list(map(_LEAD, keys)).count(codec.WINDOW) != n:
+        return None
+    if min(map(len, keys)) < codec.WINDOW_PREFIX_LEN:
+        return None
+    heads = list(map(_HEAD, keys))
+    return heads[0] if heads.count(heads[0]) == n else None
+
+
 def _rounds(keys: Int64s) -> list[Int64s] | None:
     """None if the keys are distinct; else the positions of each key's first record, of
     each key's second, and so on (each in offset order)."""
@@ -238,12 +258,19 @@ def _rounds(keys: Int64s) -> list[Int64s] | None:
     return np.split(by_rank, ends[:-1])
 
 
-def _rows(values: _Values, dead: Bools, width: int) -> Int64s:
-    """The records' rows (zeros for tombstones), decoded from their big-endian values; a
-    negative one (never written) reads as 0, as the replay into zeroed rows always read it."""
-    joined = b"".join(v for v in values if v is not None)
+def _rows(values: _Values, dead: Bools, kind: bytes) -> Int64s:
+    """The rows of ``kind``'s records (zeros for tombstones), decoded from their big-endian
+    values; a negative one (never written) reads as 0, as the replay into zeroed rows
+    always read it."""
+    live = [v for v in values if v is not None] if dead.any() else values
+    lengths = np.fromiter(map(len, live), dtype=np.int64, count=len(live))  # type: ignore[arg-type]
+    wrong = np.flatnonzero(lengths != _VALUE_BYTES[kind])
+    if len(wrong):
+        raise _wrong_length(kind, int(lengths[wrong[0]]))
+    joined = b"".join(live)  # type: ignore[arg-type]  # the tombstones left out
+    width = _VALUE_BYTES[kind] // 8
     decoded = np.maximum(np.frombuffer(joined, dtype=">i8").astype(np.int64), 0)
-    if not dead.any():
+    if len(live) == len(values):
         return decoded.reshape(-1, width)
     rows = np.zeros((len(values), width), dtype=np.int64)
     rows[~dead] = decoded.reshape(-1, width)
@@ -258,9 +285,13 @@ def _kind(key: bytes, value: bytes | None) -> bytes:
     """The record's type (``codec.kind_of``), its value's length checked."""
     kind = codec.kind_of(key)
     if value is not None and len(value) != _VALUE_BYTES.get(kind, len(value)):
-        raise LedgerError(
-            f"ledger changelog: a {kind.decode()} record of {len(value)} bytes (version "
-            f"{codec.VERSION} writes {_VALUE_BYTES[kind]}); the changelog topic holds something "
-            "else: give privacy.ledger.changelog_topic a topic of its own"
-        )
+        raise _wrong_length(kind, len(value))
     return kind
+
+
+def _wrong_length(kind: bytes, length: int) -> LedgerError:
+    return LedgerError(
+        f"ledger changelog: a {kind.decode()} record of {length} bytes (version "
+        f"{codec.VERSION} writes {_VALUE_BYTES[kind]}); the changelog topic holds something "
+        "else: give privacy.ledger.changelog_topic a topic of its own"
+    )

@@ -95,6 +95,22 @@ class Spending:
         i = slot - self._firsts[part]
         return joined[int(ends[i - 1]) if i else 0 : int(ends[i])]
 
+    def names_of(self, slots: Int64s) -> list[bytes]:
+        """The subject of each slot (the first seen): ``name`` for many, a few numpy
+        passes per insert they fall in rather than a bisect each."""
+        found: list[bytes] = [b""] * len(slots)
+        parts = np.searchsorted(self._firsts, slots, side="right") - 1
+        order = np.argsort(parts, kind="stable")
+        cuts = np.flatnonzero(np.diff(parts[order])) + 1
+        for at in np.split(order, cuts) if len(order) else []:
+            joined, ends = self._names[int(parts[at[0]])]
+            local = slots[at] - self._firsts[int(parts[at[0]])]
+            starts = np.where(local > 0, ends[local - 1], 0).tolist()
+            names = map(joined.__getitem__, map(slice, starts, ends[local].tolist()))
+            for i, name in zip(at.tolist(), names, strict=True):
+                found[i] = name
+        return found
+
     def every_name(self) -> list[bytes]:
         """The subjects held (each slot's first, then the aliases): a window's tombstones."""
         return [*self.names, *self.aliases]
