@@ -50,7 +50,7 @@ _REASON_OF: list[str | None] = [None, *REASONS]
 #: codes at or above this (a key that is not the subject, no subject) are reported first
 _MISMATCH_FLOOR = _CODE["subject_key_mismatch"]
 Codes = npt.NDArray[np.intp]
-#: changelog records ``restore`` folds at a time
+#: changelog records a restore folds at a time (the worker's fetches too: ``changelog``)
 RESTORE_BATCH = 10_000
 
 

@@ -20,6 +20,7 @@ from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionErro
 from aiokafka.protocol.metadata import MetadataRequest
 
 from privstream.errors import LedgerError
+from privstream.ledger.core import RESTORE_BATCH
 from privstream.worker.clients import common_options
 
 if TYPE_CHECKING:
@@ -32,8 +33,6 @@ CHANGELOG_SUFFIX = "-privstream-ledger"
 ADMIN_TIMEOUT_MS = 30_000
 #: how often a restore looks again at changelog partitions with a transaction still open
 PENDING_RECHECK_S = 0.02
-#: the most changelog records a restore fetches at a time
-RESTORE_BATCH = 10_000
 #: (partition, keys, values): takes a restore's next records
 Fold = Callable[[int, list[bytes], list[bytes | None]], None]
 

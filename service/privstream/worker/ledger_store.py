@@ -15,9 +15,10 @@ Kafka Streams' state-store pattern on Kafka itself (docs/ledger.md,
   taken at assignment, once no transaction there is still open:
   ``changelog.stable_ends``), each fetched batch folded into the ledger as
   it arrives (``ledger.replay``: bounded memory), before any record of it
-  is charged: ``ready`` waits for that. On revoke the partition is forgotten; a new session starts
-  from an empty ledger, so a batch whose transaction failed after it was
-  charged never leaves its charge behind in memory.
+  is charged: ``ready`` waits for that. On revoke the partition is
+  forgotten; a new session starts from an empty ledger, so a batch whose
+  transaction failed after it was charged never leaves its charge behind
+  in memory.
 * Per batch, the records the pipeline released are charged, one
   ``SubjectLedger.charge`` per partition (offset order), as soon as the batch
   is sanitized (``Worker._charge``: under the assignment it was fetched under
