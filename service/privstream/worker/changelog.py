@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from privstream.errors import LedgerError
+from privstream.ledger.core import RESTORE_BATCH
 
 if TYPE_CHECKING:
     from privstream.config import AppConfig
@@ -22,6 +24,8 @@ log = logging.getLogger("privstream.worker")
 CHANGELOG_SUFFIX = "-privstream-ledger"
 #: how often a restore looks again at changelog partitions with a transaction still open
 PENDING_RECHECK_S = 0.02
+#: (partition, keys, values): takes a restore's next records
+Fold = Callable[[int, list[bytes], list[bytes | None]], None]
 
 
 def changelog_topic(config: AppConfig) -> str:
@@ -37,25 +41,27 @@ async def read_partitions(
     partitions: list[int],
     *,
     within_s: float,
-) -> dict[int, list[tuple[bytes, bytes | None]]]:
-    """Every (key, value) of these changelog partitions, in offset order, up to their
-    stable ends (``reader``: no group, ``read_committed``; ``highwater``:
-    ``read_uncommitted``, asked for end offsets only; ``stable_ends``)."""
+    fold: Fold,
+) -> None:
+    """Pass every (key, value) of these changelog partitions to ``fold``, a fetched batch
+    at a time (at most ``RESTORE_BATCH`` records), in offset order, up to their stable
+    ends (``reader``: no group, ``read_committed``; ``highwater``: ``read_uncommitted``,
+    asked for end offsets only; ``stable_ends``). Nothing is kept between batches: a
+    restore's memory is its ledger's plus one batch."""
     tps = [TopicPartition(topic, p) for p in partitions]
     end = await stable_ends(reader, highwater, tps, within_s=within_s)
     reader.assign(tps)
     await reader.seek_to_beginning(*tps)
-    entries: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in partitions}
-    behind = [tp for tp in tps if await reader.position(tp) < end[tp]]
-    while behind:
-        batches = await reader.getmany(*behind, timeout_ms=500)
-        for tp, msgs in batches.items():
-            entries[tp.partition].extend(
-                (m.key or b"", m.value) for m in msgs if m.offset < end[tp]
-            )
-        behind = [tp for tp in behind if await reader.position(tp) < end[tp]]
-    reader.assign([])
-    return entries
+    try:
+        behind = [tp for tp in tps if await reader.position(tp) < end[tp]]
+        while behind:
+            batches = await reader.getmany(*behind, timeout_ms=500, max_records=RESTORE_BATCH)
+            for tp, msgs in batches.items():
+                kept = [m for m in msgs if m.offset < end[tp]]
+                fold(tp.partition, [m.key or b"" for m in kept], [m.value for m in kept])
+            behind = [tp for tp in behind if await reader.position(tp) < end[tp]]
+    finally:  # a changelog ``fold`` refused: the next restore starts from a clean reader
+        reader.assign([])
 
 
 async def stable_ends(

@@ -16,10 +16,12 @@ Kafka Streams' state-store pattern on Kafka itself (docs/ledger.md,
 * On assignment, each partition's ledger is read back from its changelog
   partition (``read_committed``, from the beginning up to the end offset
   taken at assignment, once no transaction there is still open:
-  ``changelog.stable_ends``) before any record of it is charged: ``ready``
-  waits for that. On revoke the partition is forgotten; a new session starts
-  from an empty ledger, so a batch whose transaction failed after it was
-  charged never leaves its charge behind in memory.
+  ``changelog.stable_ends``), each fetched batch folded into the ledger as
+  it arrives (``ledger.replay``: bounded memory), before any record of it
+  is charged: ``ready`` waits for that. On revoke the partition is
+  forgotten; a new session starts from an empty ledger, so a batch whose
+  transaction failed after it was charged never leaves its charge behind
+  in memory.
 * Per batch, the records the pipeline released are charged, one
   ``SubjectLedger.charge`` per partition (offset order), as soon as the batch
   is sanitized (``Worker._charge``: under the assignment it was fetched under
@@ -332,21 +334,24 @@ class LedgerStore:
                 await task
 
     async def _restore(self, partitions: list[int]) -> None:
-        """Replay each changelog partition up to its end offset at this moment."""
+        """Replay each changelog partition up to its end offset at this moment, folding
+        each fetched batch into the partition's ledger as it arrives (bounded memory)."""
         started = time.perf_counter()
+        replays = {partition: self.ledger.replay(partition) for partition in partitions}
         async with self._reader_lock:
             reader, highwater = self._readers or await self._start_readers()
-            entries = await read_partitions(
+            await read_partitions(
                 reader,
                 highwater,
                 self.topic,
                 partitions,
                 within_s=open_transaction_wait_s(self._kafka),
+                fold=lambda partition, keys, values: replays[partition].add(keys, values),
             )
         me = asyncio.current_task()
         for partition in partitions:
             if self._restores.get(partition) is me:  # not revoked meanwhile
-                self.ledger.restore(partition, entries[partition])
+                self.ledger.restored(replays[partition])
                 self._restored.add(partition)
                 self._warn_if_ahead(partition)
         self._set_gauge()
@@ -354,7 +359,7 @@ class LedgerStore:
             "ledger restored for partitions %s from %s: %d changelog records in %.2f s",
             partitions,
             self.topic,
-            sum(len(e) for e in entries.values()),
+            sum(replay.records for replay in replays.values()),
             time.perf_counter() - started,
         )
 
