@@ -37,9 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from privstream.cli.allocator import tune_allocator
 from privstream.config import KafkaConfig, parse_config
 from privstream.config.runtime import Runtime
+from privstream.kinds import build_plan
 from privstream.ledger import LedgerPolicy, SubjectLedger
 from privstream.metrics import Metrics
-from privstream.pipeline import BatchResult, build_plan
+from privstream.pipeline import BatchResult
 from privstream.worker.clients import producer_options
 from privstream.worker.ledger_store import LedgerStore, Verdict
 from prometheus_client import CollectorRegistry
