@@ -50,11 +50,12 @@ def clamped_number(name: str, value: object) -> float:
     """A JSON number for a noised scalar: beyond the double range it is clamped, not refused.
 
     ``1e999``, a 400-digit integer or one of 10,000 digits (a ``LongInteger``,
-    never converted) is a valid JSON number far outside the bounds. Refusing it would make whether the record is released depend on
-    the sensitive value (released at 1e308, dead-lettered at 1e309); it is
-    mapped to the largest finite double of its sign instead, which the
-    mechanism clamps to the bound like any other out-of-range value (and the
-    clamped count includes it).
+    never converted) is a valid JSON number far outside the bounds. Refusing
+    it would make whether the record is released depend on the sensitive
+    value (released at 1e308, dead-lettered at 1e309); it is mapped to the
+    largest finite double of its sign instead, which the mechanism clamps to
+    the bound like any other out-of-range value (and the clamped count
+    includes it).
     """
     number = json_number(name, value)
     return number if math.isfinite(number) else math.copysign(sys.float_info.max, number)

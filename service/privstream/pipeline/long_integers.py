@@ -14,8 +14,9 @@ scales stay within ``2^1002``, about ``10^302``: ``mechanisms.validation``),
 beyond int64 and beyond the double range, so its sign is all a field needs:
 it becomes a ``LongInteger``, an ``int`` worth ``+-10^600`` that keeps its
 token. ``10^600`` is below its true magnitude (the token has more than 640
-digits, the lowest limit CPython allows) and has a decimal form under any limit. Noised numbers clamp it to the bound of its sign like ``1e999``
-or a 400-digit integer (``handlers.clamped_number``, ``IntegerHandler``); a
+digits, the lowest limit CPython allows) and has a decimal form under any
+limit. Noised numbers clamp it to the bound of its sign like ``1e999`` or a
+400-digit integer (``handlers.clamped_number``, ``IntegerHandler``); a
 categorical field finds it in no domain (``unknown_as`` applies); a public
 field refuses it as beyond the double range (``not_finite``); a memo identity
 is its token, which is canonical JSON already. Counting digits is one pass

@@ -10,6 +10,7 @@ against the certified counts and the bound, written from the definition.
 
 from __future__ import annotations
 
+import itertools
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from pathlib import Path
@@ -43,7 +44,7 @@ def sampled_counts(mech: OrdinalExponential) -> list[list[int]]:
     rows = []
     for row in mech._thresholds.tolist():
         bounds = [0, *(int(t) for t in row), 2**64]
-        rows.append([b - a for a, b in zip(bounds, bounds[1:], strict=False)])
+        rows.append([b - a for a, b in itertools.pairwise(bounds)])
     return rows
 
 
