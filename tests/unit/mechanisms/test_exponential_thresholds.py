@@ -20,8 +20,8 @@ import pytest
 from privstream.cli.main import main
 from privstream.config import parse_config
 from privstream.errors import MechanismError
+from privstream.kinds import build_plan
 from privstream.mechanisms.exponential import OrdinalExponential
-from privstream.pipeline import build_plan
 
 from tests.unit._support import config_dict
 

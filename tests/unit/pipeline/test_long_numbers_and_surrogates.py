@@ -28,8 +28,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from privstream.config import parse_config
+from privstream.kinds import build_plan
 from privstream.mechanisms.rng import NoiseKeys
-from privstream.pipeline import RecordPlan, build_plan, process_batch
+from privstream.pipeline import RecordPlan, process_batch
 from privstream.pipeline.long_integers import LongInteger
 from privstream.pipeline.noise import Replayable
 from privstream.pipeline.plan import field_identity
