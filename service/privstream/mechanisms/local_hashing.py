@@ -20,6 +20,9 @@ the seed, flip iff ``w1 < T``, ``w2 mod (g - 1)`` the other bucket.
 Error ``1 - p``, equal to the lower bound on the bucket domain (Thm. 5.5,
 Ex. 5.7); ``estimate_frequencies`` debiases ``c(v) = #{i : H_{s_i}(v) = y_i}``.
 
+A lone surrogate (``"\\ud800"``, valid JSON) is hashed ``surrogatepass``: a
+string like any other, so whether a record is released never depends on it.
+
 Proof, step by step, with the function each step proves:
 docs/proofs/local-hashing.md.
 """
@@ -83,7 +86,8 @@ def value_digests(values: Iterable[Any]) -> NDArray[np.uint64]:
     """``h(v)``: BLAKE2b-64 of the UTF-8 bytes, little-endian, one per value.
 
     Raises ``MechanismError`` (naming the position, never the value) for a
-    value that is not a string or has no UTF-8 encoding (lone surrogates).
+    value that is not a string. Lone surrogates are hashed ``surrogatepass``
+    (module docstring).
     """
     digests: list[int] = []
     for position, value in enumerate(values):
@@ -92,12 +96,7 @@ def value_digests(values: Iterable[Any]) -> NDArray[np.uint64]:
                 f"local hashing needs strings; value at position {position} is a "
                 f"{type(value).__name__}"
             )
-        try:
-            data = value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise MechanismError(
-                f"value at position {position} has no UTF-8 encoding (lone surrogate)"
-            ) from None
+        data = value.encode("utf-8", "surrogatepass")
         digests.append(int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little"))
     return np.array(digests, dtype=np.uint64)
 

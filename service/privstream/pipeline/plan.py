@@ -34,6 +34,7 @@ from privstream.config import Budget, FieldConfig, Guarantee
 from privstream.mechanisms.randomized_response import DomainValue
 from privstream.pipeline.columns import ColumnParser
 from privstream.pipeline.handlers import FieldHandler
+from privstream.pipeline.long_integers import LongInteger
 
 
 def canonical_json(value: object) -> bytes:
@@ -81,7 +82,12 @@ class MemoPlan:
 
 
 def field_identity(memo_value: str | int) -> bytes:
-    """A memo field's value as an identity: canonical JSON, so ``"7"`` and ``7`` differ."""
+    """A memo field's value as an identity: canonical JSON, so ``"7"`` and ``7`` differ.
+
+    An integer too long to convert is its token, its one JSON spelling (``long_integers``).
+    """
+    if isinstance(memo_value, LongInteger):
+        return memo_value.text.encode()
     return canonical_json(memo_value)
 
 

@@ -18,6 +18,7 @@ from privstream.errors import MisuseError
 from privstream.mechanisms import NoiseSource
 from privstream.mechanisms.rng import SplicedSource
 from privstream.pipeline.handlers import Column, Rejected, json_type
+from privstream.pipeline.long_integers import digit_bound, parse_int
 from privstream.pipeline.noise import Fresh, NoiseProvider
 from privstream.pipeline.plan import MemoPlan, RecordPlan, field_identity, unkeyed
 from privstream.pipeline.results import BatchResult, DeadLetter, Observation
@@ -47,8 +48,11 @@ def decode_record(raw: bytes) -> dict[str, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise Rejected("invalid_utf8", "message is not valid UTF-8") from None
+    # an integer longer than the bound is never converted (``long_integers``): the hook
+    # decides by its digit count; a shorter message holds none, and keeps the stdlib's int
+    long = parse_int if len(raw) > digit_bound() else None
     try:
-        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_float)
+        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_float, parse_int=long)
     except (ValueError, RecursionError) as exc:
         position = f" at char {exc.pos}" if isinstance(exc, json.JSONDecodeError) else ""
         raise Rejected("invalid_json", f"not valid JSON{position}") from None
