@@ -44,8 +44,9 @@ from privstream.pipeline.columns import MISSING, Values, direct_column
 from privstream.pipeline.decode import decode_batch
 from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.noise import Fresh, NoiseProvider, Replayable
+from privstream.pipeline.parse import parse_row, with_keys
 from privstream.pipeline.plan import RecordPlan, field_identity
-from privstream.pipeline.reference import parse_row, release_columns, with_keys
+from privstream.pipeline.release import release_columns
 from privstream.pipeline.results import BatchResult, DeadLetter
 from privstream.pipeline.subjects import subject_column, subject_values
 

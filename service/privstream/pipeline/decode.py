@@ -1,6 +1,6 @@
 """The fast path's JSON decoding: a batch of messages to dicts, and what is left to the reference.
 
-The reference (``privstream.pipeline.reference.decode_record``) decodes each
+The reference (``privstream.pipeline.parse.decode_record``) decodes each
 message with the stdlib; the fast path must give the same value for every
 field it reads, and must never accept a message the reference refuses. Two
 decoders serve it:

@@ -22,7 +22,7 @@ field refuses it as beyond the double range (``not_finite``); a memo identity
 is its token, which is canonical JSON already. Counting digits is one pass
 over the token the JSON scanner has already read: linear in its length.
 
-Only the reference decoder (``reference.decode_record``) builds one. The fast
+Only the reference decoder (``parse.decode_record``) builds one. The fast
 path never sees such a token: msgspec decodes only batches shorter than the
 bound (``decode``), orjson refuses any integer beyond the double range, so
 the record is handed to the reference, and the C column loops

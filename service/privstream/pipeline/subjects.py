@@ -30,7 +30,7 @@ import orjson
 
 from privstream.errors import Rejected
 from privstream.pipeline.long_integers import LongInteger
-from privstream.pipeline.reference import decode_record
+from privstream.pipeline.parse import decode_record
 
 #: stands for "decode this message again with the reference decoder"
 _UNSURE = object()

@@ -33,8 +33,9 @@ from privstream.mechanisms.rng import NoiseKeys
 from privstream.pipeline import RecordPlan, process_batch
 from privstream.pipeline.long_integers import LongInteger
 from privstream.pipeline.noise import Replayable
+from privstream.pipeline.parse import decode_record
 from privstream.pipeline.plan import field_identity
-from privstream.pipeline.reference import decode_record, process_batch_reference
+from privstream.pipeline.reference import process_batch_reference
 from privstream.pipeline.results import BatchResult
 from privstream.testing import SeededSource
 
