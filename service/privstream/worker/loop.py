@@ -52,7 +52,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from privstream.config import KafkaConfig
 from privstream.config.runtime import Runtime
-from privstream.errors import LedgerError
+from privstream.errors import LedgerError, UndecodableBatchError
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult, RecordPlan
@@ -78,12 +78,14 @@ from privstream.worker.produce import BatchSender
 from privstream.worker.rebalance import Rebalance, names
 from privstream.worker.restart import Backoff, describe, unless_failed
 from privstream.worker.sanitize import Prepared, sanitize
+from privstream.worker.stalls import Stalls
 
 log = logging.getLogger("privstream.worker")
 
 Batches = dict[TopicPartition, list[ConsumerRecord]]
-#: errors after which a new session may succeed (the broker may come back)
-RETRIABLE = (KafkaError, OSError, TimeoutError)
+#: errors after which a new session may succeed (the broker may come back; a changelog
+#: batch garbled in transit may decode)
+RETRIABLE = (KafkaError, OSError, TimeoutError, UndecodableBatchError)
 #: readiness probe: a one-topic metadata request per period, unanswered after the timeout
 PROBE_INTERVAL_S = 1.0
 PROBE_TIMEOUT_S = 2.0
@@ -115,6 +117,9 @@ class Worker:
         self._generation = 0
         self._backoff = Backoff()
         tolerate_undecodable_records()
+        #: partitions stopped before a batch that cannot be decoded: not ready while any is
+        self._stalls = Stalls(metrics)
+        self._connected = False
         # what a fencing is judged by (clients.Fencing), all time.monotonic()
         self._producer_client: Any = None
         self._producer_since = 0.0
@@ -151,12 +156,15 @@ class Worker:
                 delay = self._backoff.next_delay()
                 if fencing is not None and fencing.expired:
                     self._metrics.transactions_expired.inc()
-                why = (
-                    f"Kafka session ended ({describe(exc)})"
-                    if fencing is None
-                    else fencing.explain(self._kafka, self._runtime)
-                )
-                log.warning("%s; reconnecting in %.1f s", why, delay)
+                if isinstance(exc, UndecodableBatchError):  # a changelog batch: no restore
+                    self._stalls.report(exc, f"restoring again in {delay:.1f} s")
+                else:
+                    why = (
+                        f"Kafka session ended ({describe(exc)})"
+                        if fencing is None
+                        else fencing.explain(self._kafka, self._runtime)
+                    )
+                    log.warning("%s; reconnecting in %.1f s", why, delay)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
 
@@ -239,7 +247,14 @@ class Worker:
 
     async def _prepare(self, consumer: AIOKafkaConsumer) -> Prepared | None:
         """The next batch, sanitized in a thread (the previous transaction runs meanwhile)."""
-        batches, generation = await poll(consumer, self._kafka, lambda: self._generation)
+        batches, generation = await poll(
+            consumer,
+            self._kafka,
+            lambda: self._generation,
+            lambda exc: self._stalls.pause(consumer, exc),
+        )
+        self._stalls.keep({tp.partition for tp in self._assigned})
+        self._set_connected(self._connected)  # readiness follows the stalls
         started = time.perf_counter()
         # records of a partition revoked meanwhile are left to its new owner
         owned = {tp: msgs for tp, msgs in batches.items() if tp in self._assigned and msgs}
@@ -300,9 +315,11 @@ class Worker:
             await asyncio.sleep(PROBE_INTERVAL_S)
 
     def _set_connected(self, up: bool) -> None:
-        if up != self._health.ready:
+        """Readiness: the broker answers and no partition is stopped (``Stalls``)."""
+        if up != self._connected:
             log.info("broker %s", "reachable" if up else "unreachable")
-        self._health.ready = up
+        self._connected = up
+        self._health.ready = up and not self._stalls
         self._metrics.broker_connected.set(1 if up else 0)
 
     async def _commit(
@@ -331,6 +348,8 @@ class Worker:
             dropped = 0 if batch.verdict is None else batch.verdict.dropped  # over budget
             if self._ledger is not None and batch.verdict is not None:
                 self._ledger.committed(batch.verdict)
+            for tp, position in offsets.items():
+                self._stalls.committed(tp, position)
         self._backoff.reset()
         count, seconds = len(batch.records), time.perf_counter() - batch.started
         self._observe(count, count - len(dead) - dropped, dead, seconds)
