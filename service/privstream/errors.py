@@ -47,7 +47,9 @@ class UndecodableBatchError(PrivstreamError):
         self.topic = topic
         self.partition = partition
         self.offset = offset
-        self.cause = f"{type(cause).__name__}: {cause}"
+        name, text = type(cause).__name__, str(cause)
+        # aiokafka's messages often start with their class name already
+        self.cause = text if text.startswith(name) else f"{name}: {text}"
         super().__init__(
             f"{topic}/{partition}: the record batch at offset {offset} cannot be decoded "
             f"({self.cause}); nothing from offset {offset} on is processed until it can. "
