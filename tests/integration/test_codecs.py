@@ -93,7 +93,11 @@ async def send_batches(
 
 
 async def undecodable_count(port: int, topic: str, partition: int) -> float:
-    status, text = await http_get(port, "/metrics")
+    """The worker's failed reads of ``topic``/``partition`` (0 while it is not listening)."""
+    try:
+        status, text = await http_get(port, "/metrics")
+    except OSError:
+        return 0.0
     assert status == 200
     labels = (("partition", str(partition)), ("topic", topic))
     return samples(text).get(("privstream_undecodable_batches_total", labels), 0.0)
@@ -219,6 +223,8 @@ async def test_a_zstd_changelog_is_restored_across_a_restart(
                 for s in range(30)
             ]
             await produce_timed(kafka_bootstrap, kafka["input_topic"], messages)
+            if run:
+                await cannot_restore(config, tmp_path, port, changelog, out, dead, sent)
             sent += len(messages)
             worker = WorkerProcess(config, tmp_path / f"worker{run}.log")
             async with running(worker, port):
@@ -232,6 +238,29 @@ async def test_a_zstd_changelog_is_restored_across_a_restart(
     monkeypatch.setattr(aiokafka.codec, "cramjam", None)
     stop = await first_stop(kafka_bootstrap, changelog)
     assert stop.topic == changelog and stop.cause.startswith("UnsupportedCodecError")
+
+
+async def cannot_restore(
+    config: Path, tmp_path: Path, port: int, changelog: str, out: Tail, dead: Tail, done: int
+) -> None:
+    """A worker without zstd fails to restore: it reports the changelog batch, answers
+    /readyz 503, releases nothing, and stops cleanly when told to."""
+    worker = WorkerProcess(config, tmp_path / "codecless.log", module="tests.integration.codecless")
+    async with running(worker, port):
+
+        async def reported() -> bool:
+            assert worker.alive, worker.log_text()[-3000:]
+            counts = [await undecodable_count(port, changelog, p) for p in range(4)]
+            return sum(counts) >= 2  # a failed restore, and the next session's again
+
+        await poll_until(reported, 60, "a failed restore reported twice")
+        assert await http_get(port, "/readyz") == (503, "not ready\n")
+        assert await worker.terminate() == 0
+    assert len(out.distinct) + len(dead.distinct) == done  # nothing charged or released
+    errors = [line for line in worker.log_text().splitlines() if " ERROR " in line]
+    assert errors and all(f"{changelog}/" in line for line in errors), errors[:3]
+    assert all("cannot be decoded (UnsupportedCodecError" in line for line in errors)
+    assert all("restoring again in" in line for line in errors)
 
 
 async def first_stop(bootstrap: str, topic: str) -> UndecodableBatchError:
