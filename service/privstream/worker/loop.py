@@ -151,14 +151,15 @@ class Worker:
                     final = await diagnose(self._kafka, self._runtime)
                 if final is not None:
                     raise final from None
-                self._set_connected(False)
                 self._fenced_before = fencing is not None
                 delay = self._backoff.next_delay()
                 if fencing is not None and fencing.expired:
                     self._metrics.transactions_expired.inc()
                 if isinstance(exc, UndecodableBatchError):  # a changelog batch: no restore
                     self._stalls.report(exc, f"restoring again in {delay:.1f} s")
+                    self._set_connected(self._connected)  # the broker answered: not ready
                 else:
+                    self._set_connected(False)
                     why = (
                         f"Kafka session ended ({describe(exc)})"
                         if fencing is None
