@@ -351,6 +351,7 @@ class Worker:
                 self._ledger.committed(batch.verdict)
             for tp, position in offsets.items():
                 self._stalls.committed(tp, position)
+            self._set_connected(self._connected)  # ready again once no partition is stopped
         self._backoff.reset()
         count, seconds = len(batch.records), time.perf_counter() - batch.started
         self._observe(count, count - len(dead) - dropped, dead, seconds)
