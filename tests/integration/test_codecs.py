@@ -14,6 +14,7 @@ import asyncio
 import json
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,9 @@ from privstream.errors import UndecodableBatchError
 from privstream.worker.changelog import CHANGELOG_SUFFIX
 from privstream.worker.decode import tolerate_undecodable_records
 
-from tests.broker import create_topics
+from tests.broker import LocalBroker, create_topics, local_broker
 from tests.http_get import http_get
+from tests.integration.corrupting_proxy import CorruptingProxy
 from tests.integration.faults import Tail, fault_topics, free_port, poll_until, samples
 from tests.integration.ledger_support import (
     accounted_for,
@@ -185,6 +187,65 @@ async def test_a_batch_the_worker_cannot_decode_stops_its_partition_until_it_can
     released = Counter(seq(r) for r in await read_all(kafka_bootstrap, kafka["output_topic"], 1))
     assert set(released) == set(range(60)) and set(released.values()) == {1}
     assert await committed(kafka_bootstrap, kafka["group_id"], raw) == {0: 30, 1: 30}
+
+
+@pytest.fixture
+def proxied() -> Iterator[tuple[LocalBroker, int]]:
+    """A broker of this test only whose worker listener advertises a proxy port."""
+    proxy_port = free_port()
+    with local_broker(advertised_port=proxy_port) as broker:
+        yield broker, proxy_port
+
+
+async def test_a_batch_corrupted_in_transit_stops_its_partition_until_it_reads_clean(
+    proxied: tuple[LocalBroker, int], tmp_path: Path
+) -> None:
+    """One byte of the zstd batch at offsets 10-19 flipped in one Fetch response: the
+    worker stops the partition at offset 10 (a bad CRC: counted once, an ERROR, /readyz
+    503, nothing from 10 on released), reads it clean 10 s later and releases the rest,
+    every record exactly once, without restarting its session."""
+    broker, proxy_port = proxied
+    assert broker.external_port is not None
+    direct = broker.bootstrap
+    kafka = unique_topics("codec-crc")
+    raw = kafka["input_topic"]
+    await create_topics(direct, [raw, kafka["output_topic"], kafka["dead_letter_topic"]], 1)
+    port = free_port()
+    config = write_config(tmp_path / "config.yaml", f"127.0.0.1:{proxy_port}", kafka, PRIVACY)
+    worker = WorkerProcess(config, tmp_path / "worker.log")
+    async with (
+        CorruptingProxy(proxy_port, broker.external_port) as proxy,
+        Tail(direct, kafka["output_topic"], identity=seq) as out,
+        running(worker, port),
+    ):
+        await send_batches(direct, raw, [(None, 0, range(0, 10))])
+        await out.wait_distinct(10, within_s=90)
+        damaged = proxy.corrupt_next_fetch(raw, 0)
+        await send_batches(direct, raw, [("zstd", 0, range(10, 20)), (None, 0, range(20, 30))])
+        await asyncio.wait_for(damaged.wait(), 30)
+
+        async def reported() -> bool:
+            assert worker.alive, worker.log_text()[-3000:]
+            return await undecodable_count(port, raw, 0) >= 1
+
+        await poll_until(reported, 10, "the damaged batch reported")
+        # within the 10 s pause: stopped right before the batch, and not ready
+        assert await http_get(port, "/readyz") == (503, "not ready\n")
+        assert out.distinct == set(range(10))
+        await out.wait_distinct(30, within_s=60)
+
+        async def ready() -> bool:
+            return await http_get(port, "/readyz") == (200, "ready\n")
+
+        await poll_until(ready, 10, "ready again once past the batch")
+        assert await undecodable_count(port, raw, 0) == 1  # read clean at the first retry
+        assert await worker.terminate() == 0
+    released = Counter(seq(r) for r in await read_all(direct, kafka["output_topic"], 1))
+    assert set(released) == set(range(30)) and set(released.values()) == {1}
+    log = worker.log_text()
+    stopped = f"{raw}/0: the record batch at offset 10 cannot be decoded (CorruptRecordException"
+    assert any(" ERROR " in line and stopped in line for line in log.splitlines()), log[-3000:]
+    assert "Kafka session ended" not in log
 
 
 async def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
