@@ -28,7 +28,8 @@ backoff, from the committed offsets. So does a fencing after an outage: the
 broker aborted a transaction older than ``transaction_timeout_ms`` and
 bumped the epoch (``clients.Fencing`` tells that from a second worker).
 Errors a human must fix (``clients.final_error``) stop the worker with a
-message.
+message. A record batch that cannot be decoded stops only its partition,
+reported and retried, never skipped (``stalls``).
 """
 
 from __future__ import annotations
