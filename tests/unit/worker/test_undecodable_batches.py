@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from aiokafka.codec import gzip_encode, lz4_encode, snappy_encode, zstd_encode
 from aiokafka.consumer import fetcher
 from aiokafka.consumer.fetcher import READ_UNCOMMITTED
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
@@ -21,15 +22,18 @@ from aiokafka.record.util import calc_crc32c
 from aiokafka.structs import TopicPartition
 from privstream.errors import UndecodableBatchError
 from privstream.worker.decode import (
+    UndecodableRecord,
     _StoppedFetch,
     _StoppingFetchResult,
     _TolerantPartitionRecords,
     _TolerantRecords,
 )
 
+from tests.unit.worker.test_decode import batch as hostile_batch
+
 TP = TopicPartition("raw", 3)
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
-_LENGTH_AT, _CRC_AT, _ATTRIBUTES_AT = 8, 17, 21
+_LENGTH_AT, _CRC_AT, _ATTRIBUTES_AT, _HEADER = 8, 17, 21, 61
 
 
 def batch(base: int, count: int, codec: str = "none") -> bytes:
@@ -75,6 +79,16 @@ def unknown_codec(raw: bytes) -> bytes:
     return _recrc(out)
 
 
+def compressed(raw: bytes, codec: str) -> bytes:
+    """An uncompressed batch's records compressed with ``codec``, header made consistent."""
+    encode = {"gzip": gzip_encode, "snappy": snappy_encode, "lz4": lz4_encode, "zstd": zstd_encode}
+    out = bytearray(raw[:_HEADER] + encode[codec](raw[_HEADER:]))
+    struct.pack_into(">i", out, _LENGTH_AT, len(out) - 12)
+    attributes = struct.unpack_from(">h", out, _ATTRIBUTES_AT)[0]
+    struct.pack_into(">h", out, _ATTRIBUTES_AT, attributes | CODECS[codec])
+    return _recrc(out)
+
+
 def partition_records(raw: bytes, fetch_offset: int = 0) -> _TolerantPartitionRecords:
     return _TolerantPartitionRecords(
         TP, _TolerantRecords(raw), [], fetch_offset, None, None, True, READ_UNCOMMITTED
@@ -88,6 +102,16 @@ def test_every_codec_kafka_has_decodes_in_order(codec: str) -> None:
     assert [r.offset for r in got] == list(range(12))
     assert got[6].value == b"value 2 " * 8 and got[6].key == b"k2"
     assert parts.failure is None and parts.next_fetch_offset == 12
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_a_hostile_header_in_a_compressed_batch_is_a_dead_letter_not_a_stop(codec: str) -> None:
+    """The tolerant re-read of a batch (``_read_records``) decompresses it too."""
+    parts = partition_records(compressed(hostile_batch(20, 4, {2}), codec) + batch(24, 2, codec))
+    got = list(parts)
+    assert [r.offset for r in got] == list(range(20, 26))
+    assert [r.offset for r in got if isinstance(r, UndecodableRecord)] == [22]
+    assert got[2].value == b"v2" and parts.failure is None
 
 
 @pytest.mark.parametrize(
