@@ -190,19 +190,13 @@ class _TolerantPartitionRecords(fetcher.PartitionRecords):  # type: ignore[misc]
         the batch is never skipped, and ``_StoppingFetchResult`` raises the
         error from the consumer's next ``getmany`` that takes no record.
         """
-        records = super()._unpack_records()
-        while True:
-            try:
-                record = next(records)
-            except StopIteration:
-                return
-            except Exception as exc:  # every decode failure stops here
-                tp = self._tp
-                self.failure = UndecodableBatchError(
-                    tp.topic, tp.partition, self.next_fetch_offset, exc
-                )
-                return
-            yield record
+        try:
+            yield from super()._unpack_records()
+        except Exception as exc:  # every decode failure stops here
+            tp = self._tp
+            self.failure = UndecodableBatchError(
+                tp.topic, tp.partition, self.next_fetch_offset, exc
+            )
 
     def _consumer_record(self, tp: Any, record: Any) -> Any:
         made = super()._consumer_record(tp, record)
