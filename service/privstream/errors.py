@@ -35,6 +35,29 @@ class BrokerError(PrivstreamError):
     """
 
 
+class UndecodableBatchError(PrivstreamError):
+    """A record batch the Kafka client cannot decode (corrupt bytes, a codec it lacks).
+
+    Its partition stops right before it: nothing at or after ``offset`` is
+    processed, released or restored until the batch decodes or an operator
+    moves the partition past it (docs/operations.md).
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, cause: BaseException) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        name, text = type(cause).__name__, str(cause)
+        # aiokafka's messages often start with their class name already
+        self.cause = text if text.startswith(name) else f"{name}: {text}"
+        super().__init__(
+            f"{topic}/{partition}: the record batch at offset {offset} cannot be decoded "
+            f"({self.cause}); nothing from offset {offset} on is processed until it can. "
+            "A missing codec needs privstream's dependencies reinstalled (cramjam); a corrupt "
+            "batch needs the recovery in docs/operations.md (an undecodable batch)"
+        )
+
+
 class MisuseError(PrivstreamError, ValueError):
     """An internal API was called outside its contract (mismatched lengths, a bad count).
 

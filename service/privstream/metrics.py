@@ -89,6 +89,13 @@ class Metrics:
             "(the producer was fenced; a new session resumed from the committed offsets)",
             registry=registry,
         )
+        self.undecodable_batches = Counter(
+            "privstream_undecodable_batches",
+            "Failed reads of a record batch the Kafka client cannot decode (corrupt, or a "
+            "codec it lacks), one per try; its partition stops before it, never skips it",
+            ["topic", "partition"],
+            registry=registry,
+        )
         self.ledger_suppressed = Counter(
             "privstream_ledger_suppressed",
             "Records the subject ledger did not release, by reason (budget_exhausted, "

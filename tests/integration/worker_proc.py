@@ -85,8 +85,10 @@ class WorkerProcess:
         replica_id: str = "0",
         log_level: str = "DEBUG",
         env: Mapping[str, str] | None = None,
+        module: str = "privstream.cli.main",
     ) -> None:
         self.config = config
+        self.module = module  # run with ``python -m``: the CLI, or a test launcher of it
         self.log = log
         self.replica_id = replica_id
         self.log_level = log_level
@@ -102,7 +104,7 @@ class WorkerProcess:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "privstream.cli.main",
+            self.module,
             "run",
             "--config",
             str(self.config),
