@@ -267,7 +267,14 @@ async def test_a_zstd_changelog_is_restored_across_a_restart(
     kafka = await fault_topics(kafka_bootstrap, "codec-ledger")
     changelog = kafka["input_topic"] + CHANGELOG_SUFFIX
     await create_with(
-        kafka_bootstrap, changelog, 4, {"cleanup.policy": "compact", "compression.type": "zstd"}
+        kafka_bootstrap,
+        changelog,
+        4,
+        {
+            "cleanup.policy": "compact",
+            "compression.type": "zstd",
+            "message.timestamp.type": "LogAppendTime",  # what the worker's clock check needs
+        },
     )
     config = write_config(tmp_path / "config.yaml", kafka_bootstrap, kafka, body())
     now = int(time.time() * 1000)
