@@ -5,7 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps lint format docs test unit integration csan demo bench kafka-start kafka-stop clean
+.PHONY: help install system-deps lint format docs test unit integration csan package-test helm-test demo bench \
+	kafka-start kafka-stop clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -52,8 +53,9 @@ format: $(STAMP) ## apply ruff's formatter and safe fixes
 docs: $(STAMP) ## build the documentation site into site/ (mkdocs --strict)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-test: lint docs system-deps csan ## every test: lint, docs, C extensions under ASan, unit, integration
-	$(BIN)/pytest
+# tests/package runs once, through package-test
+test: lint docs system-deps csan package-test ## every test: lint, docs, C extensions under ASan, the wheel, unit, integration
+	$(BIN)/pytest --ignore=tests/package
 
 unit: $(STAMP) ## the fast tests only (no broker)
 	$(BIN)/pytest tests/unit tests/project
@@ -84,6 +86,12 @@ csan: $(STAMP) ## the C extensions under ASan and UBSan: their tests, hostile ca
 	$(BIN)/python tests/csan/build.py $(CSAN_DIR) $(CSAN_CC)
 	$(CSAN_ENV) $(BIN)/python tests/csan/check.py
 	$(CSAN_ENV) $(BIN)/pytest -q -p no:cacheprovider --capture=sys $(CSAN_TESTS)
+
+# python -m build's sdist and wheel (the wheel built from the sdist, its build deps from
+# the package index), the wheel installed into a fresh venv, and privstream --version,
+# explain and sanitize run from there, outside the checkout (tests/package/test_wheel.py)
+package-test: $(STAMP) ## build the sdist and wheel, install the wheel in a fresh venv, run it
+	$(BIN)/pytest -p no:cacheprovider tests/package
 
 demo: $(STAMP) ## start a local broker, stream synthetic telemetry through privstream, stop
 	deploy/demo/demo.sh
