@@ -20,9 +20,12 @@ import kubernetes_validate
 import pytest
 import yaml
 from privstream.config import parse_config
+from privstream.config.runtime import Runtime, replica_identity
+from privstream.worker.clients import transactional_id
 
 from tests.project.test_k8s_manifests import (
     CRDS,
+    INPUT_PARTITIONS,
     K8S_VERSIONS,
     MANIFESTS,
     _mounted_files,
@@ -49,9 +52,15 @@ def _helm(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _render(*sets: str) -> list[dict[str, Any]]:
+def _template(sets: tuple[str, ...], kube: str) -> subprocess.CompletedProcess[str]:
     flags = [f for s in sets for f in ("--set", s)]
-    done = _helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, *flags)
+    return _helm(
+        "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", kube, *flags
+    )
+
+
+def _render(*sets: str, kube: str = K8S_VERSIONS[0]) -> list[dict[str, Any]]:
+    done = _template(sets, kube)
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
@@ -81,6 +90,12 @@ def test_helm_lint_is_clean() -> None:
     done = _helm("lint", "--strict", str(CHART))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 chart(s) failed" in done.stdout
+
+
+def test_the_chart_refuses_a_kubernetes_older_than_the_schemas_tested() -> None:
+    done = _template((), "1.30.0")
+    assert done.returncode != 0
+    assert "kubeVersion" in done.stderr
 
 
 def test_the_defaults_render_every_resource(rendered: list[dict[str, Any]]) -> None:
@@ -128,7 +143,7 @@ VARIANTS = {
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_rendered_builtin_kinds_validate_strictly(variant: str, version: str) -> None:
-    docs = _render(*VARIANTS[variant])
+    docs = _render(*VARIANTS[variant], kube=version)
     builtin = [d for d in docs if (d["apiVersion"], d["kind"]) not in CRDS]
     assert builtin
     for doc in builtin:
@@ -164,8 +179,7 @@ def test_the_workload_kind_follows_the_value_and_keda_targets_it() -> None:
     ],
 )
 def test_unsafe_values_are_refused(sets: tuple[str, ...], message: str) -> None:
-    flags = [f for s in sets for f in ("--set", s)]
-    done = _helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, *flags)
+    done = _template(sets, K8S_VERSIONS[0])
     assert done.returncode != 0
     assert message in done.stderr
 
@@ -212,6 +226,29 @@ def test_privacy_relevant_workload_settings_match_kustomize(sts: dict[str, Any])
     assert sts["metadata"]["annotations"][ledger] == theirs["metadata"]["annotations"][ledger]
     assert sts["spec"]["selector"]["matchLabels"] == SELECTOR
     assert theirs["spec"]["selector"]["matchLabels"] == SELECTOR
+
+
+def test_each_replica_has_the_kustomize_transactional_id(
+    rendered: list[dict[str, Any]], sts: dict[str, Any]
+) -> None:
+    """Pod names <name>-<ordinal> through PRIVSTREAM_REPLICA_ID: stable and unique."""
+    config = parse_config(yaml.safe_load(_one(rendered, "ConfigMap")["data"]["config.yaml"]))
+    env = {e["name"]: e for e in _container(sts)["env"]}
+    assert env["PRIVSTREAM_REPLICA_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    ids = {
+        transactional_id(
+            config.kafka,
+            Runtime(
+                noise_secret=b"k" * 32,
+                replica_id=replica_identity(
+                    {"PRIVSTREAM_REPLICA_ID": f"{sts['metadata']['name']}-{i}"}, None
+                ),
+                credentials=None,
+            ),
+        )
+        for i in range(INPUT_PARTITIONS)
+    }
+    assert ids == {f"privstream-privstream-{i}" for i in range(INPUT_PARTITIONS)}
 
 
 def test_the_memory_limit_follows_the_ledger_pairs() -> None:
