@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
+import privstream
 import pytest
 import yaml
 from privstream.config import parse_config
@@ -276,3 +277,11 @@ def test_the_other_resources_match_kustomize(rendered: list[dict[str, Any]]) -> 
     services = {d["metadata"]["name"]: d["spec"] for d in rendered if d["kind"] == "Service"}
     theirs = {d["metadata"]["name"]: d["spec"] for f, d in MANIFESTS if d["kind"] == "Service"}
     assert services == theirs
+
+
+def test_the_image_is_the_packaged_version(sts: dict[str, Any]) -> None:
+    """Chart.yaml's appVersion and the Kustomize image tag follow the one version."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
+    assert chart["appVersion"] == privstream.__version__
+    assert _container(sts)["image"] == f"privstream:{privstream.__version__}"
+    assert _container(_kustomize("StatefulSet"))["image"] == _container(sts)["image"]
