@@ -174,7 +174,10 @@ def test_the_workload_kind_follows_the_value_and_keda_targets_it() -> None:
     ("sets", "message"),
     [
         (("workload.kind=Deployment",), "no stable transactional id"),
-        (("workload.kind=DaemonSet",), "workload.kind is"),
+        (("workload.kind=DaemonSet",), "'/workload/kind': value must be one of"),  # the schema
+        (("ledgerPairz=1",), "additional properties 'ledgerPairz' not allowed"),  # a typo
+        (("config.http.host=127.0.0.1",), "'/config/http/host': value must be '0.0.0.0'"),
+        (("image.tag=latest",), "/image/tag"),
         (("workload.terminationGracePeriodSeconds=35",), "drain_timeout_ms + 10 s"),
         (("config.kafka.security.ca_file=/etc/ca.crt",), "config.kafka.security.ca_file"),
     ],
