@@ -288,3 +288,12 @@ def test_the_image_is_the_packaged_version(sts: dict[str, Any]) -> None:
     assert chart["appVersion"] == privstream.__version__
     assert _container(sts)["image"] == f"privstream:{privstream.__version__}"
     assert _container(_kustomize("StatefulSet"))["image"] == _container(sts)["image"]
+
+
+def test_no_secret_is_in_the_chart() -> None:
+    for path in CHART.rglob("*"):
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            assert not re.search(r"[0-9a-fA-F]{64}", text), path.name  # a keygen output
+            assert "BEGIN PRIVATE KEY" not in text, path.name
+            assert "kind: Secret\n" not in text, path.name
