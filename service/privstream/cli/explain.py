@@ -42,6 +42,8 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
             entry.update(
                 epsilon=0.0, delta=0.0, params={}, expected_error=None, gamma_lower_bound=None
             )
+            if planned is not None and describe is not None:  # a public transform says what
+                entry.update(describe(planned.handler))
         fields.append(entry)
     budget = plan.budget
     k = budget.group_size
@@ -261,7 +263,7 @@ def render_table(data: dict[str, Any], width: int | None = None) -> str:
             (
                 f["name"],
                 f["kind"],
-                f["mechanism"] or ("removed" if f["kind"] == "drop" else "copied as is"),
+                f["mechanism"] or _unnoised(f),
                 _num(f["epsilon"]),
                 _num(f["delta"]),
                 params or "-",
@@ -290,12 +292,26 @@ def render_table(data: dict[str, Any], width: int | None = None) -> str:
     notes.extend(ledger_lines(data["ledger"]))
     notes.append(f"config sha256: {data['config_sha256']}")
     notes.append(_metrics_line(data["metrics"]))
+    notes.extend(
+        f"NOT PRIVATE: {f['name']} is {f['public_transform']}"
+        for f in data["fields"]
+        if f.get("public_transform")
+    )
     notes.extend(_memo_lines(data["fields"]))
     notes.extend(_auto_lines(data["fields"]))
     notes.extend(_optimality_lines(data["fields"]))
     if width is not None:
         notes = [part for note in notes for part in _wrap(note, width, "  ")]
     return "\n".join([*lines, "", *notes])
+
+
+def _unnoised(field: dict[str, Any]) -> str:
+    """The mechanism column of a field without noise."""
+    if field["kind"] == "drop":
+        return "removed"
+    if field.get("granularity"):
+        return f"truncated to {field['granularity']}, as is"
+    return "copied as is"
 
 
 def _grid(rows: list[tuple[str, ...]]) -> list[str]:

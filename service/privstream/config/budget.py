@@ -48,8 +48,8 @@ class Budget:
 
 
 def noised_fields(config: AppConfig) -> list[NoisedField]:
-    """The fields that consume privacy budget, in config order."""
-    return [f for f in config.fields if f.kind not in ("drop", "public")]  # type: ignore[misc]
+    """The fields that consume privacy budget (those with an epsilon), in config order."""
+    return [f for f in config.fields if getattr(f, "epsilon", None) is not None]  # type: ignore[misc]
 
 
 def _auto_share(config: AppConfig, fields: list[NoisedField]) -> float | None:

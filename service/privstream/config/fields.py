@@ -9,7 +9,7 @@ mechanisms use (``privstream.mechanisms.validation``).
 # no ``from __future__ import annotations``: pydantic would compile every field's
 # annotation from its text at start-up (about 2.5 ms of every command, docs/benchmarks.md)
 from collections.abc import Callable, Sequence
-from typing import Annotated, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -23,6 +23,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
+from privstream.config import timestamps
 from privstream.errors import MechanismError
 from privstream.mechanisms import validation
 
@@ -277,6 +278,83 @@ class FunctionalField(_NoisedField):
     calibration: Literal["thesis", "analytic"] = "thesis"
 
 
+class TimestampField(_NamedField):
+    """A point in time (ISO 8601 text or an epoch number), truncated to ``granularity``.
+
+    Every record's time is cut to the start of its unit (the same granularity
+    for all). Without ``epsilon`` the truncated time is released as is: a
+    public transform, not private. With ``epsilon`` the unit index, clamped
+    into ``bounds``, gets discrete Laplace noise in whole units
+    (``privstream.kinds.timestamp``).
+    """
+
+    kind: Literal["timestamp"]
+    #: ``<n><s|m|h|d>``: 1m, 15m, 1h, 1d; units are aligned to 1970-01-01T00:00:00Z
+    granularity: StrictStr
+    #: what an epoch number counts: seconds or milliseconds since 1970-01-01T00:00:00Z
+    epoch_unit: timestamps.EpochUnit = "s"
+    #: read ISO text without an offset as UTC; otherwise such a record is dead-lettered
+    assume_utc: bool = False
+    #: released as ISO 8601 UTC text (``2026-11-28T04:00:00Z``) or epoch seconds/milliseconds
+    output: Literal["iso", "epoch_s", "epoch_ms"] = "iso"
+    #: [earliest, latest] as ISO 8601 text: times outside are clamped; required with epsilon
+    bounds: tuple[StrictStr, StrictStr] | None = None
+    #: with it, noise in whole units; without it, no noise and nothing private
+    epsilon: EpsilonShare | None = None
+    delta: Delta = 0.0
+    #: set to discrete_laplace when epsilon is given; none without
+    mechanism: Literal["discrete_laplace"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_mechanism(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("epsilon") is not None and "mechanism" not in data:
+            return {**data, "mechanism": "discrete_laplace"}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TimestampField":
+        timestamps.granularity_us(self.granularity)  # raises on a malformed one
+        if self.epsilon is None:
+            if self.mechanism is not None or self.delta != 0.0:
+                raise ValueError(
+                    "mechanism and delta apply to a noised timestamp only; give epsilon "
+                    "(and bounds), or remove them to release the truncated time as is"
+                )
+        elif self.bounds is None:
+            raise ValueError(
+                "a noised timestamp needs bounds: the earliest and latest time as ISO text, "
+                'e.g. bounds: ["2026-01-01T00:00:00Z", "2027-01-01T00:00:00Z"]'
+            )
+        lower, upper = self.unit_bounds
+        if lower > upper:
+            raise ValueError(
+                f"bounds {list(self.bounds or ())} are reversed; write the earliest first"
+            )
+        return self
+
+    @property
+    def unit_us(self) -> int:
+        """The granularity in microseconds."""
+        return timestamps.granularity_us(self.granularity)
+
+    @property
+    def unit_bounds(self) -> tuple[int, int]:
+        """(first, last) unit index released: the units holding the bounds, within
+        ``iso_units`` (every unit whose start ISO text can write); no bounds: all of them."""
+        first, last = timestamps.iso_units(self.unit_us)
+        if self.bounds is None:
+            return first, last
+        lower, upper = (self._bound(i, text) // self.unit_us for i, text in enumerate(self.bounds))
+        return max(lower, first), min(upper, last)
+
+    def _bound(self, position: int, text: str) -> int:
+        try:
+            return timestamps.parse_iso(text, assume_utc=self.assume_utc)
+        except timestamps.BadTimestamp as exc:
+            raise ValueError(f"bounds[{position}] {text!r}: {exc}") from None
+
+
 NoisedField = (
     RealField
     | IntegerField
@@ -286,7 +364,9 @@ NoisedField = (
     | VectorField
     | FunctionalField
 )
-FieldConfig = Annotated[DropField | PublicField | NoisedField, Field(discriminator="kind")]
+FieldConfig = Annotated[
+    DropField | PublicField | TimestampField | NoisedField, Field(discriminator="kind")
+]
 #: every field model, in the order of the union (a new kind is added to the union only)
 FIELD_MODELS: tuple[type[_NamedField], ...] = get_args(get_args(FieldConfig)[0])
 FIELD_KINDS: tuple[str, ...] = tuple(
@@ -294,10 +374,23 @@ FIELD_KINDS: tuple[str, ...] = tuple(
 )
 
 
-def mechanisms_of(model: type[_NamedField]) -> tuple[str, ...]:
-    """The ``mechanism`` values a field model accepts (none for drop and public)."""
+def mechanisms_of(model: type[_NamedField]) -> tuple[str | None, ...]:
+    """The ``mechanism`` values a field model accepts (none for drop and public).
+
+    None among them: the kind is also released without noise (a timestamp without epsilon).
+    """
     field = model.model_fields.get("mechanism")
-    return () if field is None else tuple(get_args(field.annotation))
+    if field is None:
+        return ()
+    values: list[str | None] = []
+    for arg in get_args(field.annotation):
+        if arg is type(None):
+            values.append(None)
+        elif get_origin(arg) is Literal:
+            values.extend(get_args(arg))
+        else:
+            values.append(arg)
+    return tuple(values)
 
 
 #: why a record field is no memo identity unless the operator vouches for its writers
