@@ -365,7 +365,7 @@ NoisedField = (
     | FunctionalField
 )
 FieldConfig = Annotated[
-    DropField | PublicField | TimestampField | NoisedField, Field(discriminator="kind")
+    DropField | PublicField | NoisedField | TimestampField, Field(discriminator="kind")
 ]
 #: every field model, in the order of the union (a new kind is added to the union only)
 FIELD_MODELS: tuple[type[_NamedField], ...] = get_args(get_args(FieldConfig)[0])

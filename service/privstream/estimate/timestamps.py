@@ -46,7 +46,7 @@ class TimestampReleases(ScalarReleases):
         index_of = self.handler.index_of
         super().add([value if value is MISSING else index_of(value) for value in values])
 
-    def new_truth(self) -> Truth:
+    def new_truth(self) -> TimestampTruth:
         return TimestampTruth(float(self.numeric.lower), float(self.numeric.upper), self.histogram)
 
     def report(self, options: Options, truth: Truth | None) -> dict[str, Any]:
