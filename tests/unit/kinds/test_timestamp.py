@@ -23,6 +23,7 @@ from privstream.testing import SeededSource
 from tests.unit._support import config_dict
 
 JAN = ["2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"]  # 24 hours
+NOISED = {"name": "ts", "kind": "timestamp", "granularity": "1h", "bounds": JAN, "epsilon": 1.0}
 H = 3600  # seconds
 
 
@@ -78,7 +79,7 @@ def test_every_accepted_iso_form(text: str, released: str) -> None:
 )
 def test_naive_text_is_utc_only_when_the_config_says_so(text: str, released: str) -> None:
     assert start_of(text, assume_utc=True) == released
-    with pytest.raises(Rejected, match="no UTC offset.*assume_utc: true") as caught:
+    with pytest.raises(Rejected, match=r"no UTC offset.*assume_utc: true") as caught:
         handler().parse(text)
     assert caught.value.reason == "bad_timestamp"
     assert "'ts'" in caught.value.detail and text not in caught.value.detail
@@ -225,7 +226,8 @@ def test_values_outside_the_bounds_are_clamped_and_counted() -> None:
     first, last = "2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"
     assert values[2:] == [first, first, last, first, first, first, last, last, first]
     h = p.handlers[0]
-    assert h.release([h.parse(v) for v in RAW], SeededSource(0)).clamped == len(RAW) - 3  # 0, 1, 6 inside
+    column = h.release([h.parse(v) for v in RAW], SeededSource(0))
+    assert column.clamped == len(RAW) - 3  # RAW[0], RAW[1] and RAW[6] are inside
 
 
 def test_the_fast_path_matches_the_reference() -> None:
@@ -262,13 +264,7 @@ def test_the_audit_finds_the_noised_field_within_its_epsilon() -> None:
     """The project's audit (Clopper-Pearson, alpha 1e-3 split over field and record: a
     false failure has probability below 1e-3) over the whole path (ISO text in, ISO text
     out) at the worst pair: passes, and its lower bound comes near epsilon (tight)."""
-    config = parse_config(
-        config_dict(
-            [{"name": "ts", "kind": "timestamp", "granularity": "1h", "bounds": JAN,
-              "epsilon": 1.0}],  # fmt: skip
-            epsilon=1.0,
-        )
-    )
+    config = parse_config(config_dict([NOISED], epsilon=1.0))
     report = audit(config, build_plan(config), samples=20_000, self_check=False)
     (field,) = report.fields
     assert field.passed and report.passed
@@ -292,13 +288,7 @@ def test_explain_says_the_public_variant_is_not_private() -> None:
 
 
 def test_explain_gives_the_noised_variant_in_units() -> None:
-    config = parse_config(
-        config_dict(
-            [{"name": "ts", "kind": "timestamp", "granularity": "1h", "bounds": JAN,
-              "epsilon": 1.0}],  # fmt: skip
-            epsilon=1.0,
-        )
-    )
+    config = parse_config(config_dict([NOISED], epsilon=1.0))
     (entry,) = explain_data(config, build_plan(config))["fields"]
     assert entry["mechanism"] == "discrete_laplace" and entry["epsilon"] == 1.0
     assert entry["params"]["upper"] - entry["params"]["lower"] == 24
