@@ -41,8 +41,9 @@ from privstream.audit.events import AllOf, Event, Sample
 from privstream.audit.sampling import PipelineSampler, RecordSpec
 from privstream.audit.stats import cp_lower, cp_upper, epsilon_lower_bound
 from privstream.audit.targets import Target
-from privstream.errors import AuditError
+from privstream.errors import AuditError, Rejected
 from privstream.pipeline import RecordPlan
+from privstream.pipeline.handlers import FieldHandler
 
 #: how the record's product events are picked on the pilot (``_projected_score``)
 _PILOT_PESSIMISM = 0.16
@@ -52,6 +53,22 @@ _MAIN_Z = 4.75
 def all_pairs(count: int) -> list[tuple[int, int]]:
     """Every ordered pair of distinct inputs (both directions of the DP inequality)."""
     return [(i, j) for i, j in itertools.permutations(range(count), 2)]
+
+
+#: values for a field released without noise, in order of preference: any JSON value does
+#: for public fields, a timestamp field without epsilon takes the epoch number
+_FILLERS: tuple[object, ...] = ("audit", 0)
+
+
+def _filler(handler: FieldHandler) -> object:
+    """The first of ``_FILLERS`` the field's parser accepts (the pipeline must release it)."""
+    for value in _FILLERS:
+        try:
+            handler.parse(value)
+        except Rejected:
+            continue
+        return value
+    raise AuditError(f"field {handler.name!r}: no audit value its parser accepts")
 
 
 class PlanAuditor:
@@ -73,7 +90,7 @@ class PlanAuditor:
         base: dict[str, object] = {}
         for handler in self.plan.handlers:
             target = self.by_name.get(handler.name)
-            base[handler.name] = target.inputs[0] if target is not None else "audit"
+            base[handler.name] = target.inputs[0] if target is not None else _filler(handler)
         for memo in self.memo_of.values():
             base.setdefault(memo, "audit-device")
         return base
