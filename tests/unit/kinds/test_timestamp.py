@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from privstream.audit import audit
 from privstream.cli.explain import explain, explain_data
 from privstream.config import parse_config
+from privstream.config.timestamps import parse_iso
 from privstream.errors import ConfigError, Rejected
 from privstream.kinds import build_plan
 from privstream.kinds.timestamp import TimestampHandler
@@ -67,6 +69,27 @@ def start_of(text: str, **options: Any) -> str:
 )
 def test_every_accepted_iso_form(text: str, released: str) -> None:
     assert start_of(text) == released
+
+
+def test_parsing_agrees_with_the_stdlib_on_random_times() -> None:
+    """Integer arithmetic against ``datetime.fromisoformat``: 3,000 seeded random times over
+    the years 1 to 9999, every offset form, fractions of 0 to 9 digits."""
+    rng = np.random.default_rng(32)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    for _ in range(3_000):
+        day = date.fromordinal(int(rng.integers(2, 3_652_058)))
+        h, m, sec = (int(v) for v in rng.integers(0, (24, 60, 60)))
+        digits = "".join(map(str, rng.integers(0, 10, int(rng.integers(0, 10)))))
+        oh, om = int(rng.integers(0, 24)), int(rng.choice([0, 15, 30, 45]))
+        sign = str(rng.choice(["+", "-"]))
+        offset = str(rng.choice([f"{sign}{oh:02d}:{om:02d}", f"{sign}{oh:02d}{om:02d}", "Z"]))
+        text = f"{day.isoformat()}T{h:02d}:{m:02d}:{sec:02d}" + (f".{digits}" if digits else "")
+        stdlib = datetime.fromisoformat(
+            text[: 20 + min(len(digits), 6)].rstrip(".") + offset.replace("Z", "+00:00")
+        )
+        assert parse_iso(text + offset, assume_utc=False) == (stdlib - epoch) // timedelta(
+            microseconds=1
+        ), text + offset
 
 
 @pytest.mark.parametrize(
