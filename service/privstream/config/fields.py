@@ -96,7 +96,8 @@ class DropField(_NamedField):
 
 
 class PublicField(_NamedField):
-    """Released as is. Only for values that are not personal (a timestamp, a sequence)."""
+    """Released as is. Only for values that are not personal (a sequence number; a time is
+    better truncated: ``kind: timestamp``)."""
 
     kind: Literal["public"]
     #: copy objects and arrays too (at most 100 levels deep); by default only strings,
@@ -278,6 +279,14 @@ class FunctionalField(_NoisedField):
     calibration: Literal["thesis", "analytic"] = "thesis"
 
 
+def _granularity(text: str) -> str:
+    timestamps.granularity_us(text)  # a ValueError naming the accepted forms
+    return text
+
+
+Granularity = Annotated[StrictStr, AfterValidator(_granularity)]
+
+
 class TimestampField(_NamedField):
     """A point in time (ISO 8601 text or an epoch number), truncated to ``granularity``.
 
@@ -290,7 +299,7 @@ class TimestampField(_NamedField):
 
     kind: Literal["timestamp"]
     #: ``<n><s|m|h|d>``: 1m, 15m, 1h, 1d; units are aligned to 1970-01-01T00:00:00Z
-    granularity: StrictStr
+    granularity: Granularity
     #: what an epoch number counts: seconds or milliseconds since 1970-01-01T00:00:00Z
     epoch_unit: timestamps.EpochUnit = "s"
     #: read ISO text without an offset as UTC; otherwise such a record is dead-lettered
@@ -314,7 +323,6 @@ class TimestampField(_NamedField):
 
     @model_validator(mode="after")
     def _consistent(self) -> "TimestampField":
-        timestamps.granularity_us(self.granularity)  # raises on a malformed one
         if self.epsilon is None:
             if self.mechanism is not None or self.delta != 0.0:
                 raise ValueError(
@@ -351,8 +359,11 @@ class TimestampField(_NamedField):
     def _bound(self, position: int, text: str) -> int:
         try:
             return timestamps.parse_iso(text, assume_utc=self.assume_utc)
-        except timestamps.BadTimestamp as exc:
-            raise ValueError(f"bounds[{position}] {text!r}: {exc}") from None
+        except timestamps.BadTimestamp:
+            raise ValueError(
+                f"bounds[{position}] {text!r} is no ISO 8601 time with a UTC offset; write "
+                "e.g. 2026-01-01T00:00:00Z (or set assume_utc: true for times without one)"
+            ) from None
 
 
 NoisedField = (

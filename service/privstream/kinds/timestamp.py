@@ -63,14 +63,13 @@ class TimestampHandler:
     granularity: str = ""
 
     def parse(self, value: object) -> int:
-        kind = type(value)
-        if kind is str:
+        if isinstance(value, str):
             try:
-                instant = parse_iso(str(value), assume_utc=self.assume_utc)
+                instant = parse_iso(value, assume_utc=self.assume_utc)
             except BadTimestamp as exc:
                 raise Rejected("bad_timestamp", f"field {self.name!r}: {exc}") from None
-        elif kind is int or kind is float:
-            instant = epoch_us(value, self.epoch_unit)  # type: ignore[arg-type]
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            instant = epoch_us(value, self.epoch_unit)
         else:
             raise Rejected(
                 "wrong_type",
