@@ -126,9 +126,16 @@ def _build(spec: TimestampField, share: Guarantee | None) -> TimestampHandler:
     )
 
 
+def _released_range(handler: TimestampHandler) -> list[str]:
+    """The first and the last unit released without noise, as ISO text."""
+    seconds = np.asarray(handler.bounds, dtype=np.int64) * (handler.unit_us // _SECOND_US)
+    return format_iso(seconds)
+
+
 def _explain_public(handler: TimestampHandler) -> dict[str, Any]:
     return {
         "granularity": handler.granularity,
+        "units": _released_range(handler),
         "public_transform": (
             f"truncated to {handler.granularity} and released as is, without noise: "
             "not private (the truncated time is a quasi-identifier)"
@@ -139,6 +146,7 @@ def _explain_public(handler: TimestampHandler) -> dict[str, Any]:
 def _explain_noised(handler: TimestampHandler) -> dict[str, Any]:
     entry = describe(handler)
     entry["granularity"] = handler.granularity
+    entry["units"] = _released_range(handler)  # params lower/upper as times
     entry["metric"] = f"{entry['metric']}, in units of {handler.granularity}"
     return entry
 

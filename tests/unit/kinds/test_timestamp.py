@@ -308,6 +308,7 @@ def test_explain_says_the_public_variant_is_not_private() -> None:
     (entry,) = explain_data(config, p)["fields"]
     assert entry["mechanism"] is None and entry["epsilon"] == 0.0
     assert "not private" in entry["public_transform"]
+    assert entry["units"] == ["0001-01-01T00:00:00Z", "9999-12-31T23:45:00Z"]  # no bounds
     table = explain(config, p, "table")
     assert "truncated to 15m, as is" in table
     assert "NOT PRIVATE: ts is truncated to 15m and released as is" in table
@@ -318,6 +319,7 @@ def test_explain_gives_the_noised_variant_in_units() -> None:
     (entry,) = explain_data(config, build_plan(config))["fields"]
     assert entry["mechanism"] == "discrete_laplace" and entry["epsilon"] == 1.0
     assert entry["params"]["upper"] - entry["params"]["lower"] == 24
+    assert entry["units"] == JAN  # the first and the last unit: 00:00 on both days
     assert entry["metric"].endswith("in units of 1h")
 
 
