@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    JsonValue,
     PlainValidator,
     StrictInt,
     StrictStr,
@@ -24,6 +25,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from privstream.config import timestamps
+from privstream.config.missing import OnMissing, missing_problem
 from privstream.errors import MechanismError
 from privstream.mechanisms import validation
 
@@ -109,6 +111,20 @@ class PublicField(_NamedField):
 class _NoisedField(_NamedField):
     epsilon: EpsilonShare
     delta: Delta = 0.0
+    #: an absent or null value: dead-letter the record, impute ``impute`` before the
+    #: mechanism, or release null (presence public) (``privstream.config.missing``)
+    on_missing: OnMissing = "dead_letter"
+    #: the in-domain value ``on_missing: impute`` puts in place of an absent or null one
+    impute: JsonValue = None
+    #: ``on_missing: null`` with ``privacy.subject``: the field's presence is not personal
+    presence_public: bool = False
+
+    @model_validator(mode="after")
+    def _missing_options(self) -> "_NoisedField":
+        problem = missing_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
 
 class RealField(_NoisedField):

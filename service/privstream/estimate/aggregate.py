@@ -19,6 +19,7 @@ from privstream.estimate.by_kind import estimator_of
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.plan import PlannedField
+from privstream.pipeline.parse import parse_field
 
 CHUNK_RECORDS = 8192
 
@@ -133,21 +134,24 @@ class TruthAggregate:
         if obj is None:
             self.skipped[reason] += 1
             return
-        parsed: dict[str, Any] = {}
+        parsed: dict[str, tuple[Any, Any]] = {}
         try:
             for handler in self.plan.handlers:
-                if handler.name not in obj:
-                    raise Rejected("missing_field", "")
-                value = handler.parse(obj[handler.name])
-                if handler.name in self.truths:
-                    parsed[handler.name] = value
+                value = parse_field(handler, obj)
+                # a null release is no value of the field: the truth skips it as the estimate does
+                if handler.name in self.truths and value is not None:
+                    raw = obj.get(handler.name)
+                    parsed[handler.name] = (
+                        value,
+                        getattr(handler, "stand_in", raw) if raw is None else raw,
+                    )
         except Rejected as rejected:
             self.skipped[rejected.reason] += 1
             return
         self.records += 1
-        for name, value in parsed.items():
+        for name, (value, raw) in parsed.items():
             self._parsed[name].append(value)
-            self._raw[name].append(obj[name])
+            self._raw[name].append(raw)
         self._pending += 1
         if self._pending >= CHUNK_RECORDS:
             self.flush()

@@ -29,7 +29,9 @@ from privstream.errors import ConfigError, MechanismError, RegistryError
 from privstream.kinds.auto import resolve_auto
 from privstream.kinds.base import FieldKind
 from privstream.kinds.registry import UNRELEASED, registration_of
+from privstream.config.missing import stand_in
 from privstream.pipeline.handlers import FieldHandler
+from privstream.pipeline.missing import MissingHandler, missing_codec
 from privstream.pipeline.plan import (
     MemoPlan,
     PlannedField,
@@ -59,6 +61,10 @@ def build_plan(config: AppConfig) -> RecordPlan:
         except MechanismError as exc:  # parameters no mechanism can honour: a config problem
             problems.append(f"fields[{i}] ({spec.name}): {exc}")
             continue
+        codec = entry.codec
+        if getattr(spec, "on_missing", "dead_letter") != "dead_letter":
+            handler = MissingHandler(handler, spec.on_missing, stand_in(spec))  # type: ignore[union-attr]
+            codec = missing_codec(codec)
         fields.append(
             PlannedField(
                 handler=handler,
@@ -66,7 +72,7 @@ def build_plan(config: AppConfig) -> RecordPlan:
                 mechanism=entry.mechanism,
                 release_id=release_id(spec, handler, share),
                 memo=_memo_plan(spec, handler, entry),
-                codec=entry.codec,
+                codec=codec,
             )
         )
     if problems:
