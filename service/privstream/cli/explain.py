@@ -35,6 +35,7 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
             entry.update(declared_epsilon=declared.epsilon, declared_delta=declared.delta)
             entry.update(described)
             entry.update(_memo_entry(planned.memo))
+            entry.update(_missing_entry(spec))
             share = plan.budget.fields.get(spec.name)
             entry.update(_auto_entry(spec, share, planned.handler.mechanism))
             entry["optimality"] = _optimality(entry)
@@ -216,6 +217,32 @@ def _memo_entry(memo: MemoPlan | None) -> dict[str, Any]:
     return {"memoize_by": memo.field, "memo_identity": "field", "memo_forgeable": True}
 
 
+def _missing_entry(spec: Any) -> dict[str, Any]:
+    """How an absent or null value is released (``on_missing``)."""
+    entry: dict[str, Any] = {"on_missing": spec.on_missing}
+    if spec.on_missing == "impute":
+        entry["impute"] = spec.impute
+    if spec.on_missing == "null":
+        entry["presence_public"] = True
+    return entry
+
+
+def _missing_lines(fields: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for f in fields:
+        if f.get("on_missing") == "impute":
+            lines.append(
+                f"missing: {f['name']} absent or null is noised as {json.dumps(f['impute'])}, "
+                "so its output never shows whether it was present"
+            )
+        elif f.get("on_missing") == "null":
+            lines.append(
+                f"PUBLIC PRESENCE: {f['name']} absent or null is released as null: whether a "
+                "record holds it is published in the clear, outside the guarantee"
+            )
+    return lines
+
+
 def _memo_lines(fields: list[dict[str, Any]]) -> list[str]:
     by_key = [f["name"] for f in fields if f.get("memo_identity") == "message_key"]
     by_field = [f"{f['name']} (by {f['memoize_by']})" for f in fields if f.get("memoize_by")]
@@ -298,6 +325,7 @@ def render_table(data: dict[str, Any], width: int | None = None) -> str:
         if f.get("public_transform")
     )
     notes.extend(_memo_lines(data["fields"]))
+    notes.extend(_missing_lines(data["fields"]))
     notes.extend(_auto_lines(data["fields"]))
     notes.extend(_optimality_lines(data["fields"]))
     if width is not None:

@@ -25,11 +25,11 @@ from __future__ import annotations
 from typing import Any
 
 from privstream.config import AppConfig, FieldConfig, config_sha256, resolve_budget
+from privstream.config.missing import stand_in
 from privstream.errors import ConfigError, MechanismError, RegistryError
 from privstream.kinds.auto import resolve_auto
 from privstream.kinds.base import FieldKind
 from privstream.kinds.registry import UNRELEASED, registration_of
-from privstream.config.missing import stand_in
 from privstream.pipeline.handlers import FieldHandler
 from privstream.pipeline.missing import MissingHandler, missing_codec
 from privstream.pipeline.plan import (

@@ -16,8 +16,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from privstream.config import parse_config
 from privstream.errors import ConfigError
 from privstream.kinds import build_plan
@@ -162,7 +160,9 @@ def test_release_decision_and_shape_do_not_depend_on_the_value(kind: str, mode: 
         assert len(shapes) == 1, shapes
     else:
         assert [i for i, v in enumerate(released) if v is None] == absent
-        present = {shape(v) if kind != "set" else type(v).__name__ for v in released if v is not None}
+        present = {
+            shape(v) if kind != "set" else type(v).__name__ for v in released if v is not None
+        }
         assert len(present) == 1, present
 
 
