@@ -8,12 +8,14 @@ from typing import Any
 
 from privstream.config import AppConfig, FieldConfig, Guarantee
 from privstream.config.fields import FORGEABLE, CategoricalField, RealField
+from privstream.config.missing import presence_name
+from privstream.errors import RegistryError
 from privstream.kinds import registration_for
 from privstream.kinds.auto import WARN_RATIO, auto_choice
 from privstream.kinds.auto_real import explain_auto_real
 from privstream.mechanisms import Mechanism
 from privstream.pipeline import RecordPlan
-from privstream.pipeline.plan import MemoPlan
+from privstream.pipeline.plan import MemoPlan, PlannedField
 
 
 def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
@@ -25,15 +27,9 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
     fields: list[dict[str, Any]] = []
     for spec in config.fields:
         planned = by_name.get(spec.name)
-        describe = registration_for(planned).explain if planned is not None else None
         entry: dict[str, Any] = {"name": spec.name, "kind": spec.kind, "mechanism": None}
-        if planned is not None and describe is not None and planned.handler.mechanism is not None:
-            declared = plan.budget.declared[spec.name]
-            described = describe(planned.handler)
-            # key order as before the registry: mechanism, epsilon, delta, declared_*, ...
-            entry.update({key: described.pop(key) for key in ("mechanism", "epsilon", "delta")})
-            entry.update(declared_epsilon=declared.epsilon, declared_delta=declared.delta)
-            entry.update(described)
+        if planned is not None and planned.handler.mechanism is not None:
+            entry.update(_noised_entry(plan, planned))
             entry.update(_memo_entry(planned.memo))
             entry.update(_missing_entry(spec))
             share = plan.budget.fields.get(spec.name)
@@ -46,6 +42,16 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
             if planned is not None and describe is not None:  # a public transform says what
                 entry.update(describe(planned.handler))
         fields.append(entry)
+        presence = by_name.get(presence_name(spec.name))
+        if getattr(spec, "presence_epsilon", None) is not None and presence is not None:
+            bit: dict[str, Any] = {
+                "name": presence.name,
+                "kind": presence.kind,
+                "presence_of": spec.name,
+            }
+            bit.update(_noised_entry(plan, presence))
+            bit["optimality"] = _optimality(bit)
+            fields.append(bit)
     budget = plan.budget
     k = budget.group_size
     return {
@@ -64,6 +70,20 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
         "metrics": _metrics_data(config, plan),
         "ledger": ledger_guarantee(config, plan),
     }
+
+
+def _noised_entry(plan: RecordPlan, planned: PlannedField) -> dict[str, Any]:
+    """Mechanism, epsilon, delta, declared share and the kind's own description."""
+    describe = registration_for(planned).explain
+    declared = plan.budget.declared[planned.name]
+    if describe is None:  # every noised registration has one (``_NOISED_PARTS``)
+        raise RegistryError(f"field {planned.name!r}: its kind has no explain")
+    described = describe(planned.handler)
+    # key order as before the registry: mechanism, epsilon, delta, declared_*, ...
+    entry = {key: described.pop(key) for key in ("mechanism", "epsilon", "delta")}
+    entry.update(declared_epsilon=declared.epsilon, declared_delta=declared.delta)
+    entry.update(described)
+    return entry
 
 
 def _metrics_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from pydantic import (
     PlainValidator,
     StrictInt,
     StrictStr,
+    field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
@@ -118,6 +119,15 @@ class _NoisedField(_NamedField):
     impute: JsonValue = None
     #: ``on_missing: null`` with ``privacy.subject``: the field's presence is not personal
     presence_public: bool = False
+    #: ``on_missing: impute``: also release ``<name>_present``, whether the value was
+    #: present, by randomized response at this epsilon (added to the record's)
+    presence_epsilon: Epsilon | None = None
+
+    @field_validator("on_missing", mode="before")
+    @classmethod
+    def _yaml_null(cls, value: object) -> object:
+        # ``on_missing: null`` in YAML is the null value itself, not the string
+        return "null" if value is None else value
 
     @model_validator(mode="after")
     def _missing_options(self) -> "_NoisedField":

@@ -29,7 +29,15 @@ MISSING_DEFAULTS: dict[str, object] = {
     "on_missing": "dead_letter",
     "impute": None,
     "presence_public": False,
+    "presence_epsilon": None,
 }
+#: the output key of a field's presence bit (``presence_epsilon``)
+PRESENCE_SUFFIX = "_present"
+
+
+def presence_name(name: str) -> str:
+    """The output key of field ``name``'s randomized-response presence bit."""
+    return name + PRESENCE_SUFFIX
 
 
 def _number(value: object) -> bool:
@@ -54,7 +62,7 @@ def impute_problem(spec: Any, value: object) -> str | None:
     if kind == "vector":
         if not _numbers(value, spec.dimension):
             return f"a vector field imputes an array of {spec.dimension} numbers"
-        norm = math.sqrt(math.fsum(float(v) ** 2 for v in value))  # type: ignore[union-attr]
+        norm = math.sqrt(math.fsum(float(v) ** 2 for v in value))  # type: ignore[attr-defined]
         if norm > spec.l2_bound:
             return f"its L2 norm {norm:g} is above l2_bound {spec.l2_bound:g}"
         return None
@@ -124,6 +132,8 @@ def missing_problem(spec: Any) -> str | None:
             return f"impute {spec.impute!r}: {problem}"
     elif spec.impute is not None:
         return "impute applies to on_missing: impute only; set it or remove impute"
+    if spec.presence_epsilon is not None and spec.on_missing != "impute":
+        return "presence_epsilon applies to on_missing: impute only; remove it"
     if spec.presence_public and spec.on_missing != "null":
         return "presence_public applies to on_missing: null only; remove it"
     memo = getattr(spec, "memoize_by", None) is not None or getattr(spec, "memo_identity", None)
@@ -136,11 +146,22 @@ def missing_problem(spec: Any) -> str | None:
 
 
 def presence_problems(fields: Sequence[Any], subject: str | None) -> list[tuple[int, str]]:
-    """(position, message) of each ``on_missing: null`` field whose public presence the config
-    has not declared, when the config gives a per-subject guarantee."""
+    """(position, message) of each presence bit whose key another field takes, and of each
+    ``on_missing: null`` field whose public presence the config has not declared when it
+    gives a per-subject guarantee."""
+    names = {spec.name for spec in fields}
+    taken = [
+        (
+            position,
+            f"presence_epsilon releases the presence bit as {presence_name(spec.name)!r}, "
+            "which another field already names; rename that field",
+        )
+        for position, spec in enumerate(fields)
+        if getattr(spec, "presence_epsilon", None) is not None and presence_name(spec.name) in names
+    ]
     if subject is None:
-        return []
-    return [
+        return taken
+    return taken + [
         (
             position,
             f"on_missing: null releases whether field {spec.name!r} is present in the clear, "

@@ -175,9 +175,9 @@ class AppConfig(Strict):
         if problems:
             details = [
                 InitErrorDetails(
-                    type=PydanticCustomError("presence_public", message),
+                    type=PydanticCustomError("presence", message),
                     loc=("fields", position, "on_missing"),
-                    input="null",
+                    input=self.fields[position].on_missing,  # type: ignore[union-attr]
                 )
                 for position, message in problems
             ]

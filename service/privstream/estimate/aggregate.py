@@ -18,7 +18,7 @@ from privstream.estimate.accumulators import MISSING, Accumulator, Options, Trut
 from privstream.estimate.by_kind import estimator_of
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.handlers import Rejected
-from privstream.pipeline.missing import MissingHandler
+from privstream.pipeline.missing import MissingHandler, source_of
 from privstream.pipeline.plan import PlannedField
 from privstream.pipeline.parse import parse_field
 
@@ -158,11 +158,9 @@ class TruthAggregate:
                 value = parse_field(handler, obj)
                 # a null release is no value of the field: the truth skips it as the estimate does
                 if handler.name in self.truths and value is not None:
-                    raw = obj.get(handler.name)
-                    parsed[handler.name] = (
-                        value,
-                        getattr(handler, "stand_in", raw) if raw is None else raw,
-                    )
+                    given = obj.get(source_of(handler))
+                    stood = getattr(handler, "stand_in", given) if given is None else given
+                    parsed[handler.name] = (value, stood)
         except Rejected as rejected:
             self.skipped[rejected.reason] += 1
             return

@@ -25,13 +25,12 @@ from __future__ import annotations
 from typing import Any
 
 from privstream.config import AppConfig, FieldConfig, config_sha256, resolve_budget
-from privstream.config.missing import stand_in
 from privstream.errors import ConfigError, MechanismError, RegistryError
 from privstream.kinds.auto import resolve_auto
 from privstream.kinds.base import FieldKind
+from privstream.kinds.presence import presence_field, with_missing
 from privstream.kinds.registry import UNRELEASED, registration_of
 from privstream.pipeline.handlers import FieldHandler
-from privstream.pipeline.missing import MissingHandler, missing_codec
 from privstream.pipeline.plan import (
     MemoPlan,
     PlannedField,
@@ -61,10 +60,7 @@ def build_plan(config: AppConfig) -> RecordPlan:
         except MechanismError as exc:  # parameters no mechanism can honour: a config problem
             problems.append(f"fields[{i}] ({spec.name}): {exc}")
             continue
-        codec = entry.codec
-        if getattr(spec, "on_missing", "dead_letter") != "dead_letter":
-            handler = MissingHandler(handler, spec.on_missing, stand_in(spec))  # type: ignore[union-attr]
-            codec = missing_codec(codec)
+        handler, codec = with_missing(spec, handler, entry)
         fields.append(
             PlannedField(
                 handler=handler,
@@ -75,6 +71,9 @@ def build_plan(config: AppConfig) -> RecordPlan:
                 codec=codec,
             )
         )
+        presence = presence_field(spec, budget)
+        if presence is not None:
+            fields.append(presence)
     if problems:
         raise ConfigError(problems)
     return RecordPlan(fields=tuple(fields), budget=budget, config_sha256=config_sha256(config))

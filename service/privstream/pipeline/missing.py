@@ -27,7 +27,7 @@ import numpy as np
 
 from privstream.mechanisms import Mechanism, NoiseSource
 from privstream.pipeline.columns import MISSING, ColumnParser, Values
-from privstream.pipeline.handlers import Column, FieldHandler
+from privstream.pipeline.handlers import BooleanHandler, Column, FieldHandler
 from privstream.pipeline.plan import FieldCodec
 
 
@@ -61,6 +61,11 @@ class MissingHandler:
             raise AttributeError(attribute)
         return getattr(self.inner, attribute)
 
+    @property
+    def source(self) -> str:
+        """The record key it reads (its own name)."""
+        return self.inner.name
+
     def parse(self, value: object) -> Any:
         if value is None or value is MISSING:
             return None if self.mode == "null" else self._parsed
@@ -82,6 +87,36 @@ class MissingHandler:
         # the error is a function of the noise alone (``Mechanism.noise_error``), so the
         # null rows' draws measure it as well as the others'
         return Column(written, lambda: released.error, released.clamped)
+
+
+@dataclass(frozen=True)
+class PresenceHandler(BooleanHandler):
+    """``<source>_present``: whether field ``source`` holds a non-null value, through binary
+    randomized response (``presence_epsilon``). A function of presence alone, never of the
+    value, so it reads every record the same way and rejects none."""
+
+    #: the record key whose presence it releases
+    source: str = ""
+
+    def parse(self, value: object) -> int:
+        return int(value is not None and value is not MISSING)
+
+
+def presence_column(handler: PresenceHandler, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    """The presence bit of every row; no row is left to the reference."""
+    bits = [value is not None and value is not MISSING for value in col]
+    return np.array(bits, dtype=np.int64), []
+
+
+def source_of(handler: FieldHandler) -> str:
+    """The record key a handler reads: its name, except for a presence bit."""
+    source: str = getattr(handler, "source", handler.name)
+    return source
+
+
+def takes_missing(handler: FieldHandler) -> bool:
+    """Whether an absent field is parsed by the handler instead of dead-lettering the record."""
+    return isinstance(handler, MissingHandler | PresenceHandler)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from privstream.errors import MisuseError
 from privstream.pipeline.columns import MISSING
 from privstream.pipeline.handlers import FieldHandler, Rejected, json_type
 from privstream.pipeline.long_integers import digit_bound, parse_int
-from privstream.pipeline.missing import MissingHandler
+from privstream.pipeline.missing import source_of, takes_missing
 from privstream.pipeline.plan import MemoPlan, RecordPlan, field_identity, unkeyed
 
 
@@ -84,8 +84,8 @@ def _identity(memo: MemoPlan, record: dict[str, Any], key: bytes | None, of: str
 def parse_field(handler: FieldHandler, record: dict[str, Any]) -> Any:
     """The handler's parse of the record's value; an absent field is dead-lettered unless
     the field takes absent values (``on_missing``: ``privstream.pipeline.missing``)."""
-    value = record.get(handler.name, MISSING)
-    if value is MISSING and not isinstance(handler, MissingHandler):
+    value = record.get(source_of(handler), MISSING)
+    if value is MISSING and not takes_missing(handler):
         raise Rejected("missing_field", f"field {handler.name!r}: missing")
     return handler.parse(value)
 
