@@ -16,8 +16,9 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    JsonValue,
     PlainValidator,
+    StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
     field_validator,
@@ -51,6 +52,9 @@ Delta = Annotated[float, _pydantic(validation.check_delta)]
 Bounds = Annotated[tuple[float, float], _pydantic(validation.check_bounds)]
 IntegerBounds = Annotated[tuple[float, float], _pydantic(validation.check_integer_bounds)]
 DomainValue = StrictStr | StrictInt
+#: what ``impute`` takes: a value of some kind's domain (checked against the field's own)
+ImputeScalar = StrictBool | StrictInt | StrictFloat | StrictStr
+ImputeValue = ImputeScalar | list[ImputeScalar]
 Domain = Annotated[tuple[DomainValue, ...], _pydantic(validation.check_domain)]
 Universe = Annotated[tuple[StrictStr, ...], _pydantic(validation.check_domain)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -116,7 +120,7 @@ class _NoisedField(_NamedField):
     #: mechanism, or release null (presence public) (``privstream.config.missing``)
     on_missing: OnMissing = "dead_letter"
     #: the in-domain value ``on_missing: impute`` puts in place of an absent or null one
-    impute: JsonValue = None
+    impute: ImputeValue | None = None
     #: ``on_missing: null`` with ``privacy.subject``: the field's presence is not personal
     presence_public: bool = False
     #: ``on_missing: impute``: also release ``<name>_present``, whether the value was
