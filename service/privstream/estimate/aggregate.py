@@ -19,8 +19,8 @@ from privstream.estimate.by_kind import estimator_of
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.missing import MissingHandler, source_of
-from privstream.pipeline.plan import PlannedField
 from privstream.pipeline.parse import parse_field
+from privstream.pipeline.plan import PlannedField
 
 CHUNK_RECORDS = 8192
 
