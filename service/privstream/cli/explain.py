@@ -249,11 +249,19 @@ def _missing_entry(spec: Any) -> dict[str, Any]:
 
 def _missing_lines(fields: list[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
+    bits = {f["presence_of"]: f for f in fields if "presence_of" in f}
     for f in fields:
         if f.get("on_missing") == "impute":
+            bit = bits.get(f["name"])
+            shown = (
+                "its value never shows whether it was present"
+                if bit is None
+                else f"whether it was present is released only by {bit['name']} "
+                f"(randomized response, epsilon={_num(bit['epsilon'])})"
+            )
             lines.append(
-                f"missing: {f['name']} absent or null is noised as {json.dumps(f['impute'])}, "
-                "so its output never shows whether it was present"
+                f"missing: {f['name']} absent or null is noised as "
+                f"{json.dumps(f['impute'])}; {shown}"
             )
         elif f.get("on_missing") == "null":
             lines.append(

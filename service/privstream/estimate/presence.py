@@ -90,7 +90,9 @@ def add_present_estimates(
                 for row in rows
             ]
         entry["present"] = present
+        mean = present.get("mean", {}).get("estimate")
+        told = "" if mean is None else f"mean {mean:.6g} +- {present['mean']['stderr']:.2g}, "
         entry["notes"].append(
-            f"present: estimates over the records holding {planned.name}, debiased with "
-            f"{bit['name']} (share present {pi:.4g} +- {pi_stderr:.2g})"
+            f"present: {told}estimates over the records holding {planned.name} (JSON: "
+            f"present), debiased with {bit['name']} (share present {pi:.4g} +- {pi_stderr:.2g})"
         )

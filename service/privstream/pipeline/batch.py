@@ -43,7 +43,7 @@ from privstream.pipeline.assemble import encode_block, encode_records
 from privstream.pipeline.columns import MISSING, Values, direct_column
 from privstream.pipeline.decode import decode_batch
 from privstream.pipeline.handlers import Rejected
-from privstream.pipeline.missing import source_of
+from privstream.pipeline.missing import direct_parts, source_of
 from privstream.pipeline.noise import Fresh, NoiseProvider, Replayable
 from privstream.pipeline.parse import parse_row, with_keys
 from privstream.pipeline.plan import RecordPlan, field_identity
@@ -94,7 +94,7 @@ def _parse_columns(
     keys = _own_keys(records, [source_of(handler) for handler in plan.handlers])
     for planned, key in zip(plan.fields, keys, strict=True):
         parser, handler = planned.codec.column, planned.handler
-        values = direct_column(parser, handler, records, key)
+        values = direct_column(*direct_parts(parser, handler), records, key)
         if values is None:
             values, rejected = parser(handler, _column(records, key))
             bad.update(rejected)

@@ -72,7 +72,8 @@ class MissingHandler:
         return self.inner.parse(value)
 
     def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
-        if self.mode != "null":
+        # a parsed array (the fast path's) holds no None
+        if self.mode != "null" or isinstance(values, np.ndarray):
             return self.inner.release(values, source)
         nulls = [row for row, value in enumerate(values) if value is None]
         if not nulls:
@@ -139,6 +140,16 @@ class _MissingColumn:
         for row in absent:
             out[row] = None
         return out, bad
+
+
+def direct_parts(parser: ColumnParser, handler: FieldHandler) -> tuple[ColumnParser, FieldHandler]:
+    """The parser and handler whose direct read (``columns.direct_column``) stands for the
+    field's: the kind's own for a field with ``on_missing``. That read succeeds only where
+    every record holds a value of the common kind (no absent, no null), and then gives what
+    ``_MissingColumn`` gives."""
+    if isinstance(parser, _MissingColumn) and isinstance(handler, MissingHandler):
+        return parser.inner, handler.inner
+    return parser, handler
 
 
 def _texts(inner: FieldCodec) -> Any:

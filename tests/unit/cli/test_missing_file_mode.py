@@ -17,7 +17,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
+from privstream.cli.explain import explain, explain_data
 from privstream.cli.main import main
+from privstream.config import parse_config
+from privstream.kinds import build_plan
 from privstream.pipeline import noise
 from privstream.testing import SeededSource
 
@@ -137,3 +141,19 @@ def test_null(
     countries = present(records, "country")
     for row in fields["country"]["frequencies"]:
         assert covers(row, countries.count(row["value"]) / len(countries)), row
+
+
+def test_explain_says_what_absence_releases() -> None:
+    """The presence bit is a row of its own in the budget; public presence is said in words."""
+    for config, words in (
+        (IMPUTE, "whether it was present is released only by latency_present"),
+        (NULL, "PUBLIC PRESENCE: latency absent or null is released as null"),
+    ):
+        data = yaml.safe_load(config)
+        plan = build_plan(parse_config(data))
+        text = explain(parse_config(data), plan, "table")
+        assert words in " ".join(text.split())
+    config = parse_config(yaml.safe_load(IMPUTE))
+    rows = {row["name"]: row for row in explain_data(config, build_plan(config))["fields"]}
+    assert rows["latency_present"]["epsilon"] == 2.0
+    assert rows["latency_present"]["presence_of"] == "latency"

@@ -278,3 +278,21 @@ def test_any_number_null_or_absence_is_released_alike(values: list[Any], mode: s
             assert released is None
         else:
             assert isinstance(released, float)
+
+
+def test_the_release_id_changes_with_the_missing_options() -> None:
+    """Each option that shapes the field's output gives it other noise; the bit has its own."""
+    base = {"name": "f", "kind": "real", "bounds": [0, 10], "epsilon": 1.0}
+    variants = [
+        {},
+        {"on_missing": "null"},
+        {"on_missing": "impute", "impute": 1},
+        {"on_missing": "impute", "impute": 2},
+        {"on_missing": "impute", "impute": 2, "presence_epsilon": 0.5},
+    ]
+    ids = []
+    for options in variants:
+        config = config_dict([{**base, **options}], epsilon=2.0)
+        ids.extend(planned.release_id for planned in build_plan(parse_config(config)).fields)
+    assert len(ids) == len(variants) + 1  # the last one adds f_present
+    assert len(set(ids)) == len(ids)
