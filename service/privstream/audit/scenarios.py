@@ -44,6 +44,7 @@ from privstream.audit.targets import Target
 from privstream.errors import AuditError, Rejected
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.handlers import FieldHandler
+from privstream.pipeline.missing import PresenceHandler
 
 #: how the record's product events are picked on the pilot (``_projected_score``)
 _PILOT_PESSIMISM = 0.16
@@ -84,6 +85,11 @@ class PlanAuditor:
             for f in plan.fields
             if f.memo is not None and f.memo.field is not None
         }
+        # a presence bit (``presence_epsilon``) reads whether its field is there: its inputs
+        # are records with the field present (true) or absent (false)
+        self.presence_of = {
+            f.name: f.handler.source for f in plan.fields if isinstance(f.handler, PresenceHandler)
+        }
 
     def _base(self) -> dict[str, object]:
         """A valid value for every field the pipeline reads: first inputs, memo ids."""
@@ -110,6 +116,10 @@ class PlanAuditor:
             fixed = {**base, **{k: v for k, v in value.items() if k not in unique}}
             for name in unique:
                 fixed.pop(name, None)
+            for bit, source in self.presence_of.items():
+                fixed.pop(bit, None)  # no such record key; present unless examined as false
+                if value.get(bit, True) is False:
+                    fixed.pop(source, None)
             specs.append(RecordSpec(fixed, tuple(unique)))
         return specs
 
