@@ -75,6 +75,11 @@ def present(records: list[dict[str, Any]], name: str) -> list[Any]:
     return [r[name] for r in records if r.get(name) is not None]
 
 
+def clamped_mean(values: list[float]) -> float:
+    """What a real field's mean estimates: the mean of the values clamped into [0, 500]."""
+    return float(np.mean(np.clip(values, 0.0, 500.0)))
+
+
 def sanitize(
     tmp_path: Path, config: str, records: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[Path, Path]:
@@ -91,7 +96,9 @@ def sanitize(
 def estimate(tmp_path: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     capsys.readouterr()
     config = str(tmp_path / "config.yaml")
+    truth = str(tmp_path / "raw.jsonl")  # parsed as the sanitizer parses it
     args = ["estimate", "--config", config, "--input", str(out), "--format", "json"]
+    args += ["--truth", truth]
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out)
     return {entry["name"]: entry for entry in report["fields"]}
@@ -114,13 +121,17 @@ def test_impute_with_a_presence_bit(
     latencies = present(records, "latency")
     share = fields["latency"]["present"]["share"]
     assert covers(share, len(latencies) / N)
-    assert covers(fields["latency"]["present"]["mean"], float(np.mean(latencies)))
+    bit = {row["value"]: row for row in fields["latency_present"]["frequencies"]}
+    assert bit[True]["true"] == pytest.approx(len(latencies) / N)  # the truth of the bit
+    assert covers(fields["latency"]["present"]["mean"], clamped_mean(latencies))
     # the plain mean is over every record, absent ones counted as 500: debiasing matters here
-    assert not covers(fields["latency"]["mean"], float(np.mean(latencies)))
+    assert not covers(fields["latency"]["mean"], clamped_mean(latencies))
     # without a presence bit the estimate is over every record, absent ones counted as US
     countries = [r.get("country") or "US" for r in records]
     for row in fields["country"]["frequencies"]:
         assert covers(row, countries.count(row["value"]) / N), row
+        # the truth counts the imputed values as the release does
+        assert row["true"] == pytest.approx(countries.count(row["value"]) / N)
 
 
 def test_null(
@@ -137,7 +148,9 @@ def test_null(
     fields = estimate(tmp_path, out, capsys)
     latencies = present(records, "latency")
     assert fields["latency"]["skipped"] == {"null": N - len(latencies)}
-    assert covers(fields["latency"]["mean"], float(np.mean(latencies)))
+    # the truth skips the nulls as the estimate does: the present values' mean
+    assert fields["latency"]["mean"]["true"] == pytest.approx(clamped_mean(latencies))
+    assert covers(fields["latency"]["mean"], clamped_mean(latencies))
     countries = present(records, "country")
     for row in fields["country"]["frequencies"]:
         assert covers(row, countries.count(row["value"]) / len(countries)), row
