@@ -27,6 +27,7 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
     fields: list[dict[str, Any]] = []
     for spec in config.fields:
         planned = by_name.get(spec.name)
+        describe = registration_for(planned).explain if planned is not None else None
         entry: dict[str, Any] = {"name": spec.name, "kind": spec.kind, "mechanism": None}
         if planned is not None and planned.handler.mechanism is not None:
             entry.update(_noised_entry(plan, planned))
@@ -239,10 +240,11 @@ def _memo_entry(memo: MemoPlan | None) -> dict[str, Any]:
 
 def _missing_entry(spec: Any) -> dict[str, Any]:
     """How an absent or null value is released (``on_missing``)."""
-    entry: dict[str, Any] = {"on_missing": spec.on_missing}
-    if spec.on_missing == "impute":
+    mode = getattr(spec, "on_missing", "dead_letter")  # a timestamp field always dead-letters
+    entry: dict[str, Any] = {"on_missing": mode}
+    if mode == "impute":
         entry["impute"] = spec.impute
-    if spec.on_missing == "null":
+    if mode == "null":
         entry["presence_public"] = True
     return entry
 

@@ -56,7 +56,10 @@ def noised_fields(config: AppConfig) -> list[NoisedField]:
 def presence_shares(fields: list[NoisedField]) -> dict[str, float]:
     """The declared epsilon of each presence bit (``presence_epsilon``), by output key."""
     return {
-        presence_name(f.name): f.presence_epsilon for f in fields if f.presence_epsilon is not None
+        presence_name(f.name): epsilon
+        for f in fields
+        # a timestamp field has no presence bit (nor on_missing)
+        if (epsilon := getattr(f, "presence_epsilon", None)) is not None
     }
 
 

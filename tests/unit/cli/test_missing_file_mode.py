@@ -170,3 +170,20 @@ def test_explain_says_what_absence_releases() -> None:
     rows = {row["name"]: row for row in explain_data(config, build_plan(config))["fields"]}
     assert rows["latency_present"]["epsilon"] == 2.0
     assert rows["latency_present"]["presence_of"] == "latency"
+
+
+def test_a_noised_timestamp_beside_an_imputed_field() -> None:
+    """A timestamp field (no on_missing: it dead-letters an absent time) composes with a
+    presence bit: budget and explain read the missing-value options of the kinds that have
+    them only."""
+    data = yaml.safe_load(IMPUTE)
+    data["privacy"]["epsilon"] = 14
+    bounds = ["2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"]
+    data["fields"].append(
+        {"name": "ts", "kind": "timestamp", "granularity": "1h", "bounds": bounds, "epsilon": 1}
+    )
+    config = parse_config(data)
+    plan = build_plan(config)
+    assert plan.epsilon == pytest.approx(14.0)  # 8 + 2 (presence) + 3 + 1
+    rows = {row["name"]: row for row in explain_data(config, plan)["fields"]}
+    assert rows["ts"]["on_missing"] == "dead_letter"
