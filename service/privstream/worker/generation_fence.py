@@ -267,7 +267,7 @@ def is_stale_member(exc: BaseException | None) -> bool:
     """``exc``, or one in its cause chain, is the coordinator refusing a stale member."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KafkaError) and exc.errno in STALE_MEMBER:
+        if isinstance(exc, KafkaError) and getattr(exc, "errno", None) in STALE_MEMBER:
             return True
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__

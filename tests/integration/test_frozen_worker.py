@@ -1,0 +1,170 @@
+"""A worker frozen past the session timeout never commits what it lost (issue 30, item 1).
+
+Workers "a" and "b" share a 4-partition input with the ledger on. Three
+times, "a" is frozen with SIGSTOP while it works (a GC pause, a frozen VM):
+the group drops it after ``session_timeout_ms`` and gives "b" every
+partition; "b" restores the ledger and goes on charging the same subjects;
+then "a" resumes (SIGCONT) with whatever it held: a batch fetched, charged or
+half sent under the assignment it lost. Nothing of it may commit: not its
+outputs (a second release of records "b" released), not its ledger records
+(older, lower spending that would replace "b"'s in the compacted changelog,
+so the next restore would admit subjects again), not its offsets.
+
+Subjects come in blocks of fresh ones, four records each against a cap of
+three, so the batches around a freeze hold subjects below their cap. The
+check is the ledger model of ``ledger_support`` recomputed from the raw
+input: every subject released exactly up to its cap (not over: a stale
+restore; not under: a charge counted twice), no record twice in the
+read_committed output, and the committed changelog restored equals the
+model's spending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from privstream.config import load_config
+from privstream.ledger import LedgerPolicy
+from privstream.pipeline import build_plan
+
+from tests.integration.faults import (
+    Tail,
+    fault_topics,
+    free_port,
+    group_assignment,
+    metric,
+    poll_until,
+    stream,
+)
+from tests.integration.ledger_support import (
+    accounted_for,
+    assert_changelog_is_the_ledger,
+    assert_ledger_obeyed,
+    body,
+    expected_reasons,
+    group_committed,
+    outcome,
+    record,
+    running,
+    seq,
+    source,
+)
+from tests.integration.worker_proc import Message, WorkerProcess, read_all, write_config
+
+FREEZES = 3
+#: fresh subjects per block; each gets PER_SUBJECT records, one over the cap of 3
+BLOCK_SUBJECTS, PER_SUBJECT = 400, 4
+
+
+def block_message(i: int) -> Message:
+    """Input i: subject ``b<block>-s<k>``, the block's subjects interleaved."""
+    block, k = divmod(i, BLOCK_SUBJECTS * PER_SUBJECT)
+    key, value = record(i, f"b{block}-s{k % BLOCK_SUBJECTS}")
+    return key, value, []
+
+
+async def test_frozen_worker_commits_nothing_it_lost(kafka_bootstrap: str, tmp_path: Path) -> None:
+    total, batch, ahead = 16_000, 200, 1_500
+    kafka = await fault_topics(kafka_bootstrap, "ledger-frozen")
+    overrides = {
+        **kafka,
+        "transactions": True,
+        "max_batch_records": batch,
+        "session_timeout_ms": 6_000,
+        # a freeze inside a transaction ends by the broker aborting it: keep that short
+        "transaction_timeout_ms": 15_000,
+    }
+    config = write_config(tmp_path / "config.yaml", kafka_bootstrap, overrides, body())
+    messages = [block_message(i) for i in range(total)]
+    a = WorkerProcess(config, tmp_path / "a.log", replica_id="a")
+    b = WorkerProcess(config, tmp_path / "b.log", replica_id="b")
+    port_a, port_b = free_port(), free_port()
+    frozen_at: list[int] = []
+
+    def alive() -> None:
+        for w in (a, b):
+            assert w.alive, w.log_text()[-5000:]
+
+    async def shares() -> list[list[int]]:
+        alive()
+        state, members = await group_assignment(kafka_bootstrap, kafka["group_id"])
+        return members if state == "Stable" else []
+
+    async def both_assigned() -> bool:
+        members = await shares()
+        return len(members) == 2 and all(members)
+
+    async def b_owns_all() -> bool:
+        return await shares() == [[0, 1, 2, 3]]
+
+    def grew(port: int, since: float) -> Callable[[], Awaitable[bool]]:
+        async def probe() -> bool:
+            alive()
+            return (await metric(port, "privstream_records_in_total") or 0) > since
+
+        return probe
+
+    async with (
+        Tail(kafka_bootstrap, kafka["output_topic"], identity=seq) as out,
+        Tail(kafka_bootstrap, kafka["dead_letter_topic"], identity=source) as dead,
+        running(a, port_a),
+        running(b, port_b),
+    ):
+
+        async def progressed(count: int) -> None:
+            async def probe() -> bool:
+                alive()
+                return len(out.distinct) + len(dead.distinct) >= count
+
+            await poll_until(probe, 180, f"{count} inputs released or dead-lettered")
+
+        async def gate(start: int) -> None:
+            await progressed(start - ahead)
+
+        await poll_until(both_assigned, 60, "both workers assigned partitions")
+        producing: asyncio.Task[list[tuple[int, int]]] = asyncio.create_task(
+            stream(kafka_bootstrap, kafka["input_topic"], messages, chunk=250, before_chunk=gate)
+        )
+        try:
+            for k in range(FREEZES):
+                await progressed(total * (k + 1) // (FREEZES + 2))
+                # "a" is at work: it committed a batch since it last resumed
+                seen = await metric(port_a, "privstream_records_in_total") or 0
+                await poll_until(grew(port_a, seen), 120, f"worker a at work before freeze {k}")
+                assert a.proc is not None
+                a.proc.send_signal(signal.SIGSTOP)
+                frozen_at.append(len(out.distinct) + len(dead.distinct))
+                await poll_until(b_owns_all, 60, "the group gave b every partition", every_s=0.2)
+                # b charges on: a freeze inside a transaction holds b's restore until the
+                # broker aborts it (transaction_timeout_ms), then b goes on
+                base = await group_committed(kafka_bootstrap, kafka["group_id"])
+
+                async def b_went_on(base: int = base) -> bool:
+                    alive()
+                    return await group_committed(kafka_bootstrap, kafka["group_id"]) > base
+
+                await poll_until(b_went_on, 90, "b committed after taking a's partitions")
+                a.proc.send_signal(signal.SIGCONT)
+                await poll_until(both_assigned, 90, f"a back in the group after freeze {k}")
+            await producing
+            await accounted_for(out, dead, total, b, within_s=180)
+            assert await a.terminate() == 0, a.log_text()[-5000:]
+            assert await b.terminate() == 0, b.log_text()[-5000:]
+        finally:
+            producing.cancel()
+            if a.alive and a.proc is not None:
+                a.proc.send_signal(signal.SIGCONT)
+    raw, outputs, letters = await outcome(kafka_bootstrap, kafka)
+    summary = f"frozen at {frozen_at} accounted inputs"
+    expected = expected_reasons(raw, clock_ms=int(time.time() * 1000))
+    reasons = assert_ledger_obeyed(raw, outputs, letters, expected, summary)
+    assert set(reasons) <= {"budget_exhausted", "lifetime_exhausted"}, reasons
+    changelog = await read_all(kafka_bootstrap, f"{kafka['input_topic']}-privstream-ledger", 4)
+    changelog.sort(key=lambda r: (r.partition, r.offset))
+    parsed = load_config(config)
+    policy = LedgerPolicy.from_config(parsed, build_plan(parsed))
+    assert_changelog_is_the_ledger(changelog, raw, expected, policy)
