@@ -21,7 +21,6 @@ model's spending.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -32,16 +31,13 @@ from privstream.ledger import LedgerPolicy
 from privstream.pipeline import build_plan
 
 from tests.integration.faults import (
-    Tail,
     fault_topics,
     free_port,
     group_assignment,
     metric,
     poll_until,
-    stream,
 )
 from tests.integration.ledger_support import (
-    accounted_for,
     assert_changelog_is_the_ledger,
     assert_ledger_obeyed,
     body,
@@ -50,10 +46,8 @@ from tests.integration.ledger_support import (
     outcome,
     record,
     running,
-    seq,
-    source,
 )
-from tests.integration.worker_proc import Message, WorkerProcess, read_all, write_config
+from tests.integration.worker_proc import Message, WorkerProcess, produce, read_all, write_config
 
 FREEZES = 3
 #: fresh subjects per block; each gets PER_SUBJECT records, one over the cap of 3
@@ -68,12 +62,13 @@ def block_message(i: int) -> Message:
 
 
 async def test_frozen_worker_commits_nothing_it_lost(kafka_bootstrap: str, tmp_path: Path) -> None:
-    total, batch, ahead = 16_000, 200, 1_500
+    busy, during, tail = 3_000, 1_000, 1_000  # inputs: before each freeze, during it, at the end
+    total = FREEZES * (busy + during) + tail
     kafka = await fault_topics(kafka_bootstrap, "ledger-frozen")
     overrides = {
         **kafka,
         "transactions": True,
-        "max_batch_records": batch,
+        "max_batch_records": 200,
         "session_timeout_ms": 6_000,
         # a freeze inside a transaction ends by the broker aborting it: keep that short
         "transaction_timeout_ms": 15_000,
@@ -83,7 +78,13 @@ async def test_frozen_worker_commits_nothing_it_lost(kafka_bootstrap: str, tmp_p
     a = WorkerProcess(config, tmp_path / "a.log", replica_id="a")
     b = WorkerProcess(config, tmp_path / "b.log", replica_id="b")
     port_a, port_b = free_port(), free_port()
-    frozen_at: list[int] = []
+    frozen_at: list[float] = []
+    sent = 0
+
+    async def send(count: int) -> None:
+        nonlocal sent
+        await produce(kafka_bootstrap, kafka["input_topic"], messages[sent : sent + count])
+        sent += count
 
     def alive() -> None:
         for w in (a, b):
@@ -101,65 +102,37 @@ async def test_frozen_worker_commits_nothing_it_lost(kafka_bootstrap: str, tmp_p
     async def b_owns_all() -> bool:
         return await shares() == [[0, 1, 2, 3]]
 
-    def grew(port: int, since: float) -> Callable[[], Awaitable[bool]]:
+    def committed_over(base: float) -> Callable[[], Awaitable[bool]]:
         async def probe() -> bool:
             alive()
-            return (await metric(port, "privstream_records_in_total") or 0) > since
+            return await group_committed(kafka_bootstrap, kafka["group_id"]) > base
 
         return probe
 
-    async with (
-        Tail(kafka_bootstrap, kafka["output_topic"], identity=seq) as out,
-        Tail(kafka_bootstrap, kafka["dead_letter_topic"], identity=source) as dead,
-        running(a, port_a),
-        running(b, port_b),
-    ):
-
-        async def progressed(count: int) -> None:
-            async def probe() -> bool:
-                alive()
-                return len(out.distinct) + len(dead.distinct) >= count
-
-            await poll_until(probe, 180, f"{count} inputs released or dead-lettered")
-
-        async def gate(start: int) -> None:
-            await progressed(start - ahead)
-
+    async with running(a, port_a), running(b, port_b):
         await poll_until(both_assigned, 60, "both workers assigned partitions")
-        producing: asyncio.Task[list[tuple[int, int]]] = asyncio.create_task(
-            stream(kafka_bootstrap, kafka["input_topic"], messages, chunk=250, before_chunk=gate)
-        )
-        try:
-            for k in range(FREEZES):
-                await progressed(total * (k + 1) // (FREEZES + 2))
-                # "a" is at work: it committed a batch since it last resumed
-                seen = await metric(port_a, "privstream_records_in_total") or 0
-                await poll_until(grew(port_a, seen), 120, f"worker a at work before freeze {k}")
-                assert a.proc is not None
-                a.proc.send_signal(signal.SIGSTOP)
-                frozen_at.append(len(out.distinct) + len(dead.distinct))
-                await poll_until(b_owns_all, 60, "the group gave b every partition", every_s=0.2)
-                # b charges on: a freeze inside a transaction holds b's restore until the
-                # broker aborts it (transaction_timeout_ms), then b goes on
-                base = await group_committed(kafka_bootstrap, kafka["group_id"])
-
-                async def b_went_on(base: int = base) -> bool:
-                    alive()
-                    return await group_committed(kafka_bootstrap, kafka["group_id"]) > base
-
-                await poll_until(b_went_on, 90, "b committed after taking a's partitions")
-                a.proc.send_signal(signal.SIGCONT)
-                await poll_until(both_assigned, 90, f"a back in the group after freeze {k}")
-            await producing
-            await accounted_for(out, dead, total, b, within_s=180)
-            assert await a.terminate() == 0, a.log_text()[-5000:]
-            assert await b.terminate() == 0, b.log_text()[-5000:]
-        finally:
-            producing.cancel()
-            if a.alive and a.proc is not None:
-                a.proc.send_signal(signal.SIGCONT)
+        for k in range(FREEZES):
+            await send(busy)
+            # frozen at work: once it committed a batch of this input
+            seen = await metric(port_a, "privstream_records_in_total") or 0
+            await poll_until(counted_over(port_a, seen, alive), 120, f"a at work ({k})")
+            assert a.proc is not None
+            a.proc.send_signal(signal.SIGSTOP)
+            frozen_at.append(await group_committed(kafka_bootstrap, kafka["group_id"]))
+            await poll_until(b_owns_all, 60, "the group gave b every partition", every_s=0.2)
+            # b charges the same subjects on (a freeze inside a transaction holds b's
+            # restore until the broker aborts it: transaction_timeout_ms)
+            base = await group_committed(kafka_bootstrap, kafka["group_id"])
+            await send(during)
+            await poll_until(committed_over(base), 90, f"b took over and committed ({k})")
+            a.proc.send_signal(signal.SIGCONT)
+            await poll_until(both_assigned, 90, f"a back in the group after freeze {k}")
+        await send(tail)  # charged from ledgers restored after the last freeze
+        await poll_until(committed_over(total - 1), 180, "every input committed")
+        assert await a.terminate() == 0, a.log_text()[-5000:]
+        assert await b.terminate() == 0, b.log_text()[-5000:]
     raw, outputs, letters = await outcome(kafka_bootstrap, kafka)
-    summary = f"frozen at {frozen_at} accounted inputs"
+    summary = f"frozen with {frozen_at} inputs committed"
     expected = expected_reasons(raw, clock_ms=int(time.time() * 1000))
     reasons = assert_ledger_obeyed(raw, outputs, letters, expected, summary)
     assert set(reasons) <= {"budget_exhausted", "lifetime_exhausted"}, reasons
@@ -168,3 +141,15 @@ async def test_frozen_worker_commits_nothing_it_lost(kafka_bootstrap: str, tmp_p
     parsed = load_config(config)
     policy = LedgerPolicy.from_config(parsed, build_plan(parsed))
     assert_changelog_is_the_ledger(changelog, raw, expected, policy)
+
+
+def counted_over(
+    port: int, seen: float, alive: Callable[[], None]
+) -> Callable[[], Awaitable[bool]]:
+    """The worker on ``port`` counted more than ``seen`` inputs (it committed a batch)."""
+
+    async def probe() -> bool:
+        alive()
+        return (await metric(port, "privstream_records_in_total") or 0) > seen
+
+    return probe

@@ -150,7 +150,8 @@ class _Handler(TxnOffsetCommitHandler):  # type: ignore[misc]
         if stale:
             member = self._group_id.member
             code = min(stale)
-            self._sender._txn_manager.error_transaction(
+            txn = self._sender._txn_manager
+            txn.error_transaction(
                 for_code(code)(
                     f"group {str(self._group_id)!r} refused this worker's transactional offset "
                     f"commit as generation {member.generation_id} (member "
@@ -158,6 +159,9 @@ class _Handler(TxnOffsetCommitHandler):  # type: ignore[misc]
                     "the partitions belong to another worker now; the batch is aborted"
                 )
             )
+            # the caller gets the error from its offset commit; aiokafka's transaction waiter
+            # holds it too and would log it as never retrieved
+            txn.wait_for_transaction_end().exception()
             return None
         answer: float | None = super().handle_response(_Errors(errors))
         return answer
