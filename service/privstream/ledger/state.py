@@ -9,6 +9,7 @@ tombstone deletes) and then loads each into a ``Spending``.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -75,7 +76,8 @@ def _records(prefix: bytes, spending: Spending) -> dict[bytes, bytes]:
 def restored(
     partition: int, window_ms: int, entries: Iterable[tuple[bytes, bytes | None]]
 ) -> PartitionState:
-    """Replay changelog records in offset order (last value wins, None deletes)."""
+    """Replay changelog records in offset order: None deletes; spending and the closed past
+    keep the largest value since (``_keep_max``), the rest the last."""
     state = _Replay(window_ms=window_ms)
     foreign: dict[bytes, bytes] = {}  # live spending under another window length
     for key, value in entries:
@@ -132,17 +134,34 @@ def _apply(state: _Replay, key: bytes, value: bytes | None, foreign: dict[bytes,
         if length != state.window_ms:
             _set(foreign, key, value)
             return
-        _set(state.windows.setdefault(start, {}), key[codec.WINDOW_PREFIX_LEN :], value)
+        _keep_max(state.windows.setdefault(start, {}), key[codec.WINDOW_PREFIX_LEN :], value)
         if not state.windows[start]:
             del state.windows[start]
     elif kind == b"L":
-        _set(state.lifetime, key[len(codec.LIFETIME) :], value)
+        _keep_max(state.lifetime, key[len(codec.LIFETIME) :], value)
     elif kind == b"C":
         state.clock = None if value is None else codec.decode_int(value)
-    elif kind == b"E":
-        state.closed = None if value is None else codec.decode_int(value)
+    elif kind == b"E":  # only moves forward: a stale lower one never reopens a window
+        closed = None if value is None else codec.decode_int(value)
+        state.closed = (
+            closed if state.closed is None or closed is None else max(state.closed, closed)
+        )
     else:
         state.counts = {} if value is None else codec.decode_counts(value)
+
+
+def _keep_max(table: dict[bytes, bytes], name: bytes, value: bytes | None) -> None:
+    """Spending only grows until its window closes (a tombstone): each unit keeps the
+    largest value written since the key's last tombstone, so a stale write (a worker that
+    lost the partition, committing lower values after its new owner's) gives nothing back
+    (docs/ledger.md, "Stale writes")."""
+    held = table.get(name)
+    if value is None or held is None or len(held) != len(value):
+        _set(table, name, value)
+        return
+    width = len(value) // 8
+    old, new = struct.unpack(f">{width}q", held), struct.unpack(f">{width}q", value)
+    table[name] = struct.pack(f">{width}q", *map(max, old, new))
 
 
 def _set(table: dict[bytes, bytes], name: bytes, value: bytes | None) -> None:

@@ -44,8 +44,9 @@ from aiokafka.protocol.types import (
 
 from privstream.errors import BrokerError
 
-#: what the coordinator answers a member that is no longer in the current generation
-STALE_MEMBER = frozenset({22, 25, 82})  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID
+#: what the coordinator answers a member no longer in the current generation:
+#: ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID (FENCED_INSTANCE_ID needs static membership: unused)
+STALE_MEMBER = frozenset({22, 25})
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class _Handler(TxnOffsetCommitHandler):  # type: ignore[misc]
     async def do(self, node_id: int) -> bool:
         try:
             done: bool = await super().do(node_id)
-        except IncompatibleBrokerVersion:
+        except (IncompatibleBrokerVersion, NotImplementedError):  # aiokafka raises either
             self._sender._txn_manager.fatal_error(
                 BrokerError(
                     "the broker does not accept TxnOffsetCommit v3 (Kafka 2.5 or later): "
