@@ -71,7 +71,9 @@ class SubjectLedger:
         self._partitions: dict[int, PartitionState] = {}
 
     def restore(self, partition: int, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """Replay a changelog partition in offset order (last value wins, None deletes)."""
+        """Replay a changelog partition in offset order (``state.restored``: None deletes,
+        spending and the closed past keep their largest value, a stale write gives nothing
+        back)."""
         self._partitions[partition] = restored(partition, self.policy.window_ms, entries)
 
     def forget(self, partition: int) -> None:

@@ -3,8 +3,10 @@
 Windows are held per start, each a ``Spending`` (subject -> epsilon and
 delta units), so a window expires as a whole and a subject is stored once per
 window (the changelog key ``prefix + subject`` is only built for what is
-written). A restore replays the changelog into dicts (last value wins, a
-tombstone deletes) and then loads each into a ``Spending``.
+written). A restore replays the changelog into dicts (a tombstone deletes;
+spending and the closed past keep the largest value written since, so a
+stale write from a worker that lost the partition gives no budget back) and
+then loads each into a ``Spending``.
 """
 
 from __future__ import annotations
