@@ -135,7 +135,7 @@ class _Handler(TxnOffsetCommitHandler):  # type: ignore[misc]
                 BrokerError(
                     "the broker does not accept TxnOffsetCommit v3 (Kafka 2.5 or later): "
                     "without the group generation a worker that lost its partitions could "
-                    "still commit them; upgrade the brokers or set kafka.transactions: false"
+                    "still commit them; upgrade the brokers to Kafka 2.5 or later"
                 )
             )
             return True
