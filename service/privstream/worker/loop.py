@@ -74,7 +74,13 @@ from privstream.worker.clients import (
 )
 from privstream.worker.decode import tolerate_undecodable_records
 from privstream.worker.fetch import is_behind, poll
-from privstream.worker.generation_fence import GroupId, Member, fence, is_stale_member
+from privstream.worker.generation_fence import (
+    GroupId,
+    Member,
+    fence,
+    is_stale_member,
+    member_of,
+)
 from privstream.worker.http import Health
 from privstream.worker.ledger_store import LedgerStore, Verdict
 from privstream.worker.produce import BatchSender
@@ -193,6 +199,7 @@ class Worker:
                 await self._ledger.open()
             consumer = AIOKafkaConsumer(**consumer_options(self._kafka, self._runtime))
             stack.push_async_callback(close_client, consumer)
+            member_of(consumer)  # an aiokafka that hides the generation stops us here
             consumer.subscribe([self._kafka.input_topic], listener=Rebalance(self, consumer))
             await consumer.start()
             probe = asyncio.create_task(self._probe(producer))

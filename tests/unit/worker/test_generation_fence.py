@@ -5,6 +5,7 @@ tests/integration/test_frozen_worker.py."""
 from __future__ import annotations
 
 from io import BytesIO
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from privstream.worker.generation_fence import (
     Member,
     fence,
     is_stale_member,
+    member_of,
 )
 
 MEMBER = Member(generation_id=7, member_id="privstream-abc")
@@ -147,3 +149,10 @@ def test_stale_member_errors_are_told_apart_from_others() -> None:
     assert is_stale_member(wrapped)
     assert not is_stale_member(OSError(22, "EINVAL shares the number, not the meaning"))
     assert not is_stale_member(None)
+
+
+def test_the_member_is_read_from_the_consumer_or_the_worker_refuses_to_start() -> None:
+    consumer = SimpleNamespace(_coordinator=SimpleNamespace(generation=3, member_id="m-1"))
+    assert member_of(consumer) == Member(3, "m-1")  # type: ignore[arg-type]
+    with pytest.raises(BrokerError, match="generation"):
+        member_of(SimpleNamespace())  # type: ignore[arg-type]
