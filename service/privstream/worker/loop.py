@@ -199,9 +199,9 @@ class Worker:
                 await self._ledger.open()
             consumer = AIOKafkaConsumer(**consumer_options(self._kafka, self._runtime))
             stack.push_async_callback(close_client, consumer)
-            member_of(consumer)  # an aiokafka that hides the generation stops us here
             consumer.subscribe([self._kafka.input_topic], listener=Rebalance(self, consumer))
             await consumer.start()
+            member_of(consumer)  # an aiokafka that hides the generation stops us here
             probe = asyncio.create_task(self._probe(producer))
             stack.callback(probe.cancel)
             self._set_connected(True)
