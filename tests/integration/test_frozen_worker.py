@@ -35,8 +35,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from privstream.config import load_config
+from privstream.kinds import build_plan
 from privstream.ledger import LedgerPolicy
-from privstream.pipeline import build_plan
 
 from tests.integration.faults import (
     fault_topics,
