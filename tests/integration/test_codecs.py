@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from privstream.errors import UndecodableBatchError
 from privstream.worker.changelog import CHANGELOG_SUFFIX
-from privstream.worker.decode import tolerate_undecodable_records
+from privstream.kafka.decode import tolerate_undecodable_records
 
 from tests.broker import LocalBroker, create_topics, local_broker
 from tests.http_get import http_get

@@ -23,26 +23,29 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.client import CoordinationType
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
     IncompatibleBrokerVersion,
     KafkaError,
     for_code,
 )
-from aiokafka.producer.sender import Sender, TxnOffsetCommitHandler
-from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.types import (
+
+from privstream.errors import BrokerError
+from privstream.kafka.compat import (
     CompactArray,
     CompactString,
+    CoordinationType,
     Int16,
     Int32,
     Int64,
+    Request,
+    RequestStruct,
+    Response,
     Schema,
+    Sender,
     TaggedFields,
+    TxnOffsetCommitHandler,
 )
-
-from privstream.errors import BrokerError
 
 #: what the coordinator answers a member no longer in the current generation:
 #: ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID (FENCED_INSTANCE_ID needs static membership: unused)

@@ -53,9 +53,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.structs import RecordMetadata
 
 from privstream.errors import LedgerError, TopicError
+from privstream.kafka.compat import RecordMetadata
 from privstream.ledger import LedgerPolicy, SubjectLedger
 from privstream.ledger.groups import by_value
 from privstream.ledger.updates import Updates

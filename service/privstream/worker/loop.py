@@ -59,6 +59,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 from privstream.config import KafkaConfig
 from privstream.config.runtime import Runtime
 from privstream.errors import ClockAheadError, LedgerError, UndecodableBatchError
+from privstream.kafka.decode import tolerate_undecodable_records
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult, RecordPlan
@@ -76,7 +77,6 @@ from privstream.worker.clients import (
     producer_options,
     transactional_id,
 )
-from privstream.worker.decode import tolerate_undecodable_records
 from privstream.worker.fetch import is_behind, poll
 from privstream.worker.generation_fence import (
     GroupId,

@@ -28,7 +28,7 @@ from privstream.pipeline.noise import Replayable
 from privstream.pipeline.plan import RecordPlan
 from privstream.pipeline.subjects import subject_column
 from privstream.worker import sanitize as sanitize_module
-from privstream.worker.decode import UndecodableRecord
+from privstream.kafka.decode import UndecodableRecord
 from privstream.worker.sanitize import sanitize
 
 from tests.unit._support import config_dict, consumer_record

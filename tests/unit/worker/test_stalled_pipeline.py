@@ -17,7 +17,7 @@ from tests.unit.worker.test_units import batch, sender_for, worker
 
 class StoppingConsumer(ScriptedConsumer):
     """A scripted consumer whose second poll raises a stop at ``offset`` 102, as aiokafka's
-    fetcher does (``privstream.worker.decode``); it records pauses and readiness seen."""
+    fetcher does (``privstream.kafka.decode``); it records pauses and readiness seen."""
 
     def __init__(self, batches: list[list[ConsumerRecord[bytes, bytes]]], stop: asyncio.Event):
         super().__init__(batches, stop)
