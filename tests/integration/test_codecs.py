@@ -23,8 +23,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from privstream.errors import UndecodableBatchError
-from privstream.worker.changelog import CHANGELOG_SUFFIX
 from privstream.kafka.decode import tolerate_undecodable_records
+from privstream.worker.changelog import CHANGELOG_SUFFIX
 
 from tests.broker import LocalBroker, create_topics, local_broker
 from tests.http_get import http_get
