@@ -70,8 +70,8 @@ async def test_the_worker_loop_leaves_no_cycles_per_batch() -> None:
     async def drain(batches: int) -> None:
         w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
         producer.release.set()
-        w._assigned = {TP}
-        w._member = Member(1, "test-member")  # as an assignment sets it
+        w.assignment.assigned = {TP}
+        w.assignment.member = Member(1, "test-member")  # as an assignment sets it
         fetched = [batch([float(i % 9) for i in range(300)], 100 + 300 * k) for k in range(batches)]
         consumer = ScriptedConsumer(fetched, stop)
         await w._pipeline(stop, consumer, producer, sender_for(w, producer))  # type: ignore[arg-type]

@@ -48,8 +48,8 @@ class StoppingConsumer(ScriptedConsumer):
 async def test_a_stopped_partition_is_paused_not_ready_and_ready_once_committed_past() -> None:
     w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
     producer.release.set()
-    w._assigned = {TP}
-    w._member = Member(1, "test-member")  # as an assignment sets it
+    w.assignment.assigned = {TP}
+    w.assignment.member = Member(1, "test-member")  # as an assignment sets it
     w._set_connected(True)
     consumer = StoppingConsumer([batch([1.0, 2.0], start=100), batch([3.0], start=102)], stop)
     readiness: list[bool] = []

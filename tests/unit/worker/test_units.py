@@ -512,7 +512,7 @@ class FencedProducer:
 @pytest.mark.parametrize("outage", ["none", "connection dropped", "probe unanswered"])
 async def test_an_outage_is_judged_when_the_transaction_fails_not_after(outage: str) -> None:
     w = worker()
-    w._member = Member(1, "test-member")  # as an assignment sets it
+    w.assignment.member = Member(1, "test-member")  # as an assignment sets it
     first, second = Conn(True), Conn(True)
     w._producer_client = SimpleNamespace(_conns={(1, 0): first, (1, 1): second})
     # a rival, unless an outage: the producer is older than the (shortest) transaction timeout,
@@ -529,7 +529,7 @@ async def test_an_outage_is_judged_when_the_transaction_fails_not_after(outage: 
     producer = FencedProducer(during)
     sender = SimpleNamespace(send=lambda records, result: asyncio.sleep(0, []))
     with pytest.raises(ProducerFenced) as fenced_by:
-        batch = Prepared({}, [], None, w._generation, 0.0)  # type: ignore[arg-type]
+        batch = Prepared({}, [], None, w.assignment.generation, 0.0)  # type: ignore[arg-type]
         await w._transaction(producer, sender, batch, {})  # type: ignore[arg-type]
     assert producer.aborted
     first.up = second.up = False  # the session closes every connection on its way out
