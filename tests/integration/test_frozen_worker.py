@@ -38,14 +38,14 @@ from privstream.config import load_config
 from privstream.kinds import build_plan
 from privstream.ledger import LedgerPolicy
 
-from tests.integration.faults import (
+from tests.support.faults import (
     fault_topics,
     free_port,
     group_assignment,
     metric,
     poll_until,
 )
-from tests.integration.ledger_support import (
+from tests.support.ledger import (
     assert_changelog_is_the_ledger,
     assert_ledger_obeyed,
     body,
@@ -55,7 +55,7 @@ from tests.integration.ledger_support import (
     record,
     running,
 )
-from tests.integration.worker_proc import Message, WorkerProcess, produce, read_all, write_config
+from tests.support.worker_proc import Message, WorkerProcess, produce, read_all, write_config
 
 FREEZES = 3
 #: fresh subjects per block; each gets PER_SUBJECT records, one over the cap of 3

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from tests.broker import create_topics
-from tests.integration.worker_proc import (
+from tests.support.broker import create_topics
+from tests.support.worker_proc import (
     Collector,
     WorkerProcess,
     decode,

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from privstream.mechanisms import LaplaceMechanism, RandomizedResponse
 
-from tests.broker import create_topics
-from tests.http_get import http_get
-from tests.integration.faults import free_port, scrape_until
-from tests.integration.worker_proc import (
+from tests.support.broker import create_topics
+from tests.support.faults import free_port, scrape_until
+from tests.support.http_get import http_get
+from tests.support.worker_proc import (
     Collector,
     WorkerProcess,
     produce,

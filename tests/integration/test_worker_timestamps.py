@@ -13,8 +13,8 @@ import json
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
-from tests.broker import create_topics
-from tests.integration.worker_proc import (
+from tests.support.broker import create_topics
+from tests.support.worker_proc import (
     Collector,
     WorkerProcess,
     decode,

@@ -7,7 +7,7 @@ from privstream.audit.scenarios import PlanAuditor
 from privstream.config import parse_config
 from privstream.kinds import build_plan
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 FIELDS = [
     {

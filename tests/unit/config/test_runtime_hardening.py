@@ -11,7 +11,7 @@ import pytest
 from privstream.config.models import KafkaConfig
 from privstream.config.runtime import load_credentials, load_noise_secret, weak_key_reason
 
-from tests.unit._support import KAFKA
+from tests.support.configs import KAFKA
 
 #: 32 distinct bytes, no repeated block: what a CSPRNG gives (up to 1e-15)
 GOOD_KEY = bytes(range(100, 132))

@@ -32,7 +32,7 @@ from privstream.kinds import (
 from privstream.kinds.auto import resolve_auto
 from privstream.kinds.base import FieldKind
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 #: one field of every registered kind and mechanism (drop is never released)
 EVERY_KIND: list[dict[str, Any]] = [

@@ -22,7 +22,7 @@ from privstream.pipeline import RecordPlan, process_batch
 from privstream.pipeline.reference import process_batch_reference
 from privstream.testing import SeededSource
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 JAN = ["2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"]  # 24 hours
 NOISED = {"name": "ts", "kind": "timestamp", "granularity": "1h", "bounds": JAN, "epsilon": 1.0}

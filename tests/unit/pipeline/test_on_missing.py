@@ -28,7 +28,7 @@ from privstream.pipeline.noise import Replayable
 from privstream.pipeline.reference import process_batch_reference
 from privstream.testing import SeededSource
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 SECRET = bytes(range(100, 132))
 

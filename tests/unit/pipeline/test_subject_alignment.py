@@ -31,7 +31,7 @@ from privstream.pipeline.subjects import subject_column
 from privstream.worker import sanitize as sanitize_module
 from privstream.worker.sanitize import sanitize
 
-from tests.unit._support import config_dict, consumer_record
+from tests.support.configs import config_dict, consumer_record
 
 SECRET = bytes(range(3, 35))
 FIELDS: list[dict[str, Any]] = [

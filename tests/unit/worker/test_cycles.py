@@ -26,7 +26,7 @@ from privstream.mechanisms.rng import NoiseKeys
 from privstream.worker.generation_fence import Member
 from privstream.worker.sanitize import sanitize
 
-from tests.unit._support import config_dict, consumer_record
+from tests.support.configs import config_dict, consumer_record
 from tests.unit.worker.test_ledger_store import FIELDS, charge, store
 from tests.unit.worker.test_pipeline import TP, ScriptedConsumer, TransactionalProducer
 from tests.unit.worker.test_units import batch, sender_for, worker

@@ -12,7 +12,7 @@ from privstream.config.models import HttpConfig
 from privstream.worker import Health, HttpEndpoint
 from prometheus_client import CollectorRegistry, Counter
 
-from tests.http_get import http_request
+from tests.support.http_get import http_request
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from privstream.worker.ledger_store import LedgerStore, Verdict
 from privstream.worker.partitioner import partitions_of
 from prometheus_client import CollectorRegistry
 
-from tests.unit._support import config_dict, consumer_record
+from tests.support.configs import config_dict, consumer_record
 from tests.unit.worker.test_units import SizeLimitedProducer, sender_for, worker
 
 FIELDS = [

@@ -21,7 +21,7 @@ from privstream.worker.generation_fence import Member
 from privstream.worker.loop import Worker
 from privstream.worker.sanitize import Prepared
 
-from tests.integration.faults import poll_until
+from tests.support.faults import poll_until
 from tests.unit.worker.test_ledger_store import record, store, subjects
 from tests.unit.worker.test_units import SizeLimitedProducer, batch, sender_for, worker
 

@@ -27,7 +27,7 @@ from privstream.worker.ledger_store import LedgerStore
 from privstream.worker.loop import Worker
 from prometheus_client import CollectorRegistry
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 from tests.unit.worker.test_ledger_store import FIELDS, record
 from tests.unit.worker.test_pipeline import TP, ScriptedConsumer, TransactionalProducer
 from tests.unit.worker.test_units import batch, sender_for, worker

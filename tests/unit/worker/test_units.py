@@ -49,8 +49,8 @@ from privstream.worker.restart import Backoff
 from privstream.worker.sanitize import Prepared
 from prometheus_client import CollectorRegistry
 
-from tests.integration.faults import poll_until
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
+from tests.support.faults import poll_until
 
 FIELDS = [
     {"name": "seq", "kind": "public"},
