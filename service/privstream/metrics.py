@@ -108,6 +108,17 @@ class Metrics:
             ["version", "config_sha256"],
             registry=registry,
         )
+        self.http_metrics_renders = Counter(
+            "privstream_http_metrics_renders",
+            "Times /metrics rendered the registry (at most once a second; scrapes in between "
+            "get the same body)",
+            registry=registry,
+        )
+        self.http_connections_evicted = Counter(
+            "privstream_http_connections_evicted",
+            "HTTP connections closed unanswered, oldest first, to make room for a new one",
+            registry=registry,
+        )
         self.field_epsilon = self._field_gauge("privstream_field_epsilon", "Field epsilon")
         self.field_delta = self._field_gauge("privstream_field_delta", "Field delta")
         self.field_expected_error = self._field_gauge(
