@@ -14,7 +14,6 @@ import pytest
 from privstream.config.models import HttpConfig
 from privstream.metrics import Metrics
 from privstream.worker import Health, HttpEndpoint
-from privstream.worker import http_limits
 from privstream.worker.http_limits import FD_RESERVE, connection_cap
 from prometheus_client import CollectorRegistry, Counter
 
@@ -120,8 +119,12 @@ async def test_a_request_that_never_ends_is_dropped_after_the_deadline(
     assert await raw_exchange(server.port, b"GET /metrics HTTP/1.1\r\nX: 1\r\n") == b""
 
 
+def sample(server: HttpEndpoint, name: str) -> float:
+    return server._metrics.registry.get_sample_value(name) or 0.0
+
+
 def evicted(server: HttpEndpoint) -> float:
-    return server._metrics.http_connections_evicted._value.get()
+    return sample(server, "privstream_http_connections_evicted_total")
 
 
 async def test_past_the_cap_the_oldest_connection_makes_room_for_the_new_one(
@@ -144,7 +147,7 @@ async def test_past_the_cap_the_oldest_connection_makes_room_for_the_new_one(
 
 
 def renders(server: HttpEndpoint) -> float:
-    return server._metrics.http_metrics_renders._value.get()
+    return sample(server, "privstream_http_metrics_renders_total")
 
 
 async def test_metrics_scrapes_share_one_render_per_interval(
@@ -197,14 +200,12 @@ def test_the_connection_cap_fits_the_descriptor_limit(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     limits = {"soft": 1024, "hard": 3000}
-    monkeypatch.setattr(
-        http_limits.resource, "getrlimit", lambda _: (limits["soft"], limits["hard"])
-    )
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (limits["soft"], limits["hard"]))
 
     def setrlimit(_: int, values: tuple[int, int]) -> None:
         limits["soft"] = values[0]
 
-    monkeypatch.setattr(http_limits.resource, "setrlimit", setrlimit)
+    monkeypatch.setattr(resource, "setrlimit", setrlimit)
     # the soft limit is raised as far as the hard one allows
     assert connection_cap(4096) == 3000 - FD_RESERVE
     assert limits["soft"] == 3000
@@ -215,7 +216,5 @@ def test_the_connection_cap_fits_the_descriptor_limit(
     with caplog.at_level(logging.WARNING):
         assert connection_cap(4096) == 512 - FD_RESERVE
     assert "raise `ulimit -n`" in caplog.text
-    monkeypatch.setattr(
-        http_limits.resource, "getrlimit", lambda _: (resource.RLIM_INFINITY,) * 2
-    )
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (resource.RLIM_INFINITY,) * 2)
     assert connection_cap(4096) == 4096
