@@ -169,7 +169,7 @@ class TopicRead:
 
 def connection_options(kafka: KafkaConfig, environ: Mapping[str, str]) -> dict[str, Any]:
     """Bootstrap, client id and security from the config (no noise key involved)."""
-    from privstream.config.runtime import load_credentials
+    from privstream.config.runtime import load_credentials, warn_insecure_tls
 
     security = kafka.security
     options: dict[str, Any] = {
@@ -185,6 +185,7 @@ def connection_options(kafka: KafkaConfig, environ: Mapping[str, str]) -> dict[s
         )
         context.check_hostname = security.check_hostname
         options["ssl_context"] = context
+        warn_insecure_tls(kafka)
     credentials = load_credentials(kafka, environ)
     if credentials is not None:
         options["sasl_mechanism"] = security.sasl_mechanism
