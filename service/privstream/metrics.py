@@ -114,6 +114,12 @@ class Metrics:
             "get the same body)",
             registry=registry,
         )
+        self.http_scrapes_refused = Counter(
+            "privstream_http_scrapes_refused",
+            "/metrics scrapes answered 503 at once: at most 10 are answered a second, and "
+            "their turn was more than 5 s away",
+            registry=registry,
+        )
         self.http_connections_evicted = Counter(
             "privstream_http_connections_evicted",
             "HTTP connections closed unanswered, oldest first, to make room for a new one",

@@ -13,6 +13,12 @@ and a busy worker loop does not keep a probe waiting.
 * ``/metrics`` renders the registry on this thread, at most once per
   ``METRICS_MAX_AGE_S``: scrapes in between get the same body, so a flood
   renders it at most once a second (``privstream_http_metrics_renders_total``).
+  And at most ``METRICS_PER_S`` scrapes are answered a second: more wait
+  their turn, and one whose turn is more than ``REQUEST_TIMEOUT_S`` away gets
+  503 at once. Even from the cache a scrape costs the worker's process
+  Python time (a connection, a parse, the GIL), and a scraper that loops
+  gets as many answers as the server gives: a flood of them then costs what
+  ``METRICS_PER_S`` scrapes cost, not what the flooders can ask.
 """
 
 from __future__ import annotations
@@ -73,6 +79,8 @@ class HttpEndpoint:
     REQUEST_TIMEOUT_S = 5.0
     #: a scrape gets a body rendered at most this long ago (Prometheus scrapes every 15 s+)
     METRICS_MAX_AGE_S = 1.0
+    #: scrapes answered a second, all clients together (Prometheus: one per 15 s or so)
+    METRICS_PER_S = 10.0
     HEARTBEAT_S = 1.0
     #: the liveness probe fails when the worker's loop has not run for this long; the
     #: manifests' probe (3 failures 10 s apart) then restarts a loop stuck for ~30 s
@@ -90,6 +98,7 @@ class HttpEndpoint:
         self._open: OrderedDict[asyncio.StreamWriter, None] = OrderedDict()
         self._body: bytes | None = None
         self._rendered_at = 0.0
+        self._next_turn = 0.0
         self._beat_at = time.monotonic()
         self._beat_handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -156,8 +165,11 @@ class HttpEndpoint:
 
     # --- routes (on the server thread) ---------------------------------------------------
 
-    def _route(self, path: str) -> Answer:
+    async def _route(self, path: str) -> Answer:
         if path == "/metrics":
+            if not await self._metrics_turn():
+                self._metrics.http_scrapes_refused.inc()
+                return 503, "text/plain", b"scraped too often\n"
             return 200, CONTENT_TYPE_LATEST, self._metrics_body()
         stalled = time.monotonic() - self._beat_at
         if path == "/healthz":
@@ -169,6 +181,18 @@ class HttpEndpoint:
                 return 200, "text/plain", b"ready\n"
             return 503, "text/plain", b"not ready\n"
         return 404, "text/plain", b"not found\n"
+
+    async def _metrics_turn(self) -> bool:
+        """Wait for this scrape's turn (one per ``1 / METRICS_PER_S`` s); False if it is
+        more than ``REQUEST_TIMEOUT_S`` away."""
+        now = time.monotonic()
+        turn = max(now, self._next_turn)
+        if turn - now > self.REQUEST_TIMEOUT_S:
+            return False
+        self._next_turn = turn + 1.0 / self.METRICS_PER_S
+        if turn > now:
+            await asyncio.sleep(turn - now)
+        return True
 
     def _metrics_body(self) -> bytes:
         """The cached body, rendered again once it is ``METRICS_MAX_AGE_S`` old."""
@@ -192,10 +216,10 @@ class HttpEndpoint:
                 raise _BadRequest
         return request
 
-    def _answer(self, request: bytes) -> Answer:
+    async def _answer(self, request: bytes) -> Answer:
         parts = request.decode("latin-1").split()
         path = parts[1].split("?")[0] if len(parts) >= 2 and parts[0] == "GET" else ""
-        return self._route(path) if path else (405, "text/plain", b"GET only\n")
+        return await self._route(path) if path else (405, "text/plain", b"GET only\n")
 
     def _admit(self, writer: asyncio.StreamWriter) -> None:
         """Count the connection in; past the cap, the oldest ones are closed unanswered."""
@@ -213,7 +237,7 @@ class HttpEndpoint:
                     request = await self._read_request(reader)
                 if not request:  # closed (or evicted) before a request line: nobody to answer
                     return
-                answer = self._answer(request)
+                answer = await self._answer(request)
             except (ValueError, _BadRequest):  # a line over the limit, headers too large
                 answer = (400, "text/plain", b"bad request\n")
             writer.write(_response(*answer))

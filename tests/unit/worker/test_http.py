@@ -155,6 +155,7 @@ async def test_metrics_scrapes_share_one_render_per_interval(
 ) -> None:
     server, _ = endpoint
     server.METRICS_MAX_AGE_S = 3600.0  # one interval spans the whole test
+    server.METRICS_PER_S = 1e6  # no scrape waits for its turn here
     bodies = {(await http_request(server.port, "GET /metrics HTTP/1.1"))[1] for _ in range(20)}
     assert renders(server) == 1
     assert len(bodies) == 1  # the same cached body, which counts its own render
@@ -163,6 +164,24 @@ async def test_metrics_scrapes_share_one_render_per_interval(
     for _ in range(3):
         await http_request(server.port, "GET /metrics HTTP/1.1")
     assert renders(server) == 4
+
+
+async def test_scrapes_wait_their_turn_and_one_too_far_off_is_refused(
+    endpoint: tuple[HttpEndpoint, Health],
+) -> None:
+    """Two scrapes a second, turns at most 0.6 s away: of five at once, the first is
+    answered at once, the second 0.5 s later, the other three at once with 503."""
+    server, _ = endpoint
+    server.METRICS_PER_S, server.REQUEST_TIMEOUT_S = 2.0, 0.6
+    started = time.monotonic()
+    answers = await asyncio.gather(
+        *(http_request(server.port, "GET /metrics HTTP/1.1") for _ in range(5))
+    )
+    assert sorted(status for status, _ in answers) == [200, 200, 503, 503, 503]
+    assert time.monotonic() - started >= 0.5  # the second waited for its turn
+    assert sample(server, "privstream_http_scrapes_refused_total") == 3
+    # probes never wait for a turn
+    assert await http_request(server.port, "GET /healthz HTTP/1.1") == (200, "ok\n")
 
 
 def blocking_get(port: int, path: str) -> bytes:
