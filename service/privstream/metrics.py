@@ -116,8 +116,8 @@ class Metrics:
         )
         self.http_scrapes_refused = Counter(
             "privstream_http_scrapes_refused",
-            "/metrics scrapes answered 503 at once: at most 10 are answered a second, and "
-            "their turn was more than 5 s away",
+            "/metrics scrapes answered 503 (after 5 s): at most 10 are answered a second, "
+            "and their turn was more than 5 s away",
             registry=registry,
         )
         self.http_connections_evicted = Counter(

@@ -15,10 +15,12 @@ and a busy worker loop does not keep a probe waiting.
   renders it at most once a second (``privstream_http_metrics_renders_total``).
   And at most ``METRICS_PER_S`` scrapes are answered a second: more wait
   their turn, and one whose turn is more than ``REQUEST_TIMEOUT_S`` away gets
-  503 at once. Even from the cache a scrape costs the worker's process
-  Python time (a connection, a parse, the GIL), and a scraper that loops
-  gets as many answers as the server gives: a flood of them then costs what
-  ``METRICS_PER_S`` scrapes cost, not what the flooders can ask.
+  503 after that long. Even from the cache a scrape costs the worker's
+  process Python time (a connection, a parse, the GIL), and a scraper that
+  loops asks again as soon as it is answered: so every answer, a refusal
+  too, comes at a bounded rate, and a flood of looping scrapers costs about
+  what ``METRICS_PER_S`` scrapes cost, not what the flooders can ask
+  (refused at once, 64 of them cost a third of the throughput).
 """
 
 from __future__ import annotations
@@ -183,11 +185,12 @@ class HttpEndpoint:
         return 404, "text/plain", b"not found\n"
 
     async def _metrics_turn(self) -> bool:
-        """Wait for this scrape's turn (one per ``1 / METRICS_PER_S`` s); False if it is
-        more than ``REQUEST_TIMEOUT_S`` away."""
+        """Wait for this scrape's turn (one per ``1 / METRICS_PER_S`` s); False, after
+        ``REQUEST_TIMEOUT_S``, if it is further away than that (no turn is taken)."""
         now = time.monotonic()
         turn = max(now, self._next_turn)
         if turn - now > self.REQUEST_TIMEOUT_S:
+            await asyncio.sleep(self.REQUEST_TIMEOUT_S)
             return False
         self._next_turn = turn + 1.0 / self.METRICS_PER_S
         if turn > now:
