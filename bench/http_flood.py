@@ -111,6 +111,11 @@ async def one_drain(
     return result, rate, cpu
 
 
+def seconds(result: Drain) -> float:
+    """The timed span of the drain."""
+    return result.records / result.rate
+
+
 def per_100k(result: Drain) -> float:
     return result.cpu_s / max(result.records, 1) * 100_000
 
@@ -125,7 +130,10 @@ async def run(args: argparse.Namespace) -> int:
         load_rate = await preload(bootstrap, topics.raw, total)
         print(f"pre-loaded {total:,} records into 4 partitions ({load_rate:,.0f} records/s)")
         await one_drain(bootstrap, topics.raw, total, workdir, "warm-up", 0)  # the JVM warms up
-        print("round  quiet rec/s  flood rec/s  ratio  scrapes/s  CPU s/100k q, f  flooder CPU s")
+        print(
+            "round  quiet rec/s (s)  flood rec/s (s)  ratio  scrapes/s  CPU s/100k q, f  "
+            "flooder CPU s"
+        )
         for round_ in range(args.rounds):
             order = ["quiet", "flood"] if round_ % 2 == 0 else ["flood", "quiet"]
             got: dict[str, tuple[Drain, float, float]] = {}
@@ -137,7 +145,8 @@ async def run(args: argparse.Namespace) -> int:
             (quiet, _, _), (flooded, scrapes, flooder_cpu) = got["quiet"], got["flood"]
             ratios.append(flooded.rate / quiet.rate)
             print(
-                f"{round_:5} {quiet.rate:12,.0f} {flooded.rate:12,.0f} {ratios[-1]:6.2f} "
+                f"{round_:5} {quiet.rate:8,.0f} ({seconds(quiet):4.1f}) "
+                f"{flooded.rate:8,.0f} ({seconds(flooded):4.1f}) {ratios[-1]:6.2f} "
                 f"{scrapes:10,.0f} {per_100k(quiet):10.2f} {per_100k(flooded):6.2f} "
                 f"{flooder_cpu:14.1f}",
                 flush=True,
