@@ -110,7 +110,7 @@ class Metrics:
         )
         self.http_metrics_renders = Counter(
             "privstream_http_metrics_renders",
-            "Times /metrics rendered the registry (at most once a second; scrapes in between "
+            "Times /metrics rendered the registry (at most 10 a second; scrapes in between "
             "get the same body)",
             registry=registry,
         )

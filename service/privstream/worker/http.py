@@ -12,7 +12,9 @@ and a busy worker loop does not keep a probe waiting.
   consuming (``Health``) and the loop is not stalled.
 * ``/metrics`` renders the registry on this thread, at most once per
   ``METRICS_MAX_AGE_S``: scrapes in between get the same body, so a flood
-  renders it at most once a second (``privstream_http_metrics_renders_total``).
+  renders it at most 10 times a second (``privstream_http_metrics_renders_total``;
+  a render of the reference config takes about 1 ms). The body is at most
+  0.1 s old: tests and operators that poll a counter see it move at once.
   And at most ``METRICS_PER_S`` scrapes are answered a second: more wait
   their turn, and one whose turn is more than ``REQUEST_TIMEOUT_S`` away gets
   503 after that long. Even from the cache a scrape costs the worker's
@@ -79,8 +81,8 @@ class HttpEndpoint:
     MAX_LINE_BYTES = 8192
     MAX_HEADER_BYTES = 32768
     REQUEST_TIMEOUT_S = 5.0
-    #: a scrape gets a body rendered at most this long ago (Prometheus scrapes every 15 s+)
-    METRICS_MAX_AGE_S = 1.0
+    #: a scrape gets a body rendered at most this long ago
+    METRICS_MAX_AGE_S = 0.1
     #: scrapes answered a second, all clients together (Prometheus: one per 15 s or so)
     METRICS_PER_S = 10.0
     HEARTBEAT_S = 1.0
