@@ -5,15 +5,17 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps lint format docs test unit integration demo bench kafka-start kafka-stop clean
+.PHONY: help install system-deps lint format docs test unit integration csan demo bench kafka-start kafka-stop clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 # PYTHONWARNINGS: setuptools' notice on editable installs is noise for a newcomer.
 # The install compiles four small C extensions (a C compiler and Python's headers).
-$(STAMP): pyproject.toml service/privstream/ledger/_slots.c service/privstream/worker/_murmur2.c \
-		service/privstream/pipeline/_columns.c service/privstream/mechanisms/_thresholds.c
+C_SOURCES := service/privstream/ledger/_slots.c service/privstream/worker/_murmur2.c \
+	service/privstream/pipeline/_columns.c service/privstream/mechanisms/_thresholds.c \
+	service/privstream/_buffer_checks.h
+$(STAMP): pyproject.toml $(C_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev]'
@@ -50,7 +52,7 @@ format: $(STAMP) ## apply ruff's formatter and safe fixes
 docs: $(STAMP) ## build the documentation site into site/ (mkdocs --strict)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-test: lint docs system-deps ## every test, integration with a real Kafka broker included
+test: lint docs system-deps csan ## every test: lint, docs, C extensions under ASan, unit, integration
 	$(BIN)/pytest
 
 unit: $(STAMP) ## the fast tests only (no broker)
@@ -58,6 +60,30 @@ unit: $(STAMP) ## the fast tests only (no broker)
 
 integration: $(STAMP) system-deps ## the tests against a real Kafka broker and Prometheus
 	$(BIN)/pytest tests/integration
+
+# The C extensions built with AddressSanitizer and UBSan into build/csan (tests/csan/
+# build.py; make install's builds are left alone), then their tests against those builds:
+# the oracle tests, the hostile callers and a seeded fuzz loop. Python is not built with
+# ASan, so its runtime is preloaded (it must come first); leaks are not checked (the
+# interpreter keeps objects until exit on purpose); PYTHONMALLOC=malloc gives every object
+# its own allocation, so an overrun is seen; --capture=sys leaves the sanitizers' reports
+# on stderr. gcc's libasan comes with gcc on Debian (libasan8 through libgcc-12-dev).
+CSAN_CC  ?= gcc
+CSAN_DIR := build/csan
+CSAN_TESTS := tests/unit/pipeline/test_columns_hostile.py tests/unit/test_extension_buffers.py \
+	tests/unit/test_extensions_fuzz.py tests/unit/pipeline/test_direct_columns.py \
+	tests/unit/pipeline/test_columns_redteam.py tests/unit/pipeline/test_encode.py \
+	tests/unit/pipeline/test_only.py tests/unit/pipeline/test_decode_redteam.py \
+	tests/unit/worker/test_partitioner.py tests/unit/worker/test_ledger_columns.py \
+	tests/unit/ledger/test_slots.py tests/unit/mechanisms/test_thresholds.py
+CSAN_ENV := LD_PRELOAD="$$($(CSAN_CC) -print-file-name=libasan.so)" \
+	ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONMALLOC=malloc \
+	PYTHONPATH=tests/csan PRIVSTREAM_CSAN_BUILD=$(CURDIR)/$(CSAN_DIR)
+csan: $(STAMP) ## the C extensions under ASan and UBSan: their tests, hostile callers, a fuzz loop
+	$(BIN)/python tests/csan/build.py $(CSAN_DIR) $(CSAN_CC)
+	$(CSAN_ENV) $(BIN)/python tests/csan/check.py
+	$(CSAN_ENV) $(BIN)/pytest -q -p no:cacheprovider --capture=sys $(CSAN_TESTS)
 
 demo: $(STAMP) ## start a local broker, stream synthetic telemetry through privstream, stop
 	deploy/demo/demo.sh
@@ -86,4 +112,4 @@ kafka-stop: ## stop the local Kafka broker
 
 clean: ## remove the venv, caches and local broker data
 	-deploy/local-kafka/kafka.sh stop
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache deploy/local-kafka/run site
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache deploy/local-kafka/run site $(CSAN_DIR)

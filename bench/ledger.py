@@ -18,8 +18,13 @@ records from distinct subjects are charged until 1,000,000 (``--quick``:
 200,000) (subject, window) pairs are active; RSS (psutil) is read before
 and after, and reported per million active subjects, with the charge rate.
 
+**Restore.** ``bench/ledger_memory.py`` in two processes on one broker: one
+charges as many subjects and writes their changelog (its RSS then: the
+steady memory), a fresh one restores them as a restarted worker does (its
+RSS high-water mark: the restore's peak); the ratio of the two is printed.
+
 Targets: ledger on >= 0.75x ledger off; RSS <= 400 MB per million active
-subjects.
+subjects; restore peak <= 1.5x the steady RSS.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import argparse
 import asyncio
 import gc
 import json
+import secrets
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,12 +49,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.kafka import Drain, Topics, Worker, broker, new_topics, preload
 from bench.kafka import drain as drain_group
 from bench.kafka import write_config as worker_config
-from bench.reference import BODY, Targets, config_dict, print_environment
+from bench.ledger_memory import CHARGE_BATCH, LEDGER, PARTITIONS, policy
+from bench.reference import BODY, Targets, print_environment
+from tests.broker import create_topics
 
 THROUGHPUT_RATIO = 0.75
 MB_PER_MILLION = 400.0
-LEDGER: dict[str, Any] = {"window": "1d", "epsilon": 60.0, "over_budget": "drop"}
-CHARGE_BATCH = 10_000
+RESTORE_RATIO = 1.5
 
 
 def write_config(path: Path, bootstrap: str, topics: Topics, ledger: dict[str, Any] | None) -> Path:
@@ -101,14 +109,9 @@ async def throughput(total: int, rounds: int, devices: int | None = None) -> dic
 
 def ledger_memory(subjects: int) -> tuple[float, float]:
     """(MB of RSS per million active subject-windows, records/s charged) of the pure ledger."""
-    from privstream.config import parse_config
-    from privstream.kinds import build_plan
-    from privstream.ledger import LedgerPolicy, SubjectLedger
+    from privstream.ledger import SubjectLedger
 
-    data = config_dict()
-    data["privacy"].update({"subject": "device_id", "ledger": LEDGER})
-    config = parse_config(data)
-    ledger = SubjectLedger(policy=LedgerPolicy.from_config(config, build_plan(config)))
+    ledger = SubjectLedger(policy=policy())
     process = psutil.Process()
     now = int(time.time() * 1000)
     gc.collect()
@@ -125,6 +128,24 @@ def ledger_memory(subjects: int) -> tuple[float, float]:
     active = ledger.active_subject_windows()
     assert active == subjects, (active, subjects)
     return grown / (active / 1e6), subjects / seconds
+
+
+def restore_memory(subjects: int) -> tuple[dict[str, float], dict[str, float]]:
+    """(steady, restore) of ``bench/ledger_memory.py``, each a process of its own."""
+    child = Path(__file__).resolve().parent / "ledger_memory.py"
+    with broker() as bootstrap:
+        topic = f"bench-restore-{secrets.token_hex(4)}"
+        asyncio.run(create_topics(bootstrap, [topic], partitions=PARTITIONS))
+        measured = []
+        for mode in ("steady", "restore"):
+            args = [mode, "--bootstrap", bootstrap, "--topic", topic, "--subjects", str(subjects)]
+            out = subprocess.run(
+                [sys.executable, str(child), *args], check=True, capture_output=True, text=True
+            )
+            measured.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    steady, restored = measured
+    assert steady["subjects"] == restored["subjects"] == subjects, (steady, restored)
+    return steady, restored
 
 
 def check_throughput(total: int, rounds: int, targets: Targets, devices: int | None = None) -> None:
@@ -144,6 +165,9 @@ def main() -> None:
         help="fold the device ids onto this many subjects (default: 1,000,000 ids, nearly "
         "every record a new subject: the ledger's worst case)",
     )
+    parser.add_argument(
+        "--memory-only", action="store_true", help="the memory and restore measures only"
+    )
     args = parser.parse_args()
     print_environment("aiokafka", "psutil")
     subjects = 200_000 if args.quick else 1_000_000
@@ -152,10 +176,21 @@ def main() -> None:
         f"ledger memory: {per_million:,.0f} MB RSS per million active subjects "
         f"({subjects:,} charged at {charge_rate:,.0f} records/s, one new subject each)"
     )
-    total = 100_000 if args.quick else args.records
     targets = Targets()
-    check_throughput(total, 1 if args.quick else args.rounds, targets, args.devices)
+    steady, restored = restore_memory(subjects)
+    ratio = restored["peak_mib"] / steady["rss_mib"]
+    print(
+        f"restore memory at {subjects:,} subjects: steady {steady['rss_mib']:,.0f} MiB RSS, "
+        f"restore peak {restored['peak_mib']:,.0f} MiB (ru_maxrss; "
+        f"{restored['rss_mib']:,.0f} MiB after it, {restored['seconds']:.1f} s): "
+        f"{ratio:.2f}x steady",
+        flush=True,
+    )
+    if not args.memory_only:
+        total = 100_000 if args.quick else args.records
+        check_throughput(total, 1 if args.quick else args.rounds, targets, args.devices)
     targets.at_most("RSS per million active subjects", per_million, MB_PER_MILLION, "MB")
+    targets.at_most("restore peak / steady RSS", ratio, RESTORE_RATIO, "x")
     sys.exit(targets.report())
 
 

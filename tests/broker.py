@@ -27,7 +27,7 @@ import socket
 import subprocess
 import tempfile
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -273,8 +273,9 @@ async def create_topics(
     partitions: int = 1,
     *,
     within_s: float = 30.0,
+    configs: Mapping[str, str] | None = None,
 ) -> None:
-    """Create topics (replication factor 1) and wait until they serve requests.
+    """Create topics (replication factor 1, ``configs`` if given) and wait until they serve.
 
     Raises TimeoutError if they are not ready within `within_s` seconds. A
     topic that already exists is accepted if its partition count matches.
@@ -299,7 +300,8 @@ async def create_topics(
     await admin.start()
     try:
         response = await admin.create_topics(
-            [NewTopic(name, partitions, 1) for name in topics], timeout_ms=int(within_s * 1000)
+            [NewTopic(name, partitions, 1, topic_configs=dict(configs or {})) for name in topics],
+            timeout_ms=int(within_s * 1000),
         )
         for topic, code, *rest in response.topic_errors:
             error = for_code(code)

@@ -35,6 +35,29 @@ class BrokerError(PrivstreamError):
     """
 
 
+class UndecodableBatchError(PrivstreamError):
+    """A record batch the Kafka client cannot decode (corrupt bytes, a codec it lacks).
+
+    Its partition stops right before it: nothing at or after ``offset`` is
+    processed, released or restored until the batch decodes or an operator
+    moves the partition past it (docs/operations.md).
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, cause: BaseException) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        name, text = type(cause).__name__, str(cause)
+        # aiokafka's messages often start with their class name already
+        self.cause = text if text.startswith(name) else f"{name}: {text}"
+        super().__init__(
+            f"{topic}/{partition}: the record batch at offset {offset} cannot be decoded "
+            f"({self.cause}); nothing from offset {offset} on is processed until it can. "
+            "A missing codec needs privstream's dependencies reinstalled (cramjam); a corrupt "
+            "batch needs the recovery in docs/operations.md (an undecodable batch)"
+        )
+
+
 class MisuseError(PrivstreamError, ValueError):
     """An internal API was called outside its contract (mismatched lengths, a bad count).
 
@@ -82,4 +105,21 @@ class LedgerError(PrivstreamError):
     Raised on restore, before a partition is processed: charging from a
     ledger that does not hold the partition's true spending would break the
     per-subject guarantee.
+    """
+
+
+class TopicError(PrivstreamError):
+    """A topic the worker names is missing or misconfigured (exit 2, before any record).
+
+    A human fixes it (creates the topic, alters its config); the worker never
+    creates one by accident nor works around one that would weaken a guarantee.
+    """
+
+
+class ClockAheadError(PrivstreamError):
+    """This replica's clock is ahead of the broker's by more than the ledger allows.
+
+    The worker charges nothing while it is (the batch's transaction is
+    aborted) and retries: a fast clock committed to the changelog would close
+    every open window on every replica (docs/ledger.md, Clock sanity).
     """

@@ -89,12 +89,32 @@ class Metrics:
             "(the producer was fenced; a new session resumed from the committed offsets)",
             registry=registry,
         )
+        self.undecodable_batches = Counter(
+            "privstream_undecodable_batches",
+            "Failed reads of a record batch the Kafka client cannot decode (corrupt, or a "
+            "codec it lacks), one per try; its partition stops before it, never skips it",
+            ["topic", "partition"],
+            registry=registry,
+        )
         self.ledger_suppressed = Counter(
             "privstream_ledger_suppressed",
             "Records the subject ledger did not release, by reason (budget_exhausted, "
             "lifetime_exhausted, late_record, future_record, subject_partition_mismatch, "
             "subject_key_mismatch, subject_too_long, no_subject)",
             ["reason"],
+            registry=registry,
+        )
+        self.clock_ahead = Gauge(
+            "privstream_clock_ahead_seconds",
+            "How far this replica's clock was ahead of the broker's at the last charged batch "
+            "(charge time minus the broker's append time of its changelog records; negative "
+            "when behind, by at least the produce latency)",
+            registry=registry,
+        )
+        self.clock_refusals = Counter(
+            "privstream_clock_refusals",
+            "Batches the ledger refused to charge (their transaction aborted) because this "
+            "replica's clock was ahead of the broker's by more than privacy.ledger.max_future",
             registry=registry,
         )
         self.ledger_subjects = Gauge(

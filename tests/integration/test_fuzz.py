@@ -87,6 +87,12 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+def _short_int(token: str) -> int | str:
+    """An integer, or the token of one too long to convert (a good record may hold one in a
+    noised field: it is clamped, issue 29); ``seq`` is never one in a good record."""
+    return int(token) if len(token) <= 4000 else token
+
+
 def test_expectations_agree_with_the_pipeline(tmp_path: Path) -> None:
     """No broker: each case's own expectation against the pure batch transform."""
     cases = all_cases()
@@ -183,7 +189,8 @@ async def test_ten_thousand_malformed_messages(kafka_bootstrap: str, tmp_path: P
     bodies = [strict_json(r.value) for r in sanitized]
     # independently of the oracle: the public seq of every good input comes out once
     assert Counter(canonical(b["seq"]) for b in bodies) == Counter(
-        canonical(json.loads(cast(bytes, cases[i].value))["seq"]) for i in good
+        canonical(json.loads(cast(bytes, cases[i].value), parse_int=_short_int)["seq"])
+        for i in good
     )
     for record in sanitized:
         assert record.key is None

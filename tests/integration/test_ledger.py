@@ -17,6 +17,7 @@ from privstream.kinds import build_plan
 from privstream.ledger import SubjectLedger
 from privstream.metrics import Metrics
 from privstream.worker.ledger_store import LedgerStore
+from privstream.worker.topics import check_topics
 from prometheus_client import CollectorRegistry
 
 from tests.broker import create_topics
@@ -144,7 +145,7 @@ async def test_restored_ledger_equals_the_ledger_before(
         return store
 
     creator = new_store()
-    await creator.open()  # creates the changelog
+    await creator.open(await check_topics(config.kafka, runtime, creator.topic))  # creates it
     await creator.close()
     reference = SubjectLedger(policy=creator.policy)  # charged with the committed steps only
     producer = AIOKafkaProducer(
@@ -174,7 +175,7 @@ async def test_restored_ledger_equals_the_ledger_before(
     finally:
         await producer.stop()
     restored = new_store()
-    await restored.open()
+    await restored.open(4)
     try:
         restored.assigned([TopicPartition(kafka["input_topic"], p) for p in range(4)])
         await restored.ready(range(4))
@@ -188,12 +189,21 @@ async def test_restored_ledger_equals_the_ledger_before(
 
 
 async def test_changelog_of_another_shape_is_refused(kafka_bootstrap: str, tmp_path: Path) -> None:
-    """A changelog with the wrong partition count, or not compacted, stops the worker."""
+    """A changelog with the wrong partition count, not compacted, or stamped by its
+    producers (no broker clock to check the worker's against) stops the worker: exit 2."""
     kafka = await fault_topics(kafka_bootstrap, "ledger-refuse")
     wrong_count, not_compacted = f"{kafka['input_topic']}-two", f"{kafka['input_topic']}-del"
+    create_time = f"{kafka['input_topic']}-ct"
     await create_topics(kafka_bootstrap, [wrong_count], partitions=2)
     await create_topics(kafka_bootstrap, [not_compacted], partitions=4)  # cleanup.policy=delete
-    for topic, says in ((wrong_count, "has 2 partitions"), (not_compacted, "cleanup.policy")):
+    await create_topics(
+        kafka_bootstrap, [create_time], partitions=4, configs={"cleanup.policy": "compact"}
+    )
+    for topic, says in (
+        (wrong_count, "has 2 partitions"),
+        (not_compacted, "cleanup.policy='delete'"),
+        (create_time, "message.timestamp.type='CreateTime'"),
+    ):
         config = write_config(
             tmp_path / f"{topic}.yaml", kafka_bootstrap, kafka, body(changelog_topic=topic)
         )
@@ -201,4 +211,5 @@ async def test_changelog_of_another_shape_is_refused(kafka_bootstrap: str, tmp_p
         await worker.start()
         code = await worker.wait(within_s=60)
         log = worker.log_text()
-        assert code != 0 and says in log and "LedgerError" not in log, log[-3000:]
+        assert code == 2 and says in log and "Traceback" not in log, log[-3000:]
+        assert f"--entity-name {topic}" in log or "repartition" in log, log[-3000:]  # the fix

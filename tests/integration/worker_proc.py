@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import secrets
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -70,8 +71,9 @@ class WorkerProcess:
     """`privstream run --config C` in its own process, stdout and stderr kept in ``log``.
 
     The worker gets ``secret`` through a key file next to the log, a replica id
-    (two live workers need different ones: the id is their transactional id)
-    and DEBUG logging, so tests can check the logs hold no raw value.
+    (two live workers need different ones: the id is their transactional id),
+    DEBUG logging, so tests can check the logs hold no raw value, and ``env``
+    on top of this process's environment.
     """
 
     def __init__(
@@ -82,11 +84,16 @@ class WorkerProcess:
         secret: bytes = TEST_SECRET,
         replica_id: str = "0",
         log_level: str = "DEBUG",
+        env: Mapping[str, str] | None = None,
+        module: str = "privstream.cli.main",
     ) -> None:
         self.config = config
+        self.module = module  # run with ``python -m``: the CLI, or a test launcher of it
         self.log = log
         self.replica_id = replica_id
         self.log_level = log_level
+        #: added to this process's environment (a fault-injection hook, say)
+        self.env = dict(env or {})
         self.key_file = log.with_suffix(".key")
         self.key_file.write_text(secret.hex() + "\n")
         self.key_file.chmod(0o600)  # as a mounted Secret: the worker warns about readable keys
@@ -97,7 +104,7 @@ class WorkerProcess:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "privstream.cli.main",
+            self.module,
             "run",
             "--config",
             str(self.config),
@@ -109,6 +116,7 @@ class WorkerProcess:
             self.log_level,
             *extra,
             cwd=ROOT,
+            env={**os.environ, **self.env},
             stdout=self._log_fh,
             stderr=self._log_fh,
         )

@@ -23,6 +23,8 @@ from privstream.cli.main import _parser, main
 from privstream.config import docs_reference, parse_config
 from privstream.kinds import build_plan
 
+from tests.project.test_k8s_manifests import MEMORY_FORMULA
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
@@ -101,7 +103,7 @@ def test_json_block_parses(name: str, body: str) -> None:
 # --- shell: real subcommands, options, targets ---------------------------------------------
 
 #: programs other than privstream and make that the docs tell readers to run
-EXTERNAL = {"kcat", "chmod"}
+EXTERNAL = {"kcat", "chmod", "kafka-topics.sh"}
 
 
 def subcommand_options() -> dict[str, set[str]]:
@@ -242,6 +244,13 @@ def check_audit_formula(body: str, tmp_path: Path, capsys: pytest.CaptureFixture
     assert "Clopper" in stats and "eps_lb" in body and "delta" in body
 
 
+def check_memory_limit_formula(
+    body: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the constants test_k8s_manifests checks the StatefulSet's limit with
+    assert body.strip() == MEMORY_FORMULA
+
+
 def check_sanitize_summary(body: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, err, _ = sanitize_example(tmp_path, capsys)
     for line in body.strip().splitlines():
@@ -274,6 +283,7 @@ TEXT_CHECKERS: dict[str, Callable[[str, Path, pytest.CaptureFixture[str]], None]
     "eps_lb =": check_audit_formula,
     "privstream sanitize: ": check_sanitize_summary,
     "heart_rate  integer": check_readme_explain,
+    "limit = ": check_memory_limit_formula,
 }
 
 

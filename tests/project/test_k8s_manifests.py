@@ -350,6 +350,37 @@ def test_resources_are_set(container: dict[str, Any]) -> None:
     assert "memory" in resources["limits"]
 
 
+#: docs/deployment.md "Memory limit with a ledger": base + bytes a pair x pairs, rounded up
+MEMORY_BASE_MIB = 192
+MEMORY_BYTES_PER_PAIR = 256
+MEMORY_STEP_MIB = 64
+
+
+#: the formula as docs/deployment.md states it (its text block: ``test_docs``)
+MEMORY_FORMULA = (
+    f"limit = {MEMORY_BASE_MIB} MiB + {MEMORY_BYTES_PER_PAIR} bytes x P, rounded up to a "
+    f"multiple of {MEMORY_STEP_MIB} MiB"
+)
+
+
+def memory_limit_mib(pairs: int) -> int:
+    needed = MEMORY_BASE_MIB * 2**20 + MEMORY_BYTES_PER_PAIR * pairs
+    return -(-needed // (MEMORY_STEP_MIB * 2**20)) * MEMORY_STEP_MIB
+
+
+def test_memory_limit_follows_the_documented_formula(
+    sts: dict[str, Any], container: dict[str, Any]
+) -> None:
+    pairs = int(sts["metadata"]["annotations"]["privstream.dev/ledger-pairs"])
+    limits, requests = container["resources"]["limits"], container["resources"]["requests"]
+    assert limits["memory"] == f"{memory_limit_mib(pairs)}Mi"
+    assert int(requests["memory"].removesuffix("Mi")) <= memory_limit_mib(pairs)
+    docs = (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
+    assert MEMORY_FORMULA in docs  # the constants here are the documented ones
+    assert f"a limit of {memory_limit_mib(pairs)}Mi" in docs
+    assert memory_limit_mib(0) == 192 and memory_limit_mib(1_000_000) == 448  # 436 MiB up
+
+
 # --- secrets -------------------------------------------------------------------------------
 
 

@@ -222,6 +222,7 @@ def exported_series() -> set[str]:
     metrics.broker_connected.set(1)
     metrics.transactions.labels("committed").inc()
     metrics.consumer_lag.labels("0").set(0)
+    metrics.undecodable_batches.labels("raw", "0").inc()  # a partition stopped at a batch
     metrics.observe_fields(result.observations)
     text = generate_latest(metrics.registry).decode()
     return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
@@ -242,6 +243,7 @@ def test_every_metric_the_rules_query_is_exported() -> None:
         "privstream_records_in_total",
         "privstream_consumer_lag_records",
         "privstream_transactions_total",
+        "privstream_undecodable_batches_total",
         "privstream_field_canary_error_sum",
         "privstream_field_canary_error_count",
         "privstream_field_expected_error",

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from privstream import __version__
-from privstream.errors import ConfigError, PrivstreamError, SecretError
+from privstream.errors import ConfigError, PrivstreamError, SecretError, TopicError
 
 if TYPE_CHECKING:
     from privstream.config import AppConfig
@@ -345,7 +345,11 @@ def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
     except SecretError as exc:
         print(f"privstream: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    asyncio.run(serve(config, plan, runtime, args.http_port))
+    try:
+        asyncio.run(serve(config, plan, runtime, args.http_port))
+    except TopicError as exc:  # a topic to create or fix: before any record was read
+        print(f"privstream: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     return EXIT_OK
 
 

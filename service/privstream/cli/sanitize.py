@@ -29,8 +29,8 @@ from privstream.errors import MisuseError, PrivstreamError, Rejected
 from privstream.mechanisms import NoiseSource
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.batch import process_block
+from privstream.pipeline.parse import parse_row
 from privstream.pipeline.plan import unkeyed
-from privstream.pipeline.reference import parse_row
 
 #: lines per ``process_block`` call at most when the input is an iterable of lines
 CHUNK_LINES = 10_000

@@ -41,13 +41,9 @@
 #include <Python.h>
 #include <stdint.h>
 
-#define EMPTY ((int64_t)-1)
+#include "_buffer_checks.h"
 
-static int
-aligned(Py_buffer *b)
-{
-    return ((uintptr_t)b->buf & 7) == 0;
-}
+#define EMPTY ((int64_t)-1)
 
 static int
 check(Py_buffer *table, Py_buffer *keys, Py_buffer *slots, Py_buffer *firsts,
@@ -65,7 +61,8 @@ check(Py_buffer *table, Py_buffer *keys, Py_buffer *slots, Py_buffer *firsts,
                         "find: keys, slots and firsts must be int64 arrays of one length");
         return -1;
     }
-    if (!aligned(table) || !aligned(keys) || !aligned(slots) || !aligned(firsts)) {
+    if (!buffer_aligned(table, 8) || !buffer_aligned(keys, 8) || !buffer_aligned(slots, 8)
+        || !buffer_aligned(firsts, 8)) {
         PyErr_SetString(PyExc_ValueError, "find: every array must be 8-byte aligned (int64)");
         return -1;
     }
@@ -132,6 +129,10 @@ find(PyObject *Py_UNUSED(module), PyObject *args)
     int insert;
     unsigned long long mix;
     PyObject *result = NULL;
+    /* Invariant: the lengths checked are the lengths probed. The arguments' conversions
+     * (__index__, __bool__) may run Python code, but only after the four buffers are
+     * exported, and an export holds its memory (no resize) until its release below; no
+     * Python code runs from the checks to the end of the probes. */
     if (!PyArg_ParseTuple(args, "w*y*w*w*LpK", &table, &keys, &slots, &firsts, &size, &insert,
                           &mix)) {
         return NULL;

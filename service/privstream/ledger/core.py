@@ -29,7 +29,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import islice, repeat
 from typing import cast
 
 import numpy as np
@@ -39,8 +39,9 @@ from privstream.errors import MisuseError
 from privstream.ledger import codec
 from privstream.ledger import groups as g
 from privstream.ledger.policy import MAX_SUBJECT_BYTES, REASONS, LedgerPolicy
+from privstream.ledger.replay import Replay
 from privstream.ledger.spending import Spending, hashes
-from privstream.ledger.state import PartitionState, restored
+from privstream.ledger.state import PartitionState
 from privstream.ledger.updates import Updates, int64_rows
 
 #: reason codes: 0 admitted, i + 1 for REASONS[i]
@@ -49,6 +50,8 @@ _REASON_OF: list[str | None] = [None, *REASONS]
 #: codes at or above this (a key that is not the subject, no subject) are reported first
 _MISMATCH_FLOOR = _CODE["subject_key_mismatch"]
 Codes = npt.NDArray[np.intp]
+#: changelog records a restore folds at a time (the worker's fetches too: ``changelog``)
+RESTORE_BATCH = 10_000
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,20 @@ class SubjectLedger:
 
     def restore(self, partition: int, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
         """Replay a changelog partition in offset order (last value wins, None deletes)."""
-        self._partitions[partition] = restored(partition, self.policy.window_ms, entries)
+        replay = self.replay(partition)
+        records = iter(entries)
+        while chunk := list(islice(records, RESTORE_BATCH)):
+            replay.add([key for key, _ in chunk], [value for _, value in chunk])
+        self.restored(replay)
+
+    def replay(self, partition: int) -> Replay:
+        """A restore of ``partition`` to fold its changelog into as it is read (``Replay.add``,
+        then ``restored``): the records are never all held at once."""
+        return Replay(partition, self.policy.window_ms)
+
+    def restored(self, replay: Replay) -> None:
+        """Take a replayed partition as its ledger (LedgerError if the changelog is refused)."""
+        self._partitions[replay.partition] = replay.finish()
 
     def forget(self, partition: int) -> None:
         """Drop a partition's state (revoked: its next owner restores it from the changelog)."""
@@ -85,6 +101,10 @@ class SubjectLedger:
     def counts(self, partition: int) -> dict[str, int]:
         """Cumulative ``released`` and per-reason counts of the partition (persisted)."""
         return {"released": 0, **dict.fromkeys(REASONS, 0), **self._state(partition).counts}
+
+    def clock(self, partition: int) -> int | None:
+        """The partition's clock: the largest time it was charged at (None: never)."""
+        return self._state(partition).clock
 
     def active_subject_windows(self) -> int:
         """(subject, window) pairs held in memory over all partitions (a gauge)."""

@@ -22,13 +22,14 @@ now may not later: every subject keeps a changelog record of its own, at
 least what it spent (the shared row's value whenever one of its records is
 released; ``core`` writes one per subject, even for two of one row in one
 batch). ``aliases`` are the subjects known to share a slot with its first:
-those ``merge`` meets (a restore) or ``core`` reports (a collision inside a
+those a restore meets (``replay`` compares the names of a held hash; its
+``merge`` makes them aliases) or ``core`` reports (a collision inside a
 batch). ``put`` does not look for them: that would compare each subject's
 bytes with its slot's name, a cache miss per subject, the cost this table
 exists to avoid. So a subject that first collides in a later batch has a
 record the window's tombstones miss; it is harmless (a closed window is
-never charged again) and short-lived: a restore reads it, ``merge`` makes it
-an alias, and the first charge after the restore tombstones it.
+never charged again) and short-lived: a restore reads it and makes it an
+alias, and the first charge after the restore tombstones it.
 """
 
 from __future__ import annotations
@@ -94,6 +95,22 @@ class Spending:
         i = slot - self._firsts[part]
         return joined[int(ends[i - 1]) if i else 0 : int(ends[i])]
 
+    def names_of(self, slots: Int64s) -> list[bytes]:
+        """The subject of each slot (the first seen): ``name`` for many, a few numpy
+        passes per insert they fall in rather than a bisect each."""
+        found: list[bytes] = [b""] * len(slots)
+        parts = np.searchsorted(self._firsts, slots, side="right") - 1
+        order = np.argsort(parts, kind="stable")
+        cuts = np.flatnonzero(np.diff(parts[order])) + 1
+        for at in np.split(order, cuts) if len(order) else []:
+            joined, ends = self._names[int(parts[at[0]])]
+            local = slots[at] - self._firsts[int(parts[at[0]])]
+            starts = np.where(local > 0, ends[local - 1], 0).tolist()
+            names = map(joined.__getitem__, map(slice, starts, ends[local].tolist()))
+            for i, name in zip(at.tolist(), names, strict=True):
+                found[i] = name
+        return found
+
     def every_name(self) -> list[bytes]:
         """The subjects held (each slot's first, then the aliases): a window's tombstones."""
         return [*self.names, *self.aliases]
@@ -102,6 +119,10 @@ class Spending:
         """The row of each key (zeros where absent), shape ``(len(keys), width)``."""
         slots, _ = self._find(keys, insert=False)
         return np.where((slots >= 0)[:, None], self.rows[slots], 0)
+
+    def slots(self, keys: Int64s) -> Int64s:
+        """The slot of each key (-1 where absent)."""
+        return self._find(keys, insert=False)[0]
 
     def put(
         self, keys: Int64s, names: Sequence[bytes], rows: Int64s, lengths: Int64s | None = None

@@ -3,25 +3,17 @@
 Windows are held per start, each a ``Spending`` (subject -> epsilon and
 delta units), so a window expires as a whole and a subject is stored once per
 window (the changelog key ``prefix + subject`` is only built for what is
-written). A restore replays the changelog into dicts (last value wins, a
-tombstone deletes) and then loads each into a ``Spending``.
+written). A restore folds the changelog into these tables as it reads it
+(``replay``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from privstream.config.ledger import format_duration
-from privstream.errors import LedgerError
 from privstream.ledger import codec
-from privstream.ledger.spending import Spending, hashes
+from privstream.ledger.spending import Spending
 from privstream.ledger.updates import Updates, int64_rows
-
-#: the value length of each record type (``codec``)
-_VALUE_BYTES = {b"W": 16, b"L": 8, b"C": 8, b"E": 8}
 
 
 @dataclass
@@ -70,83 +62,3 @@ def _records(prefix: bytes, spending: Spending) -> dict[bytes, bytes]:
     """The changelog records ``prefix + subject -> row`` of a ``Spending`` (every subject)."""
     rows = int64_rows(spending.every_row(), spending.width)
     return dict(zip(map(prefix.__add__, spending.every_name()), map(bytes, rows), strict=True))
-
-
-def restored(
-    partition: int, window_ms: int, entries: Iterable[tuple[bytes, bytes | None]]
-) -> PartitionState:
-    """Replay changelog records in offset order (last value wins, None deletes)."""
-    state = _Replay(window_ms=window_ms)
-    foreign: dict[bytes, bytes] = {}  # live spending under another window length
-    for key, value in entries:
-        _apply(state, key, value, foreign)
-    if foreign:
-        lengths = sorted({codec.window_of(key)[1] for key in foreign})
-        raise LedgerError(
-            f"ledger changelog partition {partition}: spending recorded for "
-            f"{', '.join(map(format_duration, lengths))} windows, but privacy.ledger.window "
-            f"is {format_duration(window_ms)}; restore the window setting until those windows "
-            "have expired (window + grace)"
-        )
-    return PartitionState(
-        window_ms=window_ms,
-        windows={start: _loaded(spent, 2) for start, spent in state.windows.items()},
-        lifetime=_loaded(state.lifetime, 1),
-        clock=state.clock,
-        closed=state.closed,
-        counts=state.counts,
-    )
-
-
-@dataclass
-class _Replay:
-    """A partition's changelog replayed record by record, each table a dict of values."""
-
-    window_ms: int
-    windows: dict[int, dict[bytes, bytes]] = field(default_factory=dict)
-    lifetime: dict[bytes, bytes] = field(default_factory=dict)
-    clock: int | None = None
-    closed: int | None = None
-    counts: dict[str, int] = field(default_factory=dict)
-
-
-def _loaded(values: dict[bytes, bytes], width: int) -> Spending:
-    """A ``Spending`` of the replayed values (subjects whose hashes collide: the largest)."""
-    names = list(values)
-    rows = np.frombuffer(b"".join(values.values()), dtype=">i8").astype(np.int64)
-    spending = Spending(width=width)
-    spending.merge(hashes(names), names, rows.reshape(-1, width))
-    return spending
-
-
-def _apply(state: _Replay, key: bytes, value: bytes | None, foreign: dict[bytes, bytes]) -> None:
-    kind = codec.kind_of(key)
-    if value is not None and len(value) != _VALUE_BYTES.get(kind, len(value)):
-        raise LedgerError(
-            f"ledger changelog: a {kind.decode()} record of {len(value)} bytes (version "
-            f"{codec.VERSION} writes {_VALUE_BYTES[kind]}); the changelog topic holds something "
-            "else: give privacy.ledger.changelog_topic a topic of its own"
-        )
-    if kind == b"W":
-        start, length = codec.window_of(key)
-        if length != state.window_ms:
-            _set(foreign, key, value)
-            return
-        _set(state.windows.setdefault(start, {}), key[codec.WINDOW_PREFIX_LEN :], value)
-        if not state.windows[start]:
-            del state.windows[start]
-    elif kind == b"L":
-        _set(state.lifetime, key[len(codec.LIFETIME) :], value)
-    elif kind == b"C":
-        state.clock = None if value is None else codec.decode_int(value)
-    elif kind == b"E":
-        state.closed = None if value is None else codec.decode_int(value)
-    else:
-        state.counts = {} if value is None else codec.decode_counts(value)
-
-
-def _set(table: dict[bytes, bytes], name: bytes, value: bytes | None) -> None:
-    if value is None:
-        table.pop(name, None)
-    else:
-        table[name] = value

@@ -19,9 +19,9 @@
  * minimum and a copy, each over the whole column).
  *
  * Buffers: words uint64, padded uint64, guide uint16, out int64 (writable),
- * each native and C-contiguous (any shape: read as flat), guide of 65,536
- * items, padded of size + steps, out of as many items as words; all checked
- * before anything is written (ValueError; numpy's own ValueError for a
+ * each native, aligned and C-contiguous (any shape: read as flat), guide of
+ * 65,536 items, padded of size + steps, out of as many items as words; all
+ * checked before anything is written (ValueError; numpy's own ValueError for a
  * strided or read-only array it will not export so). No read leaves a
  * buffer, whatever the tables hold: each guide entry is checked to be at
  * most size before it is used, so the s-th read (s < steps) is of
@@ -37,36 +37,28 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "_buffer_checks.h"
+
 #define GUIDE_BITS 16
 #define GUIDE_SIZE ((Py_ssize_t)1 << GUIDE_BITS)
 
-/* Whether a buffer's items are native integers of ``size`` bytes and the given
- * signedness (numpy exports int64 as 'l' on LP64, 'q' elsewhere). */
-static int
-native_integers(const Py_buffer *b, Py_ssize_t size, int is_signed)
-{
-    const char *f = b->format == NULL ? "B" : b->format;
-    if (*f == '@' || *f == '=') {
-        f++;
-    }
-    if (b->itemsize != size || f[0] == '\0' || f[1] != '\0') {
-        return 0;
-    }
-    const char *codes = is_signed ? "bhilq" : "BHILQ";
-    return strchr(codes, *f) != NULL;
-}
-
-/* ValueError unless ``b`` holds native integers of ``size`` bytes; 0 if it does. */
+/* ValueError unless ``b`` holds aligned native integers of ``size`` bytes; 0 if it does
+ * (an unaligned load is undefined behaviour in C). */
 static int
 check_format(const Py_buffer *b, const char *name, Py_ssize_t size, int is_signed)
 {
-    if (native_integers(b, size, is_signed)) {
-        return 0;
+    if (!buffer_native_integers(b, size, is_signed)) {
+        PyErr_Format(PyExc_ValueError, "count: %s must hold native %s%zd integers, got format "
+                     "%.20s of %zd bytes an item", name, is_signed ? "int" : "uint", 8 * size,
+                     buffer_format(b), b->itemsize);
+        return -1;
     }
-    PyErr_Format(PyExc_ValueError, "count: %s must hold native %s%zd integers, got format %.20s "
-                 "of %zd bytes an item", name, is_signed ? "int" : "uint", 8 * size,
-                 b->format == NULL ? "B" : b->format, b->itemsize);
-    return -1;
+    if (!buffer_aligned(b, (uintptr_t)size)) {
+        PyErr_Format(PyExc_ValueError, "count: %s must be aligned to its %zd-byte items; pass a "
+                     "copy (a new numpy array is aligned)", name, size);
+        return -1;
+    }
+    return 0;
 }
 
 static PyObject *
@@ -78,6 +70,10 @@ count(PyObject *Py_UNUSED(module), PyObject *args)
                           &out_arg)) {
         return NULL;
     }
+    /* Invariant: every length and item is read after the last call that can run Python
+     * code (the conversions' __index__ above; an export, for a class with __buffer__ from
+     * Python 3.12): the exports hold their memory until the releases at the end, and no
+     * Python code runs in the loop. */
     Py_buffer words = {0}, padded = {0}, guide = {0}, out = {0};
     const int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS;
     PyObject *result = NULL;

@@ -1,80 +1,27 @@
-r"""The discrete Gaussian on the integers: a fixed-budget sampler and its privacy profile.
+"""The discrete Gaussian on the integers: a fixed-budget sampler and its privacy profile.
 
-``N_Z(0, sigma^2)`` has ``p(z) = exp(-z^2 / (2 sigma^2)) / N`` for every integer
-``z``, ``N = sum_z exp(-z^2 / (2 sigma^2))``. It is the noise of every Gaussian
-mechanism in privstream: real values are first rounded to the power-of-two
-grid of :mod:`privstream.mechanisms.grid` and the integer ``Z`` is added to the
-grid index, so no continuous noise ever meets a raw value in floating point.
+``N_Z(0, sigma^2)``, ``p(z) = exp(-z^2 / (2 sigma^2)) / N`` on the integers: the
+noise of every Gaussian mechanism, added to a grid index so no continuous
+noise meets a raw value. The ideal profile, zCDP conversion and sigma
+calibration are in ``discrete_gaussian_profile``; the exact table in
+``discrete_gaussian_table``.
 
-The ideal distribution's own profile, its zCDP conversion and sigma calibration
-are in :mod:`privstream.mechanisms.discrete_gaussian_profile`.
+Claim: ``DiscreteGaussianSampler.delta(eps, Delta)`` is never below the
+hockey-stick divergence of the *implemented* pmf ``q`` at any integer shift
+``|s| <= Delta`` (``q`` symmetric and log-concave on its support, float
+rounding covered by ``rounding_margin``); ``vector_delta`` bounds ``k``
+independent draws at L2 shift ``Delta2`` through zCDP and ratio bounds
+``a_lo <= q/p <= a_hi``.
 
-The sampler actually used (fixed word budget)
----------------------------------------------
-:class:`DiscreteGaussianSampler` inverts a CDF table with **two 64-bit words per
-value**: ``u = w0 * 2^64 + w1`` is uniform on ``[0, 2^128)`` and
-``Z = -T + #{j : C_j <= u}``, read from a guide table over the top bits of
-``w0`` where that decides it, else one ``numpy.searchsorted`` over the thresholds
-stored as 16-byte big-endian strings (byte order = numeric order). The
-implemented distribution is therefore *exactly* ``q(z) = W(z) / 2^128`` with
-integer weights:
+Calibration: ``calibrated_sampler`` keeps the sampler at the calibrated sigma
+if its own exact profile meets delta, else takes a slightly wider one.
 
-* ``W(z) = floor(p_f(z) 2^128)`` for ``z != 0``, ``p_f`` the double-precision
-  pmf; the support starts at ``T0 = ceil(12 sigma) + 1`` and is cut to the
-  largest ``T <= T0`` on which ``W`` is positive and *log-concave*
-  (``W(z)^2 >= W(z-1) W(z+1)``, checked in exact integer arithmetic). Floors of
-  tiny weights break log-concavity only where ``q < ~3 sigma^2 2^-128`` (about
-  ``11.3 sigma`` for ``sigma = 2048``), so the cut mass is below ``1e-28``.
-* ``W(0) = 2^128 - 2 sum_{z>0} W(z)``: the weights sum to ``2^128`` exactly and
-  ``q`` is exactly symmetric.
+Sampler contract: two 64-bit words per value, ``u = w0 2^64 + w1`` uniform on
+``[0, 2^128)``, ``Z = -T + #{j : C_j <= u}`` over integer thresholds, so
+``q(z) = W(z) / 2^128`` exactly; ``W(0)`` makes the weights sum to ``2^128``.
 
-:mod:`privstream.mechanisms.discrete_gaussian_table` builds the table in exact
-integer arithmetic, vectorised (its docstring shows why no step rounds).
-
-:meth:`DiscreteGaussianSampler.delta` computes the exact profile of ``q``
-itself (not of ``p``), ``sum_z max(0, q(z) - e^eps q(z - Delta))``, including the
-support edge where ``q(z - Delta) = 0``. It is valid for every shift
-``|s| <= Delta``: for a symmetric pmf, log-concave on an interval, the ratio
-``q(z)/q(z - s)`` is non-increasing in ``z``, the optimal set is a half-line
-``{z <= t}`` and ``F(t) - e^eps F(t - s)`` grows with ``s`` for each ``t``;
-symmetry makes both directions equal. Float rounding of the sum (``q`` to
-doubles, logs, ``expm1``) is covered by adding ``(2^-40 + 8 eps 2^-53)`` times
-the mass of the region where the term is (nearly) positive, more than 40 times
-the worst rounding error (about ``180 u`` relative), so the reported delta is never below the truth.
-
-Vectors (:meth:`DiscreteGaussianSampler.vector_delta`). ``k`` independent
-coordinates with an integer shift vector ``s``, ``||s||_2 <= Delta2``. For the
-ideal product ``p^k`` the Renyi divergences add up to
-``alpha ||s||^2 / (2 sigma^2)`` (``rho``-zCDP, ``rho = Delta2^2 / (2 sigma^2)``) and
-:func:`concentrated_delta` turns that into ``delta(eps)``. The implemented ``q``
-is compared with ``p`` through ratio bounds ``a_lo <= q/p <= a_hi`` that hold on
-a core ``|z| <= T_c`` (``q <= a_hi p`` holds everywhere), derived from an a-priori
-relative error ``r = 2^-40`` of ``p_f`` (``exp`` and the normaliser lose at most
-a few hundred ulps, about ``7e-14``; a unit test checks ``p_f`` against 50-digit
-arithmetic). Splitting outputs by whether ``z - s`` stays in the core::
-
-    delta_q(eps) <= a_hi^k [ delta_p(eps') + e^eps' k P_p(|Z| > T_c) ],
-    eps' = eps - k ln(a_hi / a_lo).
-
-The correction ``k ln(a_hi/a_lo)`` is about ``4.6e-12 sigma k`` (dominated by
-``q(0)``, which absorbs the rounding of all other weights): below ``2e-3`` for
-``sigma <= 2^15`` and ``k <= 10^4``. The tail term is ``e^eps' k`` times about
-``1e-24`` (``T_c`` is about ``10 sigma``), negligible up to ``eps ~ 30``; beyond
-that calibration refuses. The zCDP step is looser than the exact analytic
-Gaussian by 4-10 % in sigma; an exact accountant for the product (its
-privacy-loss distribution) would recover that.
-
-References
-----------
-* C. Canonne, G. Kamath, T. Steinke, *The discrete Gaussian for differential
-  privacy*, NeurIPS 2020 (Thm. 7 profile, Prop. 5 zCDP, Cor. 13 conversion).
-* M. Bun, T. Steinke, *Concentrated differential privacy: simplifications,
-  extensions, and lower bounds*, TCC 2016 (zCDP, composition over coordinates).
-* I. Mironov, *On significance of the least significant bits for differential
-  privacy*, CCS 2012 (why the noise must be integer).
-* B. Balle, Y.-X. Wang, *Improving the Gaussian mechanism for differential
-  privacy: analytical calibration and optimal denoising*, ICML 2018 (the
-  hockey-stick form of delta used throughout).
+Proof, step by step, with the function each step proves:
+docs/proofs/discrete-gaussian.md.
 """
 
 from __future__ import annotations
@@ -239,7 +186,7 @@ class DiscreteGaussianSampler:
 
     def vector_delta(self, epsilon: float, l2_sensitivity: float, dimension: int) -> float:
         """``delta(eps)`` bound for ``dimension`` independent draws and every integer shift
-        vector of L2 norm at most ``l2_sensitivity`` (see the module docstring)."""
+        vector of L2 norm at most ``l2_sensitivity`` (see the proof page)."""
         log_hi, log_lo, tail = self.correction_constants()
         return vector_bound(epsilon, l2_sensitivity, dimension, self.sigma, log_hi, log_lo, tail)
 
@@ -261,7 +208,7 @@ def vector_bound(
     log_ratio_lo: float,
     core_tail: float,
 ) -> float:
-    """``a_hi^k [concentrated_delta(rho, eps') + e^eps' k P_p(|Z| > T_c)]`` (module docstring),
+    """``a_hi^k [concentrated_delta(rho, eps') + e^eps' k P_p(|Z| > T_c)]`` (proof page),
     ``rho = Delta2^2 / (2 sigma^2)``, ``eps' = eps - k ln(a_hi / a_lo)``."""
     k = int(dimension)
     if k < 1:

@@ -1,43 +1,19 @@
-r"""The ideal discrete Gaussian's privacy profile, the zCDP conversion, sigma calibration.
+"""The ideal discrete Gaussian's privacy profile, the zCDP conversion, sigma calibration.
 
-``N_Z(0, sigma^2)`` has ``p(z) = exp(-z^2 / (2 sigma^2)) / N`` for every integer
-``z``, ``N = sum_z exp(-z^2 / (2 sigma^2))``. The sampler that realises it with a
-finite table, and that table's own exact profile, are in
-:mod:`privstream.mechanisms.discrete_gaussian`.
+Claim: ``discrete_gaussian_delta`` is the exact hockey-stick divergence of
+``N_Z(0, sigma^2)`` at integer shift ``Delta`` (CKS 2020, Thm. 7, as a sum in
+log space, omitted tails bounded and added); above ``MAX_EXACT_SIGMA`` the
+zCDP conversion ``concentrated_delta`` with ``rho = Delta^2 / (2 sigma^2)``
+(CKS 2020, Prop. 5), valid but slightly looser.
 
-Privacy profile (ideal distribution)
-------------------------------------
-For an integer shift ``Delta >= 1`` the privacy loss between ``p`` and
-``p(. - Delta)`` is ``l(z) = ln p(z)/p(z - Delta) = (Delta^2 - 2 Delta z) / (2 sigma^2)``
-(the normaliser cancels), and the tightest delta at ``eps`` (hockey-stick
-divergence) is::
+Calibration: ``smallest_sigma`` bisects on a profile decreasing in sigma and
+returns the bracket's upper end, which always satisfies ``delta(hi) <= delta``.
 
-    delta(eps) = sum_z max(0, p(z) - e^eps p(z - Delta))
-               = sum_{z < Delta/2 - eps sigma^2/Delta} p(z) (1 - e^(eps - l(z)))
+The sampler that realises the distribution, and its own exact profile, are in
+``privstream.mechanisms.discrete_gaussian``.
 
-:func:`discrete_gaussian_delta` evaluates this sum in log space (no overflow of
-``e^eps``) over the positive terms within ``12 sigma`` below the threshold;
-the omitted terms are each at most ``p(z)`` and are bounded by tail integrals
-(``sum_{z>T} f(z) <= integral_T^inf f``, at most ``e^-72``), which are added.
-This is Theorem 7 of Canonne, Kamath and Steinke
-(2020) written as a sum. Above ``MAX_EXACT_SIGMA`` (the sum would need millions
-of terms) it falls back to the zCDP conversion :func:`concentrated_delta` with
-``rho = Delta^2 / (2 sigma^2)``: the discrete Gaussian is ``rho``-zCDP exactly like
-the continuous one (CKS 2020, Prop. 5: ``D_alpha <= alpha Delta^2/(2 sigma^2)``,
-because ``sum_z exp(-(z - c)^2/(2 sigma^2)) <= N`` for every real ``c``), a
-valid but slightly looser bound.
-
-Calibration. :func:`smallest_sigma` bisects (geometrically) on a profile that
-decreases in sigma and returns the upper end ``hi`` of the bracket, which always
-satisfies ``delta(hi) <= delta``; it stops once ``delta(hi) >= (1 - rtol) delta``.
-
-References
-----------
-* C. Canonne, G. Kamath, T. Steinke, *The discrete Gaussian for differential
-  privacy*, NeurIPS 2020 (Thm. 7 profile, Prop. 5 zCDP, Cor. 13 conversion).
-* B. Balle, Y.-X. Wang, *Improving the Gaussian mechanism for differential
-  privacy: analytical calibration and optimal denoising*, ICML 2018 (the
-  hockey-stick form of delta used throughout).
+Proof, step by step, with the function each step proves:
+docs/proofs/discrete-gaussian.md.
 """
 
 from __future__ import annotations
@@ -120,7 +96,7 @@ def concentrated_delta(rho: float, epsilon: float) -> float:
 def discrete_gaussian_delta(epsilon: float, sigma: float, sensitivity: int) -> float:
     """Exact ``delta(eps)`` of the ideal ``N_Z(0, sigma^2)`` for integer ``sensitivity``.
 
-    ``sum_z max(0, p(z) - e^eps p(z - Delta))`` (see the module docstring), an
+    ``sum_z max(0, p(z) - e^eps p(z - Delta))`` (see the proof page), an
     upper bound including float rounding and the omitted tails.
     Monotone in ``Delta`` (log-concave ``p``), so it covers every smaller shift.
     """

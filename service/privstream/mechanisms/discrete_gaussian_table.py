@@ -1,38 +1,16 @@
-r"""The discrete Gaussian sampler's integer table, built exactly in vectorised numpy.
+"""The discrete Gaussian sampler's integer table, built exactly in vectorised numpy.
 
-:class:`~privstream.mechanisms.discrete_gaussian.DiscreteGaussianSampler` inverts
-a cdf of integer weights below ``2^128`` (the construction is in that module's
-docstring). Those weights, their log-concavity cut, the re-centred ``W(0)`` and the
-cumulative thresholds are what the exact privacy checks examine, so this module
-computes them with **no rounding anywhere**: the same bits as per-entry Python
-integers (a unit test keeps that construction as its oracle), about ten times
-faster. Why each step is exact:
+Claim: the weights ``W(z) = floor(p_f(z) 2^128)``, their log-concavity cut, the
+re-centred ``W(0)`` and the cumulative thresholds are the same bits as
+per-entry Python integers (a unit test keeps that construction as its
+oracle): no step rounds. Weights are integers held exactly in doubles; the
+split into words and 32-bit limbs, the limb sums (below ``2^52``) and the carry
+propagation are exact; log-concavity is decided in doubles only where the
+margin ``1 + 2^-40`` exceeds their ``4 u`` error, every other ``z`` in exact
+integers.
 
-* **Weights are doubles.** ``W(z) = floor(ldexp(p_f(z), 128))``: scaling a double
-  by a power of two is exact (the result is normal or zero), and the floor of a
-  double is a double, so each ``W(z)`` is an integer held exactly in a double (at
-  most 53 significant bits) and ``int(W(z))`` is its value. Only ``W(0)``, re-centred
-  so that the weights sum to ``2^128``, is a true 128-bit integer (a Python int).
-* **Words and limbs.** A weight ``W < 2^128`` is split in doubles into
-  ``hi = floor(W 2^-64)`` (power-of-two scaling, then floor: exact) and
-  ``lo = W - hi 2^64``, the bits of ``W`` below ``2^64``: at most 53 significant
-  bits, so representable, so the subtraction is exact. Both are integers below
-  ``2^64`` and convert to ``uint64`` exactly; shifts and masks cut them into four
-  32-bit limbs.
-* **Sums and the cdf.** Limb rows are summed (or cumulatively summed) in
-  ``uint64``: at most ``24 MAX_TABLE_SIGMA < 2^20`` limbs below ``2^32`` stay
-  below ``2^52``. Carries are then propagated limb by limb (shift and mask),
-  which gives each cumulative sum exactly; two limbs make a 64-bit word, and the
-  big-endian word pairs viewed as 16-byte strings are the thresholds.
-* **Log-concavity** ``W(z)^2 >= W(z-1) W(z+1)`` compares 256-bit products. Doubles
-  give both sides within a relative ``4 u`` (``u = 2^-53``: the rounding of
-  ``W(0)``, of each product and of the margin below; no overflow below ``2^256``,
-  no underflow for ``W >= 1``, and a zero is exact). Where the left side exceeds
-  the right one times ``1 + 2^-40`` (2048 times ``4 u``) the exact inequality
-  holds; every other ``z`` is a candidate, checked in exact Python integers in order.
-  For a Gaussian the ratio is ``e^(1/sigma^2) >= 1 + 9e-10`` at ``MAX_TABLE_SIGMA``,
-  so candidates appear only near the cut, where flooring small weights bends it
-  (the first candidate is the cut itself for every sigma measured).
+Proof, step by step, with the function each step proves:
+docs/proofs/discrete-gaussian.md.
 """
 
 from __future__ import annotations
@@ -51,7 +29,7 @@ ONE: Final = 1 << RESOLUTION_BITS
 _LIMB_BITS: Final = 32
 _LIMBS: Final = RESOLUTION_BITS // _LIMB_BITS
 _LIMB_MASK: Final = np.uint64((1 << _LIMB_BITS) - 1)
-#: relative margin of the double-precision log-concavity filter (see the docstring)
+#: relative margin of the double-precision log-concavity filter (see the proof page)
 _FILTER_MARGIN: Final = 1.0 + 2.0**-40
 
 
@@ -74,7 +52,7 @@ def first_violation(floors: NDArray[np.float64], head: int) -> int | None:
     """First ``z`` in ``1..len - 2`` with ``W(z)^2 < W(z-1) W(z+1)``, or None.
 
     ``W(0) = head``, ``W(z) = floors[z]`` for ``z >= 1`` (exact integer doubles);
-    a double filter clears all but a few candidates (module docstring).
+    a double filter clears all but a few candidates (proof page).
     """
     approx = floors.copy()
     approx[0] = float(head)
@@ -102,7 +80,7 @@ def log_concave_prefix(floors: NDArray[np.float64]) -> int:
 def limbs(weights: NDArray[np.float64]) -> NDArray[np.uint64]:
     """``(4, n)`` 32-bit limbs of integer doubles below ``2^128``, least significant first."""
     high = np.floor(weights * 2.0**-64)  # W div 2^64: a power-of-two scaling, then floor
-    low = weights - high * 2.0**64  # W mod 2^64 (exact, module docstring)
+    low = weights - high * 2.0**64  # W mod 2^64 (exact, proof page)
     out = np.empty((_LIMBS, len(weights)), dtype=np.uint64)
     for k, word in ((0, low.astype(np.uint64)), (2, high.astype(np.uint64))):
         out[k] = word & _LIMB_MASK

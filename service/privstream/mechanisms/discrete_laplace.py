@@ -1,102 +1,28 @@
-r"""Discrete Laplace (two-sided geometric) noise on the integers, sampled exactly.
+"""Discrete Laplace (two-sided geometric) noise on the integers, sampled exactly.
 
-``P(Z = z) = (1 - a)/(1 + a) * a^|z|`` with ``a = e^(-1/t)``, ``t > 0``.
+``P(Z = z) = (1 - a)/(1 + a) * a^|z|`` with ``a = e^(-1/t)``, ``t > 0``;
+``E|Z| = 2a/(1 - a^2)``, ``Var Z = 2a/(1 - a)^2``, ``P(Z = 0) = (1-a)/(1+a)``.
 
-Exact privacy profile for integer sensitivity ``Delta >= 1``. With
-``q(z) = p(z - Delta)`` the privacy loss is ``ln p/q = (|z - Delta| - |z|)/t``:
-``eps0 = Delta/t`` for ``z <= 0``, ``(Delta - 2z)/t`` in between, ``-eps0`` for
-``z >= Delta``. It exceeds ``eps`` exactly for ``z <= z*``, the largest
-integer below ``(Delta - eps t)/2``, so the hockey-stick divergence is::
+Claim: the sampled law is within ``(1 +- xi)^2`` (``xi <= XI_BOUND = 2^-40``)
+of the discrete Laplace of a parameter ``t_ref >= t``, and ``certified_delta``
+bounds the hockey-stick divergence of that realised law at integer shift
+``Delta`` (exact profile ``delta(eps) = F(z*) - e^eps F(z* - Delta)``).
 
-    delta(eps) = F(z*) - e^eps F(z* - Delta)
+Calibration: ``calibrate`` solves the ideal profile at
+``eps_c = eps (1 - 2^-40) - 4.0001 XI_BOUND`` and
+``delta_c = delta (1 - 10^-9) / (1 + XI_BOUND)^2 - 10^-15`` (pure when
+``delta_c <= 0``); a declared delta of 0 is a realised delta of 0.
 
-with the CDF ``F(z) = a^-z/(1+a)`` for ``z <= 0`` and
-``1 - a^(z+1)/(1+a)`` for ``z >= 0``. ``delta(eps) = 0`` iff ``eps >= eps0``.
+Sampler contract (``GeometricSampler``): ``Z = G1 - G2``, each geometric a
+mixed-radix sum of independent components, each read from one 64-bit word
+against exact integer thresholds (no floating-point ``log`` decides an
+outcome); one ``words`` call per column, ``more_words`` only for rows whose
+head extends, so what a row reads depends on its own words only. The support
+is all of ``N`` for every input; a row extending 4096 rounds fails the
+release (probability ``e^-16384``, independent of the data).
 
-Moments: ``E|Z| = 2a/(1 - a^2)``, ``Var Z = 2a/(1 - a)^2``, ``P(Z = 0) = (1-a)/(1+a)``.
-
-The sampler as implemented (``GeometricSampler``)
--------------------------------------------------
-``Z = G1 - G2`` with independent geometrics ``P(G = k) = (1 - a) a^k``. No
-floating-point ``log`` decides an outcome: every outcome is a range of whole
-64-bit words between integer thresholds, so the implemented pmf is an exact
-rational that the construction bounds.
-
-*Decomposition.* ``a^k`` factorises over any mixed-radix expansion of ``k``,
-so with ``k = sum_j 4096^j D_j + 2^S (K R + h)`` (``D_j`` in ``[0, 4096)``
-for ``j < S/12``, ``h`` in ``[0, K)``, ``R >= 0``) the components of a
-geometric are *independent*: ``P(D_j = l) ~ b_j^l`` (``b_j = a^(4096^j)``),
-``P(h = l) ~ b^l`` (``b = a^(2^S)``) and ``P(R >= r) = b^(K r)``. ``S`` is the
-least multiple of 12 with ``t / 2^S <= 2^12`` and ``K = ceil(4 t / 2^S)``, so
-``b^K <= e^-4``. Each ``D_j`` and each round of the head ``(h, R)`` reads one
-word ``w``: its value is ``#{l : C_l <= w}`` for increasing integer
-thresholds ``C_l``; in the head, ``w >= 2^64 - T`` (``T`` words) means
-"extend": ``R`` grows by one and the next word of the row's stream
-(``more_words``) starts a new round. ``R`` is unbounded, so the support is
-all of ``N`` and the same for every input (a row still extending after 4096
-rounds, probability ``e^-16384``, fails the release: an event that does not
-depend on the data, never a truncated output); a round extends with probability
-``T/2^64 <= e^-4``, so a geometric reads ``S/12 + 1.02`` words on average.
-Row ``i`` reads words ``0 .. 2w - 1`` of its stream (``w = S/12 + 1`` per
-geometric), then two more per round while either head extends: what a row
-reads depends on its own words only, so replays read the same words. The
-count ``#{l : C_l <= w}`` is found without a search: a table indexed by the
-word's top 16 bits gives the count below the bucket, and the few thresholds
-inside any bucket (at most ``steps``, known at construction) are compared
-one by one, in integers (one C loop over a column's words,
-``privstream.mechanisms.thresholds``).
-
-*The realised reference.* ``T = ceil(2^64 a^N)`` (``N = 2^S K``, at least 1)
-defines ``a_ref = (T / 2^64)^(1/N) >= a``: the head extends with probability
-``a_ref^N`` *exactly*. Every threshold is ``C_l = round(2^64 X_l)`` with
-``X_l`` the cumulative mass of the component under ``a_ref`` (computed with
-60-digit ``decimal``, error below ``10^-50``): ``X_l = (1 - b^l)/(1 - b^4096)``
-for a digit, ``1 - b^l`` in the head, whose top threshold ``2^64 - T`` is
-exact. So each cell's word count is within ``1 + 10^-30`` of ``2^64`` times
-its reference mass ``m``, a relative error at most ``xi_c = (1 + 10^-30) /
-(2^64 m_min)`` for the component's smallest cell ``m_min`` (the code rounds
-this up by ``10^-6``), and the
-geometric's pmf satisfies::
-
-    (1 - xi) p_ref(k) <= q(k) <= (1 + xi) p_ref(k),  1 + xi = prod_c (1 + xi_c)
-
-with ``p_ref`` the geometric of parameter ``a_ref``. The cells are never
-small: ``m_min >= ~e^-4 / 2^12`` in the head and ``~e^-1 / 4096`` in a
-digit, so ``xi <= 5e-14``; construction computes ``xi`` and refuses a table
-with ``xi > XI_BOUND = 2^-40``.
-
-*Realised privacy.* ``Z``'s pmf is within ``(1 +- xi)^2`` of the discrete
-Laplace of parameter ``a_ref`` (sum the pointwise bounds over the
-convolution). For neighbours at integer distance ``<= Delta`` and any output
-set ``A``, with ``s = 2 ln((1 + xi)/(1 - xi))``::
-
-    Q_x(A) <= (1+xi)^2 P_x(A) <= (1+xi)^2 (e^(eps-s) P_x'(A) + delta_ref(eps-s))
-           <= e^eps Q_x'(A) + (1+xi)^2 delta_ref(eps - s)
-
-and ``delta_ref(eps - s) = 0`` iff ``Delta / t_ref <= eps - s``. As
-``a_ref >= a`` (``t_ref >= t``) and ``delta`` falls as ``t`` grows, the ideal
-profile at the nominal ``t`` bounds it. ``calibrate`` therefore solves the
-ideal profile at ``eps_c = eps (1 - 2^-40) - 4.0001 XI_BOUND`` and
-``delta_c = delta (1 - 10^-9) / (1 + XI_BOUND)^2 - 10^-15`` (the relative and
-absolute margins cover the float evaluation of the closed form; a
-``delta_c <= 0`` falls back to pure calibration). A declared delta of 0 is a
-realised delta of 0 at every epsilon: for large ``eps/Delta`` the head is one
-cell and ``T`` may be 1 (``a_ref = 2^-64``: realised ``eps <= 44.4 Delta``,
-below the declared one).
-
-*Reported moments* use ``t``; the sampled distribution is within ``(1 +-
-xi)^2`` of the one with ``t_ref``, ``|t_ref / t - 1| < 10^-15``.
-
-References
-----------
-* S. Inusah, T. Kozubowski, *A discrete analogue of the Laplace
-  distribution*, J. Stat. Planning and Inference 136, 2006.
-* A. Ghosh, T. Roughgarden, M. Sundararajan, *Universally utility-maximizing
-  privacy mechanisms*, STOC 2009 (the geometric mechanism).
-* C. Canonne, G. Kamath, T. Steinke, *The discrete Gaussian for differential
-  privacy*, NeurIPS 2020 (exact sampling; why noise must live on a lattice).
-* I. Mironov, *On significance of the least significant bits for
-  differential privacy*, CCS 2012.
+Proof, step by step, with the function each step proves:
+docs/proofs/discrete-laplace.md.
 """
 
 from __future__ import annotations
@@ -118,7 +44,7 @@ _BISECTION_STEPS = 200
 MAX_SCALE = 2.0**40
 #: a-priori bound on the sampler's pointwise relative error, checked at construction
 XI_BOUND = 2.0**-40
-#: calibration margins (module docstring): privacy slack of XI_BOUND, float rounding
+#: calibration margins (proof page): privacy slack of XI_BOUND, float rounding
 EPSILON_SLACK = 4.0001 * XI_BOUND
 _EPSILON_MARGIN = 2.0**-40
 _DELTA_RELATIVE, _DELTA_ABSOLUTE = 1e-9, 1e-15
@@ -160,7 +86,7 @@ def _level(log_a: Decimal, exponent: int, cells: int, extension: int | None) -> 
 
 
 class GeometricSampler:
-    """Exact-threshold sampler of ``P(G = k) ~ a_ref^k`` (module docstring)."""
+    """Exact-threshold sampler of ``P(G = k) ~ a_ref^k`` (proof page)."""
 
     def __init__(self, t: float) -> None:
         self.t = t
@@ -258,7 +184,7 @@ def _cdf(t: float, z: int) -> float:
 
 
 def ideal_delta(t: float, epsilon: float, sensitivity: int) -> float:
-    """Exact hockey-stick divergence of the ideal discrete Laplace ``t`` (module docstring)."""
+    """Exact hockey-stick divergence of the ideal discrete Laplace ``t`` (proof page)."""
     if epsilon >= sensitivity / t:
         return 0.0
     z_star = math.ceil((sensitivity - epsilon * t) / 2.0) - 1
@@ -301,7 +227,7 @@ class DiscreteLaplace:
         return ideal_delta(self.t, epsilon, sensitivity)
 
     def certified_delta(self, epsilon: float, sensitivity: int) -> float:
-        """Upper bound on the delta the *sampler* realises at ``epsilon`` (module docstring)."""
+        """Upper bound on the delta the *sampler* realises at ``epsilon`` (proof page)."""
         xi = self.sampler.xi
         slacked = epsilon * (1.0 - _EPSILON_MARGIN) - 4.0001 * xi
         ideal = self.delta(slacked, sensitivity)
@@ -347,7 +273,7 @@ def smallest_epsilon(sensitivity: int) -> float:
 
 
 def calibration_epsilon(epsilon: float, sensitivity: int) -> float:
-    """``eps_c = eps (1 - 2^-40) - 4.0001 XI_BOUND`` (module docstring), or MechanismError."""
+    """``eps_c = eps (1 - 2^-40) - 4.0001 XI_BOUND`` (proof page), or MechanismError."""
     if epsilon < smallest_epsilon(sensitivity):
         raise MechanismError(
             f"epsilon {epsilon:.3g} is below the smallest the discrete Laplace sampler serves at "

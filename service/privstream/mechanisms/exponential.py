@@ -1,85 +1,33 @@
-r"""The exponential mechanism on an ordered finite domain (McSherry and Talwar, 2007).
+"""The exponential mechanism on an ordered finite domain (McSherry and Talwar, 2007).
 
-The domain's declared order gives positions ``0..m`` (``m + 1 >= 2``
-values: age brackets, ratings). The utility of answering ``j`` for the true
-``i`` is ``u(i, j) = -|i - j|``, so the mechanism answers
+Claim: pure local ``eps``-DP (``delta = 0``) for any two values, for the law
+actually sampled.
 
-    P(j | i) = q^|i-j| / Z_i,   q = e^-lambda,   Z_i = sum_j q^|i-j|
+Release: positions ``0..m`` in the declared order, utility ``-|i - j|``, so
+``P(j | i) = q^|i-j| / Z_i`` with ``q = e^-lambda``: a wrong answer is most
+likely a near one.
 
-and, unlike randomized response, a wrong answer is most likely a *near*
-one: its error in the metric ``rho(y, d) = |y - d|`` (positions apart) is
-far smaller on ordinal data (table below).
+Calibration: sensitivity ``m``; the largest ``lambda`` in ``[eps/(2m), eps/m]``
+whose privacy loss ``max_j ln(max_i P(j|i) / min_i P(j|i))`` is within ``eps``
+(the textbook ``eps/(2m)`` is a valid lower end).
 
-Calibration. Any two inputs are neighbours (local DP), so the utility's
-sensitivity is ``Delta u = max_{i,i',j} ||i - j| - |i' - j|| = m``, and the
-textbook choice ``lambda = eps / (2m)`` is eps-DP: for every ``j``,
-``P(j|i) / P(j|i') = q^(|i-j| - |i'-j|) Z_i' / Z_i <= e^(eps/2) e^(eps/2)``
-(each term of ``Z_i'`` is at most ``e^(eps/2)`` times the matching term of
-``Z_i``). We use the largest ``lambda`` in ``[eps/(2m), eps/m]`` whose
-privacy loss ``L(lambda) = max_j ln(max_i P(j|i) / min_i P(j|i))`` stays
-within ``eps`` (bisection on the floating-point law, the textbook value
-being a valid lower end; ``L(lambda) >= m lambda`` from ``j = 0``,
-``i = 0`` against ``i = m``, so nothing above ``eps/m`` is). The mechanism
-is pure: ``delta = 0``.
+Sampler contract: one 64-bit word per value; row ``i`` holds integer counts
+``c_i(j) >= 1`` summing to ``2^64``, so the realised law is ``c_i(j) / 2^64``
+exactly, and construction checks ``max_i c_i(j) <= E min_i c_i(j)``
+(``E <= e^eps`` rational) for the very counts it samples with, or refuses.
 
-Sampling, exactly as implemented: one 64-bit word ``w`` per value. Row ``i``
-holds integers ``c_i(j) >= 1`` summing to ``2^64`` (``2^64 P(j|i)`` rounded
-down, the rest on ``j = i``); the answer is the ``j`` with
-``C_i(j-1) <= w < C_i(j)``, ``C`` the running sums. So the realised law is
-``c_i(j) / 2^64``, exactly, and it is eps-DP iff for every ``j``
-``max_i c_i(j) <= e^eps min_i c_i(j)``. Construction checks that inequality
-in exact rational arithmetic against ``E <= e^eps``
-(``base.exp_lower_bound``) for the very counts it samples with, lowering
-the target slightly (``_MARGINS``) when rounding breaks it, and refuses
-when no margin helps (an epsilon so large that some ``c_i(j)`` rounds to
-nothing): what is checked is what is sampled.
+Error ``max_i sum_j P(j|i) |i - j|``; lower bound ``(1 - delta) m / (m + e^eps)``
+(Thm. 5.5); ``estimate_frequencies`` inverts the realised transition matrix.
 
-Error and lower bound. ``expected_error = max_i sum_j P(j|i) |i - j|``
-(the realised law); the points are ``m + 1`` positions at distance ``>= 1``
-apart, so thesis Theorem 5.5 gives ``gamma >= (1 - delta) m / (m + e^eps)``
-(``base.finite_gamma``), the same bound as randomized response's.
-
-Compared with randomized response at equal epsilon (delta 0), worst-case
-expected error in positions apart (``tests/unit/mechanisms/test_exponential.py``
-recomputes every entry):
-
-======  =====  =====================  ===========
-values  eps    randomized response    exponential
-======  =====  =====================  ===========
-5       0.5    1.77                   1.75
-5       3      0.42                   0.77
-10      0.5    4.23                   4.04
-10      1      3.84                   3.60
-10      3      1.55                   2.16
-20      1      8.75                   7.78
-20      3      4.86                   4.96
-======  =====  =====================  ===========
-
-The sensitivity of ``-|i - j|`` is the whole diameter ``m``, so the
-calibrated rate is about ``eps / m`` and the answer spreads over the
-domain: the exponential mechanism wins at small epsilon on many values,
-randomized response (which keeps the true value more often, and is optimal
-in the discrete metric) wins at larger epsilon. ``privstream explain``
-shows both numbers for a config; pick per field.
-
-Analyst side (``estimate_frequencies``). With ``P`` the realised transition
-matrix and ``r = c/n`` the released shares, ``E[r] = P^T f``, so
-``f_hat = (P^T)^-1 r`` is unbiased. Given the data, a record holding ``i``
-adds ``diag(P_i) - P_i P_i^T`` to ``n Cov(r)``, so with ``A = (P^T)^-1``
-``Var(f_hat_v) = (1/n) sum_i f_i ((A^2 P^T)_vi - 1[v = i])`` (``A P_i =
-e_i``), evaluated at ``f_hat`` clipped and renormalised.
-
-References
-----------
-* F. McSherry and K. Talwar, *Mechanism design via differential privacy*,
-  FOCS 2007.
-* M. Jazbec, *Splošna definicija diferencirane zasebnosti*, 2018, Thm. 5.5.
+Proof, step by step, with the function each step proves, and the comparison
+with randomized response: docs/proofs/exponential.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from fractions import Fraction
+from itertools import accumulate
 from typing import Any, ClassVar
 
 import numpy as np
@@ -146,6 +94,20 @@ def is_private(counts: list[list[int]], epsilon: float) -> bool:
     return True
 
 
+def thresholds(counts: list[list[int]]) -> NDArray[np.uint64]:
+    """``C_i(j)`` for ``j = 0..m-1``: each row's running sums, the total ``2^64`` dropped.
+
+    Summed as Python integers: numpy would first convert a row holding counts on
+    both sides of ``2^63`` to float64 and round the sums by up to 2^11 words (a
+    law other than the one ``is_private`` checked: k = 5 at epsilon 36.25 realised
+    36.74, and from epsilon ~38 the array overflowed). Rows sum to ``2^64`` and
+    ``is_private`` holds every count to at least 1, so every sum is below ``2^64`` and
+    the ``uint64`` array holds them exactly.
+    """
+    sums = [list(accumulate(row[:-1])) for row in counts]
+    return np.array(sums, dtype=np.uint64).reshape(len(counts), len(counts) - 1)
+
+
 class OrdinalExponential(FiniteMechanism):
     """The exponential mechanism with utility ``-|i - j|`` on an ordered domain."""
 
@@ -176,9 +138,7 @@ class OrdinalExponential(FiniteMechanism):
         self.lam = lam
         self._counts = counts
         #: ``C_i(j)`` for ``j = 0..m-1`` (every one below 2^64): the sampling thresholds
-        self._thresholds = np.array(
-            [np.cumsum(row[:-1], dtype=object).tolist() for row in counts], dtype=np.uint64
-        ).reshape(k, self.m)
+        self._thresholds = thresholds(counts)
         #: the realised law ``c_i(j) / 2^64`` as doubles
         self.law = np.array([[c / TWO_64 for c in row] for row in counts], dtype=np.float64)
 
@@ -192,7 +152,7 @@ class OrdinalExponential(FiniteMechanism):
         return finite_gamma(self.m, self.epsilon, self.delta)
 
     def frequency_variances(self) -> NDArray[np.float64]:
-        """``V[v, i]``: ``n Var(f_hat_v)`` when every record holds ``i`` (module docstring)."""
+        """``V[v, i]``: ``n Var(f_hat_v)`` when every record holds ``i`` (proof page)."""
         inverse = np.linalg.inv(self.law.T)
         variances: NDArray[np.float64] = (inverse**2) @ self.law.T - np.eye(self.m + 1)
         return variances
@@ -233,7 +193,7 @@ class OrdinalExponential(FiniteMechanism):
 def estimate_frequencies(
     mechanism: OrdinalExponential, counts: Sequence[int] | NDArray[np.int64]
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Debiased share of records holding each value, and its standard error (module docstring)."""
+    """Debiased share of records holding each value, and its standard error (proof page)."""
     arr = np.asarray(counts, dtype=np.float64)
     if arr.shape != (mechanism.m + 1,) or np.any(arr < 0):
         raise MechanismError(f"expected {mechanism.m + 1} non-negative counts, got {arr.shape}")

@@ -1,104 +1,28 @@
-r"""Gaussian-process mechanism for functional fields sampled on a fixed grid.
+"""Gaussian-process mechanism for functional fields sampled on a fixed grid.
 
-A record is a function ``v`` given by its values at ``x_1..x_k`` (a load curve, a
-latency histogram). Kernel ``K(x, y) = exp(-|x - y|^2 / (2 h^2))``, Gram matrix
-``M_ij = K(x_i, x_j)``.
+Claim: ``(epsilon, delta)``-DP for any two raw functions ``v`` given by their
+values at ``x_1..x_k``.
 
-Thesis mechanism (Jazbec 2018, Thm. 6.1/6.2, Cor. 6.9): if neighbouring
-outputs satisfy ``||M^(-1/2)(f_d - f_d')||_2 <= Delta`` then
-``f_d + c(delta) Delta/eps G``, ``G ~ N(0, M)``, ``c(delta) = sqrt(2 ln(2/delta))``,
-is (eps, delta)-DP for ``eps <= 1``. Per record: clip each ``v`` to the RKHS ball
-``||M^(-1/2) v||_2 <= R``, so ``Delta = 2R``.
+Release ``y = L w_hat``: Gram matrix ``M_ij = exp(-((x_i - x_j) / h)^2 / 2)``,
+jittered ``A = M + lambda I = L L^T``, whitened ``w = L^(-1) v`` (computed
+scaled, overflow-safe), and ``w_hat = g (round(clip_R(w)/g) + Z)`` from
+``vector_gaussian.BallGaussian``: the guarantee is proved for ``w_hat``, and
+``L w_hat`` is post-processing of it alone (Jazbec 2018, Thm. 6.2, Cor. 6.9;
+Hall, Rinaldo, Wasserman 2013).
 
-What is implemented
--------------------
-1. **Jitter.** ``A = M + lambda I`` with ``lambda`` the smallest of
-   ``1e-10, 1e-9, ..., 1`` for which Cholesky ``A = L L^T`` succeeds (a Gaussian
-   Gram matrix on close points is numerically singular). ``A`` is used for both
-   clipping and noise, and Theorem 6.2 holds verbatim for the positive definite
-   ``A``: we release the ``k`` values only, so the finite-grid theorem is all that
-   is needed (Theorem 6.1 extends it to whole sample paths, not released here).
-   Effects: ``A >= M`` gives ``||A^(-1/2) v|| <= ||M^(-1/2) v||``, so a function in the
-   true RKHS ball (Thm. 6.8: ``||M^(-1/2) v|| <= ||f||_H``) is never clipped; the
-   noise covariance is ``sigma^2 (M + lambda I)``, i.e. ``lambda sigma^2`` of extra
-   white variance per grid point (reported as ``jitter``).
-2. **Whitening.** ``||A^(-1/2) v||_2 = ||L^(-1) v||_2`` (both equal ``v^T A^(-1) v``).
-   With ``w = L^(-1) v`` the thesis mechanism is ``L (w + sigma N(0, I))``: a
-   spherical Gaussian mechanism on ``w`` with L2 sensitivity ``2R``, followed by
-   the fixed linear map ``L``.
-3. **Grid (floating-point safety).** The spherical part is exactly
-   :class:`~privstream.mechanisms.vector_gaussian.BallGaussian`: clip ``w`` to radius ``R``
-   (``w min(1, R/||w||)``), round to the power-of-two grid ``g Z^k`` and add
-   independent discrete Gaussian integers, ``w_hat = g (round(w/g) + Z)``.
-   Rounding inflates the integer L2 sensitivity to ``2R/g + sqrt(k)`` (each
-   coordinate moves at most 1/2; see :mod:`privstream.mechanisms.vector_gaussian`).
-   The release is ``y = L w_hat``.
+Calibration (``Delta = 2R``, on the grid ``Delta_Z = 2R/g + sqrt(k)`` with slack):
+``thesis`` (default) ``sigma_Z = sqrt(2 ln(2/delta)) Delta_Z / eps``, refused
+for ``eps > 1``, or ``analytic``, the least ``sigma_Z`` the discrete vector
+bound certifies; both certified by ``DiscreteGaussianSampler.vector_delta``.
 
-Overflow. ``L^(-1)`` has large entries on a near-singular Gram matrix, so
-``L^(-1) v`` overflowed for finite inputs from about ``5e302`` (100 grid points)
-or ``7.7e307`` (5 points), and a NaN norm is never "> R". Whitening is done
-scaled: with ``p = max_j |v_j|`` and ``u = v / p`` (entries in ``[-1, 1]``),
-``w = p (L^(-1) u)`` and ``L^(-1) u`` is bounded by the finite row sums of
-``L^(-1)``; the clip is decided on ``(p, L^(-1) u)`` without forming ``w``
-(:meth:`~privstream.mechanisms.vector_gaussian.BallGaussian.clip_scaled`), so a
-huge finite function lands on the sphere of radius ``R`` like any other
-function outside the ball. Every intermediate is then finite and so is the
-release (grid limits: :mod:`privstream.mechanisms.validation`). The Gram matrix is
-computed as ``exp(-((x_i - x_j) / h)^2 / 2)``: a difference or ratio that
-overflows is ``inf`` and its entry ``exp(-inf) = 0``, the exact limit, where
-``2 h^2`` would underflow to 0 (``h < 1e-154``) and give ``0 / 0`` on the
-diagonal.
+Sampler contract: two 64-bit words per grid point from the release's one
+``words`` call (``BallGaussian.noisy_indices``).
 
-What protection remains. Every random bit enters as an integer added to an
-integer: the set of reachable ``w_hat`` is ``g Z^k`` for every input, and the
-privacy guarantee is proved for ``w_hat`` (discrete Gaussian vector, zCDP bound,
-:meth:`~privstream.mechanisms.discrete_gaussian.DiscreteGaussianSampler.vector_delta`).
-``y = L w_hat`` is computed in floating point *from w_hat alone*, a deterministic
-post-processing, so its rounding cannot leak anything ``w_hat`` does not; the
-floating-point whitening and clipping before the noise only choose the centre
-``round(w/g)``, and the sensitivity bound holds for whatever centre they choose
-(with a ``(k+16) 2^-52`` slack on the clip). The released values are not on a
-lattice of the value axis, but the set of reachable outputs ``{L g j}`` is the
-same for every input. Noise scale: ``Cov(y - v) = g^2 Var(Z) (M + lambda I)``
-(``g sigma_Z ~ sigma``).
+Error ``E||y - v||_2 <= g sqrt(Var Z) E||N(0, A)||_2 + g ||L||_2 sqrt(k)/2``;
+lower bound ``(1 - delta) 2 R sqrt(mu_max) / (2 (1 + e^eps))`` (Thm. 5.3);
+variance of the mean ``g^2 Var(Z) (1 + lambda) / n`` per grid point.
 
-Calibrations (``Delta = 2R``):
-
-* ``thesis`` (default): ``sigma = sqrt(2 ln(2/delta)) Delta / eps``, refused for
-  ``eps > 1`` (the proof needs ``eps <= 1``); on the grid ``sigma_Z =
-  sqrt(2 ln(2/delta)) Delta_Z / eps``, then certified on the discrete vector.
-* ``analytic``: the least sigma_Z the discrete vector bound certifies (valid
-  for every eps; the continuous reference is Balle & Wang 2018).
-
-Errors. The field's metric is the L2 norm over the grid points,
-``rho(y, v) = ||y - v||_2`` (``v`` the clipped function). ``y - v = g L (Z + r)`` with
-``|r_j| <= 1/2``, so ``E||y - v||_2 <= g sqrt(Var Z) E||N(0, A)||_2 + g ||L||_2 sqrt(k)/2``.
-``E||N(0, A)||_2`` has no closed form for general ``A``; with eigenvalues ``mu_i``::
-
-    E||X||_2 = 1/(2 sqrt(pi)) int_0^inf (1 - prod_i (1 + 2 t mu_i)^(-1/2)) t^(-3/2) dt
-
-(from ``sqrt(y) = 1/(2 sqrt(pi)) int (1 - e^(-t y)) t^(-3/2) dt`` and the chi-square
-Laplace transform), integrated by the trapezoidal rule in ``log t``, smooth and
-accurate to ~1e-10. In the RKHS norm ``||A^(-1/2)(y - v)||_2 = g ||Z + r||_2``, the
-chi mean of :class:`~privstream.mechanisms.vector_gaussian.VectorGaussianMechanism`
-(``expected_error_rkhs``).
-
-Lower bound (Theorem 5.3, in the same metric): the clipped domain is the
-ellipsoid ``{v : v^T A^(-1) v <= R^2}`` with L2 diameter ``2 R sqrt(mu_max)``, so
-``gamma >= (1 - delta) 2 R sqrt(mu_max) / (2 (1 + e^eps))``. In the RKHS norm the
-diameter is ``2R`` (``gamma_lower_bound_rkhs``). ``estimator_variance(n)``: per grid
-point, ``g^2 Var(Z) (1 + lambda) / n`` for the mean of ``n`` released functions.
-
-References
-----------
-* M. Jazbec, *Splošna definicija diferencirane zasebnosti*, 2018, Thm. 6.1,
-  6.2, 6.8, Cor. 6.9, Thm. 5.3.
-* R. Hall, A. Rinaldo, L. Wasserman, *Differential privacy for functions and
-  functional data*, JMLR 14, 2013 (the mechanism the thesis presents).
-* B. Balle, Y.-X. Wang, *Improving the Gaussian mechanism for differential
-  privacy*, ICML 2018.
-* C. Canonne, G. Kamath, T. Steinke, *The discrete Gaussian for differential
-  privacy*, NeurIPS 2020.
+Proof, step by step, with the function each step proves: docs/proofs/functional.md.
 """
 
 from __future__ import annotations
@@ -149,7 +73,7 @@ def jittered_cholesky(gram: NDArray[np.float64]) -> tuple[NDArray[np.float64], f
 
 
 def gaussian_norm_mean(eigenvalues: NDArray[np.float64]) -> float:
-    """``E||X||_2`` for ``X ~ N(0, A)``, ``A`` with the given eigenvalues (see module docstring)."""
+    """``E||X||_2`` for ``X ~ N(0, A)``, ``A`` with the given eigenvalues (see the proof page)."""
     mu = np.clip(np.asarray(eigenvalues, dtype=np.float64), 0.0, None)
     total = float(np.sum(mu))
     if total <= 0.0:

@@ -1,69 +1,27 @@
-r"""Gaussian mechanism for bounded reals on the integer grid, and the Gaussian calibrations.
+"""Gaussian mechanism for bounded reals on the integer grid, and the Gaussian calibrations.
 
-Release: ``Y_d = g (i(d) + Z)``, ``i(d)`` the grid index of the clamped
-value, ``Z ~ N_Z(0, sigma_Z^2)`` a discrete Gaussian integer, ``g`` a power of two
-(:mod:`privstream.mechanisms.grid`). Continuous noise never meets a raw value in
-floating point (Mironov 2012): every input reaches exactly the same outputs,
-the grid points. Real-world noise scale ``sigma = g sigma_Z``. The L2-bounded
-vector version, with the same calibrations, is :mod:`privstream.mechanisms.vector_gaussian`.
+Claim: ``(epsilon, delta)``-DP (``delta > 0``) for any two raw values of the field.
 
-Continuous calibrations (``Delta`` the L2 sensitivity, ``diam = hi - lo`` for
-reals, ``2R`` for vectors clipped to the ball of radius ``R``):
+Release ``Y_d = g (i(d) + Z)``: ``i(d)`` the grid index of the clamped value,
+``Z ~ N_Z(0, sigma_Z^2)`` a discrete Gaussian integer, ``g`` a power of two
+(``privstream.mechanisms.grid``); continuous noise never meets a raw value in
+floating point (Mironov 2012). The vector version is ``vector_gaussian``.
 
-* ``classical`` (Dwork & Roth 2014, Thm. A.1; the Chinese seed note):
-  ``sigma = sqrt(2 ln(1.25/delta)) Delta / eps``, proved only for ``eps < 1``;
-  for ``eps >= 1`` it is refused (use ``analytic``).
-* ``analytic`` (Balle & Wang 2018, Thm. 8): the exact privacy profile of
-  ``N(0, sigma^2)`` at shift ``Delta`` is::
+Calibration: the continuous sigma picks the grid, ``classical`` (Dwork & Roth
+2014, Thm. A.1) ``sqrt(2 ln(1.25/delta)) Delta / eps``, refused for
+``eps >= 1``, or ``analytic`` (Balle & Wang 2018, Thm. 8), the least sigma
+whose exact profile meets delta. On the grid the integer sensitivity is
+``Delta_Z = floor(hi/g) - ceil(lo/g) <= diam/g`` and ``sigma_Z`` is certified on
+the exact profile of the sampler's own table (``discrete_gaussian``).
 
-      delta(eps) = Phi(Delta/(2 sigma) - eps sigma/Delta)
-                   - e^eps Phi(-Delta/(2 sigma) - eps sigma/Delta)
+Sampler contract: ``release`` calls ``DiscreteGaussianSampler.sample`` once per
+column, two 64-bit words per value against integer thresholds.
 
-  (the hockey-stick divergence; the privacy loss is Gaussian with mean
-  ``Delta^2/(2 sigma^2)`` and variance ``Delta^2/sigma^2``). It falls as sigma grows;
-  bisection finds the smallest sigma with ``delta(eps) <= delta`` to a relative
-  ``1e-10`` in delta, on the safe side. Valid for every ``eps > 0``.
+Error ``g sum_z q(z) |z + r_max|`` (exact over the sampler's pmf); lower bound
+``(1 - delta) diam / (2 (1 + e^eps))`` (Thm. 5.3); variance of the mean
+``g^2 Var(Z) / n``.
 
-How they map onto the grid (the guarantee is always proved for the discrete
-output actually released, with the *rounded* sensitivity):
-
-* Grid: ``g = granularity(sigma_cont, ...)`` (about ``sigma/2^10``).
-* Reals: values are clamped to ``[lo, hi]`` and then to the grid points inside,
-  ``[ceil(lo/g), floor(hi/g)]`` (a move of less than ``g``), so the integer
-  sensitivity is ``Delta_Z = floor(hi/g) - ceil(lo/g) <= diam/g``: rounding adds
-  no sensitivity. (If no grid point lies inside, plain rounding, ``Delta_Z <= 1``.)
-  ``analytic``: sigma_Z is bisected on the exact discrete profile
-  :func:`~privstream.mechanisms.discrete_gaussian.discrete_gaussian_delta` for
-  ``Delta_Z`` and then checked on the exact profile of the sampler's table (the
-  discrete analogue of Balle-Wang: exact profile, least noise). ``classical``:
-  ``sigma_Z = sqrt(2 ln(1.25/delta)) Delta_Z / eps`` (the same formula in grid
-  units, so ``g sigma_Z <= sigma_cont``), then checked on the sampler's exact
-  profile; a failure raises (it has not been seen for ``eps < 1``).
-
-Errors (``d`` the clamped value):
-
-* Reals, ``rho = |y - d|``: ``y - d = g (Z + r)`` with ``r = i(d) - d/g``; ``E|Z + r|``
-  is symmetric and convex in ``r``, so the worst case is the largest ``|r|``
-  (``1/2`` inside, up to ``1`` next to the bounds) and ``expected_error =
-  g sum_z q(z) |z + r_max|``, an exact sum over the sampler's pmf
-  (``~ sigma sqrt(2/pi)`` plus a ``1e-7`` relative rounding term).
-* ``estimator_variance(n)``: ``g^2 Var(Z) / n``, the variance of the mean of ``n``
-  released values; rounding is a deterministic bias of at most ``g/2`` (``g``
-  next to the bounds), not variance.
-* Lower bound (Theorem 5.3, compact ``D``): ``gamma >= (1 - delta) diam / (2 (1 +
-  e^eps))`` with ``diam = hi - lo``.
-
-References
-----------
-* B. Balle, Y.-X. Wang, *Improving the Gaussian mechanism for differential
-  privacy: analytical calibration and optimal denoising*, ICML 2018.
-* C. Dwork, A. Roth, *The algorithmic foundations of differential privacy*,
-  2014, Thm. A.1 (classical calibration).
-* C. Canonne, G. Kamath, T. Steinke, *The discrete Gaussian for differential
-  privacy*, NeurIPS 2020.
-* I. Mironov, *On significance of the least significant bits for differential
-  privacy*, CCS 2012.
-* M. Jazbec, *Splošna definicija diferencirane zasebnosti*, 2018, Thm. 5.3.
+Proof, step by step, with the function each step proves: docs/proofs/gaussian.md.
 """
 
 from __future__ import annotations

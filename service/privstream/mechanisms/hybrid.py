@@ -1,67 +1,25 @@
-r"""Hybrid Mechanism (HM) on a bounded real: Duchi's binary report or PM, mixed.
+"""Hybrid Mechanism (HM) on a bounded real: Duchi's binary report or PM, mixed.
 
-As for the Piecewise Mechanism (``privstream.mechanisms.piecewise``), the
-clamped value maps to ``t`` in ``[-1, 1]`` and the release is ``mid + half y``.
-HM (Wang et al. 2019, Sec. III-C) reports with PM with probability ``a``
-and with Duchi et al.'s mechanism otherwise, both at the full ``eps``:
-``a = 1 - e^{-eps/2}`` for ``eps > EPS_STAR``, else ``a = 0`` (Duchi
-alone). ``EPS_STAR ~= 0.6094`` is where the two rules' worst-case
-variances cross (Wang et al. state ``eps* ~= 0.61``; the test suite checks
-the crossing). With that ``a`` the ``t^2`` terms cancel: HM's variance
-is the same for every input.
+Claim: pure local ``eps``-DP for any two values, for the law actually sampled
+(``eps_real = max(eps_PM, eps_D) <= eps``: the component choice does not
+depend on the input); the report is unbiased up to PM's and the coin's bias.
 
-Duchi et al.'s mechanism (1-D): ``y = +B`` with probability ``(1 + t/B)/2``,
-else ``-B``, with ``B = (e^eps + 1)/(e^eps - 1)``: unbiased, ``Var[y | t] =
-B^2 - t^2``, largest at ``t = 0``.
+Release ``mid + half y`` as for PM (``privstream.mechanisms.piecewise``): ``y``
+is PM's report with probability ``a = 1 - e^{-eps/2}`` for
+``eps > EPS_STAR ~= 0.6094``, else Duchi et al.'s ``+-B`` (Wang et al. 2019,
+Sec. III-C), both at the full ``eps``.
 
-The sampler as implemented
---------------------------
-Four 64-bit words per value. ``w0 < T_a`` (``T_a = floor(a 2^64)``) selects
-PM, which reads ``w1, w2, w3`` exactly as ``PiecewiseGrid.sample``; else the
-coin reads ``w1``: ``+B_d`` iff ``w1 < T(t)`` with
-``T(t) = L + min(floor((t + 1)/2 D), D)``, ``D = 2^64 - 2L``, so ``T(t)`` lies
-in ``[L, 2^64 - L]`` for every input. ``L`` is the least integer with
-``L (1 + E) >= 2^64`` (``E <= e^eps``, ``base.exp_lower_bound``), so both
-outcome ratios are at most ``(2^64 - L) / L <= E``, checked in exact
-arithmetic (``DuchiCoin.realised_ratio``). ``B_d = 2^64 / D`` makes the
-report unbiased: ``E[y | t] = B_d (2 T(t) - 2^64) / 2^64 = 2 off / D - 1 =
-t`` up to the rounding of ``off`` (three float roundings, ``<= 4 2^-53 D``,
-then truncation, ``< 1`` word) and of ``B_d`` (``2^-53`` relative), so
-``|E[y | t] - t| <= 9 2^-53 + 2 / D <= 2^-49 + 2 / D`` (``DuchiCoin.bias``;
-``D ~ 2^64 eps / 2``, so ``2 / D`` is below ``2^-40`` from eps ``2^-22``).
+Calibration: the coin's ``L`` is the least integer with ``L (1 + E) >= 2^64``
+(``E <= e^eps`` rational), so both outcome ratios are at most
+``(2^64 - L) / L <= E``, checked exactly; ``B_d = 2^64 / D`` makes it unbiased.
 
-*Realised privacy.* The choice of component does not depend on the input,
-so for any output set ``S`` and inputs ``t, t'``::
+Sampler contract: four 64-bit words per value, one ``words`` call: ``w0 < T_a``
+selects PM (``w1..w3`` as ``PiecewiseGrid.sample``), else ``+B_d`` iff
+``w1 < T(t)`` in ``[L, 2^64 - L]``.
 
-    P(S | t) = a P_PM(S | t) + (1 - a) P_D(S | t)
-             <= e^{eps_PM} a P_PM(S | t') + e^{eps_D} (1 - a) P_D(S | t')
+Variance ``a c + (1 - a) B_d^2 + max(0, a s - (1 - a))``; lower bound Thm. 5.3.
 
-``eps_real = max(eps_PM, eps_D) <= eps`` (``eps_PM`` only when ``T_a > 0``).
-Both components are unbiased for any ``a``: the rounding of ``T_a`` moves
-the variance, never the mean.
-
-*Variance* with the realised ``a`` and PM's ``Var <= s t^2 + c``
-(``PiecewiseGrid.variance_parts``)::
-
-    Var[y | t] <= (a s - (1 - a)) t^2 + a c + (1 - a) B_d^2
-
-bounded by ``a c + (1 - a) B_d^2 + max(0, a s - (1 - a))``. Continuous
-limit (Wang et al., Lemma 4)::
-
-    eps > eps*: (e^{eps/2} + 3) / (3 e^{eps/2} (e^{eps/2} - 1))
-                + (e^eps + 1)^2 / (e^{eps/2} (e^eps - 1)^2)
-    else:       ((e^eps + 1) / (e^eps - 1))^2
-
-*Error* ``half max_t (a E_PM|y - t| + (1 - a)(B_d - t^2 / B_d))`` on the
-same 129 values of ``t`` as PM. Lower bound: thesis Theorem 5.3, as for
-every real field.
-
-References
-----------
-* N. Wang et al., *Collecting and Analyzing Multidimensional Data with
-  Local Differential Privacy*, ICDE 2019 (HM: Sec. III-C, Lemma 4).
-* J. C. Duchi, M. I. Jordan, M. J. Wainwright, *Minimax optimal procedures
-  for locally private estimation*, JASA 113(521), 2018.
+Proof, step by step, with the function each step proves: docs/proofs/hybrid.md.
 """
 
 from __future__ import annotations
@@ -112,7 +70,7 @@ class DuchiCoin:
         return Fraction(TWO_64 - self.low, self.low)
 
     def bias(self) -> float:
-        """``|E[y | t] - t| <= 2^-49 + 2 / D`` (module docstring)."""
+        """``|E[y | t] - t| <= 2^-49 + 2 / D`` (proof page)."""
         return 2.0**-49 + 2.0 / self.width
 
     def threshold(self, t: NDArray[np.float64]) -> NDArray[np.uint64]:
@@ -144,7 +102,7 @@ def pm_share(epsilon: float) -> float:
 
 
 class HybridMechanism(UnitIntervalMechanism):
-    """PM with probability ``a``, Duchi's binary report otherwise (module docstring)."""
+    """PM with probability ``a``, Duchi's binary report otherwise (proof page)."""
 
     name: ClassVar[str] = "hybrid"
     words_per_value: ClassVar[int] = 4

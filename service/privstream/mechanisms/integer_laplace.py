@@ -1,24 +1,23 @@
-r"""Discrete Laplace (geometric) mechanism for bounded integer counters.
+"""Discrete Laplace (geometric) mechanism for bounded integer counters.
 
-Clamp into ``[lo, hi]`` (integers), add discrete Laplace noise ``Z``
-calibrated to the sensitivity ``Delta = hi - lo`` with its exact privacy
-profile (``privstream.mechanisms.discrete_laplace``): pure eps-DP uses
-``t = Delta / eps``; with ``delta > 0`` the least ``t`` whose exact
-divergence is at most ``delta``. Integers in, integers out: no
-floating-point side channel.
+Claim: ``(epsilon, delta)``-DP for any two raw integers of the field.
 
-Error in ``rho(y, d) = |y - d|``: ``E|Z| = 2a/(1 - a^2)``, the same for every
-``d``. Lower bounds: the domain ``{lo..hi}`` is compact with diameter
-``Delta`` (Theorem 5.3: ``(1 - delta) Delta / (2(1 + e^eps))``) and finite
-with ``m = Delta`` and ``kappa = 1`` (Theorem 5.5:
-``(1 - delta) Delta / (Delta + e^eps)``); both hold, we report the larger.
-Mean estimator: the noise adds ``Var(Z)/n = 2a / ((1 - a)^2 n)``.
+Release ``clamp(d, lo, hi) + Z`` (integers), ``Z`` discrete Laplace noise:
+integers in, integers out, no floating-point side channel.
 
-References
-----------
-* A. Ghosh, T. Roughgarden, M. Sundararajan, *Universally utility-maximizing
-  privacy mechanisms*, STOC 2009.
-* M. Jazbec, *Splošna definicija diferencirane zasebnosti*, 2018, Thm. 5.3, 5.5.
+Calibration: ``Z`` is calibrated to the sensitivity ``Delta = hi - lo`` with
+its exact privacy profile (``privstream.mechanisms.discrete_laplace``): pure
+eps-DP uses ``t = Delta / eps``; with ``delta > 0`` the least ``t`` whose exact
+divergence is at most ``delta`` (both at the sampler's slacked epsilon).
+
+Sampler contract: ``release`` calls ``DiscreteLaplace.sample`` once per
+column (exact integer thresholds).
+
+Error ``E|Z| = 2a/(1 - a^2)``; lower bound the larger of Theorems 5.3 and 5.5;
+variance of the mean ``2a / ((1 - a)^2 n)``.
+
+Proof, step by step, with the function each step proves:
+docs/proofs/integer-laplace.md.
 """
 
 from __future__ import annotations

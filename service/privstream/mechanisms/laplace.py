@@ -1,66 +1,25 @@
 r"""Laplace mechanism on a bounded real interval.
 
-Release ``Y_d = clamp(d, lo, hi) + L`` with ``L ~ Laplace(0, b)``.
+Claim: ``(epsilon, delta)``-DP for any two raw values of the field.
 
-Calibration (``diam = hi - lo``; after clamping, neighbouring values differ
-by at most ``diam``, so ``diam`` is the sensitivity):
+Release ``Y_d = g (round(clamp(d, lo, hi) / g) + Z)``: the clamped value on
+the power-of-two grid ``g Z`` plus a discrete Laplace integer ``Z``, never a
+floating-point Laplace draw (Mironov 2012).
 
-* ``tight`` (default): ``b = diam / (eps - 2 ln(1 - delta))``.
-* ``thesis`` (Jazbec 2018, Example 4.9): ``b = diam / (eps - ln(1 - delta))``.
+Calibration (``diam = hi - lo``, the sensitivity after clamping): the
+continuous scale ``b`` picks the grid, ``tight`` (default)
+``b = diam / (eps - 2 ln(1 - delta))``, ``thesis`` (Jazbec 2018, Ex. 4.9)
+``b = diam / (eps - ln(1 - delta))``; the discrete noise is then calibrated
+against the rounded sensitivity ``Delta = round(hi/g) - round(lo/g)`` with the
+sampler's certified profile (``privstream.mechanisms.discrete_laplace``).
 
-Derivation of ``tight``. Let ``p = Lap(0, b)``, ``q = Lap(diam, b)`` and
-``eps0 = diam / b``. The privacy loss ``ln p(x)/q(x) = (|x - diam| - |x|)/b``
-exceeds ``eps`` exactly on ``x < t`` with ``t = (diam - eps*b)/2``, so the
-tightest delta at ``eps < eps0`` (the hockey-stick divergence) is::
+Sampler contract: ``release`` calls ``source.words`` once per column; the
+thresholds are exact integers, within the calibration's ``~4e-12`` slack.
 
-    delta(eps) = P_p(x < t) - e^eps P_q(x < t)
-               = (1 - e^{-t/b}/2) - e^eps * e^{(t - diam)/b}/2
-               = 1 - e^{(eps - eps0)/2}
+Error ``g (E|Z| + P(Z = 0) / 2)``; lower bound ``(1 - delta) diam / (2 (1 +
+e^eps))`` (Thm. 5.3); variance of the mean ``g^2 Var(Z) / n``.
 
-(both exponentials equal ``e^{(eps - eps0)/2}/2``). Closer pairs of inputs
-give a smaller ``eps0`` and a smaller divergence, and the divergence is
-symmetric in ``p, q``. Solving ``delta = 1 - e^{(eps - eps0)/2}`` for ``eps0``
-gives ``eps0 = eps - 2 ln(1 - delta)``, hence ``b = diam / eps0``. With
-``delta = 0`` both calibrations are the classical ``b = diam / eps``. The
-thesis's ``eps - ln(1 - delta)`` is smaller than ``eps0``, so its ``b`` is
-larger: valid, but more noise than needed (diam 2996, eps 0.1, delta 0.1:
-14589 vs 9642).
-
-On the grid (Mironov-safe). The noise is never a floating-point Laplace
-added to the raw value: the clamped value is rounded to the power-of-two
-grid ``g Z`` (``privstream.mechanisms.grid``), discrete Laplace noise is added
-to the grid index in integer arithmetic, and the output is ``g`` times the
-result. The continuous ``b`` above picks ``g`` (about ``b / 2^10``); the
-discrete noise is then calibrated against the *rounded* sensitivity
-``Delta = round(hi/g) - round(lo/g)`` with the realised profile of the
-sampler (``privstream.mechanisms.discrete_laplace``: exact integer thresholds,
-a slack of ``~4e-12`` in epsilon for its ``2^-40`` relative error; ``tight``:
-least noise meeting (eps, delta); ``thesis``: ``t = Delta / (eps_c - ln(1 -
-delta))`` with the slacked ``eps_c``, checked against the certified profile).
-For a tiny epsilon the grid is capped at half the domain
-(``privstream.mechanisms.grid``), so the noise stays calibrated rather than the
-grid swallowing the domain. ``scale`` in
-``params`` is the effective ``g t``; it is within a fraction of a percent
-of the continuous ``b``.
-
-Error in the metric ``rho(y, d) = |y - d|`` (``d`` the clamped value):
-``y - d = g (Z + r)`` with the rounding offset ``|r| <= 1/2``, and
-``E|Z + r| = E|Z| + P(Z = 0) |r|`` for symmetric integer ``Z``, so the worst
-case is ``g (E|Z| + P(Z = 0)/2)`` (continuous limit: ``b``). Lower bound
-(Theorem 5.3, compact ``D = [lo, hi]``):
-``gamma >= (1 - delta) diam / (2 (1 + e^eps))``. Mean estimator: the noise
-adds ``g^2 Var(Z) / n`` (continuous limit ``2 b^2 / n``).
-
-Edge case: ``lo == hi`` gives ``diam = 0``; every input clamps to ``lo``,
-so releasing ``lo`` without noise is (0, 0)-DP and the error is 0.
-
-References
-----------
-* M. Jazbec, *Splošna definicija diferencirane zasebnosti*, 2018, Ex. 4.9, Thm. 5.3.
-* B. Balle, G. Barthe, M. Gaboardi, *Privacy amplification by subsampling:
-  tight analyses via couplings and divergences*, NeurIPS 2018 (Laplace profile).
-* I. Mironov, *On significance of the least significant bits for
-  differential privacy*, CCS 2012.
+Proof, step by step, with the function each step proves: docs/proofs/laplace.md.
 """
 
 from __future__ import annotations

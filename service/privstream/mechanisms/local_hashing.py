@@ -1,113 +1,30 @@
-r"""Optimal local hashing (OLH) for string fields with an open or large domain.
+"""Optimal local hashing (OLH) for string fields with an open or large domain.
 
-Each record draws its own hash seed ``s`` (a uniform 64-bit word), hashes its
-value into ``g`` buckets, ``x = H_s(v)``, and runs randomized response over
-the buckets: report ``y = x`` with probability ``p``, otherwise one of the
-``g - 1`` other buckets uniformly. The release is the pair ``(s, y)``; the
-raw value never leaves the worker, and the domain need not be listed.
+Claim: pure local ``eps``-DP (``delta = 0``) for any two values, for the words
+actually used: given the seed, the ratio of report probabilities is at most
+``p/q = e^eps``, for any hash.
 
-Parameters (Wang et al. 2017, Sec. 4, optimal local hashing)::
+Release ``(s, y)``: a per-record uniform 64-bit seed ``s``, the bucket
+``x = H_s(v) = splitmix64(BLAKE2b_8(UTF-8(v)) XOR s) mod g`` (fixed, keyless,
+public), and randomized response over the ``g`` buckets; the raw value never
+leaves the worker.
 
-    g = round(e^eps) + 1                  (at most 2**32 + 1, see below)
-    p = e^eps / (e^eps + g - 1)           (keep the true bucket)
-    q = 1 / (e^eps + g - 1)               (each other bucket)
+Calibration (Wang et al. 2017, Sec. 4): ``g = round(e^eps) + 1`` (``g - 1`` at
+most ``2**32``), ``p = e^eps / (e^eps + g - 1)``; the flip threshold ``T`` is
+randomized response's (``randomized_response.flip_threshold``, exact
+rationals) and construction checks the realised divergence at ``eps`` is 0.
 
-``g = e^eps + 1`` minimises the estimator's variance; we round it to an
-integer. Large ``eps`` would ask for astronomically many buckets; ``g - 1``
-is capped at ``2**32`` (collisions are then 2**-32, far below any sampling
-error), which changes ``p`` but not the guarantee.
+Sampler contract: three 64-bit words per record, one ``words`` call: ``w0``
+the seed, flip iff ``w1 < T``, ``w2 mod (g - 1)`` the other bucket.
 
-The hash (fixed, keyless, public: the analyst recomputes it)::
+Error ``1 - p``, equal to the lower bound on the bucket domain (Thm. 5.5,
+Ex. 5.7); ``estimate_frequencies`` debiases ``c(v) = #{i : H_{s_i}(v) = y_i}``.
 
-    h(v)   = BLAKE2b(UTF-8(v), digest_size=8) read as a little-endian uint64
-    H_s(v) = splitmix64(h(v) XOR s) mod g
-    splitmix64(z) : z += 0x9E3779B97F4A7C15
-                    z  = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
-                    z  = (z ^ (z >> 27)) * 0x94D049BB133111EB
-                    z  =  z ^ (z >> 31)          (all mod 2**64)
+A lone surrogate (``"\\ud800"``, valid JSON) is hashed ``surrogatepass``: a
+string like any other, so whether a record is released never depends on it.
 
-``h`` is computed once per value (a Python loop over the values: BLAKE2b of a
-string cannot be vectorised); everything after it is numpy uint64. The bytes
-hashed are exactly the UTF-8 encoding: normalise (NFC, case) before release
-if ``"Café"`` and ``"Cafe\u0301"`` should count as one value. For a uniform
-seed, ``h(v) XOR s`` is uniform and splitmix64 is a bijection, so ``H_s(v)``
-is uniform over the buckets (up to ``g / 2**64``). The analysis below models
-``s -> H_s`` as a random function (two distinct values collide with
-probability ``1/g``); splitmix64 is a strong mixer, not a proof of that.
-
-Derivation of epsilon (pure, ``delta = 0``). The seed is independent of the
-value, so fix it. For values ``v, v'`` and a report ``y``,
-``P(y | v) / P(y | v')`` is ``1`` if both hash to the same bucket, ``p/q =
-e^eps`` at worst when ``y = H_s(v) != H_s(v')``, and ``1`` when ``y`` is
-neither bucket. Summing over seeds keeps the bound, so every output set ``A``
-has ``P(A | v) <= e^eps P(A | v')``. The bound is tight: the event
-``y = H_s(v) != H_s(v')`` has probability ``p (1 - 1/g)`` under ``v`` and
-``q (1 - 1/g)`` under ``v'``.
-
-Sampling from 64-bit words, three per record: ``w0`` is the seed; ``w1``
-flips the bucket iff ``w1 < T``; ``w2 mod (g-1)`` picks the other bucket,
-shifted past ``x``. Given the seed this is randomized response over the
-buckets with ``m = g - 1`` (a hash collision only makes the two values'
-outputs equal), and ``T`` is chosen exactly as there
-(``randomized_response.flip_threshold``, exact rationals): ``w2 mod (g-1)``
-gives residue ``j`` probability ``pi_j`` between ``pi_min = floor(2^64 /
-(g-1)) / 2^64`` and ``pi_min + 2^-64``, and ``T`` is the least integer with
-``T / 2^64 >= 1 / (1 + E pi_min)``, ``E <= e^eps`` rational, so the binding
-ratio ``(1 - F) / (F pi_min) <= e^eps`` holds for the words actually used;
-the other ratios are at most ``pi_max / pi_min <= 1 + 2^-31 < e^eps`` (the
-modulus exceeds 1 only when ``eps >= ln 1.5``). Construction checks the
-realised divergence at ``eps`` is exactly 0 (``realised_delta``).
-``flip_probability``, ``keep_probability`` and ``q`` report the realised
-``F = T / 2^64``: at ``eps > ~66``, ``T = 1`` flips more than ``e^-eps``
-asks, never less.
-
-Error metric: discrete, on the hashed report. ``rho((s, y), v) = 0`` if
-``y = H_s(v)`` (the truthful report for that seed), else ``1``. Then
-``E[rho] = 1 - p = (g - 1)/(g - 1 + e^eps)`` for every value. Collisions of
-``v`` with other values are not errors in this metric: they are the price of
-hashing and show up in the estimator's variance instead. Lower bound
-(Theorem 5.5 on the bucket domain, ``|D| = g``, ``m = g - 1``, ``kappa = 1``,
-``delta = 0``): ``gamma >= (g - 1)/(g - 1 + e^eps)``, which ``1 - p`` meets
-exactly: given the seed, OLH is optimal randomized response (Example 5.7).
-For comparison, Theorem 5.5 on the *value* domain gives
-``(|D| - 1)/(|D| - 1 + e^eps)``, near 1 for an open domain: any eps-DP
-mechanism that outputs a value is almost always wrong there, which is why
-OLH outputs a bucket, not a value. With ``g - 1 ~ e^eps`` both ``1 - p`` and
-the bound are about 1/2.
-
-Analyst side (``estimate_frequencies``). For a candidate ``v`` let
-``c(v) = #{i : H_{s_i}(v) = y_i}``. A record holding ``v`` supports it with
-probability ``p``; a record holding ``v' != v`` supports it when the hashes
-collide and its bucket is kept, or when they differ and its report lands on
-``H_s(v)``: ``p/g + (1 - 1/g) q = p/g + (1 - p)/g = 1/g`` (using
-``q = (1 - p)/(g - 1)``). So ``E[c/n] = f p + (1-f)/g``
-and ``f_hat = (c/n - 1/g) / (p - 1/g)`` is unbiased. Given the data the
-support indicators are independent, so (the exact form of Wang et al.'s
-variance, not its ``f ~ 0`` approximation ``n q*(1-q*)/(p-q*)^2``)::
-
-    Var[f_hat] = (f p (1 - p) + (1 - f) (1/g)(1 - 1/g)) / (n (p - 1/g)^2)
-
-``estimator_variance`` reports the worse of ``f = 0`` and ``f = 1`` (it is
-linear in ``f``). The standard errors ``estimate_frequencies`` returns are
-this formula at ``f_hat`` clipped to [0, 1]. (The binomial plug-in
-``sqrt(c/n (1 - c/n) / n) / (p - 1/g)`` is conservative by concavity of
-``x (1 - x)``, but about 18% too wide at eps = 3, f = 0.4.)
-
-Output layout: an ``(n, 2)`` uint64 array, column 0 the seed (the full 64-bit
-word: encoders must write it as an exact integer, not a double), column 1 the
-bucket in ``0..g-1``.
-
-References
-----------
-* T. Wang, J. Blocki, N. Li, S. Jha, *Locally differentially private
-  protocols for frequency estimation*, USENIX Security 2017, Sec. 4 (OLH).
-* R. Bassily, A. Smith, *Local, private, efficient protocols for succinct
-  histograms*, STOC 2015 (hashing for large domains).
-* M. Jazbec, *Splošna definicija diferencirane zasebnosti*, 2018, Thm. 5.5,
-  Ex. 5.7.
-* G. L. Steele, D. Lea, C. H. Flood, *Fast splittable pseudorandom number
-  generators*, OOPSLA 2014 (SplitMix); the 64-bit finaliser constants are
-  D. Stafford's "Mix13" (2011), as in S. Vigna's public ``splitmix64.c``.
+Proof, step by step, with the function each step proves:
+docs/proofs/local-hashing.md.
 """
 
 from __future__ import annotations
@@ -169,7 +86,8 @@ def value_digests(values: Iterable[Any]) -> NDArray[np.uint64]:
     """``h(v)``: BLAKE2b-64 of the UTF-8 bytes, little-endian, one per value.
 
     Raises ``MechanismError`` (naming the position, never the value) for a
-    value that is not a string or has no UTF-8 encoding (lone surrogates).
+    value that is not a string. Lone surrogates are hashed ``surrogatepass``
+    (module docstring).
     """
     digests: list[int] = []
     for position, value in enumerate(values):
@@ -178,12 +96,7 @@ def value_digests(values: Iterable[Any]) -> NDArray[np.uint64]:
                 f"local hashing needs strings; value at position {position} is a "
                 f"{type(value).__name__}"
             )
-        try:
-            data = value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise MechanismError(
-                f"value at position {position} has no UTF-8 encoding (lone surrogate)"
-            ) from None
+        data = value.encode("utf-8", "surrogatepass")
         digests.append(int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little"))
     return np.array(digests, dtype=np.uint64)
 
@@ -274,8 +187,8 @@ def estimate_frequencies(
     ``seeds`` and ``buckets`` are the two columns of OLH releases made at
     ``epsilon``. ``f_hat = (c/n - 1/g) / (p - 1/g)`` with ``c`` the number of
     reports that support the candidate; the standard error is the exact
-    variance given the data evaluated at ``f_hat`` clipped to [0, 1] (see the
-    module docstring). Estimates themselves are not clipped: clipping would
+    variance given the data evaluated at ``f_hat`` clipped to [0, 1] (see the proof
+    page). Estimates themselves are not clipped: clipping would
     bias them.
     """
     if isinstance(candidates, str):

@@ -1,95 +1,27 @@
-r"""Piecewise Mechanism (PM) on a bounded real, sampled exactly on a fixed grid.
+"""Piecewise Mechanism (PM) on a bounded real, sampled exactly on a fixed grid.
 
-The field value ``x`` is clamped into ``[lo, hi]`` and mapped to
-``t = (x - mid) / half`` in ``[-1, 1]`` (``mid``, ``half``: centre and
-half-width of the bounds). The release is ``mid + half y`` with ``y`` the
-PM report, an unbiased estimate of ``t``; the mean of many releases
-estimates the mean of the clamped values.
+Claim: pure local ``eps``-DP for any two values, for the law actually sampled
+(a declared delta is not used); the report is unbiased up to ``C_d 2^-48``.
 
-The continuous mechanism (Wang et al. 2019, Alg. 2)
----------------------------------------------------
-``C = (e^{eps/2} + 1) / (e^{eps/2} - 1)``; ``y`` lies in ``[-C, C]``; a
-window ``[l(t), l(t) + C - 1]`` with ``l(t) = (C + 1) t / 2 - (C - 1) / 2``
-carries probability ``P_in = e^{eps/2} / (e^{eps/2} + 1)`` uniformly, the
-rest of ``[-C, C]`` the remaining ``1 - P_in`` uniformly. The densities
-inside and outside differ by exactly ``e^eps``, ``E[y | t] = t`` and
-``Var[y | t] = t^2 / (e^{eps/2} - 1) + (e^{eps/2} + 3) / (3 (e^{eps/2} - 1)^2)``,
-at worst (``|t| = 1``) ``4 e^{eps/2} / (3 (e^{eps/2} - 1)^2)``.
+Release ``mid + half y``: ``x`` clamped into ``[lo, hi]``, mapped to
+``t = (x - mid) / half`` in ``[-1, 1]``, ``y`` Wang et al.'s PM report
+(ICDE 2019, Alg. 2) on ``M = GRID_CELLS`` cells with a window of ``m`` cells:
+the same ``M`` outputs for every input (Mironov 2012).
 
-The sampler as implemented (``PiecewiseGrid``)
-----------------------------------------------
-A fixed grid of ``M = GRID_CELLS`` cells, a window of exactly ``m`` cells
-(``m = round(M (C - 1) / (2 C))``, in ``[1, M - 1]``) and three 64-bit words
-per value:
+Calibration: ``T`` (inside iff ``w1 < T``) is the largest integer with
+``P_in / (1 - P_in) <= E pi_min(M - m) / pi_max(m)``, ``E <= e^eps`` rational;
+construction checks ``p_max / p_min <= E`` in exact arithmetic
+(``realised_ratio``).
 
-1. *Placement.* ``u = (t + 1)(M - m) / 2`` in ``[0, M - m]``; the window
-   starts at cell ``s = floor(u) + [w0 < floor(frac(u) 2^64)]``
-   (randomised rounding, so ``E[s] = u`` up to float rounding).
-2. *Inside or outside.* Inside iff ``w1 < T`` (probability ``P_in = T / 2^64``).
-3. *Which cell.* Inside: window cell ``s + (w2 mod m)``; outside: the
-   ``(w2 mod (M - m))``-th cell not in the window, in index order.
+Sampler contract (``PiecewiseGrid``): three 64-bit words per value, one
+``words`` call: randomised placement of the window, inside or outside, which
+cell (a residue of ``w2``).
 
-``w mod k`` picks each residue with probability ``pi`` in
-``[pi_min(k), pi_max(k)] = [floor(2^64/k), ceil(2^64/k)] / 2^64``, so, for
-*every* window position, an inside cell has probability in
-``P_in [pi_min(m), pi_max(m)]`` and an outside cell in ``(1 - P_in)
-[pi_min(M - m), pi_max(M - m)]``. The output law given ``t`` is a mixture
-over positions ``s`` (weights that depend on ``t``); each component's cell
-probabilities lie between ``p_min`` and ``p_max`` (the least and largest of
-those four products), so for any two inputs and any output set ``S``::
+Worst variance ``t^2 (1/kappa - 1) + kappa h^2/4 + kappa v_m + (1 - P_in) S_2 / (M - m)``
+at ``t^2 = 1``; error ``half max_t E|y - t|`` on 129 values of ``t``; lower bound
+``(1 - delta) diam / (2 (1 + e^eps))`` (Thm. 5.3).
 
-    P(S | t) <= (p_max / p_min) P(S | t')
-
-*Realised privacy*: ``eps_real = ln(p_max / p_min)``. ``T`` is the largest
-integer with ``P_in / (1 - P_in) <= E pi_min(M - m) / pi_max(m)``, ``E`` a
-rational lower bound on ``e^eps`` (``base.exp_lower_bound``); construction
-checks ``p_max / p_min <= E`` in exact ``Fraction`` arithmetic for the
-threshold actually sampled (``realised_ratio``). The mechanism is pure
-``eps``-DP; a declared delta is not used.
-
-*Output values.* Cell ``k`` reports ``y_k = (2k + 1 - M) c`` with ``c = 1 /
-(kappa (M - m))`` and ``kappa = P_in - (1 - P_in) m / (M - m)``: the cell
-centres of ``[-C_d, C_d]``, ``C_d = M c``, step ``h = 2c``. The reachable
-outputs are the same ``M`` numbers for every input (no floating-point side
-channel: Mironov 2012).
-
-*Unbiasedness.* With uniform picks the window centre is ``c_s = h (s - (M -
-m)/2)`` and ``E[y | s] = kappa c_s`` (inside: the window's mean; outside:
-the grid sums to zero, so the rest averages ``-m c_s / (M - m)``). ``E[c_s]
-= h (u - (M - m)/2) = t / kappa``, hence ``E[y | t] = t``. What is left:
-float rounding of ``u`` (``<= M 2^-52`` cells), of the threshold (``2^-64``)
-and of ``c``, and the non-uniform picks (each cell within ``2^-64`` of its
-uniform share, ``|y| <= C_d``): ``|E[y | t] - t| <= C_d 2^-48``
-(``bias_bound``; ``tests/unit/mechanisms/test_piecewise.py`` computes the
-exact expectation of the implemented law).
-
-*Variance.* ``E[y^2 | s] = kappa (c_s^2 + v_m) + (1 - P_in) S_2 / (M - m)``
-with ``v_m = h^2 (m^2 - 1) / 12`` (spread inside the window) and ``S_2 = h^2
-M (M^2 - 1) / 12`` (sum of all ``y_k^2``); the randomised placement adds
-``h^2 f (1 - f)`` to ``E[c_s^2]`` (``f = frac(u)``). So::
-
-    Var[y | t] = t^2 (1/kappa - 1) + kappa h^2 f (1 - f) + kappa v_m
-                 + (1 - P_in) S_2 / (M - m)
-
-bounded over ``t`` by taking ``t^2 = 1`` and ``f (1 - f) = 1/4``
-(``worst_variance``, ``(1 + 2^-40)`` for the non-uniform picks). At ``M =
-4096`` it is within 1% of the continuous ``4 e^{eps/2} / (3 (e^{eps/2} -
-1)^2)``. The estimator of the mean adds ``half^2 worst_variance / n``.
-
-*Error* in the field's metric ``|y - d|`` (``d`` the clamped value):
-``half max_t E|y - t|``, evaluated exactly on the implemented law at 129
-values of ``t`` (continuous PM: a quadratic in ``t``, largest at ``|t| =
-1``). Lower bound, as for every real field (thesis Theorem 5.3):
-``gamma >= (1 - delta) diam / (2 (1 + e^eps))``.
-
-References
-----------
-* N. Wang, X. Xiao, Y. Yang, J. Zhao, S. C. Hui, H. Shin, J. Shin, G. Yu,
-  *Collecting and Analyzing Multidimensional Data with Local Differential
-  Privacy*, ICDE 2019 (PM: Alg. 2, Lemma 1).
-* I. Mironov, *On significance of the least significant bits for
-  differential privacy*, CCS 2012.
-* M. Jazbec, *Splošna definicija diferencirane zasebnosti*, 2018, Thm. 5.3.
+Proof, step by step, with the function each step proves: docs/proofs/piecewise.md.
 """
 
 from __future__ import annotations
@@ -127,7 +59,7 @@ def round_up(value: Fraction) -> float:
 
 @dataclass(frozen=True)
 class PiecewiseGrid:
-    """PM on ``M`` cells, window ``m``, inside threshold ``T``: the sampler (module docstring)."""
+    """PM on ``M`` cells, window ``m``, inside threshold ``T``: the sampler (proof page)."""
 
     cells: int
     window: int
@@ -167,7 +99,7 @@ class PiecewiseGrid:
         return max(probs) / min(probs)
 
     def variance_parts(self) -> tuple[Fraction, Fraction]:
-        """``(a, b)`` with ``Var[y | t] <= a t^2 + b`` for uniform picks (module docstring)."""
+        """``(a, b)`` with ``Var[y | t] <= a t^2 + b`` for uniform picks (proof page)."""
         m, outside = self.window, self.cells - self.window
         kappa, h = self.kappa, self.step
         spread = h * h * (m * m - 1) / 12
@@ -181,7 +113,7 @@ class PiecewiseGrid:
         return round_up((slope + constant) * PICK_SLACK)
 
     def bias_bound(self) -> float:
-        """``|E[y | t] - t| <= C_d 2^-48`` (module docstring)."""
+        """``|E[y | t] - t| <= C_d 2^-48`` (proof page)."""
         return float(self.cells * self.step / 2) * 2.0**-48
 
     def placement(self, t: NDArray[np.float64]) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
@@ -246,7 +178,7 @@ def calibrate(epsilon: float, cells: int = GRID_CELLS) -> PiecewiseGrid:
 
 
 class PiecewiseMechanism(UnitIntervalMechanism):
-    """Wang et al.'s Piecewise Mechanism on a fixed grid (module docstring)."""
+    """Wang et al.'s Piecewise Mechanism on a fixed grid (proof page)."""
 
     name: ClassVar[str] = "piecewise"
     words_per_value: ClassVar[int] = 3

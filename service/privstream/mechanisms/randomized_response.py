@@ -1,69 +1,26 @@
-r"""Randomized response on a finite domain ``D`` with ``|D| = m + 1``.
+"""Randomized response on a finite domain ``D`` with ``|D| = m + 1``.
 
-Keep the true value with probability ``1 - m p``; otherwise output one of
-the ``m`` other values uniformly, so each other value has probability ``p``.
+Claim: ``(epsilon, delta)``-DP for any two values, for the law actually sampled.
 
-Calibration (Jazbec 2018, Example 4.10): the mechanism is (eps, delta)-DP
-iff ``p >= (1 - delta) / (m + e^eps)``; we use equality, the least noise.
-Why: for neighbours ``d != d'`` and an output set ``A``, the only binding
-case is ``d in A, d' not in A``; the worst such ``A`` is ``{d}``, where
-``1 - m p <= e^eps p + delta`` rearranges to the bound. Any other value in
-``A`` adds ``p`` to both sides (``e^eps p`` on the right), so only loosens it.
-Since ``delta < 1`` and ``eps > 0``, ``p < 1/(m+1) < 1 - m p``: the true
-value stays the most likely output. Computed as
-``p = (1 - delta) e^-eps / (1 + m e^-eps)`` to avoid overflow at large eps.
+Release: keep the true value with probability ``1 - m p``; otherwise output
+one of the ``m`` other values uniformly (probability ``p`` each).
 
-Error in the discrete metric (``rho = 1`` when the output differs):
-``E[rho] = m p`` for every input. Lower bound (Theorem 5.5, ``kappa = 1``):
-``gamma >= (1 - delta) m / (m + e^eps)``, which equals ``m p``: randomized
-response with the smallest ``p`` is optimal (Example 5.7). Boolean fields
-are ``m = 1``; at ``delta = 0, eps = ln 3`` that is the fair-coin protocol.
+Calibration (Jazbec 2018, Ex. 4.10): (eps, delta)-DP iff
+``p >= (1 - delta) / (m + e^eps)``; equality, the least noise, computed as
+``p = (1 - delta) e^-eps / (1 + m e^-eps)``. On words: ``T`` is the least
+integer with ``T / 2^64 >= (1 - delta) / (1 + E pi_min)`` (``E <= e^eps``
+rational), and construction checks the realised divergence (``realised_delta``)
+for the threshold actually sampled; epsilons below ``2^-50`` are refused.
 
-Sampling, exactly as implemented: two 64-bit words per value. The answer
-flips iff ``w0 < T`` (probability ``F = T / 2^64``, exact); the flipped
-answer is ``j = w1 mod m`` among the ``m`` other values in index order
-(shifted past the true one). ``w1 mod m`` is not exactly uniform: value
-``j`` has probability ``pi_j``, ``floor(2^64/m)`` or one more word over
-``2^64``. For neighbours ``d != d'`` the outputs compare as
+Sampler contract: two 64-bit words per value, one ``words`` call: flip iff
+``w0 < T``, the flipped answer ``w1 mod m`` shifted past the true one;
+``release`` rebuilds ``T`` from the reported ``p`` (``>=`` the calibrated one).
 
-* ``y = d``: ``1 - F`` vs ``F pi_j``, at worst ``F pi_min``;
-* ``y = d'``: ``F pi_j`` vs ``1 - F``;
-* any other ``y``: ``F pi_j`` vs ``F pi_j'``, ratio at most ``pi_max / pi_min``,
+Error ``m p``, equal to the lower bound ``(1 - delta) m / (m + e^eps)``
+(Thm. 5.5, Ex. 5.7); ``estimate_frequencies`` debiases the shares.
 
-so the realised hockey-stick divergence at ``eps`` is at most::
-
-    (1 - F - e^eps F pi_min)+ + (F pi_max - e^eps (1 - F))+
-        + (m - 1) F (pi_max - e^eps pi_min)+
-
-``T`` is the least integer with ``F >= (1 - delta) / (1 + E pi_min)``, ``E``
-a rational lower bound on ``e^eps`` (``base.exp_lower_bound``, exact
-``fractions`` arithmetic): that zeroes the first term beyond ``delta``. The
-third vanishes for every ``eps >= ln(pi_max / pi_min)`` (``<= m 2^-64``, 0
-when ``m`` is a power of two); the second can turn positive only at
-``e^eps ~ 1``, through the rounding of ``T``. Construction refuses epsilons
-below ``SMALLEST_EPSILON = 2^-50`` and checks the bound for the threshold
-actually sampled. ``T >= 1``: every answer can flip, at every epsilon; when
-``e^-eps`` drops below ``2^-64`` the realised epsilon (``ln(2^64 - 1)`` for
-``m = 1``, about 44.4) is below the declared one, never above. ``p`` is
-reported as ``F / m`` rounded up to a double, and ``release`` rebuilds
-``T = ceil(m p 2^64)`` from it (``>=`` the calibrated ``T``, within
-``2^-52`` relative): what is reported is what is sampled. (``keep_probability``
-is a double: it reads 1.0 once ``m p < 2^-53``, while the answer still flips
-with probability ``m p``.)
-
-Analyst side (``estimate_frequencies``). With ``c`` the number of released
-values equal to ``v`` among ``n`` and ``f`` the share of records holding
-``v``, ``E[c/n] = p + f (1 - (m+1) p)``, so ``f_hat = (c/n - p) / (1 - (m+1) p)``
-is unbiased, with the variance given the data of ``frequency_variance``.
-The map from ``c`` to ``f_hat`` is the same increasing function for every
-value: debiasing corrects the frequencies (raw shares are pulled towards
-``1/(m+1)``), never the ranking of the counts.
-
-References
-----------
-* M. Jazbec, *Splošna definicija diferencirane zasebnosti*, 2018, Ex. 4.10,
-  Thm. 5.5, Ex. 5.7.
-* S. Warner, *Randomized response*, JASA 60(309), 1965.
+Proof, step by step, with the function each step proves:
+docs/proofs/randomized-response.md.
 """
 
 from __future__ import annotations
@@ -96,7 +53,7 @@ def pick_probabilities(m: int) -> tuple[Fraction, Fraction]:
 
 
 def realised_delta(threshold: int, m: int, epsilon: float) -> Fraction:
-    """Upper bound on the hockey-stick divergence of flip threshold ``T`` (module docstring)."""
+    """Upper bound on the hockey-stick divergence of flip threshold ``T`` (proof page)."""
     flip = Fraction(threshold, TWO_64)
     low, high = pick_probabilities(m)
     e = exp_lower_bound(epsilon)

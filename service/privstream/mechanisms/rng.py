@@ -1,55 +1,30 @@
 """Where the noise comes from: a stream of 64-bit words per released value.
 
-Every mechanism asks its source for ``words(n, k)``: an ``(n, k)`` array of
-independent uniform 64-bit words, row ``i`` for value ``i`` of the column,
-the first ``k`` words of row ``i``'s stream. It calls ``words`` once per
-release; a sampler that needs more for a few rows (a geometric that runs
-past its first block) asks ``more_words(rows, start, k)`` for words
-``start .. start + k - 1`` of those rows' streams, with ``start`` at or past
-every word it has already read. That contract lets a keyed source make row
-``i``'s stream a pure function of what that row releases.
+Contract: every mechanism asks its source for ``words(n, k)`` (row ``i`` the
+first ``k`` words of value ``i``'s stream) once per release, and
+``more_words(rows, start, k)`` only past every word it has already read, so a
+keyed source can make row ``i``'s stream a pure function of what that row
+releases. Uniforms are ``((w >> 12) + 0.5) * 2**-52``, strictly inside (0, 1);
+samplers whose guarantee depends on exact probabilities compare whole words
+with integer thresholds instead.
 
-* ``OsEntropy`` (file mode default): the kernel CSPRNG (``os.urandom`` ->
-  ``getrandom(2)``), one system call per column.
-* ``KeyedSource`` (the worker, replay-stable): AES-256 as a PRF over
-  ``row seed XOR counter`` under a key of its own for each field release
-  (``NoiseKeys.field``). The row seed (``row_seeds``) is a PRF of the
-  record's stream coordinates *and its raw bytes*; the field key is a PRF of
-  the field's release id, a digest of its name and of everything that shapes
-  its output distribution (``privstream.pipeline.plan``). Same raw bytes at
-  the same coordinates under the same release give the same words, bit for
-  bit, however a replay cuts the stream into batches; anything else gives
-  independent words.
-* ``MemoSource`` (memoized fields, RAPPOR's permanent randomized
-  response): keyed BLAKE2b over ``(field scope, memo token, counter)``, so a
-  row's words depend on which device it comes from and what it says, not on
-  where it sits in the stream. ``SplicedSource`` joins two of them when a
-  row's first words must depend on the device alone (a local-hashing seed).
+Sources (claim: computationally independent uniform words, cryptographic only):
+
+* ``OsEntropy`` (file mode default): the kernel CSPRNG, fresh every call.
+* ``KeyedSource`` (the worker, replay-stable): AES-256 over ``row seed XOR
+  counter`` under a key per field release (``NoiseKeys.field`` of the release
+  id); the row seed (``row_seeds``) is a CBC-MAC PRF of the record's
+  coordinates and raw bytes: same bytes, coordinates and release give the
+  same words bit for bit; anything else independent words.
+* ``MemoSource`` (memoized fields): keyed BLAKE2b over ``(field scope, memo
+  token, counter)``; ``SplicedSource`` joins two sources.
 * ``privstream.testing.SeededSource``: numpy PCG64, tests only.
 
-Uniforms are built from words as ``((w >> 12) + 0.5) * 2**-52``: 52 random
-bits, every value ``k + 0.5`` (``k < 2**52``) exact in a double, so the
-result lies in ``[2**-53, 1 - 2**-53]``, strictly inside (0, 1), and
-``log(u)`` and ``log(1 - u)`` are always finite. (With 53 bits the top
-values round up to exactly 1.0.) Samplers whose guarantee depends on exact
-probabilities compare whole words with integer thresholds instead.
+Keys (version 2): HKDF-SHA256 of the noise secret, one purpose per key, with
+the topic and ``kafka.noise_domain`` in the row and memo contexts.
 
-Key derivation (version 2)
---------------------------
-All keys come from the operator's noise secret by HKDF-SHA256 (RFC 5869)
-with salt ``privstream`` and info ``privstream/v2/<purpose>`` followed by
-length-prefixed context: ``row`` + topic + noise domain (the row-seed MAC
-key), ``field`` (the root under which each release id gets its AES key, by
-HMAC-SHA256), ``memo`` + topic + noise domain (memoized fields). The noise
-domain (``kafka.noise_domain``, empty by default) is how an operator tells
-apart two deployments that share a key and a topic *name* but not the
-topic: a re-created topic, a second cluster. Without it, the same raw bytes
-at the same coordinates are the same release, and whoever can write a record
-at a victim's old coordinates can test a guess of the victim's exact bytes.
-Distinct purposes and contexts give independent keys; no key is ever used
-for two purposes. Version 1 (HMAC of the topic, noise keyed by field
-*position* and coordinates only) let two releases of one record share their
-noise; outputs under version 2 differ from v1's.
+Proof, step by step, with the function each step proves:
+docs/proofs/noise-sources.md.
 """
 
 from __future__ import annotations

@@ -1,54 +1,19 @@
-r"""Calibration of unary encoding: the per-bit ``(p, q)`` making a whole set eps-DP.
+"""Calibration of unary encoding: the per-bit ``(p, q)`` making a whole set eps-DP.
 
-The mechanism (``privstream.mechanisms.unary_encoding``) encodes a set ``S``
-of at most ``k = max_items`` items of a universe ``U`` (``|U| = d``) as a
-bit vector and flips every bit independently with
-``P(out_j = 1 | b_j = 1) = p``, ``P(out_j = 1 | b_j = 0) = q``. This module
-derives ``(p, q)`` and the 64-bit integer thresholds that realise them.
+Claim: flipping every bit of a set's indicator vector independently with
+``P(1 -> 1) = p``, ``P(0 -> 1) = q`` makes sets of at most ``k`` items of a
+universe of ``d`` pure eps-DP with ``eps = a alpha + b beta`` (tight), where
+``alpha = ln(p/q) >= beta = ln((1-q)/(1-p))``, ``a = min(k, d)``,
+``b = min(k, d - a)``: the worst pair is disjoint and of the largest sizes.
 
-Derivation of epsilon. Neighbouring records are two arbitrary sets
-``A, B`` with ``|A|, |B| <= k``. For an output ``y`` the likelihood ratio
-factorises over the bits; bits outside ``A xor B`` cancel. Each bit of
-``A \ B`` contributes ``p/q`` (if ``y_j = 1``) or ``(1-p)/(1-q)`` (if
-``y_j = 0``), at most ``e^alpha`` with ``alpha = ln(p/q)``; each bit of
-``B \ A`` at most ``e^beta`` with ``beta = ln((1-q)/(1-p))`` (both > 0 for
-``p > q``). So, attained by the output ``y = 1`` on ``A \ B`` and ``0`` on
-``B \ A``::
+Calibration: OUE ``p = 1/2``, ``q = 1/(e^e1 + 1)``, ``e1 = eps / k`` for
+``d >= 2k``, else bisection keeping the end whose cost is ``<= eps``; symmetric
+``alpha = beta = c = eps / min(2k, d)``. Integer thresholds
+``T1 = floor(p 2^64)``, ``T0 = ceil(q 2^64)`` (symmetric ``T0`` from 60-digit
+``decimal``), certified by the mechanism (``unary_encoding``).
 
-    max_y P(y | A) / P(y | B) = exp(|A \ B| alpha + |B \ A| beta)
-
-The sizes satisfy ``|A \ B|, |B \ A| <= min(k, d)`` and their sum is at most
-``d``. With ``alpha >= beta`` the worst pair is disjoint with
-``|A \ B| = a = min(k, d)`` and ``|B \ A| = b = min(k, d - a)``; for
-``d >= 2k``, ``a = b = k``. Smaller sets differ in fewer bits, so they
-satisfy the same bound: the calibration ``a alpha + b beta = eps`` covers
-every pair of admissible sets, and it is tight. Pure eps-DP for singletons
-of outputs gives it for every output set by summation.
-
-* OUE: ``alpha = ln((e^e1 + 1)/2)``, ``beta = ln(2 e^e1 / (e^e1 + 1))``, so
-  ``alpha + beta = e1`` and ``alpha >= beta`` (AM-GM). For ``d >= 2k`` the
-  set costs ``k e1``: ``e1 = eps / k`` (changing one item into another costs
-  ``e1``, Wang et al.'s per-item epsilon). For ``k < d < 2k`` (or
-  ``d <= k``, then ``b = 0``), ``a alpha(e1) + b beta(e1)`` is increasing in
-  ``e1`` and lies between ``(a + b) e1 / 2`` and ``a e1``; we solve it by
-  bisection, keeping the end whose cost is ``<= eps``. ``p = 1/2`` is the
-  variance-optimal choice only for ``d >= 2k``; we keep it throughout.
-* symmetric: ``alpha = beta = c``, so the set costs ``(a + b) c`` with
-  ``a + b = min(2k, d)`` differing bits: ``c = eps / min(2k, d)``. In RAPPOR's
-  notation ``p = e^(e'/2)/(e^(e'/2) + 1)`` with ``e' = 2c = 2 eps / min(2k, d)``
-  per item changed (``e' = eps / k`` when ``d >= 2k``).
-
-
-The integer thresholds ``T1 = floor(p 2**64)``, ``T0 = ceil(q 2**64)`` (and
-symmetric's ``T0`` from 60-digit ``decimal``) are derived in
-``privstream.mechanisms.unary_encoding`` ("Sampling").
-
-References
-----------
-* T. Wang, J. Blocki, N. Li, S. Jha, *Locally differentially private
-  protocols for frequency estimation*, USENIX Security 2017, Sec. 4 (OUE).
-* U. Erlingsson, V. Pihur, A. Korolova, *RAPPOR: randomized aggregatable
-  privacy-preserving ordinal response*, CCS 2014 (basic one-time RR).
+Proof, step by step, with the function each step proves:
+docs/proofs/unary-calibration.md.
 """
 
 from __future__ import annotations

@@ -1,50 +1,24 @@
-r"""Optimized unary encoding (OUE) for categorical fields: one domain value per record.
+"""Optimized unary encoding (OUE) for categorical fields: one domain value per record.
 
-A record holds one value of a domain of ``k`` values, which is the set
-field's unary encoding (``privstream.mechanisms.unary_encoding``) of a set
-of exactly one item: the one-hot vector ``b = e_v`` in ``{0,1}^k``, every
-bit flipped independently with ``P(1 -> 1) = p = 1/2`` and ``P(0 -> 1) = q
-= 1 / (e^eps + 1)`` (Wang et al. 2017, Sec. 4). The sampler, its 64-bit
-integer thresholds and its certified (realised) epsilon are the set
-field's, with ``max_items = 1``: two one-hot vectors differ in one bit each
-way (``a = b = 1`` in ``unary_calibration``), so the per-bit epsilon is the
-field's epsilon, and the bound covers every pair of values (one-hots are
-admissible sets of at most one item).
+Claim: pure ``eps``-DP (``delta = 0``) for any two values of a ``k``-value
+domain, for the thresholds actually used (``realized_epsilon <= epsilon``).
 
-Positions: bit ``j`` is the value ``domain[j]``. The kind
-(``privstream.kinds.unary``) passes the domain in canonical order (sorted
-by canonical JSON text), so the draw that decides a value's bit does not
-depend on the order the config lists the domain in; the release is the
-JSON array of the values whose bit is 1, in that order.
+Release: the one-hot vector ``e_v`` in ``{0,1}^k``, every bit flipped with
+``P(1 -> 1) = p = 1/2``, ``P(0 -> 1) = q = 1 / (e^eps + 1)`` (Wang et al. 2017,
+Sec. 4), released as the JSON array of the values whose bit is 1. Bit ``j`` is
+``domain[j]`` in canonical order (``privstream.kinds.unary``), so no draw
+depends on the order the config lists the domain in.
 
-Error metric: Hamming distance between the released and the true one-hot
-vectors (``noise_error``: the ones released outside ``v`` plus 1 if ``v``'s
-bit is 0). ``E[rho] = (1 - p) + (k - 1) q = 1/2 + (k - 1) / (e^eps + 1)``.
+Calibration and sampler contract: the set field's
+(``privstream.mechanisms.unary_encoding``) with ``max_items = 1``: two one-hots
+differ in one bit each way (``a = b = 1`` in ``unary_calibration``), so the
+per-bit epsilon is the field's; one 64-bit word per bit, one ``words`` call.
 
-Lower bound. The inputs are the ``k`` one-hot vectors, pairwise at Hamming
-distance 2; the outputs live in the larger space ``{0,1}^k``, where an
-output may lie at distance 1 from every input (the zero vector). Theorem
-5.5's proof takes disjoint balls of radius ``< kappa / 2`` around the inputs
-and counts an error of at least ``kappa`` outside them; in ``{0,1}^k`` an
-output outside the ball of radius ``< 1`` around ``e_v`` is at distance at
-least 1, so the theorem holds with ``kappa = 1`` (not 2): ``gamma >= (1 -
-delta) m / (m + e^eps)``, ``m = k - 1``. Theorem 5.3 (diameter 2) gives
-``1 / (1 + e^eps)``, never more. This is randomized response's bound, which
-randomized response meets exactly (Example 5.7); OUE's error is about ``k q``
-above it, the price of a release built for frequency estimation rather
-than for one record (``explain`` shows both views).
+Error ``1/2 + (k - 1) / (e^eps + 1)``; lower bound Theorem 5.5 with ``kappa = 1``,
+``(1 - delta) (k - 1) / (k - 1 + e^eps)``; frequencies by ``unary_estimation``.
 
-Frequency estimation: ``f_hat_v = (c_v / n - q) / (p - q)`` with ``c_v`` the
-records whose released array holds ``v`` (``unary_estimation``), its
-variance ``(f p (1 - p) + (1 - f) q (1 - q)) / (n (p - q)^2)`` given the
-data, at the realised ``(p, q)``.
-
-References
-----------
-* T. Wang, J. Blocki, N. Li, S. Jha, *Locally differentially private
-  protocols for frequency estimation*, USENIX Security 2017, Sec. 4 (OUE).
-* M. Jazbec, *Splošna definicija diferencirane zasebnosti*, 2018, Thms. 5.3,
-  5.5, Ex. 5.7.
+Proof, step by step, with the function each step proves:
+docs/proofs/unary-categorical.md.
 """
 
 from __future__ import annotations
@@ -89,7 +63,7 @@ class UnaryCategorical(FiniteMechanism):
 
     @property
     def gamma_lower_bound(self) -> float:
-        """Theorem 5.5 with ``kappa = 1`` over the ``k`` one-hot vectors (module docstring)."""
+        """Theorem 5.5 with ``kappa = 1`` over the ``k`` one-hot vectors (proof page)."""
         return finite_gamma(len(self.domain) - 1, self.epsilon, self.delta)
 
     def frequency_variance(self, n: int, frequency: float) -> float:

@@ -1,86 +1,26 @@
-r"""Unary encoding for set-valued fields (a user's hobbies out of a fixed universe).
+"""Unary encoding for set-valued fields (a user's hobbies out of a fixed universe).
 
-A record is a set ``S`` of at most ``k = max_items`` items of a universe
-``U`` (``|U| = d``), encoded as a bit vector ``b in {0,1}^d`` with
-``b_j = [j in S]``. Every bit is flipped independently::
+Claim: pure ``eps``-DP (``delta = 0``) for any two sets of at most
+``k = max_items`` items of a universe of ``d``, for the thresholds actually
+used (``realized_epsilon <= epsilon``); a batch holding a larger set is refused.
 
-    P(out_j = 1 | b_j = 1) = p          P(out_j = 1 | b_j = 0) = q
+Release: the indicator vector ``b in {0,1}^d``, every bit flipped
+independently with ``P(1 -> 1) = p``, ``P(0 -> 1) = q``: ``optimized`` (OUE,
+Wang et al. 2017) or ``symmetric`` (RAPPOR's one-time RR).
 
-* ``optimized`` (OUE, Wang et al. 2017): ``p = 1/2``, ``q = 1/(e^e1 + 1)``.
-* ``symmetric`` (RAPPOR's one-time randomized response, Erlingsson et al.
-  2014): ``p = e^c / (e^c + 1)``, ``q = 1 - p``.
+Calibration: ``(p, q)`` from ``privstream.mechanisms.unary_calibration``; the
+realised pair ``(T1, T0) / 2^64`` is certified: its whole-set cost
+``a alpha + b beta`` with 60-digit ``decimal`` log upper bounds must be
+``<= epsilon`` (recalibrating at ``eps (1 - 2^-44 4^j)``), ``T1 <= T0`` refused.
 
-with the per-bit parameters ``e1`` and ``c`` calibrated below so that the
-*whole set* is eps-DP (pure, ``delta = 0``). The caller guarantees
-``|S| <= k`` (``release`` refuses a batch holding a larger set: the
-guarantee would not hold for it).
+Sampler contract: one 64-bit word per bit, ``(n, d)`` words in one ``words``
+call, the bit is ``w < T1`` (true) or ``w < T0`` (false); ``d <= 2**17``.
 
-The calibration (``p``, ``q`` from epsilon, and its derivation) is in
-``privstream.mechanisms.unary_calibration``; the analyst side in
-``privstream.mechanisms.unary_estimation``.
+Error ``|S| (1 - p) + (d - |S|) q``; lower bound the larger of Theorems 5.3
+and 5.5; the analyst side is ``privstream.mechanisms.unary_estimation``.
 
-Sampling: one 64-bit word per bit; the output bit is ``w < T`` with
-``T1 = floor(p 2**64)`` for a true bit and ``T0 = ceil(q 2**64)`` for a false
-one (``T0 >= 1``), so the realised pair is exactly ``(T1, T0) / 2**64``. Its
-whole-set epsilon (``realized_epsilon``) is the cost ``a alpha + b beta`` of
-``unary_calibration`` with
-``alpha = ln(T1/T0)``, ``beta = ln((2^64 - T0)/(2^64 - T1))``, evaluated as
-an upper bound (60-digit ``decimal`` logs, ``base.log_upper_bound``;
-``a max + b min`` of upper bounds bounds the true ``a alpha + b beta`` for
-``a >= b``). Symmetric takes ``T0 = ceil(2^64 / (1 + e^c))`` from 60-digit
-``decimal`` and ``T1 = 2^64 - T0`` (``1 - p = q`` exactly: a double ``p``
-loses ``1 - p`` once ``q < 2^-53``, a double ``q`` loses ``alpha`` at tiny
-``c``). Construction requires
-the bound to be ``<= epsilon``, recalibrating at ``eps (1 - 2^-44 4^j)`` if
-the doubles ``p, q`` rounded the wrong way, and
-refuses ``T1 <= T0`` (an epsilon so small that ``p`` and ``q`` meet at
-``2**-64``). At a large epsilon ``T0 = 1`` caps ``alpha`` at ``ln(2^63)``:
-the realised epsilon is then below the declared one, never above. ``p`` and
-``q`` report the realised pair. The draw is ``(n, d)`` words (8 bytes per bit per record), and the
-universe is limited to ``2**17`` items (the keyed source's per-record limit).
-
-Alternative not taken: *padding and sampling* (Qin et al. 2016, Wang et al.
-2018) pads the set with dummy items to exactly ``k``, samples one item and
-reports it with the full eps; the estimate is scaled by ``k``. Its variance
-at ``f = 0``, ``k^2 / (n sinh^2(eps/2))``, is never larger than this
-module's OUE ``1 / (n sinh^2(eps/(2k)))`` (``sinh`` is superadditive), and
-much smaller at large eps; it adds sampling noise for frequent items and
-needs a wider output (``d + k`` bits). The bit-vector form here is simpler
-and exactly what RAPPOR-style collectors expect.
-
-Error metric: Hamming distance between the released and the true bit
-vectors. ``E[rho] = |S| (1 - p) + (d - |S|) q``, linear in ``|S|``; the worst
-case is ``|S| = min(k, d)`` when ``1 - p >= q`` (always for OUE; equality for
-symmetric, whose error ``d q`` does not depend on the set).
-
-Lower bound. The value space is the ``m + 1 = sum_{i <= min(k,d)} C(d, i)``
-admissible sets under the Hamming metric, with diameter ``min(2k, d)`` and
-minimum distance ``kappa = 1``. The outputs live in the larger space
-``{0,1}^d`` with the same metric; both theorems' proofs (disjoint balls and
-Markov's inequality) hold unchanged there. We report the larger of
-
-* Theorem 5.3: ``(1 - delta) min(2k, d) / (2 (1 + e^eps))``, about
-  ``min(2k, d)/4`` at small eps, so it wins there when ``min(2k, d) > 4``, and
-* Theorem 5.5 with ``kappa = 1``: ``(1 - delta) m / (m + e^eps)``, below 1,
-  which wins at larger eps (``m`` is combinatorially large, so it decays
-  only once ``e^eps`` is comparable to the number of admissible sets).
-
-Both are valid, so their maximum is. Neither knows about the ``d`` bits
-being flipped independently, so the ratio of ``expected_error`` to this
-bound is large (about ``d q``): bit-flip mechanisms are built for frequency
-estimation, not for Hamming accuracy of one record.
-
-References
-----------
-* T. Wang, J. Blocki, N. Li, S. Jha, *Locally differentially private
-  protocols for frequency estimation*, USENIX Security 2017, Sec. 4 (OUE).
-* U. Erlingsson, V. Pihur, A. Korolova, *RAPPOR: randomized aggregatable
-  privacy-preserving ordinal response*, CCS 2014 (basic one-time RR).
-* Z. Qin et al., *Heavy hitter estimation over set-valued data with local
-  differential privacy*, CCS 2016; T. Wang, N. Li, S. Jha, *Locally
-  differentially private frequent itemset mining*, IEEE S&P 2018
-  (padding and sampling).
-* M. Jazbec, *Splošna definicija diferencirane zasebnosti*, 2018, Thms. 5.3, 5.5.
+Proof, step by step, with the function each step proves:
+docs/proofs/unary-encoding.md.
 """
 
 from __future__ import annotations

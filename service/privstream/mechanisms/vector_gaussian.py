@@ -1,61 +1,27 @@
-r"""Gaussian mechanism for L2-bounded vectors, on the integer grid.
+"""Gaussian mechanism for L2-bounded vectors, on the integer grid.
 
-Release: ``Y_d = g (round(clip(d)/g) + Z)`` with ``clip`` the projection into
-the L2 ball of radius ``R`` and independent ``Z_j ~ N_Z(0, sigma_Z^2)``, one per
-coordinate, as for reals in :mod:`privstream.mechanisms.gaussian` (whose
-``classical`` and ``analytic`` calibrations give the continuous sigma at
-sensitivity ``2R``). ``BallGaussian`` is the core, shared with
-:mod:`privstream.mechanisms.functional`.
+Claim: ``(epsilon, delta)``-DP for any two raw vectors of the field.
 
-On the grid: after clipping, ``||x - y||_2 <= 2R``; rounding each coordinate moves
-it by at most ``1/2`` (grid units), so
-``||round(x/g) - round(y/g)||_2 <= ||x - y||_2/g + ||e_x - e_y||_2 <= 2R/g + sqrt(k)``
-(``|e_x,j - e_y,j| <= 1``). We use ``Delta_Z = 2R(1 + (k+16) 2^-52)/g + sqrt(k)``
-(the factor covers float error in the clipping norm). To keep the
-``sqrt(k)`` term small the vector grid is refined to
-``g <= R/(32 sqrt(k))`` when that costs at most 8 times more table (overhead
-``sqrt(k) g / (2R) <= 1/64``); ``params()['grid_overhead']`` reports it.
-The product of discrete Gaussians is accounted by zCDP
-(:meth:`~privstream.mechanisms.discrete_gaussian.DiscreteGaussianSampler.vector_delta`):
-``analytic`` = the least sigma_Z that bound certifies (4-10 % above the
-continuous analytic sigma); ``classical`` = the formula in grid units, then
-certified (raises otherwise).
+Release ``Y_d = g (round(clip(d)/g) + Z)``: ``clip`` the projection into the L2
+ball of radius ``R`` (overflow-safe, computed scaled by ``max_j |x_j|``),
+independent ``Z_j ~ N_Z(0, sigma_Z^2)``, one per coordinate. ``BallGaussian`` is
+the core, shared with ``privstream.mechanisms.functional``.
 
-Errors (``d`` the clipped value):
+Calibration: the continuous sigma at sensitivity ``2R`` (``gaussian``'s
+``classical`` or ``analytic``) picks the grid, refined towards
+``g <= R/(32 sqrt(k))``; on the grid ``Delta_Z = 2R(1 + (k+16) 2^-52)/g + sqrt(k)``
+and ``sigma_Z`` is certified by the zCDP bound of
+``DiscreteGaussianSampler.vector_delta`` (``analytic``: the least it certifies).
 
-* Vectors, ``rho = ||y - d||_2``: ``E||g Z||_2`` for a continuous Gaussian is the
-  chi mean ``g sigma_Z sqrt(2) Gamma((k+1)/2) / Gamma(k/2)``, evaluated at the
-  sampler's exact standard deviation; rounding adds at most ``g sqrt(k)/2``
-  (triangle inequality), which is added, so the figure is an upper bound (the
-  discrete/continuous moment difference for ``sigma_Z >= 1024`` is far below
-  that allowance). Not ``sqrt(k) sigma``, which overstates it.
-* ``estimator_variance(n)``: ``g^2 Var(Z) / n`` per coordinate, the variance of
-  the mean of ``n`` released vectors; rounding is a deterministic bias of at
-  most ``g/2``, not variance.
-* Lower bound (Theorem 5.3, compact ``D``, L2 metric): ``gamma >= (1 - delta)
-  2R / (2 (1 + e^eps))``.
+Sampler contract: ``noisy_indices`` reads two 64-bit words per coordinate from
+the release's one ``words`` call.
 
-Overflow. ``||x||_2`` of finite coordinates overflows a double from about
-``1.3e154`` per coordinate on (the squares), and exceeds the double range
-itself when ``||x||_2 > 1.8e308`` (five coordinates of ``1.7e308``). Norms are
-therefore computed scaled, ``||x||_2 = p ||x / p||_2`` with ``p = max_j |x_j|``
-(entries of ``x / p`` in ``[-1, 1]``, so ``||x / p||_2 in [1, sqrt(k)]``), and
-clipping never forms the norm: a row is outside the ball iff ``p > R / ||x / p||_2``
-(both sides finite), and is then replaced by ``(x / p) R / ||x / p||_2``, a point on
-the sphere, not by ``x R / inf = 0``. Every intermediate is then at most
-``max(R, ||x||_inf)`` and every output finite (the grid limits in
-:mod:`privstream.mechanisms.validation`); a non-finite input is refused
-(``MechanismError``), the pipeline dead-letters it first (``not_finite``).
+Error: the chi mean at the sampler's exact sd plus ``g sqrt(k)/2``; lower bound
+``(1 - delta) 2R / (2 (1 + e^eps))`` (Thm. 5.3); variance of the mean
+``g^2 Var(Z) / n`` per coordinate.
 
-References
-----------
-* B. Balle, Y.-X. Wang, *Improving the Gaussian mechanism for differential
-  privacy: analytical calibration and optimal denoising*, ICML 2018.
-* C. Canonne, G. Kamath, T. Steinke, *The discrete Gaussian for differential
-  privacy*, NeurIPS 2020.
-* I. Mironov, *On significance of the least significant bits for differential
-  privacy*, CCS 2012.
-* M. Jazbec, *Splošna definicija diferencirane zasebnosti*, 2018, Thm. 5.3.
+Proof, step by step, with the function each step proves:
+docs/proofs/vector-gaussian.md.
 """
 
 from __future__ import annotations
@@ -230,7 +196,7 @@ class BallGaussian:
         return np.where(over, limit, peak), over
 
     def clip(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Scale each row into the ball: ``x min(1, R / ||x||_2)``, overflow-safe (docstring)."""
+        """Scale each row into the ball: ``x min(1, R / ||x||_2)``, overflow-safe (proof page)."""
         peak, unit = unit_rows(values)
         factor, over = self.shrink(peak, unit)
         clipped: NDArray[np.float64] = np.where(over[:, None], unit * factor[:, None], values)

@@ -30,23 +30,15 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "_buffer_checks.h"
+
 enum { FLOAT = 0, INT64 = 1, BOOL = 2, POSITION = 3 };
 
 /* Whether a buffer's items are native 8-byte floats (FLOAT) or signed integers. */
 static int
 native_8_bytes(const Py_buffer *b, int kind)
 {
-    const char *f = b->format == NULL ? "B" : b->format;
-    if (*f == '@' || *f == '=') {
-        f++;
-    }
-    if (b->itemsize != 8 || f[0] == '\0' || f[1] != '\0') {
-        return 0;
-    }
-    if (kind == FLOAT) {
-        return *f == 'd';
-    }
-    return *f == 'q' || (*f == 'l' && sizeof(long) == 8);
+    return kind == FLOAT ? buffer_native_float64(b) : buffer_native_integers(b, 8, 1);
 }
 
 /* One value: 1 written, 0 not of the kind (no exception set), -1 an exception. */
@@ -100,6 +92,37 @@ put(PyObject *value, int kind, PyObject *table, char *at)
     return 1;
 }
 
+/* One record's value into ``at``: 1 written, 0 missing or not of the kind (no exception
+ * set), -1 an exception.
+ *
+ * Invariant: the record and its value stay alive while they are read. The lookups run
+ * the key's and the value's __hash__ and __eq__ (for a POSITION, the table lookup hashes
+ * the value), which for a Python caller's objects may empty the record or the list of
+ * records and free either: the record is held until the value is written, and a
+ * POSITION's value across the table lookup (the other kinds run no code on a value:
+ * put() tests exact types and converts exact ints). */
+static int
+take(PyObject *record, PyObject *key, int kind, PyObject *table, char *at)
+{
+    Py_INCREF(record);
+    PyObject *value = PyDict_GetItemWithError(record, key);
+    int written;
+    if (value == NULL) {
+        written = PyErr_Occurred() ? -1 : 0;  /* a missing field: the Python path decides */
+    } else {
+        Py_XINCREF(kind == POSITION ? value : NULL);
+        written = put(value, kind, table, at);
+        Py_XDECREF(kind == POSITION ? value : NULL);
+        if (written < 0 && (PyErr_ExceptionMatches(PyExc_TypeError)
+                            || PyErr_ExceptionMatches(PyExc_OverflowError))) {
+            PyErr_Clear();  /* unhashable (table.get raises it too) or beyond a double */
+            written = 0;
+        }
+    }
+    Py_DECREF(record);
+    return written;
+}
+
 static PyObject *
 fill(PyObject *Py_UNUSED(module), PyObject *args)
 {
@@ -115,6 +138,7 @@ fill(PyObject *Py_UNUSED(module), PyObject *args)
     if (kind == POSITION && !PyDict_CheckExact(table)) {
         return PyErr_Format(PyExc_TypeError, "fill: POSITION needs a dict table");
     }
+    /* the export holds out's memory (no resize while it lives) until the release below */
     if (PyObject_GetBuffer(target, &out, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS)) {
         return NULL;
     }
@@ -124,36 +148,32 @@ fill(PyObject *Py_UNUSED(module), PyObject *args)
         PyErr_Format(PyExc_ValueError,
                      "fill: out must be %zd native %s, one per record; got %zd bytes of "
                      "format %.20s", n, kind == FLOAT ? "float64s" : "int64s", out.len,
-                     out.format == NULL ? "B" : out.format);
+                     buffer_format(&out));
         goto done;
     }
     char *at = out.buf;
     int good = 1;
     for (Py_ssize_t i = 0; i < n && good; i++, at += 8) {
+        /* Invariant: the list holds the n records out was sized for whenever one is read.
+         * The lookups in take() may run Python code that changes the list (a hostile
+         * __hash__ that empties it): its size is checked again before each read, and a
+         * change refuses the call, as a dict changed during iteration does. */
+        if (PyList_GET_SIZE(records) != n) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "fill: the records changed size from %zd to %zd during the call (a "
+                         "key's or value's __hash__ or __eq__ changed the list); pass a list "
+                         "that nothing changes while it is read", n, PyList_GET_SIZE(records));
+            goto done;
+        }
         PyObject *record = PyList_GET_ITEM(records, i);
         if (!PyDict_CheckExact(record)) {
             PyErr_Format(PyExc_TypeError, "fill: record %zd is not a dict", i);
             goto done;
         }
-        PyObject *value = PyDict_GetItemWithError(record, key);  /* borrowed */
-        if (value == NULL) {
-            if (PyErr_Occurred()) {
-                goto done;
-            }
-            good = 0;  /* a missing field: the Python path decides */
-            break;
+        good = take(record, key, kind, table, at);
+        if (good < 0) {
+            goto done;
         }
-        /* the dict and the table hold their items: no code runs that could drop them */
-        int written = put(value, kind, table, at);
-        if (written < 0) {
-            if (!PyErr_ExceptionMatches(PyExc_TypeError)
-                && !PyErr_ExceptionMatches(PyExc_OverflowError)) {
-                goto done;
-            }
-            PyErr_Clear();  /* unhashable (table.get raises it too) or beyond a double */
-            written = 0;
-        }
-        good = written;
     }
     result = PyBool_FromLong(good);
 done:
@@ -186,6 +206,18 @@ assemble(PyObject *Py_UNUSED(module), PyObject *args)
     }
     if (count < 0) {
         return PyErr_Format(PyExc_ValueError, "assemble: count %zd < 0", count);
+    }
+    /* Invariant: what the checks and the sizes below read from ``parts`` (borrowed: the
+     * list, its parts, a list part's items) is what the copies read. Python code run in
+     * between (a finaliser started by a collection) could replace an item by a longer
+     * one, and a copy would overrun its record, or free one. The list of records is a
+     * tracked object, whose allocation can start a collection: it is allocated first,
+     * before anything is read. After it only bytes are allocated, which the collector
+     * does not track (their allocation never starts a collection), and PyMem buffers:
+     * no Python code runs until the return. */
+    PyObject *list = joined ? NULL : PyList_New(count);
+    if (!joined && list == NULL) {
+        return NULL;
     }
     Py_ssize_t k = PyList_GET_SIZE(parts);
     /* per part: -1 constant, 0 list, 1 split; for splits, the start of each text */
@@ -303,7 +335,8 @@ assemble(PyObject *Py_UNUSED(module), PyObject *args)
         sizes[i] = room - left;
         total += room - left + 1;
     }
-    result = joined ? PyBytes_FromStringAndSize(NULL, total) : PyList_New(count);
+    result = joined ? PyBytes_FromStringAndSize(NULL, total) : list;
+    list = NULL;  /* owned by result from here */
     char *out = NULL;
     if (result != NULL && joined) {
         out = PyBytes_AS_STRING(result);
@@ -345,6 +378,7 @@ assemble(PyObject *Py_UNUSED(module), PyObject *args)
     }
     PyMem_Free(sizes);
 done:
+    Py_XDECREF(list);  /* a refusal before the copies */
     PyMem_Free(starts);
     PyMem_Free(form);
     PyMem_Free(base);
@@ -448,6 +482,10 @@ utf8(PyObject *Py_UNUSED(module), PyObject *messages)
         if (ascii_only(s, size)) {
             continue;
         }
+        /* Invariant: no Python code runs between two reads of items. The decoder
+         * allocates a str (not tracked by the collector: no collection starts) or, for
+         * invalid UTF-8, a UnicodeDecodeError (tracked: a collection may start, and its
+         * finalisers may change the list); the loop ends then, reading nothing more. */
         PyObject *text = PyUnicode_DecodeUTF8(s, size, "strict");
         if (text == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {

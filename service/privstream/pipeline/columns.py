@@ -4,7 +4,7 @@ A parser takes a field's handler and the column of its raw (decoded)
 values, ``MISSING`` where a record lacks the field, and returns the parsed
 column (what ``handler.parse`` would give, value by value) with the
 positions it is not sure about; those records go whole to the reference
-parser (``privstream.pipeline.reference.parse_row``), whose verdict stands.
+parser (``privstream.pipeline.parse.parse_row``), whose verdict stands.
 Each field kind names its parser in its registration (``privstream.kinds``);
 ``generic_column`` runs ``handler.parse`` value by value.
 

@@ -1,6 +1,6 @@
 """The fast path's JSON decoding: a batch of messages to dicts, and what is left to the reference.
 
-The reference (``privstream.pipeline.reference.decode_record``) decodes each
+The reference (``privstream.pipeline.parse.decode_record``) decodes each
 message with the stdlib; the fast path must give the same value for every
 field it reads, and must never accept a message the reference refuses. Two
 decoders serve it:
@@ -13,9 +13,12 @@ decoders serve it:
 
   - msgspec checks UTF-8 only in the strings it builds; every message is
     checked first (``_columns.utf8``, ``bytes.decode``'s own verdict);
-  - msgspec reads an integer of any length that the stdlib refuses beyond
-    ``sys.get_int_max_str_digits()`` digits: only batches whose longest
-    message is shorter than that limit are decoded here;
+  - msgspec reads an integer of any length exactly, and the reference
+    never converts one of more than ``long_integers.digit_bound()`` digits
+    (the process's ``int`` limit, at most 4,300; its sign decides): only
+    batches whose longest message is shorter than that bound are decoded
+    here, whatever limit the process set (with none, ``int(str)``'s
+    quadratic time would be open to a 10 MB digit string);
   - nesting deeper than the stdlib follows: ``deep``, as for orjson below;
   - msgspec (0.22) compares keys with each name's *cached* UTF-8 form and
     never computes it: a non-ASCII name without one matched only the key
@@ -32,8 +35,9 @@ decoders serve it:
 * **orjson**: the whole batch in one loop where msgspec may not read it (a
   long message, a message not UTF-8, a non-ASCII name), else message by
   message; every message it decodes to a dict is taken (integers beyond 64
-  bits are read as floats; ``columns`` keeps them off the fast path), the
-  others go to the reference.
+  bits are read as floats; ``columns`` keeps them off the fast path; one
+  beyond the double range, a long one among them, is refused), the others
+  go to the reference.
 
 Both give plain dicts: the rest of the fast path reads the plan's fields
 from them and never looks at another key.
@@ -44,7 +48,6 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-import sys
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
@@ -53,6 +56,7 @@ import orjson
 
 from privstream.pipeline import _columns
 from privstream.pipeline.columns import only
+from privstream.pipeline.long_integers import digit_bound
 
 #: a record this short cannot nest deeper than half its length
 _SHALLOW_BYTES = 400
@@ -92,8 +96,7 @@ def _whole_batch(
     """Every message decoded to a dict in one C loop, or None if one is refused: by msgspec
     where it reads as the stdlib does (module docstring), else by orjson."""
     fields = tuple(dict.fromkeys(names))
-    limit = sys.get_int_max_str_digits()
-    if (limit == 0 or size < limit) and all(map(str.isascii, fields)) and _columns.utf8(messages):
+    if size < digit_bound() and all(map(str.isascii, fields)) and _columns.utf8(messages):
         try:
             return list(map(_field_decoder(fields).decode, messages))
         except _REFUSED:

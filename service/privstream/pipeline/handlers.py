@@ -26,11 +26,13 @@ from privstream.mechanisms.base import FiniteMechanism
 from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from privstream.mechanisms.randomized_response import DomainValue
 from privstream.pipeline.encode import Choices, Encoded, Numbers, value_texts
+from privstream.pipeline.long_integers import LongInteger
 
 
 def json_type(value: object) -> str:
     """JSON type name of a decoded value, for messages that must not quote it."""
-    names = {bool: "boolean", int: "number", float: "number", str: "string", list: "array"}
+    names = {bool: "boolean", int: "number", float: "number", str: "string", list: "array",
+             LongInteger: "number"}  # fmt: skip
     return "null" if value is None else names.get(type(value), "object")
 
 
@@ -47,12 +49,13 @@ def json_number(name: str, value: object) -> float:
 def clamped_number(name: str, value: object) -> float:
     """A JSON number for a noised scalar: beyond the double range it is clamped, not refused.
 
-    ``1e999`` or a 400-digit integer is a valid JSON number far outside the
-    bounds. Refusing it would make whether the record is released depend on
-    the sensitive value (released at 1e308, dead-lettered at 1e309); it is
-    mapped to the largest finite double of its sign instead, which the
-    mechanism clamps to the bound like any other out-of-range value (and the
-    clamped count includes it).
+    ``1e999``, a 400-digit integer or one of 10,000 digits (a ``LongInteger``,
+    never converted) is a valid JSON number far outside the bounds. Refusing
+    it would make whether the record is released depend on the sensitive
+    value (released at 1e308, dead-lettered at 1e309); it is mapped to the
+    largest finite double of its sign instead, which the mechanism clamps to
+    the bound like any other out-of-range value (and the clamped count
+    includes it).
     """
     number = json_number(name, value)
     return number if math.isfinite(number) else math.copysign(sys.float_info.max, number)
@@ -83,9 +86,13 @@ def nested_deeper(value: object, limit: int) -> bool:
 
 
 def non_finite_inside(value: object) -> bool:
-    """Whether a decoded JSON value holds a number beyond the double range (at any depth)."""
+    """Whether a decoded JSON value holds a number beyond the double range (at any depth):
+    ``1e999``, or an integer too long to convert (``long_integers``; one of 400 digits,
+    which is also beyond the double range, is copied as it always was)."""
     if isinstance(value, float):
         return not math.isfinite(value)
+    if isinstance(value, LongInteger):
+        return True
     if isinstance(value, list):
         return any(map(non_finite_inside, value))
     if isinstance(value, dict):

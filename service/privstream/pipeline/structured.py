@@ -166,12 +166,8 @@ class HashedHandler:
             raise Rejected(
                 "wrong_type", f"field {self.name!r}: expected a string, got {json_type(value)}"
             )
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate from a \ud800 escape
-            raise Rejected(
-                "invalid_utf8", f"field {self.name!r}: string is not valid Unicode"
-            ) from None
+        # a lone surrogate (``"\ud800"``) is a string like any other: hashed as it is
+        # without a domain, unknown (``unknown_as``) with one, as randomized response has it
         if self.domain is None or value in self._members:
             return value
         if self.unknown_as is not None:

@@ -5,7 +5,8 @@ of the subject field (``privacy.subject``), the same bytes the collector is
 expected to use as the Kafka message key:
 
 * a JSON string: its UTF-8 bytes (``"dev-7"`` -> ``b"dev-7"``);
-* a JSON integer: its decimal digits (``7`` -> ``b"7"``), so a key ``b"7"``
+* a JSON integer: its decimal digits (``7`` -> ``b"7"``; of any length,
+  ``long_integers``), so a key ``b"7"``
   matches both ``7`` and ``"7"`` -- the key is the identity the ledger
   trusts, the field only has to agree with it;
 * anything else -- missing, null, empty string, another type, a message that
@@ -28,7 +29,8 @@ from typing import Any, cast
 import orjson
 
 from privstream.errors import Rejected
-from privstream.pipeline.reference import decode_record
+from privstream.pipeline.long_integers import LongInteger
+from privstream.pipeline.parse import decode_record
 
 #: stands for "decode this message again with the reference decoder"
 _UNSURE = object()
@@ -104,4 +106,6 @@ def _canonical(value: Any) -> bytes | None:
         return str.encode(value, "utf-8", "surrogatepass") or None  # not an override
     if type(value) is int:  # not bool
         return str(value).encode()
+    if type(value) is LongInteger:  # too long to convert: its token is its digits
+        return value.text.encode()
     return None

@@ -14,6 +14,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "_buffer_checks.h"
+
 static uint32_t
 hash(const unsigned char *data, Py_ssize_t length)
 {
@@ -48,18 +50,6 @@ hash(const unsigned char *data, Py_ssize_t length)
     return h;
 }
 
-/* Whether a buffer's items are native uint32s ("I", or "L" where a long is 4 bytes). */
-static int
-native_uint32(const Py_buffer *b)
-{
-    const char *f = b->format == NULL ? "B" : b->format;
-    if (*f == '@' || *f == '=') {
-        f++;
-    }
-    int code = (*f == 'I' || (*f == 'L' && sizeof(unsigned long) == 4)) && f[1] == '\0';
-    return code && b->itemsize == 4;
-}
-
 static PyObject *
 murmur2(PyObject *Py_UNUSED(module), PyObject *args)
 {
@@ -68,15 +58,18 @@ murmur2(PyObject *Py_UNUSED(module), PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &keys, &target)) {
         return NULL;
     }
+    /* Invariant: the keys are read after the last call that could run Python code (a
+     * buffer export can, for a class with __buffer__ from Python 3.12): from here on
+     * nothing does, so the borrowed list and keys cannot change while they are hashed. */
     if (PyObject_GetBuffer(target, &out, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS)) {
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(keys);
     PyObject *result = NULL;
-    if (!native_uint32(&out) || out.len != 4 * n || ((uintptr_t)out.buf & 3)) {
+    if (!buffer_native_integers(&out, 4, 0) || out.len != 4 * n || !buffer_aligned(&out, 4)) {
         PyErr_Format(PyExc_ValueError,
                      "murmur2: out must be %zd aligned native uint32s, one per key; got %zd "
-                     "bytes of format %.20s", n, out.len, out.format == NULL ? "B" : out.format);
+                     "bytes of format %.20s", n, out.len, buffer_format(&out));
     } else {
         Py_ssize_t i = 0;
         while (i < n && PyBytes_Check(PyList_GET_ITEM(keys, i))) {
@@ -87,7 +80,7 @@ murmur2(PyObject *Py_UNUSED(module), PyObject *args)
                          Py_TYPE(PyList_GET_ITEM(keys, i))->tp_name);
         } else {
             uint32_t *h = (uint32_t *)out.buf;
-            for (i = 0; i < n; i++) {  /* no Python code runs here: the list cannot change */
+            for (i = 0; i < n; i++) {  /* no Python code runs here (see above) */
                 PyObject *key = PyList_GET_ITEM(keys, i);
                 h[i] = hash((const unsigned char *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
             }

@@ -1,122 +1,37 @@
-"""The ledger's changelog topic: checked at start, created co-partitioned and compacted, read back.
+"""The ledger's changelog topic: its name, and reading it back.
 
-A changelog that is not co-partitioned with the input would put a subject's
-spending on another replica than its records; one that is not exactly
-``compact`` would drop spending after its retention time and reopen
-budgets. Either stops the worker (``LedgerError``) with the fix.
+It is checked (and created when missing) with the other topics before a
+session reads anything: ``privstream.worker.topics``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
-from aiokafka.protocol.metadata import MetadataRequest
 
 from privstream.errors import LedgerError
-from privstream.worker.clients import common_options
+from privstream.ledger.core import RESTORE_BATCH
 
 if TYPE_CHECKING:
-    from privstream.config import AppConfig, KafkaConfig
-    from privstream.config.runtime import Runtime
+    from privstream.config import AppConfig
 
 log = logging.getLogger("privstream.worker")
 
 CHANGELOG_SUFFIX = "-privstream-ledger"
-ADMIN_TIMEOUT_MS = 30_000
 #: how often a restore looks again at changelog partitions with a transaction still open
 PENDING_RECHECK_S = 0.02
+#: (partition, keys, values): takes a restore's next records
+Fold = Callable[[int, list[bytes], list[bytes | None]], None]
 
 
 def changelog_topic(config: AppConfig) -> str:
     ledger = config.privacy.ledger
     named = None if ledger is None else ledger.changelog_topic
     return named or f"{config.kafka.input_topic}{CHANGELOG_SUFFIX}"
-
-
-async def ensure_changelog(kafka: KafkaConfig, runtime: Runtime, topic: str) -> int | None:
-    """Create ``topic`` like the input (partitions, replication) if missing; refuse one
-    of another partition count or cleanup policy. Returns the input's partition count
-    (None while the input topic does not exist)."""
-
-    admin = AIOKafkaAdminClient(
-        **common_options(kafka, runtime), request_timeout_ms=ADMIN_TIMEOUT_MS
-    )
-    await admin.start()
-    try:
-        source = await _describe(admin, kafka.input_topic)
-        if source is None:
-            return None  # the consumer reports a missing input topic as it always did
-        partitions, replicas = source
-        existing = await _describe(admin, topic)
-        if existing is None:
-            await _create(admin, topic, partitions, replicas)
-            log.info("created ledger changelog %s (%d partitions)", topic, partitions)
-            return partitions
-        if existing[0] != partitions:
-            raise LedgerError(
-                f"ledger changelog {topic!r} has {existing[0]} partitions but the "
-                f"input {kafka.input_topic!r} has {partitions}: the changelog must "
-                "be co-partitioned with the input. Give privacy.ledger.changelog_topic a "
-                "new topic (which restarts every subject's budget) or repartition it"
-            )
-        policy = await _cleanup_policy(admin, topic)
-        if policy != "compact":
-            raise LedgerError(
-                f"ledger changelog {topic!r} has cleanup.policy={policy!r}; it must "
-                "be exactly 'compact' (deletion would forget spending and reopen budgets): "
-                f"kafka-configs --alter --topic {topic} --add-config "
-                "cleanup.policy=compact"
-            )
-        return partitions
-    finally:
-        await admin.close()
-
-
-async def _describe(admin: AIOKafkaAdminClient, topic: str) -> tuple[int, int] | None:
-    """(partitions, replication factor) of ``topic``; None if it does not exist.
-
-    Not ``admin.describe_topics``: its metadata request lets a broker with
-    ``auto.create.topics.enable`` create the topic, with the broker's default
-    partition count, and the changelog would not be co-partitioned.
-    """
-    request = MetadataRequest([topic], allow_auto_topic_creation=False)
-    response = await admin._send_request(request)  # private: no public form of this flag
-    [described] = response.to_object()["topics"]
-    error = for_code(described["error_code"])
-    if error is UnknownTopicOrPartitionError:
-        return None
-    if described["error_code"] != 0:
-        raise error(f"describing topic {topic!r}")
-    parts = described["partitions"]
-    return len(parts), max((len(p["replicas"]) for p in parts), default=1)
-
-
-async def _create(admin: AIOKafkaAdminClient, topic: str, partitions: int, replicas: int) -> None:
-    config = {"cleanup.policy": "compact"}
-    response = await admin.create_topics(
-        [NewTopic(topic, partitions, replicas, topic_configs=config)], timeout_ms=ADMIN_TIMEOUT_MS
-    )
-    for name, code, *rest in response.topic_errors:
-        error = for_code(code)
-        if code != 0 and error is not TopicAlreadyExistsError:  # a second replica was faster
-            raise error(f"creating ledger changelog {name!r}: {rest[0] if rest else ''}")
-
-
-async def _cleanup_policy(admin: AIOKafkaAdminClient, topic: str) -> str:
-    resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs={"cleanup.policy": None})
-    responses: list[Any] = await admin.describe_configs([resource])
-    for response in responses:
-        for _error, _message, _type, _name, entries in response.resources:
-            for entry in entries:
-                if entry[0] == "cleanup.policy":
-                    return str(entry[1])
-    return "delete"  # Kafka's default
 
 
 async def read_partitions(
@@ -126,25 +41,27 @@ async def read_partitions(
     partitions: list[int],
     *,
     within_s: float,
-) -> dict[int, list[tuple[bytes, bytes | None]]]:
-    """Every (key, value) of these changelog partitions, in offset order, up to their
-    stable ends (``reader``: no group, ``read_committed``; ``highwater``:
-    ``read_uncommitted``, asked for end offsets only; ``stable_ends``)."""
+    fold: Fold,
+) -> None:
+    """Pass every (key, value) of these changelog partitions to ``fold``, a fetched batch
+    at a time (at most ``RESTORE_BATCH`` records), in offset order, up to their stable
+    ends (``reader``: no group, ``read_committed``; ``highwater``: ``read_uncommitted``,
+    asked for end offsets only; ``stable_ends``). Nothing is kept between batches: a
+    restore's memory is its ledger's plus one batch."""
     tps = [TopicPartition(topic, p) for p in partitions]
     end = await stable_ends(reader, highwater, tps, within_s=within_s)
     reader.assign(tps)
     await reader.seek_to_beginning(*tps)
-    entries: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in partitions}
-    behind = [tp for tp in tps if await reader.position(tp) < end[tp]]
-    while behind:
-        batches = await reader.getmany(*behind, timeout_ms=500)
-        for tp, msgs in batches.items():
-            entries[tp.partition].extend(
-                (m.key or b"", m.value) for m in msgs if m.offset < end[tp]
-            )
-        behind = [tp for tp in behind if await reader.position(tp) < end[tp]]
-    reader.assign([])
-    return entries
+    try:
+        behind = [tp for tp in tps if await reader.position(tp) < end[tp]]
+        while behind:
+            batches = await reader.getmany(*behind, timeout_ms=500, max_records=RESTORE_BATCH)
+            for tp, msgs in batches.items():
+                kept = [m for m in msgs if m.offset < end[tp]]
+                fold(tp.partition, [m.key or b"" for m in kept], [m.value for m in kept])
+            behind = [tp for tp in behind if await reader.position(tp) < end[tp]]
+    finally:  # a changelog ``fold`` refused: the next restore starts from a clean reader
+        reader.assign([])
 
 
 async def stable_ends(

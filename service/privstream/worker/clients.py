@@ -21,6 +21,8 @@ import ssl
 from dataclasses import dataclass
 from typing import Any
 
+import aiokafka.admin.client
+import aiokafka.client
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import errors as kafka_errors
 from aiokafka.conn import create_conn
@@ -36,6 +38,36 @@ log = logging.getLogger("privstream.worker")
 CLOSE_TIMEOUT_S = 10.0
 #: record batch size for the sanitized topic (bench/e2e.py: larger batches pay up to here)
 MAX_BATCH_BYTES = 2**20
+
+
+class _NoAutoCreate(MetadataRequest):  # type: ignore[misc]  # aiokafka is untyped
+    """A metadata request that never lets the broker create the topics it names."""
+
+    def __init__(
+        self, topics: list[str] | None = None, allow_auto_topic_creation: bool | None = False
+    ) -> None:
+        super().__init__(topics, allow_auto_topic_creation)
+
+
+def _forbid_topic_auto_creation() -> None:
+    """Every aiokafka client of this process asks for metadata with auto-creation off.
+
+    aiokafka (0.14) builds its metadata requests with ``allow_auto_topic_creation``
+    unset, which it sends as true, and has no option for it (the Java client's
+    ``allow.auto.create.topics``): against a broker with
+    ``auto.create.topics.enable``, a consumer assigned, a producer sending or an
+    admin describing a missing topic creates it, with the broker's default
+    partition count and ``cleanup.policy=delete``. A ledger changelog created so
+    gives each subject one budget per partition. The request class is looked up in
+    the two modules that build these requests, so it is replaced there.
+    """
+    for module in (aiokafka.client, aiokafka.admin.client):
+        if getattr(module, "MetadataRequest", None) not in (MetadataRequest, _NoAutoCreate):
+            raise ImportError(f"{module.__name__} no longer builds MetadataRequest (aiokafka)")
+        setattr(module, "MetadataRequest", _NoAutoCreate)  # noqa: B010 -- a library's global
+
+
+_forbid_topic_auto_creation()
 
 
 def open_transaction_wait_s(kafka: KafkaConfig) -> float:

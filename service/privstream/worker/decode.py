@@ -1,4 +1,5 @@
-"""Records the Kafka client cannot decode become dead letters, not a stopped partition.
+"""Records the Kafka client cannot decode become dead letters; a batch it cannot read stops
+its partition right before it, reported, never skipped.
 
 aiokafka decodes every header key as UTF-8 while it reads a fetched batch
 (``DefaultRecord`` header keys are ``str``). One record whose header key is
@@ -18,8 +19,18 @@ such records. The consumer returns them as ``UndecodableRecord`` (a
 the worker dead-letters them with the transaction that commits their
 offset, and the records around them are released as usual.
 
-This reaches into aiokafka (``fetcher.MemoryRecords`` and
-``PartitionRecords``, the pure-Python batch reader's buffer); it is checked
+A whole batch that cannot be read (a bad CRC, a codec that is not
+installed, a corrupt compressed payload) is different: its records are
+unknown, so none can be dead-lettered in its place. aiokafka raises from
+``getmany``, losing the records it had taken with it, and a session
+restarted on it loops forever. Here the partition stops right before it:
+the records before it are returned, then ``getmany`` raises
+``UndecodableBatchError`` (topic, partition, offset) once, at a call that
+takes no record, and the consumer's position stays at the batch; the worker
+reports it and retries (``privstream.worker.stalls``).
+
+This reaches into aiokafka (``fetcher.MemoryRecords``, ``PartitionRecords``
+and ``FetchResult``, the pure-Python batch reader's buffer); it is checked
 against the installed version at install time and by the integration test
 with hostile headers produced by kcat.
 """
@@ -35,6 +46,8 @@ from aiokafka.record.default_records import _DefaultRecordBatchPy
 from aiokafka.record.memory_records import MemoryRecords as _OriginalRecords
 from aiokafka.record.util import decode_varint
 from aiokafka.structs import ConsumerRecord
+
+from privstream.errors import UndecodableBatchError
 
 #: the dead-letter reason of a record whose header key is not UTF-8
 UNDECODABLE_HEADER = "undecodable_header"
@@ -164,6 +177,27 @@ class _TolerantRecords:
 
 
 class _TolerantPartitionRecords(fetcher.PartitionRecords):  # type: ignore[misc]
+    #: why the batch at ``next_fetch_offset`` cannot be read, once one cannot
+    failure: UndecodableBatchError | None = None
+
+    def _unpack_records(self) -> Iterator[Any]:
+        """aiokafka's records up to the first batch it cannot read, then the end.
+
+        Anything a batch's bytes raise (a CRC mismatch, a codec that is not
+        installed, a truncated or corrupt compressed payload, a malformed
+        record) ends the records here, with ``next_fetch_offset`` (the
+        position the consumer moves to) right after the last record returned:
+        the batch is never skipped, and ``_StoppingFetchResult`` raises the
+        error from the consumer's next ``getmany`` that takes no record.
+        """
+        try:
+            yield from super()._unpack_records()
+        except Exception as exc:  # every decode failure stops here
+            tp = self._tp
+            self.failure = UndecodableBatchError(
+                tp.topic, tp.partition, self.next_fetch_offset, exc
+            )
+
     def _consumer_record(self, tp: Any, record: Any) -> Any:
         made = super()._consumer_record(tp, record)
         if not getattr(record, "undecodable", False):
@@ -172,7 +206,37 @@ class _TolerantPartitionRecords(fetcher.PartitionRecords):  # type: ignore[misc]
         return UndecodableRecord(**fields)
 
 
+class _StoppedFetch(fetcher.FetchError):  # type: ignore[misc]
+    """A partition stopped before a batch it cannot read: aiokafka's own fetch error.
+
+    ``fetched_records`` raises a fetch error only from a ``getmany`` that has
+    taken no record yet (one that has returns them, and raises next time), so
+    raising it loses nothing. It stays in the fetcher's buffer until raised
+    (``has_more``), so the partition is not fetched again before that.
+    """
+
+    def has_more(self) -> bool:
+        return True
+
+
+class _StoppingFetchResult(fetcher.FetchResult):  # type: ignore[misc]
+    """aiokafka's buffered fetch of one partition, which becomes a ``_StoppedFetch`` once
+    its records end at a batch that cannot be read (``getmany``'s path; ``getone``, which
+    privstream does not use, would drop the error and fetch the batch again)."""
+
+    def getall(self, max_records: int | None = None) -> list[Any]:
+        source = self._partition_records
+        records: list[Any] = super().getall(max_records)
+        failure = getattr(source, "failure", None)
+        if failure is not None and self._partition_records is None:  # drained up to it
+            # the fetcher tells a result from an error by its exact class
+            self.__class__ = _StoppedFetch
+            fetcher.FetchError.__init__(self, error=failure, backoff=0)
+        return records
+
+
 def tolerate_undecodable_records() -> None:
     """Install the tolerant readers in aiokafka's fetcher (idempotent)."""
     fetcher.MemoryRecords = _TolerantRecords
     fetcher.PartitionRecords = _TolerantPartitionRecords
+    fetcher.FetchResult = _StoppingFetchResult

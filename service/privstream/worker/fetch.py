@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from privstream.config import KafkaConfig
+from privstream.errors import UndecodableBatchError
 
 if TYPE_CHECKING:
     from privstream.worker.sanitize import Prepared
@@ -30,9 +31,13 @@ TOP_UP_MS = 10
 
 
 async def poll(
-    consumer: AIOKafkaConsumer, kafka: KafkaConfig, generation: Callable[[], int]
+    consumer: AIOKafkaConsumer,
+    kafka: KafkaConfig,
+    generation: Callable[[], int],
+    stopped: Callable[[UndecodableBatchError], None],
 ) -> tuple[Batches, int]:
-    """The batch, and the assignment (``generation()``) it was fetched under.
+    """The batch, and the assignment (``generation()``) it was fetched under; a partition
+    stopped before a batch that cannot be decoded goes to ``stopped``.
 
     A rebalance during the second poll voids the first poll's records (the
     new assignment fetches them again from the committed offsets) but not the
@@ -43,15 +48,15 @@ async def poll(
     is already past them. Dropping them too would skip them: the next batch
     would commit an offset beyond records never released.
     """
-    first = await consumer.getmany(
-        timeout_ms=kafka.poll_timeout_ms, max_records=kafka.max_batch_records
+    first = await _getmany(
+        consumer, stopped, timeout_ms=kafka.poll_timeout_ms, max_records=kafka.max_batch_records
     )
     fetched_under = generation()
     room = _room(first, kafka)
     if not room:
         return first, fetched_under
-    more = await consumer.getmany(
-        timeout_ms=min(TOP_UP_MS, kafka.poll_timeout_ms), max_records=room
+    more = await _getmany(
+        consumer, stopped, timeout_ms=min(TOP_UP_MS, kafka.poll_timeout_ms), max_records=room
     )
     if generation() != fetched_under:
         return more, generation()
@@ -59,6 +64,21 @@ async def poll(
     for tp, msgs in more.items():  # after the first poll's records of each partition
         merged.setdefault(tp, []).extend(msgs)
     return merged, fetched_under
+
+
+async def _getmany(
+    consumer: AIOKafkaConsumer,
+    stopped: Callable[[UndecodableBatchError], None],
+    **options: int,
+) -> Batches:
+    """``getmany``; empty when it raises ``UndecodableBatchError``, which it does only
+    before taking any record (``privstream.worker.decode``): nothing is lost."""
+    try:
+        batches: Batches = await consumer.getmany(**options)
+    except UndecodableBatchError as exc:
+        stopped(exc)
+        return {}
+    return batches
 
 
 def _room(batches: Batches, kafka: KafkaConfig) -> int:

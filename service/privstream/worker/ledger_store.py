@@ -6,17 +6,22 @@ Kafka Streams' state-store pattern on Kafka itself (docs/ledger.md,
 * The changelog topic (``privacy.ledger.changelog_topic``, default
   ``<input topic>-privstream-ledger``) is compacted and has the input's
   partition count: the ledger of input partition p is changelog partition
-  p. It is created at start if missing (the input's replication factor,
-  ``cleanup.policy=compact``); one that exists with another partition count
-  or any other cleanup policy (``delete`` would lose spending, hence
-  budget) stops the worker with a ``LedgerError``.
+  p. ``topics.check_topics`` creates it at session start if missing, or
+  stops the worker (``TopicError``) on one of another shape.
+* Charges are made at this replica's time, checked against the broker's
+  append time of the changelog records before the batch commits
+  (``clock.BrokerClock``): a clock ahead by more than ``max_future``
+  aborts the batch (``ClockAheadError``) and never moves the changelog's
+  clock.
 * On assignment, each partition's ledger is read back from its changelog
   partition (``read_committed``, from the beginning up to the end offset
   taken at assignment, once no transaction there is still open:
-  ``changelog.stable_ends``) before any record of it is charged: ``ready``
-  waits for that. On revoke the partition is forgotten; a new session starts
-  from an empty ledger, so a batch whose transaction failed after it was
-  charged never leaves its charge behind in memory.
+  ``changelog.stable_ends``), each fetched batch folded into the ledger as
+  it arrives (``ledger.replay``: bounded memory), before any record of it
+  is charged: ``ready`` waits for that. On revoke the partition is
+  forgotten; a new session starts from an empty ledger, so a batch whose
+  transaction failed after it was charged never leaves its charge behind
+  in memory.
 * Per batch, the records the pipeline released are charged, one
   ``SubjectLedger.charge`` per partition (offset order), as soon as the batch
   is sanitized (``Worker._charge``: under the assignment it was fetched under
@@ -38,24 +43,27 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.structs import RecordMetadata
 
-from privstream.errors import LedgerError
+from privstream.errors import LedgerError, TopicError
 from privstream.ledger import LedgerPolicy, SubjectLedger
 from privstream.ledger.groups import by_value
 from privstream.ledger.updates import Updates
 from privstream.pipeline import BatchResult
 from privstream.pipeline.results import DeadLetter
-from privstream.worker.changelog import changelog_topic, ensure_changelog, read_partitions
+from privstream.worker.changelog import changelog_topic, read_partitions
 from privstream.worker.clients import batch_bytes, common_options, open_transaction_wait_s
+from privstream.worker.clock import BrokerClock
 from privstream.worker.ledger_columns import Columns, misplaced
 from privstream.worker.ledger_reasons import ALWAYS_DEAD_LETTERED, reason_details
 from privstream.worker.produce import BatchSender, Headers
@@ -87,6 +95,8 @@ class Verdict:
     dropped: int = 0
     #: suppressed records by reason (metrics, once the batch is committed)
     suppressed: Counter[str] = field(default_factory=Counter)
+    #: the replica's time the batch was charged at (``BrokerClock.confirm``)
+    charged_at_ms: int | None = None
 
 
 class LedgerStore:
@@ -101,9 +111,12 @@ class LedgerStore:
         runtime: Runtime,
         metrics: Metrics,
         subject_field: str,
+        clock: BrokerClock | None = None,
     ) -> None:
         self.ledger = ledger
         self.policy: LedgerPolicy = ledger.policy
+        #: the time charges are made at, checked against the broker's (``clock``)
+        self.clock = clock or BrokerClock(bound_ms=self.policy.max_future_ms)
         self.topic = topic
         self._kafka = kafka
         self._runtime = runtime
@@ -122,9 +135,15 @@ class LedgerStore:
 
     @classmethod
     def from_config(
-        cls, config: AppConfig, plan: RecordPlan, runtime: Runtime, metrics: Metrics
+        cls,
+        config: AppConfig,
+        plan: RecordPlan,
+        runtime: Runtime,
+        metrics: Metrics,
+        environ: Mapping[str, str] = os.environ,
     ) -> LedgerStore | None:
-        """The store of ``privacy.ledger``; None without one."""
+        """The store of ``privacy.ledger``; None without one (``environ``: the clock's
+        fault-injection hook, ``clock.OFFSET_ENV``)."""
         subject = config.privacy.subject
         if config.privacy.ledger is None or subject is None:
             return None
@@ -136,6 +155,7 @@ class LedgerStore:
             runtime=runtime,
             metrics=metrics,
             subject_field=subject,
+            clock=BrokerClock.from_env(policy.max_future_ms, environ),
         )
 
     @property
@@ -143,10 +163,11 @@ class LedgerStore:
         """Added to every sanitized message: the per-subject guarantee."""
         return [(GUARANTEE_HEADER, self.policy.guarantee_header())]
 
-    async def open(self) -> None:
-        """Session start: the changelog topic checked (created if missing), nothing in memory."""
+    async def open(self, input_partitions: int) -> None:
+        """Session start, once the topics are checked (``topics.check_topics``, which gives
+        the input's partition count): nothing in memory."""
         await self._forget_all()
-        self._input_partitions = await ensure_changelog(self._kafka, self._runtime, self.topic)
+        self._input_partitions = input_partitions
 
     async def close(self) -> None:
         await self._forget_all()
@@ -210,7 +231,9 @@ class LedgerStore:
         admitted = np.ones(len(index), dtype=bool)
         verdict = Verdict(result=result)
         dead = list(result.dead_letters)
-        now_ms = int(time.time() * 1000)
+        now_ms = self.clock.now_ms()
+        self.clock.check(now_ms)  # refuses a clock known to be ahead before it charges
+        verdict.charged_at_ms = now_ms
         for partition, rows in by_value(batch.partitions):
             columns = batch.rows(rows)
             wrong = misplaced(partition, columns["keys"], self._input_partitions)
@@ -261,8 +284,24 @@ class LedgerStore:
         transaction holds both)."""
         # the charges first: without transactions, a crash between the two then loses
         # budget (charged, not released) and never gains it (released, not charged)
-        await self.send_updates(producer, verdict)
+        appended = await self.send_updates(producer, verdict)
+        if verdict.charged_at_ms is not None and appended:
+            self._confirm_clock(verdict.charged_at_ms, min(appended))
         return await sender.send(records, verdict.result, verdict.headers)
+
+    def _confirm_clock(self, charged_ms: int, appended_ms: int) -> None:
+        """The batch's charge time against the broker's append time, before it commits."""
+        if appended_ms < 0:  # the broker kept our timestamps: no clock to compare with
+            raise TopicError(
+                f"ledger changelog {self.topic!r} no longer has "
+                "message.timestamp.type=LogAppendTime (changed while the worker ran): "
+                f"kafka-configs.sh --bootstrap-server <servers> --alter --entity-type topics "
+                f"--entity-name {self.topic} --add-config message.timestamp.type=LogAppendTime"
+            )
+        try:
+            self.clock.confirm(charged_ms, appended_ms)
+        finally:
+            self._metrics.clock_ahead.set((charged_ms - appended_ms) / 1000)
 
     def _counts(self, partition: int) -> bytes:
         """The partition's cumulative counts, naming the input partition (several may
@@ -270,18 +309,19 @@ class LedgerStore:
         counts = {**self.ledger.counts(partition), "partition": partition}
         return json.dumps(counts, sort_keys=True, separators=(",", ":")).encode()
 
-    async def send_updates(self, producer: AIOKafkaProducer, verdict: Verdict) -> None:
+    async def send_updates(self, producer: AIOKafkaProducer, verdict: Verdict) -> list[int]:
         """Queue the changelog records (record batches built whole, ``record_batch``) and
-        await them."""
+        await them; the broker's timestamp of each batch (-1: the producer's kept)."""
         max_bytes, transactional = batch_bytes(self._kafka), self._kafka.transactions
-        pending: list[asyncio.Future[object]] = [
+        pending: list[asyncio.Future[RecordMetadata | None]] = [
             await producer.send_batch(batch, self.topic, partition=partition)
             for partition, updates in sorted(verdict.updates.items())
             for batch in changelog_batches(
                 updates.runs, max_bytes=max_bytes, transactional=transactional
             )
         ]
-        await asyncio.gather(*pending)
+        acked = await asyncio.gather(*pending)  # None: not acknowledged (acks=0, never ours)
+        return [int(meta.timestamp) for meta in acked if meta is not None]
 
     async def _forget_all(self) -> None:
         """Nothing in memory: what a failed batch charged is forgotten with the rest."""
@@ -299,30 +339,50 @@ class LedgerStore:
                 await task
 
     async def _restore(self, partitions: list[int]) -> None:
-        """Replay each changelog partition up to its end offset at this moment."""
+        """Replay each changelog partition up to its end offset at this moment, folding
+        each fetched batch into the partition's ledger as it arrives (bounded memory)."""
         started = time.perf_counter()
+        replays = {partition: self.ledger.replay(partition) for partition in partitions}
         async with self._reader_lock:
             reader, highwater = self._readers or await self._start_readers()
-            entries = await read_partitions(
+            await read_partitions(
                 reader,
                 highwater,
                 self.topic,
                 partitions,
                 within_s=open_transaction_wait_s(self._kafka),
+                fold=lambda partition, keys, values: replays[partition].add(keys, values),
             )
         me = asyncio.current_task()
         for partition in partitions:
             if self._restores.get(partition) is me:  # not revoked meanwhile
-                self.ledger.restore(partition, entries[partition])
+                self.ledger.restored(replays[partition])
                 self._restored.add(partition)
+                self._warn_if_ahead(partition)
         self._set_gauge()
         log.info(
             "ledger restored for partitions %s from %s: %d changelog records in %.2f s",
             partitions,
             self.topic,
-            sum(len(e) for e in entries.values()),
+            sum(replay.records for replay in replays.values()),
             time.perf_counter() - started,
         )
+
+    def _warn_if_ahead(self, partition: int) -> None:
+        """A changelog clock already ahead of this replica's by more than ``max_future``:
+        written by a replica with a fast clock before the clock checks (or without
+        transactions). It cannot be moved back safely (docs/ledger.md, Clock sanity)."""
+        clock = self.ledger.clock(partition)
+        now = self.clock.now_ms()
+        if clock is not None and clock - now > self.policy.max_future_ms:
+            log.warning(
+                "ledger changelog %s partition %d: its clock is %.0f s ahead of this "
+                "replica's, so windows this replica takes for open are closed there "
+                "(late_record) until its clock catches up (docs/ledger.md, Clock sanity)",
+                self.topic,
+                partition,
+                (clock - now) / 1000,
+            )
 
     async def _start_readers(self) -> tuple[AIOKafkaConsumer, AIOKafkaConsumer]:
         """The changelog reader: no group, read_committed (a partition's ledger is what

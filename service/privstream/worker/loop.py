@@ -27,8 +27,12 @@ aborted, both clients are closed) and a new one starts after an exponential
 backoff, from the committed offsets. So does a fencing after an outage: the
 broker aborted a transaction older than ``transaction_timeout_ms`` and
 bumped the epoch (``clients.Fencing`` tells that from a second worker).
-Errors a human must fix (``clients.final_error``) stop the worker with a
-message.
+Errors a human must fix (``clients.final_error``, a missing or
+misconfigured topic: ``topics``) stop the worker with a message. A replica
+whose clock is ahead of the broker's (``clock``) ends its session with the
+batch aborted, is not ready, and retries with backoff until its clock is
+fixed. A record batch that cannot be decoded stops only its partition,
+reported and retried, never skipped (``stalls``).
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from privstream.config import KafkaConfig
 from privstream.config.runtime import Runtime
-from privstream.errors import LedgerError
+from privstream.errors import ClockAheadError, LedgerError, UndecodableBatchError
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult, RecordPlan
@@ -78,12 +82,15 @@ from privstream.worker.produce import BatchSender
 from privstream.worker.rebalance import Rebalance, names
 from privstream.worker.restart import Backoff, describe, unless_failed
 from privstream.worker.sanitize import Prepared, sanitize
+from privstream.worker.stalls import Stalls
+from privstream.worker.topics import check_topics
 
 log = logging.getLogger("privstream.worker")
 
 Batches = dict[TopicPartition, list[ConsumerRecord]]
-#: errors after which a new session may succeed (the broker may come back)
-RETRIABLE = (KafkaError, OSError, TimeoutError)
+#: errors after which a new session may succeed (the broker may come back; a changelog
+#: batch garbled in transit may decode)
+RETRIABLE = (KafkaError, OSError, TimeoutError, UndecodableBatchError)
 #: readiness probe: a one-topic metadata request per period, unanswered after the timeout
 PROBE_INTERVAL_S = 1.0
 PROBE_TIMEOUT_S = 2.0
@@ -115,6 +122,9 @@ class Worker:
         self._generation = 0
         self._backoff = Backoff()
         tolerate_undecodable_records()
+        #: partitions stopped before a batch that cannot be decoded: not ready while any is
+        self._stalls = Stalls(metrics)
+        self._connected = False
         # what a fencing is judged by (clients.Fencing), all time.monotonic()
         self._producer_client: Any = None
         self._producer_since = 0.0
@@ -139,6 +149,13 @@ class Worker:
         while not stop.is_set():
             try:
                 await self._session(stop)
+            except ClockAheadError as exc:  # nothing charged: retried until the clock is fixed
+                self._metrics.clock_refusals.inc()
+                self._set_connected(False)
+                delay = self._backoff.next_delay()
+                log.warning("%s; retrying in %.1f s", exc, delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
             except RETRIABLE as exc:
                 fencing = self._fencing(exc)
                 final = final_error(exc, self._kafka, self._runtime, fencing)
@@ -146,17 +163,21 @@ class Worker:
                     final = await diagnose(self._kafka, self._runtime)
                 if final is not None:
                     raise final from None
-                self._set_connected(False)
                 self._fenced_before = fencing is not None
                 delay = self._backoff.next_delay()
                 if fencing is not None and fencing.expired:
                     self._metrics.transactions_expired.inc()
-                why = (
-                    f"Kafka session ended ({describe(exc)})"
-                    if fencing is None
-                    else fencing.explain(self._kafka, self._runtime)
-                )
-                log.warning("%s; reconnecting in %.1f s", why, delay)
+                if isinstance(exc, UndecodableBatchError):  # a changelog batch: no restore
+                    self._stalls.report(exc, f"restoring again in {delay:.1f} s")
+                    self._set_connected(self._connected)  # the broker answered: not ready
+                else:
+                    self._set_connected(False)
+                    why = (
+                        f"Kafka session ended ({describe(exc)})"
+                        if fencing is None
+                        else fencing.explain(self._kafka, self._runtime)
+                    )
+                    log.warning("%s; reconnecting in %.1f s", why, delay)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
 
@@ -174,8 +195,14 @@ class Worker:
         )
 
     async def _session(self, stop: asyncio.Event) -> None:
-        """One pair of clients, from start to ``stop`` or the first broker error."""
+        """One pair of clients, from start to ``stop`` or the first broker error.
+
+        The topics are checked first (``topics``: a ``TopicError`` stops the worker),
+        before any client could read or write one.
+        """
         self._txn_age_s = None
+        changelog = None if self._ledger is None else self._ledger.topic
+        partitions = await check_topics(self._kafka, self._runtime, changelog)
         async with contextlib.AsyncExitStack() as stack:
             producer = AIOKafkaProducer(**producer_options(self._kafka, self._runtime))
             stack.push_async_callback(close_client, producer)
@@ -183,7 +210,7 @@ class Worker:
             self._producer_since, self._producer_client = time.monotonic(), producer.client
             if self._ledger is not None:  # a new session restores the ledger from the changelog
                 stack.push_async_callback(self._ledger.close)
-                await self._ledger.open()
+                await self._ledger.open(partitions)
             consumer = AIOKafkaConsumer(**consumer_options(self._kafka, self._runtime))
             stack.push_async_callback(close_client, consumer)
             consumer.subscribe([self._kafka.input_topic], listener=Rebalance(self, consumer))
@@ -239,7 +266,14 @@ class Worker:
 
     async def _prepare(self, consumer: AIOKafkaConsumer) -> Prepared | None:
         """The next batch, sanitized in a thread (the previous transaction runs meanwhile)."""
-        batches, generation = await poll(consumer, self._kafka, lambda: self._generation)
+        batches, generation = await poll(
+            consumer,
+            self._kafka,
+            lambda: self._generation,
+            lambda exc: self._stalls.pause(consumer, exc),
+        )
+        self._stalls.keep({tp.partition for tp in self._assigned})
+        self._set_connected(self._connected)  # readiness follows the stalls
         started = time.perf_counter()
         # records of a partition revoked meanwhile are left to its new owner
         owned = {tp: msgs for tp, msgs in batches.items() if tp in self._assigned and msgs}
@@ -300,10 +334,14 @@ class Worker:
             await asyncio.sleep(PROBE_INTERVAL_S)
 
     def _set_connected(self, up: bool) -> None:
-        if up != self._health.ready:
+        """Readiness: the broker answers, no partition is stopped (``Stalls``) and the
+        ledger accepts this replica's clock (``clock``)."""
+        if up != self._connected:
             log.info("broker %s", "reachable" if up else "unreachable")
-        self._health.ready = up
+        self._connected = up
         self._metrics.broker_connected.set(1 if up else 0)
+        clock_ok = self._ledger is None or self._ledger.clock.ok
+        self._health.ready = up and not self._stalls and clock_ok
 
     async def _commit(
         self,
@@ -331,6 +369,9 @@ class Worker:
             dropped = 0 if batch.verdict is None else batch.verdict.dropped  # over budget
             if self._ledger is not None and batch.verdict is not None:
                 self._ledger.committed(batch.verdict)
+            for tp, position in offsets.items():
+                self._stalls.committed(tp, position)
+            self._set_connected(self._connected)  # ready again once no partition is stopped
         self._backoff.reset()
         count, seconds = len(batch.records), time.perf_counter() - batch.started
         self._observe(count, count - len(dead) - dropped, dead, seconds)

@@ -21,8 +21,8 @@ from privstream.cli.main import main
 from privstream.config import load_config
 from privstream.errors import Rejected
 from privstream.kinds import build_plan
+from privstream.pipeline.parse import parse_row
 from privstream.pipeline.plan import unkeyed
-from privstream.pipeline.reference import parse_row
 
 CONFIG = """\
 kafka: {input_topic: raw, output_topic: clean, dead_letter_topic: dlq}

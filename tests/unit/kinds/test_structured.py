@@ -253,12 +253,14 @@ def test_local_hashing_non_strings_are_wrong_type(value: Any) -> None:
     assert "'city'" in detail
 
 
-def test_local_hashing_lone_surrogate_is_dead_lettered_not_fatal() -> None:
+def test_local_hashing_releases_a_lone_surrogate_like_any_string() -> None:
+    """Released as any other string is (issue 29): refusing it would make the release
+    depend on the value."""
     plan = hashed_plan(2.0)
     batch = [b'{"city": "ok"}', b'{"city": "\\ud800"}', b'{"city": "fine"}']
     result = process_batch(plan, batch, SeededSource(7))
-    assert result.output_index == [0, 2]
-    assert [d.index for d in result.dead_letters] == [1]
+    assert result.output_index == [0, 1, 2]
+    assert set(json.loads(result.outputs[1])["city"]) == {"seed", "bucket"}
 
 
 # --- config errors -------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from privstream.errors import LedgerError, MisuseError
-from privstream.ledger import REASONS, LedgerPolicy, SubjectLedger, core, state
+from privstream.ledger import REASONS, LedgerPolicy, SubjectLedger, core, replay
 
 DAY = 86_400_000
 POLICY = LedgerPolicy(
@@ -141,7 +141,7 @@ def test_subjects_whose_hashes_collide_share_one_budget(
     monkeypatch.setattr(
         core, "hashes", lambda subjects: np.array([identity(s) for s in subjects], np.int64)
     )
-    monkeypatch.setattr(state, "hashes", core.hashes)
+    monkeypatch.setattr(replay, "hashes", core.hashes)
     ledger, ref = SubjectLedger(policy=policy), Reference(policy, identity)
     apart = Reference(policy)  # the same records without collisions
     log: list[tuple[bytes, bytes | None]] = []

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from privstream.ledger import LedgerPolicy, SubjectLedger, core, state
+from privstream.ledger import LedgerPolicy, SubjectLedger, core
+from privstream.ledger import replay as restoring
 
 from tests.unit.ledger.test_charge import POLICY, random_batch
 from tests.unit.worker.test_record_batch import replay
@@ -41,7 +42,7 @@ class Hashes:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.identity: Identity = IDENTITIES[0]
         monkeypatch.setattr(core, "hashes", self)
-        monkeypatch.setattr(state, "hashes", self)
+        monkeypatch.setattr(restoring, "hashes", self)
 
     def __call__(self, subjects: Iterable[bytes]) -> Any:
         return np.array([self.identity(s) for s in subjects], dtype=np.int64)

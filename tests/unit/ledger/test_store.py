@@ -127,7 +127,8 @@ def test_colliding_subjects_each_keep_at_least_their_own_spending(
 
 
 def test_restored_tables_name_each_slot_by_a_subject_of_that_slot() -> None:
-    """After a restore (``merge``'s every-key-new path), each slot's name hashes to it."""
+    """After a restore (``replay``: each batch's new keys ``put``), each slot's name
+    hashes to it."""
     ledger = SubjectLedger(policy=OPEN)
     subjects = POOL[:200]
     ledger.charge(0, subjects=subjects, keys=subjects, timestamps_ms=[5_000] * 200, now_ms=5_000)

@@ -262,3 +262,14 @@ def test_a_corrupt_guide_entry_raises_instead_of_reading_past_the_table(beyond: 
 def test_non_buffers_are_refused() -> None:
     with pytest.raises(TypeError):
         _call(words=[1, 2, 3, 4])
+
+
+def test_a_level_holds_python_integer_thresholds_exactly() -> None:
+    """Thresholds on both sides of 2^63 stay exact (issue 29: numpy converts such a list to
+    float64 unless told the dtype, rounding by up to 2^11): discrete Laplace's levels
+    hold the integers its ``Decimal`` arithmetic computed."""
+    bounds = [1, 2**62 + 1, 2**63 - 1, 2**63 + 1, 2**64 - 2049, 2**64 - 1]
+    level = Level(shift=0, bounds=bounds, xi=1.0)
+    assert level.bounds.tolist() == bounds
+    words = np.array([2**63, 2**63 + 1, 2**64 - 2050, 2**64 - 2049], dtype=np.uint64)
+    assert level.values(words).tolist() == [3, 4, 4, 5]

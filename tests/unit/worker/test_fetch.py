@@ -6,6 +6,7 @@ from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
 from privstream.config import parse_config
+from privstream.errors import UndecodableBatchError
 from privstream.worker.fetch import TOP_UP_MS, poll
 
 from tests.unit._support import config_dict, consumer_record
@@ -21,7 +22,7 @@ def records(tp: TopicPartition, offsets: range, size: int = 10) -> list[Consumer
 class Polls:
     """Answers each getmany with the next scripted response; records the calls."""
 
-    def __init__(self, *responses: Batches, on_second: Any = None) -> None:
+    def __init__(self, *responses: Batches | Exception, on_second: Any = None) -> None:
         self._responses = list(responses)
         self._on_second = on_second
         self.calls: list[tuple[int, int]] = []
@@ -30,7 +31,14 @@ class Polls:
         self.calls.append((timeout_ms, max_records))
         if len(self.calls) == 2 and self._on_second is not None:
             self._on_second()
-        return self._responses.pop(0) if self._responses else {}
+        answer = self._responses.pop(0) if self._responses else {}
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def fail(exc: UndecodableBatchError) -> None:
+    raise AssertionError(f"no partition stops here: {exc}")
 
 
 def kafka(max_records: int = 100, max_bytes: int = 2**16) -> Any:
@@ -43,7 +51,7 @@ async def test_a_small_batch_is_topped_up_once_in_partition_order() -> None:
     consumer = Polls(
         {A: records(A, range(0, 3))}, {A: records(A, range(3, 5)), B: records(B, range(7, 8))}
     )
-    batches, generation = await poll(consumer, kafka(), lambda: 4)  # type: ignore[arg-type]
+    batches, generation = await poll(consumer, kafka(), lambda: 4, fail)  # type: ignore[arg-type]
     assert {tp: [r.offset for r in msgs] for tp, msgs in batches.items()} == {
         A: [0, 1, 2, 3, 4],
         B: [7],
@@ -59,7 +67,7 @@ async def test_a_batch_half_full_by_records_or_bytes_or_empty_takes_no_second_po
         ({}, kafka()),
     ):
         consumer = Polls(first, {B: records(B, range(1))})
-        batches, _ = await poll(consumer, config, lambda: 0)  # type: ignore[arg-type]
+        batches, _ = await poll(consumer, config, lambda: 0, fail)  # type: ignore[arg-type]
         assert batches == first and len(consumer.calls) == 1
 
 
@@ -74,7 +82,7 @@ async def test_a_rebalance_during_the_second_poll_voids_the_first_polls_records_
         generation[0] += 2  # a revoke and an assignment
 
     consumer = Polls({A: records(A, range(3))}, {A: records(A, range(2))}, on_second=rebalance)
-    batches, current = await poll(consumer, kafka(), lambda: generation[0])  # type: ignore[arg-type]
+    batches, current = await poll(consumer, kafka(), lambda: generation[0], fail)  # type: ignore[arg-type]
     assert {tp: [r.offset for r in msgs] for tp, msgs in batches.items()} == {A: [0, 1]}
     assert current == 3
 
@@ -87,5 +95,19 @@ async def test_a_revoke_without_records_since_voids_the_batch() -> None:
         generation[0] += 1
 
     consumer = Polls({A: records(A, range(3))}, {}, on_second=revoke)
-    batches, current = await poll(consumer, kafka(), lambda: generation[0])  # type: ignore[arg-type]
+    batches, current = await poll(consumer, kafka(), lambda: generation[0], fail)  # type: ignore[arg-type]
     assert batches == {} and current == 2
+
+
+async def test_a_partition_stopped_at_the_second_poll_keeps_the_first_polls_records() -> None:
+    """aiokafka raises the stop from a getmany that took no record; the first poll's
+    records (their positions already moved) are still returned, and the stop is reported."""
+    stop = UndecodableBatchError("raw", 1, 7, ValueError("zstd: corrupt"))
+    stopped: list[UndecodableBatchError] = []
+    consumer = Polls({A: records(A, range(3))}, stop)
+    batches, _ = await poll(consumer, kafka(), lambda: 0, stopped.append)  # type: ignore[arg-type]
+    assert {tp: [r.offset for r in msgs] for tp, msgs in batches.items()} == {A: [0, 1, 2]}
+    assert stopped == [stop]
+    consumer = Polls(stop)
+    batches, _ = await poll(consumer, kafka(), lambda: 0, stopped.append)  # type: ignore[arg-type]
+    assert batches == {} and stopped == [stop, stop]
