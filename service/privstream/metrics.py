@@ -96,6 +96,12 @@ class Metrics:
             ["topic", "partition"],
             registry=registry,
         )
+        self.stale_commits = Counter(
+            "privstream_stale_commits_refused",
+            "Transactions aborted because the group refused their offsets: the worker had "
+            "stalled past session_timeout_ms and its partitions had moved (zombie fencing)",
+            registry=registry,
+        )
         self.ledger_suppressed = Counter(
             "privstream_ledger_suppressed",
             "Records the subject ledger did not release, by reason (budget_exhausted, "

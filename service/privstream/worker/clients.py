@@ -116,7 +116,8 @@ def consumer_options(kafka: KafkaConfig, runtime: Runtime) -> dict[str, Any]:
 
 
 def transactional_id(kafka: KafkaConfig, runtime: Runtime) -> str:
-    """Stable per replica: a restarted replica fences its own zombie (never a random id)."""
+    """Unique per live replica; stable, a restarted replica aborts its predecessor's open
+    transaction at once (zombies are fenced by the group generation: ``generation_fence``)."""
     return f"{kafka.transactional_id_prefix}-{runtime.replica_id}"
 
 

@@ -15,11 +15,13 @@ topic, partition, offset, raw bytes, field release): a batch replayed after a
 crash or an aborted transaction is released with the very same bytes, so even
 an aborted copy that a ``read_uncommitted`` reader saw gives no second draw.
 
-Fencing: aiokafka commits transactional offsets without the group
-generation, so zombies are fenced by a transactional id that is stable per
-replica (a restarted replica aborts its predecessor's open transaction),
-and a rebalance waits for the batch in flight to commit before the
-partitions move (``_Rebalance``).
+Fencing: each transaction's offsets are committed as the group member and
+generation its partitions were assigned under (KIP-447, ``generation_fence``):
+a worker that stalled past the session timeout and lost them has its commit
+refused and its batch aborted, outputs and ledger records included. A
+rebalance waits for the batch in flight to commit before the partitions move
+(``Rebalance``), and the transactional id, stable per replica, lets a
+restarted replica abort its predecessor's open transaction at once.
 
 Faults: aiokafka retries a dropped connection or a slow request inside the
 session. An error it gives up on ends the session (the open transaction is
@@ -76,6 +78,13 @@ from privstream.worker.clients import (
 )
 from privstream.worker.decode import tolerate_undecodable_records
 from privstream.worker.fetch import is_behind, poll
+from privstream.worker.generation_fence import (
+    GroupId,
+    Member,
+    fence,
+    is_stale_member,
+    member_of,
+)
 from privstream.worker.http import Health
 from privstream.worker.ledger_store import LedgerStore, Verdict
 from privstream.worker.produce import BatchSender
@@ -120,6 +129,8 @@ class Worker:
         self._assigned: set[TopicPartition] = set()
         #: bumped by every revoke and assignment: a batch fetched before one is dropped
         self._generation = 0
+        #: the group member and generation of the current assignment (what commits it)
+        self._member: Member | None = None
         self._backoff = Backoff()
         tolerate_undecodable_records()
         #: partitions stopped before a batch that cannot be decoded: not ready while any is
@@ -205,6 +216,8 @@ class Worker:
         partitions = await check_topics(self._kafka, self._runtime, changelog)
         async with contextlib.AsyncExitStack() as stack:
             producer = AIOKafkaProducer(**producer_options(self._kafka, self._runtime))
+            if self._kafka.transactions:
+                fence(producer)
             stack.push_async_callback(close_client, producer)
             await producer.start()
             self._producer_since, self._producer_client = time.monotonic(), producer.client
@@ -215,6 +228,7 @@ class Worker:
             stack.push_async_callback(close_client, consumer)
             consumer.subscribe([self._kafka.input_topic], listener=Rebalance(self, consumer))
             await consumer.start()
+            member_of(consumer)  # an aiokafka that hides the generation stops us here
             probe = asyncio.create_task(self._probe(producer))
             stack.callback(probe.cancel)
             self._set_connected(True)
@@ -395,13 +409,20 @@ class Worker:
         offsets: dict[TopicPartition, int],
     ) -> list[DeadLetter]:
         links = live_connections(self._producer_client)
+        if self._member is None:  # a batch exists only under an assignment
+            raise LedgerError(
+                "a batch reached its transaction before any assignment (please report)"
+            )
+        group = GroupId(self._kafka.group_id, self._member)
         began = time.monotonic()
         await producer.begin_transaction()
         try:
             dead = await self._send(producer, sender, batch)
-            await producer.send_offsets_to_transaction(offsets, self._kafka.group_id)
+            await producer.send_offsets_to_transaction(offsets, group)
             await producer.commit_transaction()
-        except BaseException:
+        except BaseException as exc:
+            if is_stale_member(exc):
+                self._metrics.stale_commits.inc()
             # judged now, before the session closes every connection (for a fencing)
             self._txn_age_s = time.monotonic() - began
             dropped = any(not conn.connected() for conn in links)

@@ -20,6 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from privstream.worker.clients import common_options, open_transaction_wait_s
+from privstream.worker.generation_fence import member_of
 from privstream.worker.stable_offsets import stable_committed
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self._consumer.pause(*assigned)
         self._worker._assigned = set(assigned)
         self._worker._generation += 1
+        self._worker._member = member_of(self._consumer)  # what this assignment commits as
         if self._worker._ledger is not None:  # restored before its records are charged
             self._worker._ledger.assigned(assigned)
         try:

@@ -23,6 +23,7 @@ from aiokafka import ConsumerRecord
 from privstream.config import parse_config
 from privstream.kinds import build_plan
 from privstream.mechanisms.rng import NoiseKeys
+from privstream.worker.generation_fence import Member
 from privstream.worker.sanitize import sanitize
 
 from tests.unit._support import config_dict, consumer_record
@@ -70,6 +71,7 @@ async def test_the_worker_loop_leaves_no_cycles_per_batch() -> None:
         w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
         producer.release.set()
         w._assigned = {TP}
+        w._member = Member(1, "test-member")  # as an assignment sets it
         fetched = [batch([float(i % 9) for i in range(300)], 100 + 300 * k) for k in range(batches)]
         consumer = ScriptedConsumer(fetched, stop)
         await w._pipeline(stop, consumer, producer, sender_for(w, producer))  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 from privstream.errors import LedgerError
 from privstream.pipeline import BatchResult
 from privstream.worker.fetch import TOP_UP_MS, is_behind
+from privstream.worker.generation_fence import Member
 from privstream.worker.loop import Worker
 from privstream.worker.rebalance import Rebalance
 from privstream.worker.sanitize import Prepared
@@ -107,6 +108,7 @@ def traced(w: Worker, log: list[str]) -> None:
 async def test_the_next_batch_is_sanitized_while_the_previous_one_commits() -> None:
     w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
     w._assigned = {TP}
+    w._member = Member(1, "test-member")  # as an assignment sets it
     traced(w, producer.log)
     first, second = batch([1.0, 2.0], start=100), batch([3.0], start=102)
     consumer = ScriptedConsumer([first, second], stop)
@@ -135,6 +137,7 @@ async def test_once_caught_up_the_next_fetch_waits_for_the_commit() -> None:
     commits go out in the next transaction, not in a batch fetched before they arrived."""
     w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
     w._assigned = {TP}
+    w._member = Member(1, "test-member")  # as an assignment sets it
     traced(w, producer.log)
     first, second = batch([1.0, 2.0], start=100), batch([3.0], start=102)
     consumer = ScriptedConsumer([first, second], stop, caught_up=True)
@@ -170,6 +173,7 @@ async def test_a_rebalance_during_the_sanitize_does_not_end_the_worker() -> None
     w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
     producer.release.set()
     w._assigned = {TP}
+    w._member = Member(1, "test-member")  # as an assignment sets it
     consumer = ScriptedConsumer([batch([1.0, 2.0], start=100)], stop)
 
     def highwater(tp: TopicPartition) -> int | None:
@@ -195,6 +199,7 @@ async def test_a_batch_fetched_before_a_rebalance_is_dropped_not_released() -> N
     w, producer = worker(), TransactionalProducer()
     producer.release.set()
     w._assigned = {TP}
+    w._member = Member(1, "test-member")  # as an assignment sets it
     records = batch([1.0, 2.0], start=100)
     consumer = ScriptedConsumer([], asyncio.Event())
     sender = sender_for(w, producer)
@@ -216,6 +221,7 @@ async def test_a_failed_commit_ends_the_session_and_the_batch_prepared_meanwhile
 ):
     w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
     w._assigned = {TP}
+    w._member = Member(1, "test-member")  # as an assignment sets it
     traced(w, producer.log)
 
     async def refused() -> None:

@@ -21,6 +21,7 @@ from privstream.config.runtime import Runtime
 from privstream.kinds import build_plan
 from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult
+from privstream.worker.generation_fence import Member
 from privstream.worker.http import Health
 from privstream.worker.ledger_store import LedgerStore
 from privstream.worker.loop import Worker
@@ -50,6 +51,7 @@ def ledger_worker() -> tuple[Worker, LedgerStore]:
     store._restored.add(0)
     w = Worker(config.kafka, plan, runtime, metrics=metrics, health=Health(), ledger=store)
     w._assigned = {TP}
+    w._member = Member(1, "test-member")  # as an assignment sets it
     return w, store
 
 
@@ -110,6 +112,7 @@ async def test_a_commit_failing_during_the_sanitize_ends_the_session_without_its
     what it returns afterwards goes nowhere (its future was cancelled)."""
     w, stop, producer = worker(), asyncio.Event(), FailingCommits()
     w._assigned = {TP}
+    w._member = Member(1, "test-member")  # as an assignment sets it
     loop, sanitizing = asyncio.get_running_loop(), asyncio.Event()
     gate, finished = threading.Event(), threading.Event()
     sanitize = w._sanitize

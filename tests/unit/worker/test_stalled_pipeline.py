@@ -9,6 +9,7 @@ from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
 from privstream.errors import UndecodableBatchError
+from privstream.worker.generation_fence import Member
 
 from tests.unit.worker.test_pipeline import TP, ScriptedConsumer, TransactionalProducer
 from tests.unit.worker.test_units import batch, sender_for, worker
@@ -48,6 +49,7 @@ async def test_a_stopped_partition_is_paused_not_ready_and_ready_once_committed_
     w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
     producer.release.set()
     w._assigned = {TP}
+    w._member = Member(1, "test-member")  # as an assignment sets it
     w._set_connected(True)
     consumer = StoppingConsumer([batch([1.0, 2.0], start=100), batch([3.0], start=102)], stop)
     readiness: list[bool] = []

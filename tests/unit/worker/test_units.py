@@ -41,6 +41,7 @@ from privstream.worker.clients import (
     final_error,
     live_connections,
 )
+from privstream.worker.generation_fence import Member
 from privstream.worker.http import Health
 from privstream.worker.loop import Worker
 from privstream.worker.produce import BatchSender, output_headers
@@ -511,6 +512,7 @@ class FencedProducer:
 @pytest.mark.parametrize("outage", ["none", "connection dropped", "probe unanswered"])
 async def test_an_outage_is_judged_when_the_transaction_fails_not_after(outage: str) -> None:
     w = worker()
+    w._member = Member(1, "test-member")  # as an assignment sets it
     first, second = Conn(True), Conn(True)
     w._producer_client = SimpleNamespace(_conns={(1, 0): first, (1, 1): second})
     # a rival, unless an outage: the producer is older than the (shortest) transaction timeout,
