@@ -134,6 +134,23 @@ class Metrics:
             ["version", "config_sha256"],
             registry=registry,
         )
+        self.http_metrics_renders = Counter(
+            "privstream_http_metrics_renders",
+            "Times /metrics rendered the registry (at most 10 a second; scrapes in between "
+            "get the same body)",
+            registry=registry,
+        )
+        self.http_scrapes_refused = Counter(
+            "privstream_http_scrapes_refused",
+            "/metrics scrapes answered 503 (after 5 s): at most 10 are answered a second, "
+            "and their turn was more than 5 s away",
+            registry=registry,
+        )
+        self.http_connections_evicted = Counter(
+            "privstream_http_connections_evicted",
+            "HTTP connections closed unanswered, oldest first, to make room for a new one",
+            registry=registry,
+        )
         self.field_epsilon = self._field_gauge("privstream_field_epsilon", "Field epsilon")
         self.field_delta = self._field_gauge("privstream_field_delta", "Field delta")
         self.field_expected_error = self._field_gauge(

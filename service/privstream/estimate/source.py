@@ -169,9 +169,11 @@ class TopicRead:
 
 def connection_options(kafka: KafkaConfig, environ: Mapping[str, str]) -> dict[str, Any]:
     """Bootstrap, client id and security from the config (no noise key involved)."""
-    from privstream.config.runtime import load_credentials
+    from privstream.config.runtime import load_credentials, warn_insecure_tls
     from privstream.kafka.options import connection_options as options_of
 
+    if kafka.security.uses_tls:
+        warn_insecure_tls(kafka)
     return options_of(kafka, load_credentials(kafka, environ), f"{kafka.client_id}-estimate")
 
 
