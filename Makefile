@@ -115,7 +115,7 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 # end. BENCH_ARGS=--quick gives a short smoke run of each.
 bench: $(BENCH_STAMP) ## benchmarks (ratios against baselines measured in the same run; minutes)
 	@status=0; \
-	for script in samplers pipeline file_mode e2e latency memory ledger utility; do \
+	for script in samplers pipeline file_mode e2e latency memory ledger utility http_flood; do \
 		echo "== bench/$$script.py $(BENCH_ARGS)"; \
 		$(BIN)/python bench/$$script.py $(BENCH_ARGS) || status=1; \
 	done; \

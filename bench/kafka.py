@@ -1,6 +1,6 @@
 """What the broker benchmarks share: a local broker, topics, a preload, worker processes.
 
-The broker is ``tests/broker.py``'s ``LocalBroker`` (the launcher's cached jars, a
+The broker is ``tests/support/broker.py``'s ``LocalBroker`` (the launcher's cached jars, a
 work dir of its own, deleted on exit), on this machine, so it competes with the
 workers and the load generator for the same CPUs.
 """
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.reference import BODY, messages  # noqa: E402
-from tests.broker import LocalBroker, create_topics  # noqa: E402
+from tests.support.broker import LocalBroker, create_topics  # noqa: E402
 
 PARTITIONS = 4
 

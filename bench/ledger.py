@@ -51,7 +51,7 @@ from bench.kafka import drain as drain_group
 from bench.kafka import write_config as worker_config
 from bench.ledger_memory import CHARGE_BATCH, LEDGER, PARTITIONS, policy
 from bench.reference import BODY, Targets, print_environment
-from tests.broker import create_topics
+from tests.support.broker import create_topics
 
 THROUGHPUT_RATIO = 0.75
 MB_PER_MILLION = 400.0

@@ -18,6 +18,7 @@ exported by a custom collector.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -73,6 +74,9 @@ class CanaryErrors(Collector):
     def __init__(self, plan: RecordPlan, measured: Iterable[str]) -> None:
         names = set(measured)
         self._fields: dict[str, _Field] = {}
+        # /metrics renders on the HTTP thread while the worker observes: a scrape must not
+        # see a round's bucket counts without its sum
+        self._lock = threading.Lock()
         for handler in plan.handlers:
             mech = handler.mechanism
             if mech is not None and handler.name in names:
@@ -83,9 +87,10 @@ class CanaryErrors(Collector):
 
     def observe(self, errors: Mapping[str, NDArray[np.float64]]) -> None:
         """Add one round of canary errors (``Canaries.draw``), by field name."""
-        for name, values in errors.items():
-            if len(values):
-                self._fields[name].add(values)
+        with self._lock:
+            for name, values in errors.items():
+                if len(values):
+                    self._fields[name].add(values)
 
     def mean(self, name: str) -> float | None:
         state = self._fields[name]
@@ -109,15 +114,17 @@ class CanaryErrors(Collector):
             "(>= 1 up to sampling error)",
             labels=labels,
         )
-        for name, state in self._fields.items():
-            values = [name, state.mechanism]
-            cumulative = np.cumsum(state.counts)
-            buckets = [(f"{b:.6g}", int(c)) for b, c in zip(state.bounds, cumulative, strict=False)]
-            buckets.append(("+Inf", int(cumulative[-1])))
-            histogram.add_metric(values, buckets, state.total)
-            if not state.count:
-                continue
-            mean.add_metric(values, state.total / state.count)
-            if state.gamma > 0.0:
-                ratio.add_metric(values, state.total / state.count / state.gamma)
+        with self._lock:
+            for name, state in self._fields.items():
+                values = [name, state.mechanism]
+                cumulative = np.cumsum(state.counts)
+                bounds = zip(state.bounds, cumulative, strict=False)
+                buckets = [(f"{b:.6g}", int(c)) for b, c in bounds]
+                buckets.append(("+Inf", int(cumulative[-1])))
+                histogram.add_metric(values, buckets, state.total)
+                if not state.count:
+                    continue
+                mean.add_metric(values, state.total / state.count)
+                if state.gamma > 0.0:
+                    ratio.add_metric(values, state.total / state.count / state.gamma)
         yield from (histogram, mean, ratio)

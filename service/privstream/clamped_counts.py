@@ -32,6 +32,7 @@ sum; a group of ``k`` records pays ``k epsilon``.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 
@@ -84,16 +85,21 @@ class NoisyClampedCounts(Collector):
         self._end = clock() + window_s
         self._counts = np.zeros(len(self._names), dtype=np.int64)
         self._published: dict[str, int] = {}
+        # /metrics renders on the HTTP thread while the worker observes: one window must
+        # never be rolled twice (two noise draws for the same counts: a second release)
+        self._lock = threading.Lock()
 
     def observe(self, observations: Mapping[str, Observation]) -> None:
         """Count one committed batch's clamped values in the current window."""
-        self._roll()
-        for j, name in enumerate(self._names):
-            seen = observations.get(name)
-            if seen is not None:
-                self._counts[j] += seen.clamped
+        with self._lock:
+            self._roll()
+            for j, name in enumerate(self._names):
+                seen = observations.get(name)
+                if seen is not None:
+                    self._counts[j] += seen.clamped
 
     def _roll(self) -> None:
+        """Publish the window if it ended (the caller holds ``_lock``)."""
         now = self._clock()
         if now < self._end or not self._names:
             return
@@ -104,14 +110,16 @@ class NoisyClampedCounts(Collector):
         self._end += self.window_s * (math.floor((now - self._end) / self.window_s) + 1)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        self._roll()  # a scrape closes an ended window even when no batch came
+        with self._lock:
+            self._roll()  # a scrape closes an ended window even when no batch came
+            published = dict(self._published)
         counts = GaugeMetricFamily(
             "privstream_field_clamped_noisy",
             f"Raw values outside the bounds in the last {self.window_s:g} s window, plus "
             f"discrete Laplace noise: epsilon {self.epsilon:g} per record, all fields together",
             labels=["field", "mechanism"],
         )
-        for name, value in self._published.items():
+        for name, value in published.items():
             counts.add_metric([name, self._mechanisms[name]], value)
         yield counts
         yield GaugeMetricFamily(

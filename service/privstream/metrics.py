@@ -96,6 +96,12 @@ class Metrics:
             ["topic", "partition"],
             registry=registry,
         )
+        self.stale_commits = Counter(
+            "privstream_stale_commits_refused",
+            "Transactions aborted because the group refused their offsets: the worker had "
+            "stalled past session_timeout_ms and its partitions had moved (zombie fencing)",
+            registry=registry,
+        )
         self.ledger_suppressed = Counter(
             "privstream_ledger_suppressed",
             "Records the subject ledger did not release, by reason (budget_exhausted, "
@@ -126,6 +132,23 @@ class Metrics:
             "privstream_build_info",
             "Always 1; labels give the version and the config hash",
             ["version", "config_sha256"],
+            registry=registry,
+        )
+        self.http_metrics_renders = Counter(
+            "privstream_http_metrics_renders",
+            "Times /metrics rendered the registry (at most 10 a second; scrapes in between "
+            "get the same body)",
+            registry=registry,
+        )
+        self.http_scrapes_refused = Counter(
+            "privstream_http_scrapes_refused",
+            "/metrics scrapes answered 503 (after 5 s): at most 10 are answered a second, "
+            "and their turn was more than 5 s away",
+            registry=registry,
+        )
+        self.http_connections_evicted = Counter(
+            "privstream_http_connections_evicted",
+            "HTTP connections closed unanswered, oldest first, to make room for a new one",
             registry=registry,
         )
         self.field_epsilon = self._field_gauge("privstream_field_epsilon", "Field epsilon")

@@ -1,4 +1,4 @@
-"""Broker for the integration tests: one per test session (see tests/broker.py)."""
+"""Broker for the integration tests: one per test session (see tests/support/broker.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.broker import kafka_broker
+from tests.support.broker import kafka_broker
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ import asyncio
 import struct
 from collections.abc import AsyncIterator
 
-from tests.integration.tcp_proxy import TcpProxy, _Link
+from tests.support.tcp_proxy import TcpProxy, _Link
 
 FETCH = 1
 #: the byte flipped: inside the first record of the first batch (its header is 61 bytes)

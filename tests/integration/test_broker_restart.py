@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker import LocalBroker, create_topics, local_broker
-from tests.http_get import http_get
-from tests.integration.faults import free_port, metric, poll_until, read_to_end
-from tests.integration.worker_proc import (
+from tests.support.broker import LocalBroker, create_topics, local_broker
+from tests.support.faults import free_port, metric, poll_until, read_to_end
+from tests.support.http_get import http_get
+from tests.support.worker_proc import (
     PRIVACY,
     TEST_SECRET,
     Collector,

@@ -33,8 +33,8 @@ from privstream.worker.clients import is_fenced, producer_options
 from privstream.worker.ledger_store import LedgerStore, Verdict
 from prometheus_client import CollectorRegistry
 
-from tests.broker import create_topics
-from tests.integration.faults import poll_until
+from tests.support.broker import create_topics
+from tests.support.faults import poll_until
 from tests.unit.ledger.test_charge import POLICY
 
 PARTITIONS = 3

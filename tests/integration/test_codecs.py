@@ -23,14 +23,14 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from privstream.errors import UndecodableBatchError
+from privstream.kafka.decode import tolerate_undecodable_records
 from privstream.worker.changelog import CHANGELOG_SUFFIX
-from privstream.worker.decode import tolerate_undecodable_records
 
-from tests.broker import LocalBroker, create_topics, local_broker
-from tests.http_get import http_get
 from tests.integration.corrupting_proxy import CorruptingProxy
-from tests.integration.faults import Tail, fault_topics, free_port, poll_until, samples
-from tests.integration.ledger_support import (
+from tests.support.broker import LocalBroker, create_topics, local_broker
+from tests.support.faults import Tail, fault_topics, free_port, poll_until, samples
+from tests.support.http_get import http_get
+from tests.support.ledger import (
     accounted_for,
     assert_ledger_obeyed,
     body,
@@ -42,7 +42,7 @@ from tests.integration.ledger_support import (
     seq,
     source,
 )
-from tests.integration.worker_proc import (
+from tests.support.worker_proc import (
     PRIVACY,
     WorkerProcess,
     read_all,
@@ -158,7 +158,7 @@ async def test_a_batch_the_worker_cannot_decode_stops_its_partition_until_it_can
         ],
     )
     config = write_config(tmp_path / "config.yaml", kafka_bootstrap, kafka, PRIVACY)
-    before = WorkerProcess(config, tmp_path / "before.log", module="tests.integration.codecless")
+    before = WorkerProcess(config, tmp_path / "before.log", module="tests.support.codecless")
     port = free_port()
     async with Tail(kafka_bootstrap, kafka["output_topic"], identity=seq) as out:
         async with running(before, port):
@@ -313,7 +313,7 @@ async def cannot_restore(
 ) -> None:
     """A worker without zstd fails to restore: it reports the changelog batch, answers
     /readyz 503, releases nothing, and stops cleanly when told to."""
-    worker = WorkerProcess(config, tmp_path / "codecless.log", module="tests.integration.codecless")
+    worker = WorkerProcess(config, tmp_path / "codecless.log", module="tests.support.codecless")
     async with running(worker, port):
 
         async def reported() -> bool:

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from tests.broker import create_topics
-from tests.integration.faults import read_to_end
-from tests.integration.worker_proc import (
+from tests.support.broker import create_topics
+from tests.support.faults import read_to_end
+from tests.support.worker_proc import (
     ROOT,
     Collector,
     WorkerProcess,

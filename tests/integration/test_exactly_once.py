@@ -52,7 +52,7 @@ from pathlib import Path
 
 from aiokafka import ConsumerRecord
 
-from tests.integration.faults import (
+from tests.support.faults import (
     Tail,
     assert_dead_once,
     assert_each_once,
@@ -67,7 +67,7 @@ from tests.integration.faults import (
     source_of,
     stream,
 )
-from tests.integration.worker_proc import (
+from tests.support.worker_proc import (
     TEST_SECRET,
     Message,
     WorkerProcess,

@@ -6,7 +6,7 @@ byte-identical to the offline replay; the worker must survive all of it
 without a restart, keep raw values out of its log and exit 0 on SIGTERM.
 
 The messages and the fate each one deserves come from
-``tests.integration.fuzz_messages`` (seeded, deterministic). That
+``tests.support.fuzz_messages`` (seeded, deterministic). That
 expectation is checked against the pure pipeline first (no broker), then
 against what the worker actually wrote.
 """
@@ -26,9 +26,9 @@ from privstream.kinds import build_plan
 from privstream.mechanisms.rng import OsEntropy
 from privstream.pipeline import process_batch
 
-from tests.broker import create_topics
-from tests.integration.faults import free_port, scrape_until
-from tests.integration.fuzz_messages import (
+from tests.support.broker import create_topics
+from tests.support.faults import free_port, scrape_until
+from tests.support.fuzz_messages import (
     CANARY,
     KNOWN_REASONS,
     MAX_MESSAGE_BYTES,
@@ -38,7 +38,7 @@ from tests.integration.fuzz_messages import (
     good_cases,
     interleave,
 )
-from tests.integration.worker_proc import (
+from tests.support.worker_proc import (
     TEST_SECRET,
     Collector,
     Message,

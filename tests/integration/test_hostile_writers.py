@@ -18,8 +18,8 @@ import numpy as np
 from privstream.config import load_config
 from privstream.estimate.source import run_topic_read
 
-from tests.broker import create_topics
-from tests.integration.worker_proc import (
+from tests.support.broker import create_topics
+from tests.support.worker_proc import (
     PRIVACY,
     Collector,
     WorkerProcess,

@@ -20,15 +20,15 @@ from privstream.worker.ledger_store import LedgerStore
 from privstream.worker.topics import check_topics
 from prometheus_client import CollectorRegistry
 
-from tests.broker import create_topics
-from tests.http_get import http_get
-from tests.integration.faults import (
+from tests.support.broker import create_topics
+from tests.support.faults import (
     Tail,
     fault_topics,
     free_port,
     samples,
 )
-from tests.integration.ledger_support import (
+from tests.support.http_get import http_get
+from tests.support.ledger import (
     DAY_MS,
     HOUR_MS,
     Timed,
@@ -44,7 +44,7 @@ from tests.integration.ledger_support import (
     seq,
     source,
 )
-from tests.integration.worker_proc import (
+from tests.support.worker_proc import (
     TEST_SECRET,
     WorkerProcess,
     write_config,

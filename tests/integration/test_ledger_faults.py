@@ -19,9 +19,8 @@ from privstream.config import load_config
 from privstream.kinds import build_plan
 from privstream.ledger import LedgerPolicy
 
-from tests.broker import LocalBroker, local_broker
-from tests.http_get import http_get
-from tests.integration.faults import (
+from tests.support.broker import LocalBroker, local_broker
+from tests.support.faults import (
     Tail,
     fault_topics,
     free_port,
@@ -32,7 +31,8 @@ from tests.integration.faults import (
     samples,
     stream,
 )
-from tests.integration.ledger_support import (
+from tests.support.http_get import http_get
+from tests.support.ledger import (
     CAP,
     accounted_for,
     assert_changelog_is_the_ledger,
@@ -48,7 +48,7 @@ from tests.integration.ledger_support import (
     source,
     subject_message,
 )
-from tests.integration.worker_proc import (
+from tests.support.worker_proc import (
     TEST_SECRET,
     WorkerProcess,
     read_all,

@@ -21,8 +21,8 @@ from privstream.ledger import SubjectLedger
 from privstream.pipeline import BatchResult
 from privstream.worker.ledger_store import Verdict
 
-from tests.broker import create_topics
 from tests.integration.test_changelog_batches import kafka, started, store_of
+from tests.support.broker import create_topics
 from tests.unit.ledger.test_charge import POLICY
 from tests.unit.ledger.test_replay import GROWTH_SHARE
 

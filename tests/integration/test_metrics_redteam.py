@@ -21,9 +21,9 @@ from privstream.config import load_config
 from privstream.kinds import build_plan
 from privstream.mechanisms import LaplaceMechanism
 
-from tests.broker import create_topics
-from tests.integration.faults import Samples, free_port, metric, poll_until, scrape_until
-from tests.integration.worker_proc import Collector, WorkerProcess, unique_topics, write_config
+from tests.support.broker import create_topics
+from tests.support.faults import Samples, free_port, metric, poll_until, scrape_until
+from tests.support.worker_proc import Collector, WorkerProcess, unique_topics, write_config
 
 #: single-record commits
 ROUNDS = 30

@@ -37,9 +37,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker import LocalBroker, local_broker
-from tests.http_get import http_get
-from tests.integration.faults import (
+from tests.support.broker import LocalBroker, local_broker
+from tests.support.faults import (
     Tail,
     assert_dead_once,
     assert_each_once,
@@ -53,8 +52,9 @@ from tests.integration.faults import (
     stream,
     telemetry_message,
 )
-from tests.integration.tcp_proxy import END_TXN, PRODUCE, TcpProxy
-from tests.integration.worker_proc import (
+from tests.support.http_get import http_get
+from tests.support.tcp_proxy import END_TXN, PRODUCE, TcpProxy
+from tests.support.worker_proc import (
     PRIVACY,
     TEST_SECRET,
     Message,

@@ -31,9 +31,9 @@ from privstream.mechanisms import LaplaceMechanism, RandomizedResponse
 from privstream.mechanisms.base import Mechanism
 from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
 
-from tests.broker import create_topics
-from tests.integration.faults import poll_until
-from tests.integration.worker_proc import (
+from tests.support.broker import create_topics
+from tests.support.faults import poll_until
+from tests.support.worker_proc import (
     ROOT,
     Message,
     WorkerProcess,

@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tests.integration.faults import (
+from tests.support.faults import (
     Tail,
     assert_dead_once,
     assert_each_once,
@@ -46,7 +46,7 @@ from tests.integration.faults import (
     stream,
     telemetry_message,
 )
-from tests.integration.worker_proc import (
+from tests.support.worker_proc import (
     PRIVACY,
     TEST_SECRET,
     Message,

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 from aiokafka.admin import AIOKafkaAdminClient
 
-from tests.broker import create_topics
-from tests.integration.faults import poll_until
-from tests.integration.worker_proc import (
+from tests.support.broker import create_topics
+from tests.support.faults import poll_until
+from tests.support.worker_proc import (
     Collector,
     Message,
     WorkerProcess,

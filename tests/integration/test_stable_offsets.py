@@ -20,9 +20,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import OffsetAndMetadata
 from privstream.worker.stable_offsets import stable_committed
 
-from tests.broker import create_topics
-from tests.integration.faults import group_assignment, poll_until
-from tests.integration.worker_proc import (
+from tests.support.broker import create_topics
+from tests.support.faults import group_assignment, poll_until
+from tests.support.worker_proc import (
     PRIVACY,
     WorkerProcess,
     decode,

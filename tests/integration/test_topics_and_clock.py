@@ -19,10 +19,10 @@ from privstream.ledger import codec
 from privstream.worker.clock import OFFSET_ENV
 from privstream.worker.topics import describe
 
-from tests.broker import create_topics
-from tests.http_get import http_get
-from tests.integration.faults import Tail, fault_topics, free_port, metric, poll_until
-from tests.integration.ledger_support import (
+from tests.support.broker import create_topics
+from tests.support.faults import Tail, fault_topics, free_port, metric, poll_until
+from tests.support.http_get import http_get
+from tests.support.ledger import (
     CAP,
     DAY_MS,
     accounted_for,
@@ -36,7 +36,7 @@ from tests.integration.ledger_support import (
     seq,
     source,
 )
-from tests.integration.worker_proc import WorkerProcess, read_all, unique_topics, write_config
+from tests.support.worker_proc import WorkerProcess, read_all, unique_topics, write_config
 
 MAX_FUTURE_MS = 5 * 60_000  # ledger_support's max_future
 

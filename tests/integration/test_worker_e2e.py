@@ -12,8 +12,8 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from tests.broker import create_topics
-from tests.integration.worker_proc import (
+from tests.support.broker import create_topics
+from tests.support.worker_proc import (
     PRIVACY,
     Collector,
     WorkerProcess,

@@ -4,7 +4,7 @@ The module starts a broker of its own with the local launcher (never the
 session broker, never Docker, whatever KAFKA_BOOTSTRAP_SERVERS says): a
 PLAINTEXT listener, which the test itself uses to create topics, produce
 input and read output, and a SASL_SSL listener with certificates generated
-by the test (tests/integration/tls_certs.py) and a SCRAM user created when
+by the test (tests/support/tls_certs.py) and a SCRAM user created when
 the storage is formatted. Only the worker goes through SASL_SSL.
 
 Checked: the worker sanitizes through SASL_SSL (password from a file or from
@@ -31,9 +31,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
 
-from tests.broker import LocalBroker, create_topics
-from tests.integration.tls_certs import TlsFiles, generate
-from tests.integration.worker_proc import (
+from tests.support.broker import LocalBroker, create_topics
+from tests.support.tls_certs import TlsFiles, generate
+from tests.support.worker_proc import (
     Collector,
     Message,
     WorkerProcess,

@@ -27,7 +27,7 @@ from privstream.testing import SeededSource
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"

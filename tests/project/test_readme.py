@@ -29,5 +29,6 @@ def test_readme_config_reference_is_valid() -> None:
         "set",
         "vector",
         "functional",
+        "timestamp",
     }
     assert plan.epsilon <= config.privacy.epsilon * (1 + 1e-9)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import threading
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ from privstream.testing import SeededSource
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 FIELDS: list[dict[str, Any]] = [
     {"name": "seq", "kind": "public"},
@@ -185,6 +186,48 @@ def test_each_record_counts_in_exactly_one_fixed_window() -> None:
     counts.observe({"amount": Observation(7), "clicks": Observation(0)})
     clock.now = 1040.0  # the grid stays fixed: the window [1030, 1040) ends here
     assert published(counts) == {"amount": 7, "clicks": 0}
+
+
+class GatedSource(SeededSource):
+    """Counts the words drawn; the first draw waits (0.5 s at most) for a second one."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        self.drawn = 0
+        self.first_inside, self.second_came = threading.Event(), threading.Event()
+
+    def words(self, n: int, k: int) -> Any:
+        if not self.first_inside.is_set():
+            self.first_inside.set()
+            self.second_came.wait(0.5)
+        else:
+            self.second_came.set()
+        self.drawn += n * k
+        return super().words(n, k)
+
+
+def test_a_scrape_and_a_batch_at_a_window_end_draw_its_noise_once() -> None:
+    """/metrics renders on the HTTP thread while the worker observes. The worker's roll
+    finds the window ended and draws its noise, waiting there (0.5 s at most) for the
+    scrape's roll to draw too: without the lock both would draw noise for the same
+    counts (a second release). With it, the scrape's roll waits for the worker's and
+    finds the new window open. The words drawn are those of one roll of a twin."""
+    _, plan = plan_of()
+    clock, twin_clock = Clock(), Clock()
+    source, twin_source = GatedSource(6), GatedSource(6)
+    counts = NoisyClampedCounts(plan, epsilon=1.0, window_s=10.0, source=source, clock=clock)
+    twin = NoisyClampedCounts(
+        plan, epsilon=1.0, window_s=10.0, source=twin_source, clock=twin_clock
+    )
+    clock.now = twin_clock.now = 1010.0  # the window [1000, 1010) has ended
+    worker = threading.Thread(target=counts.observe, args=({"amount": Observation(5)},))
+    worker.start()
+    assert source.first_inside.wait(10)
+    scraped = published(counts)  # this thread: the scrape
+    worker.join(10)
+    twin.observe({"amount": Observation(5)})  # one roll, alone
+    assert source.drawn == twin_source.drawn > 0
+    assert scraped == published(twin)  # the same seed and one draw: the same release
 
 
 def test_window_noise_is_discrete_laplace_at_the_stated_epsilon() -> None:

@@ -24,6 +24,7 @@ from privstream.audit.targets import (
     spread_codes,
     vector_target,
 )
+from privstream.audit.timestamps import TimestampTarget
 from privstream.errors import AuditError
 from privstream.kinds import check_table
 from privstream.mechanisms.unary_categorical import UnaryCategorical
@@ -106,6 +107,7 @@ TARGETS: dict[tuple[str, str | None], Callable[[Any], Target]] = {
     ("set", "unary_encoding"): set_target,
     ("vector", "gaussian"): vector_field_target,
     ("functional", "gaussian_process"): functional_field_target,
+    ("timestamp", "discrete_laplace"): TimestampTarget,
 }
 check_table("privstream.audit.by_kind", TARGETS)
 

@@ -41,8 +41,10 @@ from privstream.audit.events import AllOf, Event, Sample
 from privstream.audit.sampling import PipelineSampler, RecordSpec
 from privstream.audit.stats import cp_lower, cp_upper, epsilon_lower_bound
 from privstream.audit.targets import Target
-from privstream.errors import AuditError
+from privstream.errors import AuditError, Rejected
 from privstream.pipeline import RecordPlan
+from privstream.pipeline.handlers import FieldHandler
+from privstream.pipeline.missing import PresenceHandler
 
 #: how the record's product events are picked on the pilot (``_projected_score``)
 _PILOT_PESSIMISM = 0.16
@@ -52,6 +54,22 @@ _MAIN_Z = 4.75
 def all_pairs(count: int) -> list[tuple[int, int]]:
     """Every ordered pair of distinct inputs (both directions of the DP inequality)."""
     return [(i, j) for i, j in itertools.permutations(range(count), 2)]
+
+
+#: values for a field released without noise, in order of preference: any JSON value does
+#: for public fields, a timestamp field without epsilon takes the epoch number
+_FILLERS: tuple[object, ...] = ("audit", 0)
+
+
+def _filler(handler: FieldHandler) -> object:
+    """The first of ``_FILLERS`` the field's parser accepts (the pipeline must release it)."""
+    for value in _FILLERS:
+        try:
+            handler.parse(value)
+        except Rejected:
+            continue
+        return value
+    raise AuditError(f"field {handler.name!r}: no audit value its parser accepts")
 
 
 class PlanAuditor:
@@ -67,13 +85,18 @@ class PlanAuditor:
             for f in plan.fields
             if f.memo is not None and f.memo.field is not None
         }
+        # a presence bit (``presence_epsilon``) reads whether its field is there: its inputs
+        # are records with the field present (true) or absent (false)
+        self.presence_of = {
+            f.name: f.handler.source for f in plan.fields if isinstance(f.handler, PresenceHandler)
+        }
 
     def _base(self) -> dict[str, object]:
         """A valid value for every field the pipeline reads: first inputs, memo ids."""
         base: dict[str, object] = {}
         for handler in self.plan.handlers:
             target = self.by_name.get(handler.name)
-            base[handler.name] = target.inputs[0] if target is not None else "audit"
+            base[handler.name] = target.inputs[0] if target is not None else _filler(handler)
         for memo in self.memo_of.values():
             base.setdefault(memo, "audit-device")
         return base
@@ -93,6 +116,10 @@ class PlanAuditor:
             fixed = {**base, **{k: v for k, v in value.items() if k not in unique}}
             for name in unique:
                 fixed.pop(name, None)
+            for bit, source in self.presence_of.items():
+                fixed.pop(bit, None)  # no such record key; present unless examined as false
+                if value.get(bit, True) is False:
+                    fixed.pop(source, None)
             specs.append(RecordSpec(fixed, tuple(unique)))
         return specs
 

@@ -8,12 +8,14 @@ from typing import Any
 
 from privstream.config import AppConfig, FieldConfig, Guarantee
 from privstream.config.fields import FORGEABLE, CategoricalField, RealField
+from privstream.config.missing import presence_name
+from privstream.errors import RegistryError
 from privstream.kinds import registration_for
 from privstream.kinds.auto import WARN_RATIO, auto_choice
 from privstream.kinds.auto_real import explain_auto_real
 from privstream.mechanisms import Mechanism
 from privstream.pipeline import RecordPlan
-from privstream.pipeline.plan import MemoPlan
+from privstream.pipeline.plan import MemoPlan, PlannedField
 
 
 def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
@@ -27,14 +29,10 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
         planned = by_name.get(spec.name)
         describe = registration_for(planned).explain if planned is not None else None
         entry: dict[str, Any] = {"name": spec.name, "kind": spec.kind, "mechanism": None}
-        if planned is not None and describe is not None and planned.handler.mechanism is not None:
-            declared = plan.budget.declared[spec.name]
-            described = describe(planned.handler)
-            # key order as before the registry: mechanism, epsilon, delta, declared_*, ...
-            entry.update({key: described.pop(key) for key in ("mechanism", "epsilon", "delta")})
-            entry.update(declared_epsilon=declared.epsilon, declared_delta=declared.delta)
-            entry.update(described)
+        if planned is not None and planned.handler.mechanism is not None:
+            entry.update(_noised_entry(plan, planned))
             entry.update(_memo_entry(planned.memo))
+            entry.update(_missing_entry(spec))
             share = plan.budget.fields.get(spec.name)
             entry.update(_auto_entry(spec, share, planned.handler.mechanism))
             entry["optimality"] = _optimality(entry)
@@ -42,7 +40,19 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
             entry.update(
                 epsilon=0.0, delta=0.0, params={}, expected_error=None, gamma_lower_bound=None
             )
+            if planned is not None and describe is not None:  # a public transform says what
+                entry.update(describe(planned.handler))
         fields.append(entry)
+        presence = by_name.get(presence_name(spec.name))
+        if getattr(spec, "presence_epsilon", None) is not None and presence is not None:
+            bit: dict[str, Any] = {
+                "name": presence.name,
+                "kind": presence.kind,
+                "presence_of": spec.name,
+            }
+            bit.update(_noised_entry(plan, presence))
+            bit["optimality"] = _optimality(bit)
+            fields.append(bit)
     budget = plan.budget
     k = budget.group_size
     return {
@@ -61,6 +71,20 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
         "metrics": _metrics_data(config, plan),
         "ledger": ledger_guarantee(config, plan),
     }
+
+
+def _noised_entry(plan: RecordPlan, planned: PlannedField) -> dict[str, Any]:
+    """Mechanism, epsilon, delta, declared share and the kind's own description."""
+    describe = registration_for(planned).explain
+    declared = plan.budget.declared[planned.name]
+    if describe is None:  # every noised registration has one (``_NOISED_PARTS``)
+        raise RegistryError(f"field {planned.name!r}: its kind has no explain")
+    described = describe(planned.handler)
+    # key order as before the registry: mechanism, epsilon, delta, declared_*, ...
+    entry = {key: described.pop(key) for key in ("mechanism", "epsilon", "delta")}
+    entry.update(declared_epsilon=declared.epsilon, declared_delta=declared.delta)
+    entry.update(described)
+    return entry
 
 
 def _metrics_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
@@ -214,6 +238,41 @@ def _memo_entry(memo: MemoPlan | None) -> dict[str, Any]:
     return {"memoize_by": memo.field, "memo_identity": "field", "memo_forgeable": True}
 
 
+def _missing_entry(spec: Any) -> dict[str, Any]:
+    """How an absent or null value is released (``on_missing``)."""
+    mode = getattr(spec, "on_missing", "dead_letter")  # a timestamp field always dead-letters
+    entry: dict[str, Any] = {"on_missing": mode}
+    if mode == "impute":
+        entry["impute"] = spec.impute
+    if mode == "null":
+        entry["presence_public"] = True
+    return entry
+
+
+def _missing_lines(fields: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    bits = {f["presence_of"]: f for f in fields if "presence_of" in f}
+    for f in fields:
+        if f.get("on_missing") == "impute":
+            bit = bits.get(f["name"])
+            shown = (
+                "its value never shows whether it was present"
+                if bit is None
+                else f"whether it was present is released only by {bit['name']} "
+                f"(randomized response, epsilon={_num(bit['epsilon'])})"
+            )
+            lines.append(
+                f"missing: {f['name']} absent or null is noised as "
+                f"{json.dumps(f['impute'])}; {shown}"
+            )
+        elif f.get("on_missing") == "null":
+            lines.append(
+                f"PUBLIC PRESENCE: {f['name']} absent or null is released as null: whether a "
+                "record holds it is published in the clear, outside the guarantee"
+            )
+    return lines
+
+
 def _memo_lines(fields: list[dict[str, Any]]) -> list[str]:
     by_key = [f["name"] for f in fields if f.get("memo_identity") == "message_key"]
     by_field = [f"{f['name']} (by {f['memoize_by']})" for f in fields if f.get("memoize_by")]
@@ -261,7 +320,7 @@ def render_table(data: dict[str, Any], width: int | None = None) -> str:
             (
                 f["name"],
                 f["kind"],
-                f["mechanism"] or ("removed" if f["kind"] == "drop" else "copied as is"),
+                f["mechanism"] or _unnoised(f),
                 _num(f["epsilon"]),
                 _num(f["delta"]),
                 params or "-",
@@ -290,12 +349,27 @@ def render_table(data: dict[str, Any], width: int | None = None) -> str:
     notes.extend(ledger_lines(data["ledger"]))
     notes.append(f"config sha256: {data['config_sha256']}")
     notes.append(_metrics_line(data["metrics"]))
+    notes.extend(
+        f"NOT PRIVATE: {f['name']} is {f['public_transform']}"
+        for f in data["fields"]
+        if f.get("public_transform")
+    )
     notes.extend(_memo_lines(data["fields"]))
+    notes.extend(_missing_lines(data["fields"]))
     notes.extend(_auto_lines(data["fields"]))
     notes.extend(_optimality_lines(data["fields"]))
     if width is not None:
         notes = [part for note in notes for part in _wrap(note, width, "  ")]
     return "\n".join([*lines, "", *notes])
+
+
+def _unnoised(field: dict[str, Any]) -> str:
+    """The mechanism column of a field without noise."""
+    if field["kind"] == "drop":
+        return "removed"
+    if field.get("granularity"):
+        return f"truncated to {field['granularity']}, as is"
+    return "copied as is"
 
 
 def _grid(rows: list[tuple[str, ...]]) -> list[str]:

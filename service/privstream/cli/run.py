@@ -39,7 +39,7 @@ async def serve(
     )
     health = Health()
     port = config.http.port if http_port is None else http_port
-    endpoint = HttpEndpoint(registry, health, config.http.host, port)
+    endpoint = HttpEndpoint(metrics, health, config.http.host, port)
     await endpoint.start()
     log.info("metrics and health on %s:%d", config.http.host, endpoint.port)
     stop = asyncio.Event()

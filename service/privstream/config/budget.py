@@ -23,6 +23,7 @@ from fractions import Fraction
 
 from privstream.config.fields import NoisedField
 from privstream.config.ledger import DELTA_UNITS, EPSILON_UNITS, cap_units, cost_units
+from privstream.config.missing import presence_name
 from privstream.config.models import AppConfig
 
 #: relative slack when comparing summed field budgets with the record budget,
@@ -48,12 +49,28 @@ class Budget:
 
 
 def noised_fields(config: AppConfig) -> list[NoisedField]:
-    """The fields that consume privacy budget, in config order."""
-    return [f for f in config.fields if f.kind not in ("drop", "public")]  # type: ignore[misc]
+    """The fields that consume privacy budget (those with an epsilon), in config order."""
+    return [f for f in config.fields if getattr(f, "epsilon", None) is not None]  # type: ignore[misc]
+
+
+def presence_shares(fields: list[NoisedField]) -> dict[str, float]:
+    """The declared epsilon of each presence bit (``presence_epsilon``), by output key."""
+    return {
+        presence_name(f.name): epsilon
+        for f in fields
+        # a timestamp field has no presence bit (nor on_missing)
+        if (epsilon := getattr(f, "presence_epsilon", None)) is not None
+    }
+
+
+def _explicit(fields: list[NoisedField]) -> float:
+    """The explicit epsilons: the fields' and their presence bits'."""
+    shares = [float(f.epsilon) for f in fields if f.epsilon != "auto"]
+    return math.fsum([*shares, *presence_shares(fields).values()])
 
 
 def _auto_share(config: AppConfig, fields: list[NoisedField]) -> float | None:
-    explicit = math.fsum(float(f.epsilon) for f in fields if f.epsilon != "auto")
+    explicit = _explicit(fields)
     autos = sum(1 for f in fields if f.epsilon == "auto")
     left = config.privacy.epsilon - explicit
     if autos == 0:
@@ -65,7 +82,7 @@ def budget_problems(config: AppConfig) -> list[str]:
     """Everything wrong with the fields' shares, one line each."""
     fields = noised_fields(config)
     if _auto_share(config, fields) is None:
-        explicit = math.fsum(float(f.epsilon) for f in fields if f.epsilon != "auto")
+        explicit = _explicit(fields)
         limit = config.privacy.epsilon
         used = "all of" if explicit <= limit else "more than"
         return [
@@ -102,6 +119,8 @@ def resolve_budget(config: AppConfig) -> Budget:
         f.name: Guarantee(share if f.epsilon == "auto" else float(f.epsilon), f.delta)
         for f in fields
     }
+    # a presence bit is one more randomized response of the record: it composes like a field
+    declared.update({key: Guarantee(eps, 0.0) for key, eps in presence_shares(fields).items()})
     k = config.privacy.group_size
     event_eps = math.fsum(g.epsilon for g in declared.values()) / k
     log_factor = math.log(k) + (k - 1) * event_eps  # ln(k e^{(k-1) eps_e}), no overflow

@@ -9,7 +9,7 @@ mechanisms use (``privstream.mechanisms.validation``).
 # no ``from __future__ import annotations``: pydantic would compile every field's
 # annotation from its text at start-up (about 2.5 ms of every command, docs/benchmarks.md)
 from collections.abc import Callable, Sequence
-from typing import Annotated, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -17,12 +17,17 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainValidator,
+    StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
+    field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
+from privstream.config import timestamps
+from privstream.config.missing import OnMissing, missing_problem
 from privstream.errors import MechanismError
 from privstream.mechanisms import validation
 
@@ -47,6 +52,9 @@ Delta = Annotated[float, _pydantic(validation.check_delta)]
 Bounds = Annotated[tuple[float, float], _pydantic(validation.check_bounds)]
 IntegerBounds = Annotated[tuple[float, float], _pydantic(validation.check_integer_bounds)]
 DomainValue = StrictStr | StrictInt
+#: what ``impute`` takes: a value of some kind's domain (checked against the field's own)
+ImputeScalar = StrictBool | StrictInt | StrictFloat | StrictStr
+ImputeValue = ImputeScalar | list[ImputeScalar]
 Domain = Annotated[tuple[DomainValue, ...], _pydantic(validation.check_domain)]
 Universe = Annotated[tuple[StrictStr, ...], _pydantic(validation.check_domain)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -95,7 +103,8 @@ class DropField(_NamedField):
 
 
 class PublicField(_NamedField):
-    """Released as is. Only for values that are not personal (a timestamp, a sequence)."""
+    """Released as is. Only for values that are not personal (a sequence number; a time is
+    better truncated: ``kind: timestamp``)."""
 
     kind: Literal["public"]
     #: copy objects and arrays too (at most 100 levels deep); by default only strings,
@@ -107,6 +116,29 @@ class PublicField(_NamedField):
 class _NoisedField(_NamedField):
     epsilon: EpsilonShare
     delta: Delta = 0.0
+    #: an absent or null value: dead-letter the record, impute ``impute`` before the
+    #: mechanism, or release null (presence public) (``privstream.config.missing``)
+    on_missing: OnMissing = "dead_letter"
+    #: the in-domain value ``on_missing: impute`` puts in place of an absent or null one
+    impute: ImputeValue | None = None
+    #: ``on_missing: null`` with ``privacy.subject``: the field's presence is not personal
+    presence_public: bool = False
+    #: ``on_missing: impute``: also release ``<name>_present``, whether the value was
+    #: present, by randomized response at this epsilon (added to the record's)
+    presence_epsilon: Epsilon | None = None
+
+    @field_validator("on_missing", mode="before")
+    @classmethod
+    def _yaml_null(cls, value: object) -> object:
+        # ``on_missing: null`` in YAML is the null value itself, not the string
+        return "null" if value is None else value
+
+    @model_validator(mode="after")
+    def _missing_options(self) -> "_NoisedField":
+        problem = missing_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
 
 class RealField(_NoisedField):
@@ -277,6 +309,93 @@ class FunctionalField(_NoisedField):
     calibration: Literal["thesis", "analytic"] = "thesis"
 
 
+def _granularity(text: str) -> str:
+    timestamps.granularity_us(text)  # a ValueError naming the accepted forms
+    return text
+
+
+Granularity = Annotated[StrictStr, AfterValidator(_granularity)]
+
+
+class TimestampField(_NamedField):
+    """A point in time (ISO 8601 text or an epoch number), truncated to ``granularity``.
+
+    Every record's time is cut to the start of its unit (the same granularity
+    for all). Without ``epsilon`` the truncated time is released as is: a
+    public transform, not private. With ``epsilon`` the unit index, clamped
+    into ``bounds``, gets discrete Laplace noise in whole units
+    (``privstream.kinds.timestamp``).
+    """
+
+    kind: Literal["timestamp"]
+    #: ``<n><s|m|h|d>``: 1m, 15m, 1h, 1d; units are aligned to 1970-01-01T00:00:00Z
+    granularity: Granularity
+    #: what an epoch number counts: seconds or milliseconds since 1970-01-01T00:00:00Z
+    epoch_unit: timestamps.EpochUnit = "s"
+    #: read ISO text without an offset as UTC; otherwise such a record is dead-lettered
+    assume_utc: bool = False
+    #: released as ISO 8601 UTC text (``2026-11-28T04:00:00Z``) or epoch seconds/milliseconds
+    output: Literal["iso", "epoch_s", "epoch_ms"] = "iso"
+    #: [earliest, latest] as ISO 8601 text: times outside are clamped; required with epsilon
+    bounds: tuple[StrictStr, StrictStr] | None = None
+    #: with it, noise in whole units; without it, no noise and nothing private
+    epsilon: EpsilonShare | None = None
+    delta: Delta = 0.0
+    #: set to discrete_laplace when epsilon is given; none without
+    mechanism: Literal["discrete_laplace"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_mechanism(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("epsilon") is not None and "mechanism" not in data:
+            return {**data, "mechanism": "discrete_laplace"}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TimestampField":
+        if self.epsilon is None:
+            if self.mechanism is not None or self.delta != 0.0:
+                raise ValueError(
+                    "mechanism and delta apply to a noised timestamp only; give epsilon "
+                    "(and bounds), or remove them to release the truncated time as is"
+                )
+        elif self.bounds is None:
+            raise ValueError(
+                "a noised timestamp needs bounds: the earliest and latest time as ISO text, "
+                'e.g. bounds: ["2026-01-01T00:00:00Z", "2027-01-01T00:00:00Z"]'
+            )
+        lower, upper = self.unit_bounds
+        if lower > upper:
+            raise ValueError(
+                f"bounds {list(self.bounds or ())} are reversed; write the earliest first"
+            )
+        return self
+
+    @property
+    def unit_us(self) -> int:
+        """The granularity in microseconds."""
+        return timestamps.granularity_us(self.granularity)
+
+    @property
+    def unit_bounds(self) -> tuple[int, int]:
+        """(first, last) unit index released: the units holding the bounds, within
+        ``iso_units`` (every unit whose start ISO text can write); no bounds: all of them."""
+        first, last = timestamps.iso_units(self.unit_us)
+        if self.bounds is None:
+            return first, last
+        lower, upper = (self._bound(i, text) // self.unit_us for i, text in enumerate(self.bounds))
+        return max(lower, first), min(upper, last)
+
+    def _bound(self, position: int, text: str) -> int:
+        try:
+            return timestamps.parse_iso(text, assume_utc=self.assume_utc)
+        except timestamps.BadTimestamp:
+            raise ValueError(
+                f"bounds[{position}] {text!r} is no ISO 8601 time with a UTC offset; write "
+                "e.g. 2026-01-01T00:00:00Z (or set assume_utc: true for times without one)"
+            ) from None
+
+
 NoisedField = (
     RealField
     | IntegerField
@@ -286,7 +405,9 @@ NoisedField = (
     | VectorField
     | FunctionalField
 )
-FieldConfig = Annotated[DropField | PublicField | NoisedField, Field(discriminator="kind")]
+FieldConfig = Annotated[
+    DropField | PublicField | NoisedField | TimestampField, Field(discriminator="kind")
+]
 #: every field model, in the order of the union (a new kind is added to the union only)
 FIELD_MODELS: tuple[type[_NamedField], ...] = get_args(get_args(FieldConfig)[0])
 FIELD_KINDS: tuple[str, ...] = tuple(
@@ -294,10 +415,23 @@ FIELD_KINDS: tuple[str, ...] = tuple(
 )
 
 
-def mechanisms_of(model: type[_NamedField]) -> tuple[str, ...]:
-    """The ``mechanism`` values a field model accepts (none for drop and public)."""
+def mechanisms_of(model: type[_NamedField]) -> tuple[str | None, ...]:
+    """The ``mechanism`` values a field model accepts (none for drop and public).
+
+    None among them: the kind is also released without noise (a timestamp without epsilon).
+    """
     field = model.model_fields.get("mechanism")
-    return () if field is None else tuple(get_args(field.annotation))
+    if field is None:
+        return ()
+    values: list[str | None] = []
+    for arg in get_args(field.annotation):
+        if arg is type(None):
+            values.append(None)
+        elif get_origin(arg) is Literal:
+            values.extend(get_args(arg))
+        else:
+            values.append(arg)
+    return tuple(values)
 
 
 #: why a record field is no memo identity unless the operator vouches for its writers

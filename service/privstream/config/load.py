@@ -27,6 +27,7 @@ from privstream.config.budget import (
     resolve_budget,
 )
 from privstream.config.fields import FIELD_KINDS, FIELD_MODELS, RealField
+from privstream.config.missing import MISSING_DEFAULTS
 from privstream.config.models import AppConfig
 from privstream.errors import ConfigError, MechanismError
 from privstream.mechanisms.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
@@ -163,6 +164,11 @@ def config_sha256(config: AppConfig) -> str:
     for key, unset in (("subject", None), ("subject_public", False), ("ledger", None)):
         if payload["privacy"][key] == unset:
             del payload["privacy"][key]
+    # so do the missing-value options of a field (``on_missing``, ...)
+    for field in payload["fields"]:
+        for option, default in MISSING_DEFAULTS.items():
+            if option in field and field[option] == default:
+                del field[option]
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 

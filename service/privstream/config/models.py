@@ -14,6 +14,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from privstream.config.fields import Delta, Epsilon, FieldConfig, Strict
 from privstream.config.ledger import LedgerConfig, subject_problems
+from privstream.config.missing import presence_problems
 
 
 class SecurityConfig(Strict):
@@ -166,7 +167,21 @@ class AppConfig(Strict):
 
         check_memo_references(self.fields)
         self._check_subject()
+        self._check_presence()
         return self
+
+    def _check_presence(self) -> None:
+        problems = presence_problems(self.fields, self.privacy.subject)
+        if problems:
+            details = [
+                InitErrorDetails(
+                    type=PydanticCustomError("presence", message),
+                    loc=("fields", position, "on_missing"),
+                    input=self.fields[position].on_missing,  # type: ignore[union-attr]
+                )
+                for position, message in problems
+            ]
+            raise ValidationError.from_exception_data("AppConfig", details)
 
     def _check_subject(self) -> None:
         kinds = {spec.name: spec.kind for spec in self.fields}

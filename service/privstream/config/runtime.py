@@ -80,12 +80,31 @@ def parse_noise_key(text: str, origin: str) -> bytes:
     return secret
 
 
-def _read_secret_file(path: Path, what: str) -> str:
+#: a noise key file holds 64 hex digits and a newline; a larger one is the wrong file (a
+#: device, a log, a mounted directory's archive) and is not read into memory whole
+MAX_KEY_FILE_BYTES = 1024
+
+
+def _read_secret_file(path: Path, what: str, max_bytes: int | None = None) -> str:
+    """The file's text; with ``max_bytes``, a larger file is refused unread past the limit."""
     try:
-        return path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            data = handle.read(-1 if max_bytes is None else max_bytes + 1)
+            if max_bytes is not None and len(data) > max_bytes:
+                size = os.fstat(handle.fileno()).st_size  # 0 for a pipe or a device
+                raise SecretError(
+                    f"{what} file {path} is {_size_text(size, max_bytes)}; at most "
+                    f"{max_bytes} bytes are read. Point it at the key file "
+                    f"({KEYGEN_HINT}: 65 bytes)"
+                )
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise SecretError(f"{what} file {path}: cannot read it ({reason})") from None
+
+
+def _size_text(size: int, limit: int) -> str:
+    return f"{size} bytes" if size > limit else f"larger than {limit} bytes"
 
 
 #: fewer distinct bytes than this in a 32-byte key is not random: a uniform key has about
@@ -153,7 +172,8 @@ def load_noise_secret(
     path = key_file or environ.get("PRIVSTREAM_NOISE_KEY_FILE")
     if path:
         origin = f"noise key file {path}"
-        secret = parse_noise_key(_read_secret_file(Path(path), "noise key"), origin)
+        text = _read_secret_file(Path(path), "noise key", MAX_KEY_FILE_BYTES)
+        secret = parse_noise_key(text, origin)
         _check_key_file_mode(Path(path))
         return _checked(secret, origin), False
     if "PRIVSTREAM_NOISE_KEY" in environ:
@@ -215,6 +235,19 @@ def replica_identity(environ: Mapping[str, str], replica_id: str | None) -> str:
     return chosen
 
 
+def warn_insecure_tls(kafka: KafkaConfig) -> None:
+    """WARNING when TLS runs without checking the broker's host name."""
+    security = kafka.security
+    if security.uses_tls and not security.check_hostname:
+        log.warning(
+            "kafka.security.check_hostname is false: any certificate the CA signed is "
+            "accepted for %s, so whoever holds one can stand in for the broker and read "
+            "the raw records; set check_hostname: true and put the brokers' names in "
+            "their certificates",
+            kafka.bootstrap_servers,
+        )
+
+
 def load_runtime(
     kafka: KafkaConfig,
     environ: Mapping[str, str],
@@ -227,6 +260,7 @@ def load_runtime(
     secret, ephemeral = load_noise_secret(
         environ, key_file, insecure_ephemeral=insecure_ephemeral_key
     )
+    warn_insecure_tls(kafka)
     return Runtime(
         noise_secret=secret,
         replica_id=replica_identity(environ, replica_id),

@@ -76,6 +76,8 @@ class Accumulator(Protocol):
     records: int
     skipped: Counter[str]
     notes: list[str]
+    #: nulls are released values of the field (``on_missing: null``), skipped as ``null``
+    nullable: bool
 
     def add(self, values: Sequence[Any]) -> None: ...
 
@@ -94,6 +96,7 @@ class BaseAccumulator:
         self.records = 0
         self.skipped: Counter[str] = Counter()
         self.notes: list[str] = []
+        self.nullable = False
 
     def _header(self) -> dict[str, Any]:
         return {
@@ -108,4 +111,7 @@ class BaseAccumulator:
         }
 
     def _skip(self, value: object) -> None:
-        self.skipped["missing" if value is MISSING else "invalid"] += 1
+        if value is MISSING:
+            self.skipped["missing"] += 1
+        else:
+            self.skipped["null" if value is None and self.nullable else "invalid"] += 1

@@ -18,6 +18,8 @@ from privstream.estimate.accumulators import MISSING, Accumulator, Options, Trut
 from privstream.estimate.by_kind import estimator_of
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.handlers import Rejected
+from privstream.pipeline.missing import MissingHandler, source_of
+from privstream.pipeline.parse import parse_field
 from privstream.pipeline.plan import PlannedField
 
 CHUNK_RECORDS = 8192
@@ -46,12 +48,29 @@ def decode(raw: bytes) -> tuple[dict[str, Any] | None, str]:
     return obj, ""
 
 
+#: what an estimate of a field with ``on_missing`` describes (docs/estimating-and-auditing.md)
+MISSING_NOTES = {
+    "null": (
+        "on_missing: null: absent and null values are released as null and skipped "
+        "(skipped.null); the estimates describe the records that hold the field, whose "
+        "presence is public, and their intervals hold for that subpopulation"
+    ),
+    "impute": (
+        "on_missing: impute: absent and null values were noised as {0!r} like any "
+        "other value; the estimates describe every record with those counted as {0!r}"
+    ),
+}
+
+
 def accumulator_for(planned: PlannedField, options: Options) -> Accumulator | None:
     """The accumulator of one released field (its kind's estimator), None for public fields."""
     estimator = estimator_of(planned)
     if planned.handler.mechanism is None or estimator is None:
         return None  # released as is: nothing to estimate
     made = estimator(planned.handler, planned.kind, options)
+    if isinstance(planned.handler, MissingHandler):
+        made.nullable = planned.handler.mode == "null"
+        made.notes.append(MISSING_NOTES[planned.handler.mode].format(planned.handler.stand_in))
     if planned.memo is not None and planned.memo.field is not None:
         made.notes.append(
             f"memoize_by {planned.memo.field}: a device's reports repeat one answer, so they "
@@ -133,21 +152,22 @@ class TruthAggregate:
         if obj is None:
             self.skipped[reason] += 1
             return
-        parsed: dict[str, Any] = {}
+        parsed: dict[str, tuple[Any, Any]] = {}
         try:
             for handler in self.plan.handlers:
-                if handler.name not in obj:
-                    raise Rejected("missing_field", "")
-                value = handler.parse(obj[handler.name])
-                if handler.name in self.truths:
-                    parsed[handler.name] = value
+                value = parse_field(handler, obj)
+                # a null release is no value of the field: the truth skips it as the estimate does
+                if handler.name in self.truths and value is not None:
+                    given = obj.get(source_of(handler))
+                    stood = getattr(handler, "stand_in", given) if given is None else given
+                    parsed[handler.name] = (value, stood)
         except Rejected as rejected:
             self.skipped[rejected.reason] += 1
             return
         self.records += 1
-        for name, value in parsed.items():
+        for name, (value, raw) in parsed.items():
             self._parsed[name].append(value)
-            self._raw[name].append(obj[name])
+            self._raw[name].append(raw)
         self._pending += 1
         if self._pending >= CHUNK_RECORDS:
             self.flush()

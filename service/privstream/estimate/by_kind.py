@@ -23,6 +23,7 @@ from privstream.estimate.frequency import (
     true_share,
 )
 from privstream.estimate.numeric import CurveReleases, NumericApi, ScalarReleases
+from privstream.estimate.timestamps import TimestampReleases
 from privstream.estimate.unit_mean import UnitMeanReleases
 from privstream.kinds import check_table
 from privstream.mechanisms import gaussian, integer_laplace, laplace
@@ -83,6 +84,11 @@ def gaussian_releases(handler: Any, kind: str, options: Options) -> Accumulator:
 
 def integer_releases(handler: Any, kind: str, options: Options) -> Accumulator:
     return _scalar(handler, kind, options, integer_laplace_api, integer=True)
+
+
+def timestamp_releases(handler: Any, kind: str, options: Options) -> Accumulator:
+    """Noised timestamps: integer releases of the unit indices."""
+    return TimestampReleases(handler, kind, options, integer_laplace_api(handler.mechanism))
 
 
 def unit_mean_releases(handler: Any, kind: str, options: Options) -> Accumulator:
@@ -178,6 +184,7 @@ ESTIMATORS: dict[tuple[str, str | None], Estimator] = {
     ("set", "unary_encoding"): set_reports,
     ("vector", "gaussian"): vector_field_releases,
     ("functional", "gaussian_process"): functional_field_releases,
+    ("timestamp", "discrete_laplace"): timestamp_releases,
 }
 check_table("privstream.estimate.by_kind", ESTIMATORS)
 

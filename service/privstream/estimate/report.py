@@ -7,6 +7,7 @@ from typing import Any
 from privstream.estimate import suppression
 from privstream.estimate.accumulators import Options
 from privstream.estimate.aggregate import StreamAggregate, TruthAggregate
+from privstream.estimate.presence import add_present_estimates
 
 
 def build_report(
@@ -21,6 +22,7 @@ def build_report(
     for acc in stream.fields:
         known = truth.truths.get(acc.name) if truth is not None else None
         fields.append(acc.report(options, known))
+    add_present_estimates(stream.plan, fields, options)
     report: dict[str, Any] = {
         "source": source,
         "config_sha256": stream.plan.config_sha256,

@@ -169,34 +169,18 @@ class TopicRead:
 
 def connection_options(kafka: KafkaConfig, environ: Mapping[str, str]) -> dict[str, Any]:
     """Bootstrap, client id and security from the config (no noise key involved)."""
-    from privstream.config.runtime import load_credentials
+    from privstream.config.runtime import load_credentials, warn_insecure_tls
+    from privstream.kafka.options import connection_options as options_of
 
-    security = kafka.security
-    options: dict[str, Any] = {
-        "bootstrap_servers": kafka.bootstrap_servers,
-        "client_id": f"{kafka.client_id}-estimate",
-        "security_protocol": security.protocol,
-    }
-    if security.uses_tls:
-        from aiokafka.helpers import create_ssl_context
-
-        context = create_ssl_context(
-            cafile=security.ca_file, certfile=security.cert_file, keyfile=security.key_file
-        )
-        context.check_hostname = security.check_hostname
-        options["ssl_context"] = context
-    credentials = load_credentials(kafka, environ)
-    if credentials is not None:
-        options["sasl_mechanism"] = security.sasl_mechanism
-        options["sasl_plain_username"] = credentials.username
-        options["sasl_plain_password"] = credentials.password
-    return options
+    if kafka.security.uses_tls:
+        warn_insecure_tls(kafka)
+    return options_of(kafka, load_credentials(kafka, environ), f"{kafka.client_id}-estimate")
 
 
 def make_consumer(kafka: KafkaConfig, environ: Mapping[str, str]) -> Consumer:
     from aiokafka import AIOKafkaConsumer
 
-    from privstream.worker.decode import tolerate_undecodable_records
+    from privstream.kafka.decode import tolerate_undecodable_records
 
     tolerate_undecodable_records()  # a hostile header key is skipped, never a failed read
 

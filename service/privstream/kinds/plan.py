@@ -28,6 +28,7 @@ from privstream.config import AppConfig, FieldConfig, config_sha256, resolve_bud
 from privstream.errors import ConfigError, MechanismError, RegistryError
 from privstream.kinds.auto import resolve_auto
 from privstream.kinds.base import FieldKind
+from privstream.kinds.presence import presence_field, with_missing
 from privstream.kinds.registry import UNRELEASED, registration_of
 from privstream.pipeline.handlers import FieldHandler
 from privstream.pipeline.plan import (
@@ -59,6 +60,7 @@ def build_plan(config: AppConfig) -> RecordPlan:
         except MechanismError as exc:  # parameters no mechanism can honour: a config problem
             problems.append(f"fields[{i}] ({spec.name}): {exc}")
             continue
+        handler, codec = with_missing(spec, handler, entry)
         fields.append(
             PlannedField(
                 handler=handler,
@@ -66,9 +68,12 @@ def build_plan(config: AppConfig) -> RecordPlan:
                 mechanism=entry.mechanism,
                 release_id=release_id(spec, handler, share),
                 memo=_memo_plan(spec, handler, entry),
-                codec=entry.codec,
+                codec=codec,
             )
         )
+        presence = presence_field(spec, budget)
+        if presence is not None:
+            fields.append(presence)
     if problems:
         raise ConfigError(problems)
     return RecordPlan(fields=tuple(fields), budget=budget, config_sha256=config_sha256(config))

@@ -1,8 +1,9 @@
 """The changelog's record encoding, version 1.
 
 The ledger of one input partition is the compacted changelog partition of
-the same number: replaying it in offset order (last value per key wins, a
-``None`` value -- a tombstone -- deletes the key) gives back the ledger.
+the same number: replaying it in offset order (a ``None`` value -- a
+tombstone -- deletes the key; ``W``, ``L`` and ``E`` keep their largest value
+since, the others their last: ``state._keep_max``) gives back the ledger.
 Every key starts with the version byte ``0x01`` and a type byte; integers
 are signed 64-bit big-endian (``>q``)::
 

@@ -74,7 +74,8 @@ class SubjectLedger:
         self._partitions: dict[int, PartitionState] = {}
 
     def restore(self, partition: int, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """Replay a changelog partition in offset order (last value wins, None deletes)."""
+        """Replay a changelog partition in offset order (``replay``: None deletes, spending
+        and the closed past keep their largest value, so a stale write gives nothing back)."""
         replay = self.replay(partition)
         records = iter(entries)
         while chunk := list(islice(records, RESTORE_BATCH)):

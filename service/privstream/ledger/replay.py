@@ -1,7 +1,9 @@
 """A changelog partition folded into its ledger as it is read: a restore in bounded memory.
 
-A restore replays a changelog partition in offset order: the last value of
-each key wins, a tombstone (``None``) deletes the key (``codec``). The
+A restore replays a changelog partition in offset order: a tombstone
+(``None``) deletes the key (``codec``); spending and the closed past keep the
+largest value written since (``merged``), so a stale write gives no budget
+back; the clock and the counts keep the last value. The
 records are not gathered first: ``Replay.add`` folds each batch the reader
 fetched straight into the tables the ledger then keeps (a ``Spending`` per
 window and one for the lifetime), so a restore holds those tables, one
@@ -46,8 +48,11 @@ Bools = npt.NDArray[np.bool_]
 
 def merged(held: Int64s, incoming: Int64s) -> Int64s:
     """The rows subjects hold after their next changelog records (one row each, ``held``:
-    what their earlier records left): the later record wins, as compaction keeps it."""
-    return incoming
+    what their earlier records left since their last tombstone): each unit keeps the
+    largest value. Spending only grows until its window closes, so a stale write (a worker
+    that lost the partition, committing lower values after its new owner's) gives nothing
+    back (docs/ledger.md, "Stale writes")."""
+    return np.maximum(held, incoming)
 
 
 class Replay:
@@ -126,8 +131,10 @@ class Replay:
     def _scalar(self, kind: bytes, value: bytes | None) -> None:
         if kind == b"C":
             self._clock = None if value is None else codec.decode_int(value)
-        elif kind == b"E":
-            self._closed = None if value is None else codec.decode_int(value)
+        elif kind == b"E":  # only moves forward: a stale lower one never reopens a window
+            closed = None if value is None else codec.decode_int(value)
+            held = self._closed
+            self._closed = closed if held is None or closed is None else max(held, closed)
         else:
             self._counts = {} if value is None else codec.decode_counts(value)
 

@@ -43,6 +43,7 @@ from privstream.pipeline.assemble import encode_block, encode_records
 from privstream.pipeline.columns import MISSING, Values, direct_column
 from privstream.pipeline.decode import decode_batch
 from privstream.pipeline.handlers import Rejected
+from privstream.pipeline.missing import direct_parts, source_of
 from privstream.pipeline.noise import Fresh, NoiseProvider, Replayable
 from privstream.pipeline.parse import parse_row, with_keys
 from privstream.pipeline.plan import RecordPlan, field_identity
@@ -53,7 +54,7 @@ from privstream.pipeline.subjects import subject_column, subject_values
 
 def _read_names(plan: RecordPlan, subject: str | None) -> list[str]:
     """Every field the fast path reads from a record: the handlers', memo and subject fields."""
-    names = [handler.name for handler in plan.handlers]
+    names = [source_of(handler) for handler in plan.handlers]
     memos = (f.memo for f in plan.fields if f.memo is not None)
     names.extend(memo.field for memo in memos if memo.field is not None)
     if subject is not None:
@@ -90,10 +91,10 @@ def _parse_columns(
     """
     columns: list[Values] = []
     bad: set[int] = set()
-    keys = _own_keys(records, [handler.name for handler in plan.handlers])
+    keys = _own_keys(records, [source_of(handler) for handler in plan.handlers])
     for planned, key in zip(plan.fields, keys, strict=True):
         parser, handler = planned.codec.column, planned.handler
-        values = direct_column(parser, handler, records, key)
+        values = direct_column(*direct_parts(parser, handler), records, key)
         if values is None:
             values, rejected = parser(handler, _column(records, key))
             bad.update(rejected)

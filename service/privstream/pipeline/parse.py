@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from privstream.errors import MisuseError
-from privstream.pipeline.handlers import Rejected, json_type
+from privstream.pipeline.columns import MISSING
+from privstream.pipeline.handlers import FieldHandler, Rejected, json_type
 from privstream.pipeline.long_integers import digit_bound, parse_int
+from privstream.pipeline.missing import source_of, takes_missing
 from privstream.pipeline.plan import MemoPlan, RecordPlan, field_identity, unkeyed
 
 
@@ -79,6 +81,15 @@ def _identity(memo: MemoPlan, record: dict[str, Any], key: bytes | None, of: str
     return key
 
 
+def parse_field(handler: FieldHandler, record: dict[str, Any]) -> Any:
+    """The handler's parse of the record's value; an absent field is dead-lettered unless
+    the field takes absent values (``on_missing``: ``privstream.pipeline.missing``)."""
+    value = record.get(source_of(handler), MISSING)
+    if value is MISSING and not takes_missing(handler):
+        raise Rejected("missing_field", f"field {handler.name!r}: missing")
+    return handler.parse(value)
+
+
 def parse_row(
     plan: RecordPlan, raw: bytes, key: bytes | None = None
 ) -> tuple[list[Any], list[bytes]]:
@@ -92,9 +103,7 @@ def parse_row(
     tokens: list[bytes] = []
     for planned in plan.fields:
         handler, memo = planned.handler, planned.memo
-        if handler.name not in record:
-            raise Rejected("missing_field", f"field {handler.name!r}: missing")
-        parsed = handler.parse(record[handler.name])
+        parsed = parse_field(handler, record)
         row.append(parsed)
         if memo is None:
             tokens.append(b"")

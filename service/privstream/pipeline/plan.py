@@ -31,6 +31,7 @@ from typing import Any
 from numpy.typing import NDArray
 
 from privstream.config import Budget, FieldConfig, Guarantee
+from privstream.config.missing import MISSING_DEFAULTS
 from privstream.mechanisms.randomized_response import DomainValue
 from privstream.pipeline.columns import ColumnParser
 from privstream.pipeline.handlers import FieldHandler
@@ -178,13 +179,25 @@ class RecordPlan:
 RELEASE_VERSION = 2
 
 
+def release_spec(spec: FieldConfig) -> dict[str, Any]:
+    """The field's config entry as its release id hashes it: every option, except those
+    added with ``on_missing`` while at their defaults (``MISSING_DEFAULTS``), so the
+    release ids (and the noise) of configs written before them stay what they were."""
+    dumped = spec.model_dump(mode="json")
+    for option, default in MISSING_DEFAULTS.items():
+        if option in dumped and dumped[option] == default:
+            del dumped[option]
+    return dumped
+
+
 def release_id(spec: FieldConfig, handler: FieldHandler, share: Guarantee | None) -> bytes:
     """SHA-256 of the canonical description of one field's release.
 
     Everything that shapes the field's output distribution is in it: the
     field's whole config entry (name, kind, mechanism -- ``auto`` already
     resolved to the chosen one --, calibration, bounds,
-    domain, universe, grid, memo field, ...), the (epsilon, delta) its
+    domain, universe, grid, memo field, on_missing and impute when set, ...:
+    ``release_spec``), the (epsilon, delta) its
     mechanism was calibrated to after ``auto`` shares and group scaling, and
     the mechanism's calibrated parameters. Its key for noise is derived from
     this digest (``NoiseKeys.field``), so any change of a release parameter
@@ -195,7 +208,7 @@ def release_id(spec: FieldConfig, handler: FieldHandler, share: Guarantee | None
     mechanism = handler.mechanism
     description = {
         "v": RELEASE_VERSION,
-        "spec": spec.model_dump(mode="json"),
+        "spec": release_spec(spec),
         "share": None if share is None else [share.epsilon, share.delta],
         "mechanism": None if mechanism is None else type(mechanism).__name__,
         "params": None if mechanism is None else mechanism.params(),

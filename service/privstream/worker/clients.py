@@ -21,17 +21,19 @@ import ssl
 from dataclasses import dataclass
 from typing import Any
 
-import aiokafka.admin.client
-import aiokafka.client
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import errors as kafka_errors
-from aiokafka.conn import create_conn
-from aiokafka.helpers import create_ssl_context
-from aiokafka.protocol.metadata import MetadataRequest
 
 from privstream.config.models import KafkaConfig
 from privstream.config.runtime import Runtime
 from privstream.errors import BrokerError
+from privstream.kafka.compat import (
+    MetadataRequest,
+    admin_client_module,
+    client_module,
+    create_conn,
+)
+from privstream.kafka.options import connection_options
 
 log = logging.getLogger("privstream.worker")
 #: how long closing a client (or aborting its transaction) may take when a broker is gone
@@ -61,7 +63,7 @@ def _forbid_topic_auto_creation() -> None:
     gives each subject one budget per partition. The request class is looked up in
     the two modules that build these requests, so it is replaced there.
     """
-    for module in (aiokafka.client, aiokafka.admin.client):
+    for module in (client_module, admin_client_module):
         if getattr(module, "MetadataRequest", None) not in (MetadataRequest, _NoAutoCreate):
             raise ImportError(f"{module.__name__} no longer builds MetadataRequest (aiokafka)")
         setattr(module, "MetadataRequest", _NoAutoCreate)  # noqa: B010 -- a library's global
@@ -80,23 +82,7 @@ def open_transaction_wait_s(kafka: KafkaConfig) -> float:
 
 def common_options(kafka: KafkaConfig, runtime: Runtime) -> dict[str, Any]:
     """Connection settings shared by the consumer and the producer."""
-    security = kafka.security
-    options: dict[str, Any] = {
-        "bootstrap_servers": kafka.bootstrap_servers,
-        "client_id": kafka.client_id,
-        "security_protocol": security.protocol,
-    }
-    if security.uses_tls:
-        context = create_ssl_context(
-            cafile=security.ca_file, certfile=security.cert_file, keyfile=security.key_file
-        )
-        context.check_hostname = security.check_hostname
-        options["ssl_context"] = context
-    if runtime.credentials is not None:
-        options["sasl_mechanism"] = security.sasl_mechanism
-        options["sasl_plain_username"] = runtime.credentials.username
-        options["sasl_plain_password"] = runtime.credentials.password
-    return options
+    return connection_options(kafka, runtime.credentials, kafka.client_id)
 
 
 def consumer_options(kafka: KafkaConfig, runtime: Runtime) -> dict[str, Any]:
@@ -116,7 +102,8 @@ def consumer_options(kafka: KafkaConfig, runtime: Runtime) -> dict[str, Any]:
 
 
 def transactional_id(kafka: KafkaConfig, runtime: Runtime) -> str:
-    """Stable per replica: a restarted replica fences its own zombie (never a random id)."""
+    """Unique per live replica; stable, a restarted replica aborts its predecessor's open
+    transaction at once (zombies are fenced by the group generation: ``generation_fence``)."""
     return f"{kafka.transactional_id_prefix}-{runtime.replica_id}"
 
 

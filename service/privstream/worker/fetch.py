@@ -72,7 +72,7 @@ async def _getmany(
     **options: int,
 ) -> Batches:
     """``getmany``; empty when it raises ``UndecodableBatchError``, which it does only
-    before taking any record (``privstream.worker.decode``): nothing is lost."""
+    before taking any record (``privstream.kafka.decode``): nothing is lost."""
     try:
         batches: Batches = await consumer.getmany(**options)
     except UndecodableBatchError as exc:

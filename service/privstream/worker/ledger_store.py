@@ -53,9 +53,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.structs import RecordMetadata
 
 from privstream.errors import LedgerError, TopicError
+from privstream.kafka.compat import RecordMetadata
 from privstream.ledger import LedgerPolicy, SubjectLedger
 from privstream.ledger.groups import by_value
 from privstream.ledger.updates import Updates
@@ -178,6 +178,11 @@ class LedgerStore:
     def assigned(self, tps: Iterable[TopicPartition]) -> None:
         """Start restoring the assigned partitions (``ready`` waits for them)."""
         partitions = sorted(tp.partition for tp in tps)
+        if not partitions:  # an idle replica (more replicas than partitions): nothing to read;
+            # a restore of none would ask the reader to seek "all assigned" partitions and
+            # fail, unawaited: an ERROR traceback at every rebalance
+            log.info("no input partitions assigned: no ledger to restore")
+            return
         task = asyncio.create_task(self._restore(partitions))
         for partition in partitions:
             self._restores[partition] = task

@@ -15,11 +15,13 @@ topic, partition, offset, raw bytes, field release): a batch replayed after a
 crash or an aborted transaction is released with the very same bytes, so even
 an aborted copy that a ``read_uncommitted`` reader saw gives no second draw.
 
-Fencing: aiokafka commits transactional offsets without the group
-generation, so zombies are fenced by a transactional id that is stable per
-replica (a restarted replica aborts its predecessor's open transaction),
-and a rebalance waits for the batch in flight to commit before the
-partitions move (``_Rebalance``).
+Fencing: each transaction's offsets are committed as the group member and
+generation its partitions were assigned under (KIP-447, ``generation_fence``):
+a worker that stalled past the session timeout and lost them has its commit
+refused and its batch aborted, outputs and ledger records included. A
+rebalance waits for the batch in flight to commit before the partitions move
+(``Rebalance``), and the transactional id, stable per replica, lets a
+restarted replica abort its predecessor's open transaction at once.
 
 Faults: aiokafka retries a dropped connection or a slow request inside the
 session. An error it gives up on ends the session (the open transaction is
@@ -57,10 +59,12 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 from privstream.config import KafkaConfig
 from privstream.config.runtime import Runtime
 from privstream.errors import ClockAheadError, LedgerError, UndecodableBatchError
+from privstream.kafka.decode import tolerate_undecodable_records
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult, RecordPlan
 from privstream.pipeline.results import DeadLetter
+from privstream.worker.assignment import Assignment
 from privstream.worker.clients import (
     CLOSE_TIMEOUT_S,
     Fencing,
@@ -74,8 +78,13 @@ from privstream.worker.clients import (
     producer_options,
     transactional_id,
 )
-from privstream.worker.decode import tolerate_undecodable_records
 from privstream.worker.fetch import is_behind, poll
+from privstream.worker.generation_fence import (
+    GroupId,
+    fence,
+    is_stale_member,
+    member_of,
+)
 from privstream.worker.http import Health
 from privstream.worker.ledger_store import LedgerStore, Verdict
 from privstream.worker.produce import BatchSender
@@ -116,10 +125,8 @@ class Worker:
         self._metrics = metrics
         self._health = health
         self._keys = NoiseKeys(runtime.noise_secret, kafka.input_topic, kafka.noise_domain)
-        self._batch_lock = asyncio.Lock()
-        self._assigned: set[TopicPartition] = set()
-        #: bumped by every revoke and assignment: a batch fetched before one is dropped
-        self._generation = 0
+        #: the partitions owned now, shared with the rebalance listener
+        self.assignment = Assignment()
         self._backoff = Backoff()
         tolerate_undecodable_records()
         #: partitions stopped before a batch that cannot be decoded: not ready while any is
@@ -205,6 +212,8 @@ class Worker:
         partitions = await check_topics(self._kafka, self._runtime, changelog)
         async with contextlib.AsyncExitStack() as stack:
             producer = AIOKafkaProducer(**producer_options(self._kafka, self._runtime))
+            if self._kafka.transactions:
+                fence(producer)
             stack.push_async_callback(close_client, producer)
             await producer.start()
             self._producer_since, self._producer_client = time.monotonic(), producer.client
@@ -213,8 +222,9 @@ class Worker:
                 await self._ledger.open(partitions)
             consumer = AIOKafkaConsumer(**consumer_options(self._kafka, self._runtime))
             stack.push_async_callback(close_client, consumer)
-            consumer.subscribe([self._kafka.input_topic], listener=Rebalance(self, consumer))
+            consumer.subscribe([self._kafka.input_topic], listener=self.listener(consumer))
             await consumer.start()
+            member_of(consumer)  # an aiokafka that hides the generation stops us here
             probe = asyncio.create_task(self._probe(producer))
             stack.callback(probe.cancel)
             self._set_connected(True)
@@ -254,7 +264,7 @@ class Worker:
                     await inflight  # its failure ends the session; ``prepared`` is replayed
                     inflight = None
                 if prepared is not None:
-                    behind = is_behind(consumer, prepared, self._kafka, self._generation)
+                    behind = is_behind(consumer, prepared, self._kafka, self.assignment.generation)
                     commit = self._commit(consumer, producer, sender, prepared)
                     inflight = asyncio.create_task(commit)
             if inflight is not None:
@@ -269,14 +279,16 @@ class Worker:
         batches, generation = await poll(
             consumer,
             self._kafka,
-            lambda: self._generation,
+            lambda: self.assignment.generation,
             lambda exc: self._stalls.pause(consumer, exc),
         )
-        self._stalls.keep({tp.partition for tp in self._assigned})
+        self._stalls.keep({tp.partition for tp in self.assignment.assigned})
         self._set_connected(self._connected)  # readiness follows the stalls
         started = time.perf_counter()
         # records of a partition revoked meanwhile are left to its new owner
-        owned = {tp: msgs for tp, msgs in batches.items() if tp in self._assigned and msgs}
+        owned = {
+            tp: msgs for tp, msgs in batches.items() if tp in self.assignment.assigned and msgs
+        }
         if not owned:  # an empty poll is normal: nothing to produce or commit
             return None
         records = list(chain.from_iterable(owned.values()))
@@ -301,14 +313,14 @@ class Worker:
         a batch revokes its partitions first, forgetting their ledgers (aiokafka
         revokes all; a partial revoke would over-charge the rest, never under-).
         """
-        if self._ledger is None or generation != self._generation:
+        if self._ledger is None or generation != self.assignment.generation:
             return None  # voided: ``_commit`` drops it
         try:
             await self._ledger.ready({tp.partition for tp in owned})
         except LedgerError:  # revoked while restoring: voided (checked below)
-            if generation == self._generation:
+            if generation == self.assignment.generation:
                 raise
-        if generation != self._generation:
+        if generation != self.assignment.generation:
             return None
         # the records are ``owned``'s lists end to end: their partitions are runs
         partitions = np.repeat([tp.partition for tp in owned], [len(m) for m in owned.values()])
@@ -333,6 +345,11 @@ class Worker:
                 self._set_connected(False)
             await asyncio.sleep(PROBE_INTERVAL_S)
 
+    def listener(self, consumer: AIOKafkaConsumer) -> Rebalance:
+        """The rebalance listener: it changes ``assignment``, the ledger and the lag gauges."""
+        connection = (self._kafka, self._runtime)
+        return Rebalance(self.assignment, consumer, connection, self._ledger, self._metrics)
+
     def _set_connected(self, up: bool) -> None:
         """Readiness: the broker answers, no partition is stopped (``Stalls``) and the
         ledger accepts this replica's clock (``clock``)."""
@@ -356,8 +373,8 @@ class Worker:
         the committed offsets, so a batch fetched before it is dropped here, not
         released: its partitions' next owner (maybe this worker) fetches it again.
         """
-        async with self._batch_lock:
-            if batch.generation != self._generation:
+        async with self.assignment.batch_lock:
+            if batch.generation != self.assignment.generation:
                 log.debug("batch from %s dropped: rebalanced meanwhile", names(set(batch.owned)))
                 return
             offsets = batch.offsets
@@ -395,13 +412,20 @@ class Worker:
         offsets: dict[TopicPartition, int],
     ) -> list[DeadLetter]:
         links = live_connections(self._producer_client)
+        if self.assignment.member is None:  # a batch exists only under an assignment
+            raise LedgerError(
+                "a batch reached its transaction before any assignment (please report)"
+            )
+        group = GroupId(self._kafka.group_id, self.assignment.member)
         began = time.monotonic()
         await producer.begin_transaction()
         try:
             dead = await self._send(producer, sender, batch)
-            await producer.send_offsets_to_transaction(offsets, self._kafka.group_id)
+            await producer.send_offsets_to_transaction(offsets, group)
             await producer.commit_transaction()
-        except BaseException:
+        except BaseException as exc:
+            if is_stale_member(exc):
+                self._metrics.stale_commits.inc()
             # judged now, before the session closes every connection (for a fencing)
             self._txn_age_s = time.monotonic() - began
             dropped = any(not conn.connected() for conn in links)

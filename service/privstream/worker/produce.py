@@ -23,9 +23,8 @@ from collections.abc import Mapping, Sequence
 
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.errors import MessageSizeTooLargeError
-from aiokafka.producer.message_accumulator import BatchBuilder
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from privstream.kafka.compat import BatchBuilder, DefaultRecordBatchBuilder
 from privstream.pipeline import BatchResult, RecordPlan
 from privstream.pipeline.results import DeadLetter
 

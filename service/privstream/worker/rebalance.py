@@ -13,17 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from privstream.config import KafkaConfig
+from privstream.config.runtime import Runtime
+from privstream.metrics import Metrics
+from privstream.worker.assignment import Assignment
 from privstream.worker.clients import common_options, open_transaction_wait_s
+from privstream.worker.generation_fence import member_of
+from privstream.worker.ledger_store import LedgerStore
 from privstream.worker.stable_offsets import stable_committed
-
-if TYPE_CHECKING:
-    from privstream.worker.loop import Worker
 
 log = logging.getLogger("privstream.worker")
 #: how long an assignment may spend on the committed-offset check (a warning only)
@@ -33,17 +35,26 @@ CHECK_TIMEOUT_S = 10.0
 class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     """Partitions move only between batches: a revoke waits for the batch in flight."""
 
-    def __init__(self, worker: Worker, consumer: AIOKafkaConsumer) -> None:
-        self._worker = worker
+    def __init__(
+        self,
+        assignment: Assignment,
+        consumer: AIOKafkaConsumer,
+        connection: tuple[KafkaConfig, Runtime],
+        ledger: LedgerStore | None,
+        metrics: Metrics,
+    ) -> None:
+        self._assignment = assignment
         self._consumer = consumer
+        self._kafka, self._runtime = connection
+        self._ledger = ledger
+        self._metrics = metrics
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        async with self._worker._batch_lock:
-            self._worker._assigned.difference_update(revoked)
-            self._worker._generation += 1  # a batch fetched before is not released
-            if self._worker._ledger is not None:
-                await self._worker._ledger.revoked(revoked)
-        lag = self._worker._metrics.consumer_lag
+        async with self._assignment.batch_lock:
+            self._assignment.revoke(revoked)  # a batch fetched before is not released
+            if self._ledger is not None:
+                await self._ledger.revoked(revoked)
+        lag = self._metrics.consumer_lag
         for tp in revoked:  # another replica reports these now
             with contextlib.suppress(KeyError):
                 lag.remove(str(tp.partition))
@@ -55,10 +66,10 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         # start where the stable reading says (a paused partition's records are never
         # returned, and its position does not move)
         self._consumer.pause(*assigned)
-        self._worker._assigned = set(assigned)
-        self._worker._generation += 1
-        if self._worker._ledger is not None:  # restored before its records are charged
-            self._worker._ledger.assigned(assigned)
+        # what this assignment commits as (the group generation: zombie fencing)
+        self._assignment.assign(assigned, member_of(self._consumer))
+        if self._ledger is not None:  # restored before its records are charged
+            self._ledger.assigned(assigned)
         try:
             await self._seek_stable(assigned)
         finally:
@@ -66,7 +77,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         log.info("partitions assigned: %s", names(assigned))
         try:
             await asyncio.wait_for(
-                warn_first_release(self._consumer, assigned, self._worker._kafka.group_id),
+                warn_first_release(self._consumer, assigned, self._kafka.group_id),
                 CHECK_TIMEOUT_S,
             )
         except (TimeoutError, KafkaError, OSError) as exc:  # a warning only: never block
@@ -80,10 +91,10 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         worker would then release that batch again (``stable_offsets``). If the
         broker cannot be asked that way, aiokafka's reading stands (a warning).
         """
-        kafka = self._worker._kafka
+        kafka = self._kafka
         if not assigned or not kafka.transactions:  # no transaction: nothing pending
             return
-        admin = AIOKafkaAdminClient(**common_options(kafka, self._worker._runtime))
+        admin = AIOKafkaAdminClient(**common_options(kafka, self._runtime))
         try:
             await admin.start()
             committed = await stable_committed(

@@ -46,8 +46,8 @@ from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from aiokafka.record.util import calc_crc32c
 
+from privstream.kafka.compat import calc_crc32c
 from privstream.ledger.updates import Run
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")

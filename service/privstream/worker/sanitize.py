@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from aiokafka import ConsumerRecord, TopicPartition
 
+from privstream.kafka.decode import UndecodableRecord
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.pipeline import BatchResult, RecordPlan, process_batch
 from privstream.pipeline.noise import Replayable
 from privstream.pipeline.results import DeadLetter, Observation, merge_observations
-from privstream.worker.decode import UndecodableRecord
 from privstream.worker.produce import source_of
 
 if TYPE_CHECKING:

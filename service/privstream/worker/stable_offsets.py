@@ -31,14 +31,17 @@ from aiokafka.errors import (
     RequestTimedOutError,
     for_code,
 )
-from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.types import (
+
+from privstream.kafka.compat import (
     Boolean,
     CompactArray,
     CompactString,
     Int16,
     Int32,
     Int64,
+    Request,
+    RequestStruct,
+    Response,
     Schema,
     TaggedFields,
 )

@@ -5,7 +5,7 @@ A batch the client cannot read (``UndecodableBatchError``: a codec that is
 not installed, a bad CRC, a corrupt compressed payload) is never skipped:
 its records are unknown, and moving past it would drop them unreported.
 On the input, the consumer raises it at a ``getmany`` that took no record
-(``privstream.worker.decode``) and the partition is paused for
+(``privstream.kafka.decode``) and the partition is paused for
 ``RETRY_S``, then fetched again: the other partitions go on, and a batch
 garbled in transit decodes on a later try. On the changelog, the restore
 fails and the session restarts with backoff: a partition restored without

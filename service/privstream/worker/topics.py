@@ -32,11 +32,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
-from aiokafka.protocol.metadata import MetadataRequest
 
 from privstream.errors import TopicError
+from privstream.kafka.compat import ConfigResource, ConfigResourceType, MetadataRequest
 from privstream.worker.clients import batch_bytes, common_options
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ from privstream.config import parse_config
 from privstream.kinds import build_plan
 from privstream.pipeline.handlers import CategoricalHandler, RealHandler
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = ROOT / "examples" / "telemetry.yaml"

@@ -29,7 +29,7 @@ from privstream.config import parse_config
 from privstream.kinds import build_plan
 from privstream.pipeline.plan import PlannedField
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 
 def planned(spec: dict[str, Any], delta: float = 0.0) -> PlannedField:

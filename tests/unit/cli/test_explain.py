@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from privstream.cli.main import main
 
-from tests.unit._support import (
+from tests.support.configs import (
     laplace_gamma,
     laplace_thesis_scale,
     laplace_tight_scale,

@@ -20,7 +20,7 @@ from privstream.config import AppConfig, parse_config, resolve_budget
 from privstream.errors import ConfigError
 from privstream.kinds import build_plan
 
-from tests.unit._support import config_dict, laplace_tight_scale
+from tests.support.configs import config_dict, laplace_tight_scale
 
 
 def with_group(data: dict[str, Any], k: int) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from privstream.config import parse_config
 from privstream.config.ledger import parse_duration
 from privstream.errors import ConfigError
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 FIELDS: list[dict[str, Any]] = [
     {"name": "device_id", "kind": "drop"},

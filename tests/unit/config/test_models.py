@@ -11,7 +11,7 @@ from privstream.config import config_sha256, load_config, parse_config, record_b
 from privstream.errors import ConfigError
 from privstream.mechanisms.validation import check_bounds
 
-from tests.unit._support import KAFKA, config_dict
+from tests.support.configs import KAFKA, config_dict
 
 SALARY: dict[str, Any] = {
     "name": "salary",

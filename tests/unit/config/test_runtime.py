@@ -28,7 +28,7 @@ from privstream.worker.clients import (
     transactional_id,
 )
 
-from tests.unit._support import KAFKA
+from tests.support.configs import KAFKA
 
 KEY_HEX = "ab" * MIN_KEY_BYTES
 

@@ -9,9 +9,16 @@ from typing import Any
 
 import pytest
 from privstream.config.models import KafkaConfig
-from privstream.config.runtime import load_credentials, load_noise_secret, weak_key_reason
+from privstream.config.runtime import (
+    MAX_KEY_FILE_BYTES,
+    load_credentials,
+    load_noise_secret,
+    load_runtime,
+    weak_key_reason,
+)
+from privstream.errors import SecretError
 
-from tests.unit._support import KAFKA
+from tests.support.configs import KAFKA
 
 #: 32 distinct bytes, no repeated block: what a CSPRNG gives (up to 1e-15)
 GOOD_KEY = bytes(range(100, 132))
@@ -124,4 +131,47 @@ def test_plain_over_tls_and_scram_are_silent(
     caplog: pytest.LogCaptureFixture, security: dict[str, str]
 ) -> None:
     load_credentials(kafka(**security), ENV)
+    assert warnings_of(caplog) == []
+
+
+# --- issue 30, item 7: a bounded key file, TLS without host name checks -------------------
+
+
+def test_a_key_file_over_the_limit_is_refused_with_its_size(tmp_path: Path) -> None:
+    path = tmp_path / "noise.key"
+    path.write_text(GOOD_KEY.hex() + "\n" + "#" * 2000)  # a key, then anything
+    path.chmod(0o600)
+    with pytest.raises(SecretError) as refused:
+        load_noise_secret({}, str(path), insecure_ephemeral=False)
+    message = str(refused.value)
+    assert f"noise key file {path} is 2065 bytes" in message
+    assert f"at most {MAX_KEY_FILE_BYTES} bytes" in message
+    assert GOOD_KEY.hex() not in message
+    # the limit is the limit: a key padded to exactly 1 KiB is read
+    path.write_text(GOOD_KEY.hex() + " " * (MAX_KEY_FILE_BYTES - 64))
+    assert load_noise_secret({}, str(path), insecure_ephemeral=False)[0] == GOOD_KEY
+
+
+def test_an_endless_key_file_is_refused_unread(tmp_path: Path) -> None:
+    """A device (or a pipe) has no size: it is read up to the limit only."""
+    with pytest.raises(SecretError, match=r"/dev/zero is larger than 1024 bytes"):
+        load_noise_secret({}, "/dev/zero", insecure_ephemeral=False)
+
+
+def tls(check_hostname: bool) -> KafkaConfig:
+    return KafkaConfig.model_validate(
+        {**KAFKA, "security": {"protocol": "SSL", "check_hostname": check_hostname}}
+    )
+
+
+def test_tls_without_host_name_checks_warns_at_start_up(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = key_file(tmp_path, GOOD_KEY, 0o600)
+    load_runtime(tls(check_hostname=False), {}, key_file=str(path), replica_id="r0")
+    (message,) = warnings_of(caplog)
+    assert "check_hostname is false" in message and "check_hostname: true" in message
+    assert "127.0.0.1:9092" in message  # the brokers it is about
+    caplog.clear()
+    load_runtime(tls(check_hostname=True), {}, key_file=str(path), replica_id="r0")
     assert warnings_of(caplog) == []

@@ -29,7 +29,7 @@ from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.plan import RecordPlan
 from privstream.testing import SeededSource
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 N = 1000
 

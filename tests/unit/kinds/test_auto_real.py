@@ -17,7 +17,7 @@ from privstream.kinds import build_plan
 from privstream.kinds.auto_real import auto_real_choice, real_regrets
 from privstream.mechanisms.hybrid import HybridMechanism
 
-from tests.unit._support import config_dict, laplace_tight_scale
+from tests.support.configs import config_dict, laplace_tight_scale
 
 
 def real(**extra: Any) -> RealField:

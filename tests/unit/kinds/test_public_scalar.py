@@ -21,8 +21,8 @@ from privstream.pipeline import BatchResult, RecordPlan, process_batch
 from privstream.pipeline.noise import Replayable
 from privstream.pipeline.reference import process_batch_reference
 
-from tests.integration.fuzz_messages import PRIVACY, fuzz_cases
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
+from tests.support.fuzz_messages import PRIVACY, fuzz_cases
 
 SECRET = bytes(range(50, 82))
 LEAK = "alice@example.com"

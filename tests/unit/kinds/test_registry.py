@@ -32,7 +32,7 @@ from privstream.kinds import (
 from privstream.kinds.auto import resolve_auto
 from privstream.kinds.base import FieldKind
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 #: one field of every registered kind and mechanism (drop is never released)
 EVERY_KIND: list[dict[str, Any]] = [
@@ -56,6 +56,9 @@ EVERY_KIND: list[dict[str, Any]] = [
      "delta": 1e-6},
     {"name": "f", "kind": "functional", "grid": [0.0, 1.0], "bandwidth": 0.5,
      "rkhs_radius": 1.0, "epsilon": 0.9, "delta": 1e-6},
+    {"name": "tp", "kind": "timestamp", "granularity": "1h"},
+    {"name": "tn", "kind": "timestamp", "granularity": "1d", "epsilon": 1.0,
+     "bounds": ["2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"]},
 ]  # fmt: skip
 
 
@@ -69,7 +72,14 @@ def test_every_kind_and_mechanism_of_the_config_has_one_registration() -> None:
     }
     assert set(REGISTRY) == accepted
     # and the example config above exercises every one of them
-    written = {(f["kind"], f.get("mechanism")) for f in EVERY_KIND if f["kind"] != "drop"}
+    # a timestamp's mechanism follows its epsilon: none without, discrete_laplace with
+    written = {
+        (f["kind"], f.get("mechanism", "discrete_laplace" if "epsilon" in f else None))
+        if f["kind"] == "timestamp"
+        else (f["kind"], f.get("mechanism"))
+        for f in EVERY_KIND
+        if f["kind"] != "drop"
+    }
     defaults = {("real", None): "laplace", ("integer", None): "discrete_laplace"}
     defaults |= {
         ("categorical", None): "randomized_response",
@@ -116,7 +126,7 @@ def test_every_noised_field_is_estimated_and_audited() -> None:
     """No silent omission: each noised field of every kind gets an accumulator and a target."""
     plan = build_plan(parse_config(config_dict(EVERY_KIND, epsilon=50.0, delta=1e-3)))
     noised = [f for f in plan.fields if f.handler.mechanism is not None]
-    assert len(noised) == len(EVERY_KIND) - 2  # not drop, not public
+    assert len(noised) == len(EVERY_KIND) - 3  # not drop, public, or a timestamp without epsilon
     for planned in noised:
         assert accumulator_for(planned, Options()) is not None, planned.name
         assert target_for(planned).name == planned.name

@@ -22,7 +22,7 @@ from privstream.pipeline import process_batch
 from privstream.pipeline.plan import RecordPlan
 from privstream.testing import SeededSource
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 
 def enc(record: Any) -> bytes:

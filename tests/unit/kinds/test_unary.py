@@ -22,7 +22,7 @@ from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.plan import PlannedField
 from privstream.testing import SeededSource
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 DOMAIN = ["red", "green", 3, "blue"]
 #: canonical order: sorted by JSON text bytes ('"' sorts before '3')

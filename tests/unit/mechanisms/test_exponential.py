@@ -29,7 +29,7 @@ from privstream.pipeline.noise import Replayable
 from privstream.pipeline.reference import process_batch_reference
 from privstream.testing import SeededSource
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 PROOF_PAGE = Path(__file__).resolve().parents[3] / "docs" / "proofs" / "exponential.md"
 BRACKETS = ["0-17", "18-29", "30-44", "45-64", "65+"]

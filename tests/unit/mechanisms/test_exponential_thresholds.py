@@ -23,7 +23,7 @@ from privstream.errors import MechanismError
 from privstream.kinds import build_plan
 from privstream.mechanisms.exponential import OrdinalExponential
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 SIZES = (2, 3, 4, 5, 6, 7, 8, 48, 256)
 #: 20-46 in steps of 0.25 (the red team's 384-config range), plus small and huge epsilons

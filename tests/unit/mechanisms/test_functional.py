@@ -20,7 +20,7 @@ from privstream.mechanisms.functional import (
 from privstream.testing import SeededSource
 from scipy import linalg, special
 
-from tests.unit._support import CountingSource, laplace_gamma
+from tests.support.configs import CountingSource, laplace_gamma
 
 GRID = np.linspace(0.0, 1.0, 8)
 

@@ -25,7 +25,7 @@ from privstream.mechanisms.vector_gaussian import VectorGaussianMechanism
 from privstream.testing import SeededSource
 from scipy import special, stats
 
-from tests.unit._support import CountingSource, laplace_gamma
+from tests.support.configs import CountingSource, laplace_gamma
 
 
 def scipy_analytic_delta(eps: float, sigma: float, sens: float) -> float:

@@ -24,7 +24,7 @@ from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from privstream.mechanisms.rng import Words
 from privstream.testing import SeededSource
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 
 def pmf(t: float, z: int) -> float:

@@ -13,7 +13,7 @@ from privstream.mechanisms import LaplaceMechanism
 from privstream.testing import SeededSource
 from scipy import integrate, optimize, stats
 
-from tests.unit._support import laplace_gamma, laplace_thesis_scale, laplace_tight_scale
+from tests.support.configs import laplace_gamma, laplace_thesis_scale, laplace_tight_scale
 
 CASES = [
     # (lo, hi, eps, delta)

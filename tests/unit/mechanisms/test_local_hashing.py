@@ -27,7 +27,7 @@ from privstream.mechanisms.local_hashing import (
 from privstream.testing import SeededSource
 from scipy import stats
 
-from tests.unit._support import CountingSource
+from tests.support.configs import CountingSource
 
 MASK = (1 << 64) - 1
 

@@ -44,7 +44,7 @@ from privstream.mechanisms.vector_gaussian import VectorGaussianMechanism
 from privstream.pipeline import RecordPlan, process_batch
 from privstream.testing import SeededSource
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 #: per-value tail probability every envelope below is derived for
 TAIL = 1e-12

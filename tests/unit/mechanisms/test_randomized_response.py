@@ -13,7 +13,7 @@ from privstream.mechanisms import RandomizedResponse
 from privstream.testing import SeededSource
 from scipy import stats
 
-from tests.unit._support import rr_gamma, rr_p
+from tests.support.configs import rr_gamma, rr_p
 
 CASES = [
     # (domain size m+1, eps, delta)

@@ -24,7 +24,7 @@ from privstream.mechanisms.discrete_laplace import DiscreteLaplace, GeometricSam
 from privstream.mechanisms.thresholds import MAX_THRESHOLDS, Level
 from privstream.testing import SeededSource
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 _TOP = 2**64 - 1
 #: the reference config's noised numbers (bench/reference.py): each at epsilon 1

@@ -18,7 +18,7 @@ from privstream.mechanisms.selection import (
 from privstream.mechanisms.unary_categorical import UnaryCategorical
 from privstream.testing import SeededSource
 
-from tests.unit._support import CountingSource
+from tests.support.configs import CountingSource
 
 TWO_64 = 2**64
 

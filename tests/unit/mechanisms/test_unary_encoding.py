@@ -24,7 +24,7 @@ from privstream.mechanisms.unary_encoding import (
 from privstream.testing import SeededSource
 from scipy import stats
 
-from tests.unit._support import CountingSource
+from tests.support.configs import CountingSource
 
 
 def universe(d: int) -> list[str]:

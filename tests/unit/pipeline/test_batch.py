@@ -18,7 +18,7 @@ from privstream.pipeline.plan import RecordPlan
 from privstream.testing import SeededSource
 from scipy import stats
 
-from tests.unit._support import config_dict, laplace_thesis_scale, laplace_tight_scale
+from tests.support.configs import config_dict, laplace_thesis_scale, laplace_tight_scale
 
 FIELDS: list[dict[str, Any]] = [
     {"name": "device_id", "kind": "drop"},

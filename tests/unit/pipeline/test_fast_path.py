@@ -24,8 +24,8 @@ from privstream.pipeline.plan import RecordPlan
 from privstream.pipeline.reference import process_batch_reference
 from privstream.pipeline.results import BatchResult
 
-from tests.integration.fuzz_messages import PRIVACY, fuzz_cases, good_cases, interleave
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
+from tests.support.fuzz_messages import PRIVACY, fuzz_cases, good_cases, interleave
 
 SECRET = bytes(range(7, 39))
 

@@ -39,7 +39,7 @@ from privstream.pipeline.reference import process_batch_reference
 from privstream.pipeline.results import BatchResult
 from privstream.testing import SeededSource
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 LONG = {
     "long+": ["9" * 4301, "1" + "0" * 9999],

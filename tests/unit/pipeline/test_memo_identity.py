@@ -32,7 +32,7 @@ from privstream.pipeline.plan import MemoPlan, field_identity
 from privstream.pipeline.reference import process_batch_reference
 from privstream.testing import SeededSource
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 SECRET = bytes(range(32))
 TOPIC = "raw"

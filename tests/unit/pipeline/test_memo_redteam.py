@@ -35,7 +35,7 @@ from privstream.mechanisms.rng import NoiseKeys
 from privstream.pipeline import process_batch
 from privstream.pipeline.noise import Replayable
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 SECRET = bytes(range(32))
 VALUES = "abcde"

@@ -33,7 +33,7 @@ from privstream.pipeline.noise import Fresh, Replayable
 from privstream.pipeline.plan import MemoPlan, RecordPlan, canonical_json, field_identity
 from privstream.testing import SeededSource
 
-from tests.unit._support import config_dict, rr_p
+from tests.support.configs import config_dict, rr_p
 
 SECRET = bytes(range(32))
 OTHER_SECRET = bytes(range(1, 33))

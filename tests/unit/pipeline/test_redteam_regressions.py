@@ -14,7 +14,7 @@ from privstream.mechanisms.laplace import LaplaceMechanism
 from privstream.pipeline import process_batch
 from privstream.testing import SeededSource
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 
 @pytest.mark.parametrize("bounds", [(-0.0, 0.0), (-0.0, -0.0), (0.0, 0.0), (5.0, 5.0)])

@@ -23,7 +23,7 @@ from privstream.pipeline import process_batch
 from privstream.pipeline.noise import Replayable
 from privstream.pipeline.plan import RecordPlan
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 SECRET = bytes(range(100, 132))
 TOPIC = "raw"

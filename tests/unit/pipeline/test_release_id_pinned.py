@@ -26,7 +26,7 @@ import pytest
 from privstream.config import parse_config
 from privstream.kinds import build_plan
 
-from tests.unit._support import KAFKA
+from tests.support.configs import KAFKA
 
 MEMO_DEFAULTS = {"memo_identity": None, "memoize_by": None, "memo_identity_trusted": False}
 

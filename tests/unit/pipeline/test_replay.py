@@ -25,7 +25,7 @@ from privstream.pipeline import process_batch
 from privstream.pipeline.noise import Fresh, Replayable
 from privstream.pipeline.plan import RecordPlan
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 SECRET = bytes(range(32))
 OTHER_SECRET = bytes(range(1, 33))

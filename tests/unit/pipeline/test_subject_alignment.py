@@ -21,6 +21,7 @@ from aiokafka import ConsumerRecord
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from privstream.config import parse_config
+from privstream.kafka.decode import UndecodableRecord
 from privstream.kinds import build_plan
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.pipeline import process_batch
@@ -28,10 +29,9 @@ from privstream.pipeline.noise import Replayable
 from privstream.pipeline.plan import RecordPlan
 from privstream.pipeline.subjects import subject_column
 from privstream.worker import sanitize as sanitize_module
-from privstream.worker.decode import UndecodableRecord
 from privstream.worker.sanitize import sanitize
 
-from tests.unit._support import config_dict, consumer_record
+from tests.support.configs import config_dict, consumer_record
 
 SECRET = bytes(range(3, 35))
 FIELDS: list[dict[str, Any]] = [

@@ -11,7 +11,7 @@ from privstream.mechanisms import OsEntropy
 from privstream.pipeline import process_batch
 from privstream.pipeline.subjects import subject_column, subject_values
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 
 def test_strings_and_integers_become_the_bytes_a_collector_keys_with() -> None:

@@ -26,7 +26,7 @@ from privstream.pipeline.reference import process_batch_reference
 from privstream.pipeline.structured import SetHandler
 from privstream.testing import SeededSource
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 SECRET = bytes(range(60, 92))
 UNIVERSE = ["a", "b", "c", "d", "e"]

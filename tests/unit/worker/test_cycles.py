@@ -23,9 +23,10 @@ from aiokafka import ConsumerRecord
 from privstream.config import parse_config
 from privstream.kinds import build_plan
 from privstream.mechanisms.rng import NoiseKeys
+from privstream.worker.generation_fence import Member
 from privstream.worker.sanitize import sanitize
 
-from tests.unit._support import config_dict, consumer_record
+from tests.support.configs import config_dict, consumer_record
 from tests.unit.worker.test_ledger_store import FIELDS, charge, store
 from tests.unit.worker.test_pipeline import TP, ScriptedConsumer, TransactionalProducer
 from tests.unit.worker.test_units import batch, sender_for, worker
@@ -69,7 +70,8 @@ async def test_the_worker_loop_leaves_no_cycles_per_batch() -> None:
     async def drain(batches: int) -> None:
         w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
         producer.release.set()
-        w._assigned = {TP}
+        w.assignment.assigned = {TP}
+        w.assignment.member = Member(1, "test-member")  # as an assignment sets it
         fetched = [batch([float(i % 9) for i in range(300)], 100 + 300 * k) for k in range(batches)]
         consumer = ScriptedConsumer(fetched, stop)
         await w._pipeline(stop, consumer, producer, sender_for(w, producer))  # type: ignore[arg-type]

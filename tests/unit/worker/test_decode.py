@@ -15,7 +15,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.record.util import calc_crc32c
 from aiokafka.structs import TopicPartition
-from privstream.worker.decode import (
+from privstream.kafka.decode import (
     UNDECODABLE_HEADER,
     UndecodableRecord,
     _TolerantPartitionRecords,

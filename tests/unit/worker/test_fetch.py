@@ -9,7 +9,7 @@ from privstream.config import parse_config
 from privstream.errors import UndecodableBatchError
 from privstream.worker.fetch import TOP_UP_MS, poll
 
-from tests.unit._support import config_dict, consumer_record
+from tests.support.configs import config_dict, consumer_record
 
 A, B = TopicPartition("raw", 0), TopicPartition("raw", 1)
 Batches = dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]

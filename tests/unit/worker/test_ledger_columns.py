@@ -13,7 +13,7 @@ from privstream.errors import LedgerError
 from privstream.pipeline import BatchResult
 from privstream.worker.ledger_columns import Columns
 
-from tests.unit._support import consumer_record
+from tests.support.configs import consumer_record
 
 
 def batch(n: int) -> tuple[list[ConsumerRecord[Any, Any]], np.ndarray[Any, Any]]:

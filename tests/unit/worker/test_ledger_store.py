@@ -6,8 +6,10 @@ broker in tests/integration/test_ledger.py.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import logging
 from typing import Any
 
 import numpy as np
@@ -29,7 +31,7 @@ from privstream.worker.ledger_store import LedgerStore, Verdict
 from privstream.worker.partitioner import partitions_of
 from prometheus_client import CollectorRegistry
 
-from tests.unit._support import config_dict, consumer_record
+from tests.support.configs import config_dict, consumer_record
 from tests.unit.worker.test_units import SizeLimitedProducer, sender_for, worker
 
 FIELDS = [
@@ -314,3 +316,20 @@ def test_a_subject_too_long_for_the_changelog_is_dead_lettered_even_under_drop()
     assert [(d.index, d.reason) for d in verdict.result.dead_letters] == [(0, "subject_too_long")]
     assert verdict.result.output_index == [1] and verdict.dropped == 0
     assert all(len(key) < 100 for key, _ in verdict.updates[0])
+
+
+async def test_an_idle_replica_restores_nothing_and_logs_no_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """More replicas than partitions: one is assigned none at a rebalance. A restore of
+    no partition asked the changelog reader to seek "every assigned partition" and
+    raised in a task nobody awaited: an ERROR traceback at each rebalance (issue 30)."""
+    s = store("drop")
+    before = asyncio.all_tasks()
+    with caplog.at_level(logging.DEBUG):
+        s.assigned(set())
+        await s.ready([])  # the worker asks before a batch: nothing to wait for
+    assert asyncio.all_tasks() == before  # no restore task was started
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, "no input partitions assigned: no ledger to restore")
+    ]

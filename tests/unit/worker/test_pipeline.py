@@ -17,11 +17,11 @@ from aiokafka import ConsumerRecord, TopicPartition
 from privstream.errors import LedgerError
 from privstream.pipeline import BatchResult
 from privstream.worker.fetch import TOP_UP_MS, is_behind
+from privstream.worker.generation_fence import Member
 from privstream.worker.loop import Worker
-from privstream.worker.rebalance import Rebalance
 from privstream.worker.sanitize import Prepared
 
-from tests.integration.faults import poll_until
+from tests.support.faults import poll_until
 from tests.unit.worker.test_ledger_store import record, store, subjects
 from tests.unit.worker.test_units import SizeLimitedProducer, batch, sender_for, worker
 
@@ -106,7 +106,8 @@ def traced(w: Worker, log: list[str]) -> None:
 
 async def test_the_next_batch_is_sanitized_while_the_previous_one_commits() -> None:
     w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
-    w._assigned = {TP}
+    w.assignment.assigned = {TP}
+    w.assignment.member = Member(1, "test-member")  # as an assignment sets it
     traced(w, producer.log)
     first, second = batch([1.0, 2.0], start=100), batch([3.0], start=102)
     consumer = ScriptedConsumer([first, second], stop)
@@ -134,7 +135,8 @@ async def test_once_caught_up_the_next_fetch_waits_for_the_commit() -> None:
     """A batch that took everything the broker had: the records that arrive while it
     commits go out in the next transaction, not in a batch fetched before they arrived."""
     w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
-    w._assigned = {TP}
+    w.assignment.assigned = {TP}
+    w.assignment.member = Member(1, "test-member")  # as an assignment sets it
     traced(w, producer.log)
     first, second = batch([1.0, 2.0], start=100), batch([3.0], start=102)
     consumer = ScriptedConsumer([first, second], stop, caught_up=True)
@@ -153,15 +155,15 @@ async def test_once_caught_up_the_next_fetch_waits_for_the_commit() -> None:
 
 def test_behind_means_a_full_batch_or_a_record_past_it_not_a_commit_marker() -> None:
     w, records = worker(), batch([1.0, 2.0], start=100)
-    fetched = Prepared({TP: records}, records, BatchResult(), w._generation, 0.0)
+    fetched = Prepared({TP: records}, records, BatchResult(), w.assignment.generation, 0.0)
     behind = {}
     for highwater in (None, 102, 103, 104):  # 103: a transactional writer's commit marker
         consumer = SimpleNamespace(highwater=lambda tp, h=highwater: h)
-        behind[highwater] = is_behind(consumer, fetched, w._kafka, w._generation)  # type: ignore[arg-type]
+        behind[highwater] = is_behind(consumer, fetched, w._kafka, w.assignment.generation)  # type: ignore[arg-type]
     assert behind == {None: False, 102: False, 103: False, 104: True}
     w._kafka = w._kafka.model_copy(update={"max_batch_records": 2})
     idle = SimpleNamespace(highwater=lambda tp: None)
-    assert is_behind(idle, fetched, w._kafka, w._generation)  # type: ignore[arg-type]
+    assert is_behind(idle, fetched, w._kafka, w.assignment.generation)  # type: ignore[arg-type]
 
 
 async def test_a_rebalance_during_the_sanitize_does_not_end_the_worker() -> None:
@@ -169,18 +171,22 @@ async def test_a_rebalance_during_the_sanitize_does_not_end_the_worker() -> None
     ``highwater`` asserts on a partition no longer assigned, so ``is_behind`` must not ask."""
     w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
     producer.release.set()
-    w._assigned = {TP}
+    w.assignment.assigned = {TP}
+    w.assignment.member = Member(1, "test-member")  # as an assignment sets it
     consumer = ScriptedConsumer([batch([1.0, 2.0], start=100)], stop)
 
     def highwater(tp: TopicPartition) -> int | None:
-        assert tp in w._assigned, "Partition is not assigned"  # as aiokafka's
+        assert tp in w.assignment.assigned, "Partition is not assigned"  # as aiokafka's
         return None
 
     consumer.highwater = highwater  # type: ignore[method-assign]
     sanitize = w._sanitize
 
     def moved_meanwhile(records: Sequence[ConsumerRecord[bytes, bytes]]) -> BatchResult:
-        w._assigned, w._generation = set(), w._generation + 2  # revoked, assigned elsewhere
+        w.assignment.assigned, w.assignment.generation = (
+            set(),
+            w.assignment.generation + 2,
+        )  # revoked, assigned elsewhere
         return sanitize(records)
 
     w._sanitize = moved_meanwhile  # type: ignore[method-assign]
@@ -194,16 +200,17 @@ async def test_a_rebalance_during_the_sanitize_does_not_end_the_worker() -> None
 async def test_a_batch_fetched_before_a_rebalance_is_dropped_not_released() -> None:
     w, producer = worker(), TransactionalProducer()
     producer.release.set()
-    w._assigned = {TP}
+    w.assignment.assigned = {TP}
+    w.assignment.member = Member(1, "test-member")  # as an assignment sets it
     records = batch([1.0, 2.0], start=100)
     consumer = ScriptedConsumer([], asyncio.Event())
     sender = sender_for(w, producer)
 
     def prepared() -> Prepared:
-        return Prepared({TP: records}, records, w._sanitize(records), w._generation, 0.0)
+        return Prepared({TP: records}, records, w._sanitize(records), w.assignment.generation, 0.0)
 
     stale = prepared()
-    w._generation += 1  # a revoke (and maybe a new assignment) since it was fetched
+    w.assignment.generation += 1  # a revoke (and maybe a new assignment) since it was fetched
     await w._commit(consumer, producer, sender, stale)  # type: ignore[arg-type]
     assert producer.log == [] and producer.sent == []
     # the same batch fetched under the current assignment is released
@@ -215,7 +222,8 @@ async def test_a_failed_commit_ends_the_session_and_the_batch_prepared_meanwhile
     None
 ):
     w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
-    w._assigned = {TP}
+    w.assignment.assigned = {TP}
+    w.assignment.member = Member(1, "test-member")  # as an assignment sets it
     traced(w, producer.log)
 
     async def refused() -> None:
@@ -246,17 +254,17 @@ async def test_a_batch_is_charged_as_prepared_unless_a_rebalance_voided_it() -> 
     w._ledger = ledger
     records = [record(100 + i, "a", "a") for i in range(3)]
     result = subjects(records, BatchResult(outputs=[b"o"] * 3, output_index=[0, 1, 2]))
-    fetched_under = w._generation
-    w._generation += 1
+    fetched_under = w.assignment.generation
+    w.assignment.generation += 1
     assert await w._charge({TP: records}, records, result, fetched_under) is None
 
     async def restoring() -> None:  # the partition moves while its ledger is restored
-        w._generation += 1
+        w.assignment.generation += 1
 
     ledger._restores[0] = asyncio.create_task(restoring())
-    assert await w._charge({TP: records}, records, result, w._generation) is None
+    assert await w._charge({TP: records}, records, result, w.assignment.generation) is None
     assert ledger.ledger.snapshot(0) == {}, "a voided batch charged the ledger"
-    verdict = await w._charge({TP: records}, records, result, w._generation)
+    verdict = await w._charge({TP: records}, records, result, w.assignment.generation)
     assert verdict is not None and verdict.result.output_index == [0, 1]
     assert ledger.ledger.counts(0)["released"] == 2
 
@@ -266,7 +274,7 @@ async def test_a_ledger_batch_without_its_charge_is_refused_not_released() -> No
     w._ledger = ledger
     records = [record(100, "a", "a")]
     result = subjects(records, BatchResult(outputs=[b"o"], output_index=[0]))
-    uncharged = Prepared({TP: records}, records, result, w._generation, 0.0)
+    uncharged = Prepared({TP: records}, records, result, w.assignment.generation, 0.0)
     with pytest.raises(LedgerError, match="uncharged"):
         await w._send(producer, sender_for(w, producer), uncharged)  # type: ignore[arg-type]
     assert producer.sent == [] and producer.batches == []
@@ -280,7 +288,7 @@ async def _charging_while_restoring(w: Worker) -> tuple[asyncio.Task[Any], async
     """A batch of partition 0 charged while its ledger is restored: returns the charge (it
     waits for the restore) and the gate that lets the restore finish."""
     ledger = store("drop")
-    w._ledger, w._assigned = ledger, {TP}
+    w._ledger, w.assignment.assigned = ledger, {TP}
     gate = asyncio.Event()
 
     async def restoring() -> None:
@@ -299,7 +307,9 @@ async def _charging_while_restoring(w: Worker) -> tuple[asyncio.Task[Any], async
     ledger.ready = spy  # type: ignore[method-assign]
     records = [record(100 + i, "a", "a") for i in range(3)]
     result = subjects(records, BatchResult(outputs=[b"o"] * 3, output_index=[0, 1, 2]))
-    charging = asyncio.create_task(w._charge({TP: records}, records, result, w._generation))
+    charging = asyncio.create_task(
+        w._charge({TP: records}, records, result, w.assignment.generation)
+    )
     await entered.wait()
     return charging, gate
 
@@ -309,7 +319,7 @@ async def test_a_revoke_while_the_charge_waits_for_the_restore_voids_the_batch()
     the ledger untouched, and the session goes on (no CancelledError, no LedgerError)."""
     w = worker()
     charging, _ = await _charging_while_restoring(w)
-    await Rebalance(w, None).on_partitions_revoked({TP})  # the consumer is not used
+    await w.listener(None).on_partitions_revoked({TP})  # the consumer is not used
     assert await charging is None
     assert w._ledger is not None and w._ledger.ledger.snapshot(0) == {}
 
@@ -322,6 +332,6 @@ async def test_a_revoke_right_after_the_restore_voids_the_batch() -> None:
     restore = w._ledger._restores[0]
     gate.set()
     await restore  # the charge is woken after this test: the revoke runs first
-    await Rebalance(w, None).on_partitions_revoked({TP})  # the consumer is not used
+    await w.listener(None).on_partitions_revoked({TP})  # the consumer is not used
     assert await charging is None
     assert w._ledger.ledger.snapshot(0) == {}

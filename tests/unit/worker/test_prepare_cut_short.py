@@ -21,13 +21,13 @@ from privstream.config.runtime import Runtime
 from privstream.kinds import build_plan
 from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult
+from privstream.worker.generation_fence import Member
 from privstream.worker.http import Health
 from privstream.worker.ledger_store import LedgerStore
 from privstream.worker.loop import Worker
-from privstream.worker.rebalance import Rebalance
 from prometheus_client import CollectorRegistry
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 from tests.unit.worker.test_ledger_store import FIELDS, record
 from tests.unit.worker.test_pipeline import TP, ScriptedConsumer, TransactionalProducer
 from tests.unit.worker.test_units import batch, sender_for, worker
@@ -49,7 +49,8 @@ def ledger_worker() -> tuple[Worker, LedgerStore]:
     store.ledger.restore(0, [])
     store._restored.add(0)
     w = Worker(config.kafka, plan, runtime, metrics=metrics, health=Health(), ledger=store)
-    w._assigned = {TP}
+    w.assignment.assigned = {TP}
+    w.assignment.member = Member(1, "test-member")  # as an assignment sets it
     return w, store
 
 
@@ -87,8 +88,8 @@ async def test_a_commit_failing_before_a_charge_that_waits_for_a_restore_ends_th
     async def rebalanced(timeout_ms: int, **kw: Any) -> Any:
         fetched = await getmany(timeout_ms, **kw)
         if fetched and fetched[TP][0].offset == 101:
-            await Rebalance(w, consumer).on_partitions_revoked({TP})  # type: ignore[arg-type]
-            w._assigned, w._generation = {TP}, w._generation + 1
+            await w.listener(consumer).on_partitions_revoked({TP})  # type: ignore[arg-type]
+            w.assignment.assigned, w.assignment.generation = {TP}, w.assignment.generation + 1
             ledger._restores[0] = asyncio.create_task(stuck())
         return fetched
 
@@ -109,7 +110,8 @@ async def test_a_commit_failing_during_the_sanitize_ends_the_session_without_its
     """The sanitize thread cannot be stopped: the session ends without waiting for it, and
     what it returns afterwards goes nowhere (its future was cancelled)."""
     w, stop, producer = worker(), asyncio.Event(), FailingCommits()
-    w._assigned = {TP}
+    w.assignment.assigned = {TP}
+    w.assignment.member = Member(1, "test-member")  # as an assignment sets it
     loop, sanitizing = asyncio.get_running_loop(), asyncio.Event()
     gate, finished = threading.Event(), threading.Event()
     sanitize = w._sanitize
@@ -165,8 +167,8 @@ async def test_a_commit_that_succeeds_while_the_next_charge_waits_for_a_restore_
         fetched = await getmany(timeout_ms, **kw)
         if fetched and fetched[TP][0].offset == 101:
             producer.release.set()  # the revoke waits for this commit
-            await Rebalance(w, consumer).on_partitions_revoked({TP})  # type: ignore[arg-type]
-            w._assigned, w._generation = {TP}, w._generation + 1
+            await w.listener(consumer).on_partitions_revoked({TP})  # type: ignore[arg-type]
+            w.assignment.assigned, w.assignment.generation = {TP}, w.assignment.generation + 1
             ledger._restores[0] = asyncio.create_task(restoring())
         return fetched
 

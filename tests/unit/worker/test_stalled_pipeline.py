@@ -9,6 +9,7 @@ from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
 from privstream.errors import UndecodableBatchError
+from privstream.worker.generation_fence import Member
 
 from tests.unit.worker.test_pipeline import TP, ScriptedConsumer, TransactionalProducer
 from tests.unit.worker.test_units import batch, sender_for, worker
@@ -16,7 +17,7 @@ from tests.unit.worker.test_units import batch, sender_for, worker
 
 class StoppingConsumer(ScriptedConsumer):
     """A scripted consumer whose second poll raises a stop at ``offset`` 102, as aiokafka's
-    fetcher does (``privstream.worker.decode``); it records pauses and readiness seen."""
+    fetcher does (``privstream.kafka.decode``); it records pauses and readiness seen."""
 
     def __init__(self, batches: list[list[ConsumerRecord[bytes, bytes]]], stop: asyncio.Event):
         super().__init__(batches, stop)
@@ -47,7 +48,8 @@ class StoppingConsumer(ScriptedConsumer):
 async def test_a_stopped_partition_is_paused_not_ready_and_ready_once_committed_past() -> None:
     w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
     producer.release.set()
-    w._assigned = {TP}
+    w.assignment.assigned = {TP}
+    w.assignment.member = Member(1, "test-member")  # as an assignment sets it
     w._set_connected(True)
     consumer = StoppingConsumer([batch([1.0, 2.0], start=100), batch([3.0], start=102)], stop)
     readiness: list[bool] = []

@@ -21,7 +21,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 from aiokafka.structs import TopicPartition
 from privstream.errors import UndecodableBatchError
-from privstream.worker.decode import (
+from privstream.kafka.decode import (
     UndecodableRecord,
     _StoppedFetch,
     _StoppingFetchResult,

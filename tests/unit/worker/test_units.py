@@ -41,6 +41,7 @@ from privstream.worker.clients import (
     final_error,
     live_connections,
 )
+from privstream.worker.generation_fence import Member
 from privstream.worker.http import Health
 from privstream.worker.loop import Worker
 from privstream.worker.produce import BatchSender, output_headers
@@ -48,8 +49,8 @@ from privstream.worker.restart import Backoff
 from privstream.worker.sanitize import Prepared
 from prometheus_client import CollectorRegistry
 
-from tests.integration.faults import poll_until
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
+from tests.support.faults import poll_until
 
 FIELDS = [
     {"name": "seq", "kind": "public"},
@@ -511,6 +512,7 @@ class FencedProducer:
 @pytest.mark.parametrize("outage", ["none", "connection dropped", "probe unanswered"])
 async def test_an_outage_is_judged_when_the_transaction_fails_not_after(outage: str) -> None:
     w = worker()
+    w.assignment.member = Member(1, "test-member")  # as an assignment sets it
     first, second = Conn(True), Conn(True)
     w._producer_client = SimpleNamespace(_conns={(1, 0): first, (1, 1): second})
     # a rival, unless an outage: the producer is older than the (shortest) transaction timeout,
@@ -527,7 +529,7 @@ async def test_an_outage_is_judged_when_the_transaction_fails_not_after(outage: 
     producer = FencedProducer(during)
     sender = SimpleNamespace(send=lambda records, result: asyncio.sleep(0, []))
     with pytest.raises(ProducerFenced) as fenced_by:
-        batch = Prepared({}, [], None, w._generation, 0.0)  # type: ignore[arg-type]
+        batch = Prepared({}, [], None, w.assignment.generation, 0.0)  # type: ignore[arg-type]
         await w._transaction(producer, sender, batch, {})  # type: ignore[arg-type]
     assert producer.aborted
     first.up = second.up = False  # the session closes every connection on its way out

@@ -1,4 +1,4 @@
-"""``python -m tests.integration.codecless run ...``: the ``privstream`` CLI with a Kafka
+"""``python -m tests.support.codecless run ...``: the ``privstream`` CLI with a Kafka
 client that has no snappy, lz4 or zstd, as every worker had before issue 30 (aiokafka
 finds them in cramjam at each call; hidden here, a batch of them cannot be decoded)."""
 

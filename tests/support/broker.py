@@ -37,7 +37,7 @@ from aiokafka.errors import TopicAlreadyExistsError, for_code
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = REPO_ROOT / "deploy" / "local-kafka" / "kafka.sh"
 # Confluent Platform 7.9.x ships Apache Kafka 3.9.x, the version kafka.sh runs.
 DEFAULT_IMAGE = "confluentinc/cp-kafka:7.9.0"

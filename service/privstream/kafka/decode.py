@@ -41,13 +41,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka.consumer import fetcher
-from aiokafka.record.default_records import _DefaultRecordBatchPy
-from aiokafka.record.memory_records import MemoryRecords as _OriginalRecords
-from aiokafka.record.util import decode_varint
-from aiokafka.structs import ConsumerRecord
-
 from privstream.errors import UndecodableBatchError
+from privstream.kafka.compat import ConsumerRecord, _DefaultRecordBatchPy, decode_varint, fetcher
+from privstream.kafka.compat import MemoryRecords as _OriginalRecords
 
 #: the dead-letter reason of a record whose header key is not UTF-8
 UNDECODABLE_HEADER = "undecodable_header"

@@ -28,11 +28,11 @@ from aiokafka import ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient
 from privstream.ledger import LedgerPolicy, SubjectLedger
 
-from tests.integration.faults import (
+from tests.support.faults import (
     Tail,
     poll_until,
 )
-from tests.integration.worker_proc import (
+from tests.support.worker_proc import (
     Message,
     WorkerProcess,
     produce,

@@ -37,9 +37,9 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import KafkaError
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.broker import create_topics
-from tests.http_get import http_get
-from tests.integration.worker_proc import Collector, Message, read_partitions, unique_topics
+from tests.support.broker import create_topics
+from tests.support.http_get import http_get
+from tests.support.worker_proc import Collector, Message, read_partitions, unique_topics
 
 T = TypeVar("T")
 

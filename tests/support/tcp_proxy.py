@@ -1,6 +1,6 @@
 """A TCP proxy between Kafka clients and a broker that injects network faults.
 
-The broker advertises the proxy's port (``tests/broker.py``, ``advertised_port``),
+The broker advertises the proxy's port (``tests/support/broker.py``, ``advertised_port``),
 so every connection a client opens after bootstrapping through the proxy goes
 through it too. Faults, each for a given time (the fault's duration is what is
 injected; nothing here waits for an event by sleeping):

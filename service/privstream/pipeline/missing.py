@@ -1,0 +1,180 @@
+"""Absent and null values of a field with ``on_missing: impute`` or ``null``.
+
+``MissingHandler`` wraps the kind's handler. An absent (``MISSING``) or
+null value is parsed as the field's *stand-in* (``privstream.config.missing.stand_in``):
+
+* ``impute``: the declared in-domain value, parsed by the kind's own
+  ``parse`` and released by its mechanism like any other row. Nothing
+  downstream can tell an imputed row from a present one: same release
+  decision, same output shape, same noise distribution given the value.
+* ``null``: the parsed value is None. ``release`` runs the mechanism over
+  the column with those rows set to the parsed stand-in (so every row draws
+  its words as before), then writes null in their place: their noised value
+  is computed and never written. Presence is public under ``null``
+  (docs/protection.md).
+
+``missing_codec`` gives the fast path the same: its column parser replaces
+absent and null values before the kind's parser sees the column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from privstream.mechanisms import Mechanism, NoiseSource
+from privstream.pipeline.columns import MISSING, ColumnParser, Values
+from privstream.pipeline.handlers import BooleanHandler, Column, FieldHandler
+from privstream.pipeline.plan import FieldCodec
+
+
+@dataclass(frozen=True)
+class MissingHandler:
+    """A kind's handler that takes absent and null values too (``on_missing``)."""
+
+    inner: FieldHandler
+    #: ``impute`` or ``null``
+    mode: str
+    #: the raw value an absent or null one stands for
+    stand_in: object
+    _parsed: Any = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # config load checked the stand-in is in the domain: the kind's parse accepts it
+        object.__setattr__(self, "_parsed", self.inner.parse(self.stand_in))
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def mechanism(self) -> Mechanism | None:
+        return self.inner.mechanism
+
+    def __getattr__(self, attribute: str) -> Any:
+        # the kind's own attributes (bounds, dimension, domain, ...) for its
+        # column parser, texts and estimator
+        if attribute.startswith("_"):
+            raise AttributeError(attribute)
+        return getattr(self.inner, attribute)
+
+    @property
+    def source(self) -> str:
+        """The record key it reads (its own name)."""
+        return self.inner.name
+
+    def parse(self, value: object) -> Any:
+        if value is None or value is MISSING:
+            return None if self.mode == "null" else self._parsed
+        return self.inner.parse(value)
+
+    def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
+        # a parsed array (the fast path's) holds no None
+        if self.mode != "null" or isinstance(values, np.ndarray):
+            return self.inner.release(values, source)
+        nulls = [row for row, value in enumerate(values) if value is None]
+        if not nulls:
+            return self.inner.release(values, source)
+        filled = list(values)
+        for row in nulls:
+            filled[row] = self._parsed
+        released = self.inner.release(filled, source)
+        written = list(released.values)
+        for row in nulls:
+            written[row] = None
+        # the error is a function of the noise alone (``Mechanism.noise_error``), so the
+        # null rows' draws measure it as well as the others'
+        return Column(written, lambda: released.error, released.clamped)
+
+
+@dataclass(frozen=True)
+class PresenceHandler(BooleanHandler):
+    """``<source>_present``: whether field ``source`` holds a non-null value, through binary
+    randomized response (``presence_epsilon``). A function of presence alone, never of the
+    value, so it reads every record the same way and rejects none."""
+
+    #: the record key whose presence it releases
+    source: str = ""
+
+    def parse(self, value: object) -> int:
+        return int(value is not None and value is not MISSING)
+
+
+def presence_column(handler: PresenceHandler, col: Sequence[Any]) -> tuple[Values, list[int]]:
+    """The presence bit of every row; no row is left to the reference."""
+    bits = [value is not None and value is not MISSING for value in col]
+    return np.array(bits, dtype=np.int64), []
+
+
+def source_of(handler: FieldHandler) -> str:
+    """The record key a handler reads: its name, except for a presence bit."""
+    source: str = getattr(handler, "source", handler.name)
+    return source
+
+
+def takes_missing(handler: FieldHandler) -> bool:
+    """Whether an absent field is parsed by the handler instead of dead-lettering the record."""
+    return isinstance(handler, MissingHandler | PresenceHandler)
+
+
+@dataclass(frozen=True)
+class _MissingColumn:
+    """The kind's column parser, after absent and null values are set to the stand-in."""
+
+    inner: ColumnParser
+
+    def __call__(self, handler: MissingHandler, col: Sequence[Any]) -> tuple[Values, list[int]]:
+        absent = [row for row, value in enumerate(col) if value is None or value is MISSING]
+        if not absent:
+            return self.inner(handler.inner, col)
+        filled = list(col)
+        for row in absent:
+            filled[row] = handler.stand_in
+        values, bad = self.inner(handler.inner, filled)
+        if handler.mode != "null":
+            return values, bad
+        out = values.tolist() if isinstance(values, np.ndarray) else list(values)
+        for row in absent:
+            out[row] = None
+        return out, bad
+
+
+def direct_parts(parser: ColumnParser, handler: FieldHandler) -> tuple[ColumnParser, FieldHandler]:
+    """The parser and handler whose direct read (``columns.direct_column``) stands for the
+    field's: the kind's own for a field with ``on_missing``. That read succeeds only where
+    every record holds a value of the common kind (no absent, no null), and then gives what
+    ``_MissingColumn`` gives."""
+    if isinstance(parser, _MissingColumn) and isinstance(handler, MissingHandler):
+        return parser.inner, handler.inner
+    return parser, handler
+
+
+def _texts(inner: FieldCodec) -> Any:
+    def texts(handler: MissingHandler, values: list[Any]) -> list[bytes]:
+        present = [row for row, value in enumerate(values) if value is not None]
+        if len(present) == len(values):
+            return inner.texts(handler.inner, values)
+        written = inner.texts(handler.inner, [values[row] for row in present]) if present else []
+        out = [b"null"] * len(values)
+        for row, text in zip(present, written, strict=True):
+            out[row] = text
+        return out
+
+    return texts
+
+
+def _canary(inner: FieldCodec) -> Any:
+    measure = inner.canary
+    if measure is None:
+        return None
+    return lambda handler, count: measure(handler.inner, count)
+
+
+def missing_codec(inner: FieldCodec) -> FieldCodec:
+    """The kind's codec for a field that takes absent and null values."""
+    return replace(
+        inner, column=_MissingColumn(inner.column), texts=_texts(inner), canary=_canary(inner)
+    )
