@@ -131,9 +131,9 @@ VARIANTS = {
         "networkPolicy.enabled=false",
         "podDisruptionBudget.enabled=false",
     ),
+    "deployment": ("workload.kind=Deployment",),  # the generation fences zombies
     "deployment-plaintext": (
         "workload.kind=Deployment",
-        "config.kafka.transactions=false",
         "config.kafka.security=null",
         "config.kafka.bootstrap_servers=kafka.kafka.svc:9092",
         "networkPolicy.kafka.ports={9092}",
@@ -173,7 +173,6 @@ def test_the_workload_kind_follows_the_value_and_keda_targets_it() -> None:
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
-        (("workload.kind=Deployment",), "no stable transactional id"),
         (("workload.kind=DaemonSet",), "'/workload/kind': value must be one of"),  # the schema
         (("ledgerPairz=1",), "additional properties 'ledgerPairz' not allowed"),  # a typo
         (("config.http.host=127.0.0.1",), "'/config/http/host': value must be '0.0.0.0'"),
