@@ -1,0 +1,35 @@
+"""Red team: configs the loader accepts must never end in a traceback.
+
+Bounds of a real field narrower than about ``1e-154`` (accepted: finite, not
+reversed): ``LaplaceMechanism.variance_law`` squares the half-width, which
+underflows to 0.0, and divides by it (``ZeroDivisionError``) in ``explain``,
+``sanitize`` and ``run`` (the declared-mechanism warnings, ``auto``'s choice).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from privstream.cli.main import main
+
+CONFIG = """\
+kafka: {{input_topic: raw, output_topic: clean, dead_letter_topic: dlq}}
+privacy: {{epsilon: 10, delta: 1e-6}}
+fields:
+  - {{name: x, kind: real, bounds: [0, {upper}], epsilon: 5, mechanism: {mechanism}}}
+"""
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "auto"])
+@pytest.mark.parametrize("upper", ["1e-300", "1e-160", "5e-324"])
+def test_tiny_bounds_are_explained_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mechanism: str, upper: str
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(CONFIG.format(upper=upper, mechanism=mechanism))
+    try:
+        code = main(["explain", "--config", str(config)])
+    except SystemExit as exit_:  # a config error is fine: exit 2 with a message
+        code = exit_.code
+    assert code in (0, 2), capsys.readouterr().err
