@@ -33,3 +33,33 @@ def test_tiny_bounds_are_explained_not_a_traceback(
     except SystemExit as exit_:  # a config error is fine: exit 2 with a message
         code = exit_.code
     assert code in (0, 2), capsys.readouterr().err
+
+
+FULL = """\
+kafka: {{input_topic: raw, output_topic: clean, dead_letter_topic: dlq}}
+privacy: {{epsilon: 10, delta: 1e-6}}
+fields:
+  - {field}
+"""
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        # auto's choice builds randomized response, whose MechanismError escaped build_plan
+        "{name: c, kind: categorical, domain: [0, 1], epsilon: 1e-300, mechanism: auto}",
+        # grid.granularity: log2(magnitude / 2**50) of a subnormal magnitude: math domain error
+        "{name: f, kind: functional, grid: [0, 1], bandwidth: 0.2, rkhs_radius: 5e-324, "
+        "epsilon: 1e-300, delta: 1e-06}",
+    ],
+)
+def test_extreme_parameters_are_a_config_error_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(FULL.format(field=field))
+    try:
+        code = main(["explain", "--config", str(config)])
+    except SystemExit as exit_:
+        code = exit_.code
+    assert code in (0, 2), capsys.readouterr().err
