@@ -50,7 +50,7 @@ def granularity(scale: float, magnitude: float, diameter: float = 0.0) -> float:
     exponent = math.floor(math.log2(scale / GRID_STEPS_PER_SCALE))
     if diameter > 0.0:
         exponent = min(exponent, math.floor(math.log2(diameter / 2.0)))
-    if magnitude > 0.0:
+    if magnitude / MAX_GRID_INDEX > 0.0:  # a subnormal magnitude: any grid holds it
         exponent = max(exponent, math.ceil(math.log2(magnitude / MAX_GRID_INDEX)))
     return math.ldexp(1.0, exponent)
 
