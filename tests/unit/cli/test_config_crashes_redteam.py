@@ -51,6 +51,8 @@ fields:
         # grid.granularity: log2(magnitude / 2**50) of a subnormal magnitude: math domain error
         "{name: f, kind: functional, grid: [0, 1], bandwidth: 0.2, rkhs_radius: 5e-324, "
         "epsilon: 1e-300, delta: 1e-06}",
+        # grid.granularity: log2(diameter / 2) of the least subnormal diameter (half is 0)
+        "{name: r, kind: real, bounds: [0, 5e-324], epsilon: 1e-12, mechanism: piecewise}",
     ],
 )
 def test_extreme_parameters_are_a_config_error_not_a_traceback(
