@@ -100,6 +100,26 @@ class LedgerConfig(Strict):
     changelog_topic: str | None = Field(default=None, min_length=1)
 
 
+#: the default changelog topic is the input topic's name with this suffix
+CHANGELOG_SUFFIX = "-privstream-ledger"
+
+
+def changelog_problems(topics: Mapping[str, str], ledger: LedgerConfig | None) -> list[str]:
+    """The changelog (named, or the default ``<input>-privstream-ledger``) must be a topic
+    of its own: ``topics`` maps each kafka setting to the topic it names."""
+    if ledger is None:
+        return []
+    topic = ledger.changelog_topic or f"{topics['input_topic']}{CHANGELOG_SUFFIX}"
+    setting = "privacy.ledger.changelog_topic" + ("" if ledger.changelog_topic else " (default)")
+    return [
+        f"{setting} {topic!r} is kafka.{name}: the changelog must be a topic of its own "
+        "(compacted by subject, holding each subject's key and spending: as the output it "
+        "would publish them and compact the sanitized records away); name another topic"
+        for name, other in topics.items()
+        if other == topic
+    ]
+
+
 def subject_problems(
     subject: str | None, public: bool, ledger: LedgerConfig | None, kinds: Mapping[str, str]
 ) -> list[tuple[str, str]]:
