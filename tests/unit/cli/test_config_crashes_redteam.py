@@ -65,3 +65,22 @@ def test_extreme_parameters_are_a_config_error_not_a_traceback(
     except SystemExit as exit_:
         code = exit_.code
     assert code in (0, 2), capsys.readouterr().err
+
+
+def test_a_vector_at_a_huge_epsilon_is_a_config_error_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """smallest_sigma halves sigma until ``2 s s`` underflows: ZeroDivisionError."""
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "kafka: {input_topic: raw, output_topic: clean, dead_letter_topic: dlq}\n"
+        "privacy: {epsilon: 1e300, delta: 0.6}\n"
+        "fields:\n"
+        "  - {name: v, kind: vector, dimension: 2, l2_bound: 1e300, epsilon: 1e300, "
+        "delta: 0.5}\n"
+    )
+    try:
+        code = main(["explain", "--config", str(config)])
+    except SystemExit as exit_:
+        code = exit_.code
+    assert code in (0, 2), capsys.readouterr().err
