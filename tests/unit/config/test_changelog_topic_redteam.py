@@ -48,3 +48,20 @@ def test_the_default_changelog_name_colliding_with_the_output_is_refused() -> No
 def test_a_changelog_of_its_own_is_accepted() -> None:
     parse_config(config("raw-ledger"))
     parse_config(config(None))
+
+
+def test_a_changelog_name_kafka_refuses_is_a_config_error() -> None:
+    """An input of 240 characters is a Kafka name; ``<input>-privstream-ledger`` (258) is
+    not (at most 249): the worker retried describing it for ever."""
+    data = config(None)
+    data["kafka"]["input_topic"] = "r" * 240
+    with pytest.raises(ConfigError, match="changelog"):
+        parse_config(data)
+
+
+@pytest.mark.parametrize("name", ["in put", "raw/events", "x" * 250, "..", "raw\u00e9"])
+def test_a_topic_name_kafka_refuses_is_a_config_error(name: str) -> None:
+    data = config("raw-ledger")
+    data["kafka"]["output_topic"] = name
+    with pytest.raises(ConfigError, match="output_topic"):
+        parse_config(data)
