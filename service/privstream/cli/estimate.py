@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -309,6 +310,18 @@ def check_topic_read(
         )
 
 
+def _finite(value: Any) -> Any:
+    """The report with every non-finite float as null: JSON has no NaN or infinity, and
+    bounds near the double range give infinite worst-case errors."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
 def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
     """Run the command; returns the exit code."""
     try:
@@ -352,7 +365,7 @@ def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
     for warning in impossible_values(report):
         print(f"privstream: estimate: warning: {warning}", file=sys.stderr)
     if args.format == "json":
-        print(json.dumps(report, indent=2, allow_nan=False))
+        print(json.dumps(_finite(report), indent=2, allow_nan=False))
     else:
         print(render_table(report))
     if args.plot:

@@ -8,7 +8,9 @@ Refused before anything is read (exit 2):
   the same resolved path before (``a/./b`` is ``a/b``). Writing the release
   over its raw input would destroy the only copy of the records; dead
   letters among sanitized records would put raw lines in the release.
-* an existing ``--output`` or ``--dead-letter`` path (a file, a link, even a
+* a ``--metadata`` path that is the input (stdin included), the output or
+  the dead-letter file: ``run_sanitize`` replaces it with the sidecar.
+* an existing ``--output``, ``--dead-letter`` or ``--metadata`` path (a file, a link, even a
   dangling one) unless ``--overwrite``: an earlier output is an earlier
   release, and releasing the same records again with fresh noise adds its
   epsilon to theirs. A directory, ``--overwrite`` or not.
@@ -104,10 +106,23 @@ def _check_distinct(paths: FilePaths) -> None:
             f"{paths.output or 'stdout'} (the same file, or a link to it): raw records would "
             "land among the sanitized ones; name another --dead-letter file"
         )
+    if paths.metadata is not None:
+        for option, other, stream in (
+            ("--input", paths.input, stdin),
+            ("--output", paths.output, stdout),
+            ("--dead-letter", paths.dead_letter, -1),
+        ):
+            if _same(paths.metadata, -1, other, stream):
+                raise FilePathError(
+                    f"--metadata {paths.metadata} is the {option} file "
+                    f"{other or ('stdin' if option == '--input' else 'stdout')} (the same "
+                    "file, or a link to it): the metadata would replace it; name another file"
+                )
 
 
 def _check_new(paths: FilePaths) -> None:
-    for option, path in (("--output", paths.output), ("--dead-letter", paths.dead_letter)):
+    named = (("--output", paths.output), ("--dead-letter", paths.dead_letter))
+    for option, path in (*named, ("--metadata", paths.metadata)):
         with contextlib.suppress(OSError):
             if path is not None and stat.S_ISDIR(os.lstat(path).st_mode):
                 raise FilePathError(f"{option} {path} is a directory: name a file")
@@ -120,6 +135,11 @@ def _check_new(paths: FilePaths) -> None:
             "to the first's (averaging the two halves the noise variance); keep the earlier "
             "output, name a new file for other records, or pass --overwrite if the earlier "
             "output was never shared"
+        )
+    if paths.metadata is not None and os.path.lexists(paths.metadata):
+        raise FilePathError(
+            f"--metadata {paths.metadata} exists: it describes an earlier release (or is "
+            "another file); move it away, name a new file, or pass --overwrite to replace it"
         )
     if os.path.lexists(paths.dead_letter):
         raise FilePathError(

@@ -100,6 +100,43 @@ class LedgerConfig(Strict):
     changelog_topic: str | None = Field(default=None, min_length=1)
 
 
+#: the default changelog topic is the input topic's name with this suffix
+CHANGELOG_SUFFIX = "-privstream-ledger"
+#: the longest topic name Kafka creates
+MAX_TOPIC_NAME = 249
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Why Kafka refuses ``name`` as a topic name, or None (its ``Topic.validate``)."""
+    if name in (".", ".."):
+        return f"{name!r} is no Kafka topic name"
+    if len(name) > MAX_TOPIC_NAME:
+        return f"{len(name)} characters; Kafka topic names have at most {MAX_TOPIC_NAME}"
+    legal = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+    if not name or not set(name) <= legal:
+        return "Kafka topic names use only ASCII letters, digits, '.', '_' and '-'"
+    return None
+
+
+def changelog_problems(topics: Mapping[str, str], ledger: LedgerConfig | None) -> list[str]:
+    """The changelog (named, or the default ``<input>-privstream-ledger``) must be a topic
+    of its own: ``topics`` maps each kafka setting to the topic it names."""
+    if ledger is None:
+        return []
+    topic = ledger.changelog_topic or f"{topics['input_topic']}{CHANGELOG_SUFFIX}"
+    setting = "privacy.ledger.changelog_topic" + ("" if ledger.changelog_topic else " (default)")
+    problem = topic_name_problem(topic)
+    if problem is not None:
+        return [f"{setting} {topic[:60]!r}: {problem}; name another privacy.ledger.changelog_topic"]
+    return [
+        f"{setting} {topic!r} is kafka.{name}: the changelog must be a topic of its own "
+        "(compacted by subject, holding each subject's key and spending: as the output it "
+        "would publish them and compact the sanitized records away); name another topic"
+        for name, other in topics.items()
+        if other == topic
+    ]
+
+
 def subject_problems(
     subject: str | None, public: bool, ledger: LedgerConfig | None, kinds: Mapping[str, str]
 ) -> list[tuple[str, str]]:

@@ -27,6 +27,7 @@ from privstream.config.budget import (
     resolve_budget,
 )
 from privstream.config.fields import FIELD_KINDS, FIELD_MODELS, RealField
+from privstream.config.ledger import changelog_problems
 from privstream.config.missing import MISSING_DEFAULTS
 from privstream.config.models import AppConfig
 from privstream.errors import ConfigError, MechanismError
@@ -63,7 +64,7 @@ def parse_config(data: Any) -> AppConfig:
         raise ConfigError([_format_error(err, data) for err in exc.errors()] + problems) from None
     problems += _release_problems(config) or _epsilon_sum_problems(config)
     problems = problems or budget_problems(config) or _grid_problems(config)
-    problems = problems or ledger_problems(config)
+    problems = problems or ledger_problems(config) or _changelog_problems(config)
     if problems:
         raise ConfigError(problems)
     return config
@@ -136,6 +137,16 @@ def _release_problems(config: AppConfig) -> list[str]:
             "list the fields to release"
         ]
     return []
+
+
+def _changelog_problems(config: AppConfig) -> list[str]:
+    kafka = config.kafka
+    topics = {
+        "input_topic": kafka.input_topic,
+        "output_topic": kafka.output_topic,
+        "dead_letter_topic": kafka.dead_letter_topic,
+    }
+    return changelog_problems(topics, config.privacy.ledger)
 
 
 def _duplicate_names(data: dict[str, Any]) -> list[str]:

@@ -13,7 +13,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from privstream.config.fields import Delta, Epsilon, FieldConfig, Strict
-from privstream.config.ledger import LedgerConfig, subject_problems
+from privstream.config.ledger import LedgerConfig, subject_problems, topic_name_problem
 from privstream.config.missing import presence_problems
 
 
@@ -84,6 +84,14 @@ class KafkaConfig(Strict):
     #: how long SIGTERM waits for the batch in flight before abandoning it
     drain_timeout_ms: int = Field(default=30_000, ge=0, le=600_000)
     security: SecurityConfig = SecurityConfig()
+
+    @field_validator("input_topic", "output_topic", "dead_letter_topic")
+    @classmethod
+    def _kafka_topic_name(cls, name: str) -> str:
+        problem = topic_name_problem(name)
+        if problem is not None:
+            raise ValueError(problem)
+        return name
 
     @model_validator(mode="after")
     def _distinct_topics(self) -> "KafkaConfig":

@@ -53,9 +53,9 @@ def build_plan(config: AppConfig) -> RecordPlan:
         if spec.kind in UNRELEASED:
             continue
         share = budget.fields.get(spec.name)
-        spec = resolve_auto(spec, share)  # ``mechanism: auto`` made concrete
-        entry = registration_of(spec)
         try:
+            spec = resolve_auto(spec, share)  # ``mechanism: auto`` made concrete
+            entry = registration_of(spec)
             handler = entry.build(spec, share)
         except MechanismError as exc:  # parameters no mechanism can honour: a config problem
             problems.append(f"fields[{i}] ({spec.name}): {exc}")

@@ -131,6 +131,21 @@ def discrete_gaussian_delta(epsilon: float, sigma: float, sensitivity: int) -> f
 def smallest_sigma(
     profile: Callable[[float], float], delta: float, start: float, *, rtol: float = 1e-10
 ) -> float:
+    """``_smallest_sigma``; a bracket that leaves the double range (an epsilon so large that
+    no sigma down to the least double exceeds delta) is a ``MechanismError``, not a
+    ``ZeroDivisionError``."""
+    try:
+        return _smallest_sigma(profile, delta, start, rtol=rtol)
+    except (ZeroDivisionError, OverflowError):
+        raise MechanismError(
+            f"no sigma within the double range calibrates delta {delta!r} (epsilon too large "
+            "for this mechanism's calibration); lower epsilon"
+        ) from None
+
+
+def _smallest_sigma(
+    profile: Callable[[float], float], delta: float, start: float, *, rtol: float = 1e-10
+) -> float:
     """Smallest sigma (to ``rtol`` in delta) with ``profile(sigma) <= delta``, safe side.
 
     ``profile`` must decrease in sigma. Returns ``hi`` with ``profile(hi) <= delta``

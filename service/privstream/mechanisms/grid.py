@@ -48,9 +48,10 @@ def granularity(scale: float, magnitude: float, diameter: float = 0.0) -> float:
     if scale <= 0.0 or not math.isfinite(scale):
         raise MechanismError(f"noise scale {scale!r} must be a finite number > 0")
     exponent = math.floor(math.log2(scale / GRID_STEPS_PER_SCALE))
-    if diameter > 0.0:
-        exponent = min(exponent, math.floor(math.log2(diameter / 2.0)))
-    if magnitude > 0.0:
+    if diameter > 0.0:  # half of a subnormal diameter may round to 0: the finest grid then
+        half = diameter / 2.0
+        exponent = min(exponent, math.floor(math.log2(half)) if half > 0.0 else -1074)
+    if magnitude / MAX_GRID_INDEX > 0.0:  # a subnormal magnitude: any grid holds it
         exponent = max(exponent, math.ceil(math.log2(magnitude / MAX_GRID_INDEX)))
     return math.ldexp(1.0, exponent)
 

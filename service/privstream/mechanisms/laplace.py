@@ -135,11 +135,15 @@ class LaplaceMechanism(Mechanism):
         if half <= 0.0 or noise is None:  # zero width: no noise
             return 0.0, 0.0
         square = half * half
-        if math.isfinite(square):
-            with contextlib.suppress(OverflowError):
+        if math.isfinite(square) and square > 0.0:
+            with contextlib.suppress(OverflowError, ZeroDivisionError):
                 return 0.0, self.estimator_variance(1) / square
-        # bounds near the double range (g^2 or half^2 beyond it): g / half before squaring
-        return 0.0, (self.granularity / half) ** 2 * noise.variance
+        # bounds near the double range (g^2 or half^2 beyond it), or so narrow that half^2
+        # underflows to 0: g / half before squaring (an overflow is an infinite variance)
+        try:
+            return 0.0, (self.granularity / half) ** 2 * noise.variance
+        except OverflowError:
+            return 0.0, math.inf
 
     def estimator_variance(self, n: int) -> float:
         if self.noise is None:

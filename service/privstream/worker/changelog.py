@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from privstream.config.ledger import CHANGELOG_SUFFIX
 from privstream.errors import LedgerError
 from privstream.ledger.core import RESTORE_BATCH
 
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("privstream.worker")
 
-CHANGELOG_SUFFIX = "-privstream-ledger"
 #: how often a restore looks again at changelog partitions with a transaction still open
 PENDING_RECHECK_S = 0.02
 #: (partition, keys, values): takes a restore's next records

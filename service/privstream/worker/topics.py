@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
 
@@ -95,6 +96,7 @@ async def _check_changelog(
     partitions, replicas = source
     existing = await describe(admin, topic)
     if existing is None:
+        await _refuse_if_charged_before(admin, kafka, topic, partitions)
         await _create(admin, topic, partitions, replicas)
         log.info("created ledger changelog %s (%d partitions)", topic, partitions)
         return
@@ -112,6 +114,31 @@ async def _check_changelog(
     limit = int(configs.get("max.message.bytes", batch_bytes(kafka)))
     if limit < batch_bytes(kafka):
         raise _wrong_config(topic, "max.message.bytes", str(limit), str(batch_bytes(kafka)))
+
+
+async def _refuse_if_charged_before(
+    admin: AIOKafkaAdminClient, kafka: KafkaConfig, topic: str, partitions: int
+) -> None:
+    """A missing changelog of a group that has consumed its input: refuse, never re-create.
+
+    The group's committed input offsets say records were already released, and
+    charged to a changelog that is now gone (deleted by hand or by a tool): an
+    empty one would start every subject's budget again. Creating it by hand is
+    the deliberate way to accept that (a ledger added to a running deployment).
+    """
+    wanted = [TopicPartition(kafka.input_topic, p) for p in range(partitions)]
+    committed = await admin.list_consumer_group_offsets(kafka.group_id, partitions=wanted)
+    if not any(meta.offset >= 0 for meta in committed.values()):
+        return
+    raise TopicError(
+        f"ledger changelog {topic!r} does not exist, but group {kafka.group_id!r} has "
+        f"committed offsets on {kafka.input_topic!r}: the records before them were charged "
+        "to a changelog that is gone, and an empty one would give every subject its budget "
+        "again. Restore the changelog if you can; to start every budget afresh on purpose "
+        f"(or to add a ledger to a running deployment), create it yourself: kafka-topics.sh "
+        f"--bootstrap-server <servers> --create --topic {topic} --partitions {partitions} "
+        "--config cleanup.policy=compact --config message.timestamp.type=LogAppendTime"
+    )
 
 
 def _wrong_config(topic: str, name: str, found: str, wanted: str) -> TopicError:
