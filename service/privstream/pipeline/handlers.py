@@ -210,7 +210,8 @@ class RealHandler:
 
 @dataclass(frozen=True)
 class IntegerHandler:
-    """JSON integers (a whole-valued float such as ``3.0`` counts); clamped by the mechanism."""
+    """JSON numbers as integers: a fraction is rounded (ties to even), then clamped by the
+    mechanism."""
 
     name: str
     mechanism: IntegerLaplaceMechanism
@@ -223,9 +224,10 @@ class IntegerHandler:
         if isinstance(value, float):  # 1e999 is clamped, as in RealHandler
             value = clamped_number(self.name, value)
         if isinstance(value, float) and not value.is_integer():
-            raise Rejected(
-                "wrong_type", f"field {self.name!r}: expected an integer, got a fraction"
-            )
+            # a fraction (2.5, 5e-324) is rounded to the nearest integer (ties to even), as
+            # an out-of-range number is clamped: dead-lettering it would let the value
+            # decide whether the record is released (2.0 is released, 2.5 would not be)
+            value = round(value)
         # Python ints are unbounded, the column is int64: clamp to one step outside
         # the bounds here (still counted as clamped), the mechanism clamps the rest
         lower, upper = self.mechanism.lower, self.mechanism.upper
