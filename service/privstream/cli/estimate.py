@@ -224,6 +224,7 @@ def _read_topic(
             topic,
             stream.add,
             expected_config=plan.config_sha256,
+            expected_release=plan.release_sha256,
             skip=stream.skip,
             environ=os.environ,
             progress=progress,

@@ -31,6 +31,8 @@ from privstream.estimate.suppression import COUNTS_HEADER, parse_counts
 #: records read from a file before the progress line appears (on a terminal)
 PROGRESS_THRESHOLD = 50_000
 CONFIG_HEADER = "privstream-config-sha256"
+#: the digest of the fields' release ids (``RecordPlan.release_sha256``); absent before 0.1
+RELEASE_HEADER = "privstream-release-sha256"
 
 
 class Progress:
@@ -194,9 +196,9 @@ def make_consumer(kafka: KafkaConfig, environ: Mapping[str, str]) -> Consumer:
     return consumer
 
 
-def _config_hash(headers: Any) -> str | None:
+def _config_hash(headers: Any, name: str = CONFIG_HEADER) -> str | None:
     for key, value in headers or ():
-        if key == CONFIG_HEADER:
+        if key == name:
             try:
                 return bytes(value).decode("ascii")
             except (UnicodeDecodeError, TypeError):
@@ -211,6 +213,7 @@ async def read_topic(
     *,
     expected_config: str,
     skip: Callable[[str], None],
+    expected_release: str | None = None,
     progress: Progress | None = None,
     idle_timeout: float = 30.0,
     clock: Callable[[], float] = time.monotonic,
@@ -263,7 +266,7 @@ async def read_topic(
                     if message.offset >= end[tp]:
                         continue  # produced after the start
                     moved = True
-                    _deliver(message, read, expected_config, sink, skip)
+                    _deliver(message, read, (expected_config, expected_release), sink, skip)
             for tp in sorted(pending):
                 position = await consumer.position(tp)
                 if position > reached.get(tp, -1):  # aborted data and markers move it too
@@ -292,7 +295,7 @@ async def read_topic(
 def _deliver(
     message: Message,
     read: TopicRead,
-    expected_config: str,
+    expected: tuple[str, str | None],
     sink: Callable[[bytes], None],
     skip: Callable[[str], None],
 ) -> None:
@@ -300,10 +303,14 @@ def _deliver(
         read.undecodable += 1
         skip("undecodable_header")
         return
+    expected_config, expected_release = expected
     config = _config_hash(message.headers)
+    release = _config_hash(message.headers, RELEASE_HEADER)
+    # the same config calibrated otherwise (another privstream's ``auto``) is another release
+    other_release = None not in (release, expected_release) and release != expected_release
     if config is None:
         read.without_config_header += 1
-    elif config != expected_config:
+    elif config != expected_config or other_release:
         read.config_mismatch += 1
         read.other_config = read.other_config or config
         skip("config_mismatch")
@@ -336,6 +343,7 @@ def run_topic_read(
     expected_config: str,
     skip: Callable[[str], None],
     environ: Mapping[str, str],
+    expected_release: str | None = None,
     progress: Progress | None,
     idle_timeout: float,
 ) -> TopicRead:
@@ -351,6 +359,7 @@ def run_topic_read(
             sink,
             expected_config=expected_config,
             skip=skip,
+            expected_release=expected_release,
             progress=progress,
             idle_timeout=idle_timeout,
         )

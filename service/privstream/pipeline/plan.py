@@ -166,6 +166,16 @@ class RecordPlan:
         return replace(self, fields=fields)
 
     @property
+    def release_sha256(self) -> str:
+        """SHA-256 of the fields' release ids, in order: what was released, as calibrated.
+
+        The config hash names the config as written; two privstream versions can
+        calibrate one config differently (``mechanism: auto`` resolving to another
+        mechanism), and this digest tells those releases apart.
+        """
+        return hashlib.sha256(b"".join(f.release_id for f in self.fields)).hexdigest()
+
+    @property
     def epsilon(self) -> float:
         """Event-level epsilon of one record (what each record's release satisfies)."""
         return self.budget.event.epsilon

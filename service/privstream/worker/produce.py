@@ -34,9 +34,10 @@ _VARINT_BYTES = 5
 
 
 def output_headers(plan: RecordPlan) -> Headers:
-    """Headers of every sanitized message: the config hash and the record's guarantee."""
+    """Headers of every sanitized message: the config and release hashes, the guarantee."""
     return [
         ("privstream-config-sha256", plan.config_sha256.encode()),
+        ("privstream-release-sha256", plan.release_sha256.encode()),
         ("privstream-epsilon", repr(plan.epsilon).encode()),
         ("privstream-delta", repr(plan.delta).encode()),
     ]

@@ -40,3 +40,32 @@ def test_headers_differ_when_auto_resolves_to_another_mechanism(monkeypatch) -> 
     assert then.fields[0].handler.mechanism.name == other  # type: ignore[union-attr]
     assert then.config_sha256 == today.config_sha256
     assert output_headers(then) != output_headers(today)
+
+
+class _Message:
+    """A consumed record as ``read_topic`` sees one (headers and a value)."""
+
+    def __init__(self, headers: list[tuple[str, bytes]]) -> None:
+        self.headers = headers
+        self.value = b'{"x": 1.0}'
+        self.partition = 0
+
+
+def test_estimate_skips_records_of_the_same_config_calibrated_otherwise(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from privstream.estimate.source import TopicRead, _deliver
+
+    config = parse_config(CONFIG)
+    today = build_plan(config)
+    monkeypatch.setattr(
+        plan, "resolve_auto", lambda spec, share: spec.model_copy(update={"mechanism": "laplace"})
+    )
+    then = build_plan(config)
+    expected = (today.config_sha256, today.release_sha256)
+    read, sunk, skipped = TopicRead("clean"), [], []
+    for released in (today, then):
+        _deliver(_Message(output_headers(released)), read, expected, sunk.append, skipped.append)
+    older = [(k, v) for k, v in output_headers(today) if k != "privstream-release-sha256"]
+    _deliver(_Message(older), read, expected, sunk.append, skipped.append)  # before the header
+    same = today.release_sha256 == then.release_sha256
+    assert skipped == ([] if same else ["config_mismatch"])
+    assert len(sunk) == (3 if same else 2)
