@@ -134,4 +134,5 @@ kafka-stop: ## stop the local Kafka broker
 
 clean: ## remove the venv, caches and local broker data
 	-deploy/local-kafka/kafka.sh stop
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache deploy/local-kafka/run site $(CSAN_DIR)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache deploy/local-kafka/run \
+		deploy/schema-registry/run site $(CSAN_DIR)
