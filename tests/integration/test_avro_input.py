@@ -1,7 +1,7 @@
 """Avro input under a real schema registry, against a real worker and broker (issue 33).
 
 The producer is confluent-kafka's ``AvroSerializer`` with the suite's registry
-(``tests/registry.py``), as a user's would be. The worker reads the Confluent
+(``tests/support/registry.py``), as a user's would be. The worker reads the Confluent
 wire format, fetches writer schemas by id, and sanitizes the records under the
 same config as JSON ones; the output is JSON.
 """
@@ -12,11 +12,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from tests.broker import create_topics
-from tests.http_get import http_get
-from tests.integration.avro_support import SchemaRegistryClient, avro_writer
-from tests.integration.faults import free_port, poll_until
-from tests.integration.worker_proc import (
+from tests.support.avro import SchemaRegistryClient, avro_writer
+from tests.support.broker import create_topics
+from tests.support.faults import free_port, poll_until
+from tests.support.http_get import http_get
+from tests.support.registry import Registry
+from tests.support.worker_proc import (
     PRIVACY,
     Collector,
     WorkerProcess,
@@ -28,7 +29,6 @@ from tests.integration.worker_proc import (
     wait_while_alive,
     write_config,
 )
-from tests.registry import Registry
 
 V1: dict[str, Any] = {
     "type": "record",

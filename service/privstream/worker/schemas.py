@@ -32,6 +32,7 @@ from pydantic import SecretStr
 
 from privstream.config.registry import SchemaRegistryConfig
 from privstream.errors import SchemaRegistryUnavailableError, SecretError
+from privstream.kafka.decode import UndecodableRecord
 from privstream.pipeline.avro import (
     UNKNOWN_SCHEMA_ID,
     UNSUPPORTED_SCHEMA,
@@ -41,7 +42,6 @@ from privstream.pipeline.avro import (
     schema_id,
     to_json,
 )
-from privstream.kafka.decode import UndecodableRecord
 
 log = logging.getLogger("privstream.worker")
 _RECORD_FIELDS = fields(ConsumerRecord)

@@ -8,7 +8,7 @@ import pytest
 from privstream.config import parse_config
 from privstream.errors import ConfigError
 
-from tests.unit._support import config_dict
+from tests.support.configs import config_dict
 
 FIELDS = [{"name": "seq", "kind": "public"}]
 
