@@ -23,13 +23,12 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from tests.support.broker import _free_ports
+from tests.support.broker import REPO_ROOT, _free_ports
 
 log = logging.getLogger(__name__)
 
-LAUNCHER = Path(__file__).resolve().parent.parent / "deploy" / "schema-registry" / "registry.sh"
+LAUNCHER = REPO_ROOT / "deploy" / "schema-registry" / "registry.sh"
 START_TIMEOUT_S = 120.0
 # the first run fetches the distribution (about 160 MB) with Maven
 LAUNCHER_TIMEOUT_S = START_TIMEOUT_S + 600.0
