@@ -5,8 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps lint format docs test unit integration csan package-test helm demo bench \
-	kafka-start kafka-stop clean
+.PHONY: help install system-deps schema-registry lint format docs test unit integration csan package-test \
+	helm demo bench kafka-start kafka-stop clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -39,6 +39,11 @@ system-deps: ## Debian packages the tests use (prometheus, promtool, docker-comp
 			--no-install-recommends $(SYSTEM_PACKAGES) >/dev/null; \
 	fi
 
+# The integration tests' schema registry: Apicurio Registry's distribution from Maven
+# Central, fetched once into deploy/schema-registry/dist (docs/avro.md says why this one).
+schema-registry: ## fetch the tests' schema registry (Apicurio, Java 21+) unless cached
+	deploy/schema-registry/registry.sh fetch
+
 lint: $(STAMP) ## ruff, mypy --strict, and the import contracts (layers point inward, no circles)
 	$(BIN)/ruff check service tests bench deploy
 	$(BIN)/ruff format --check service tests bench deploy
@@ -54,13 +59,13 @@ docs: $(STAMP) ## build the documentation site into site/ (mkdocs --strict)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # tests/package runs once, through package-test
-test: lint docs system-deps csan package-test helm ## every test: lint, docs, C extensions under ASan, the wheel, unit, integration
+test: lint docs system-deps schema-registry csan package-test helm ## every test: lint, docs, C extensions under ASan, the wheel, unit, integration
 	$(BIN)/pytest --ignore=tests/package
 
 unit: $(STAMP) helm ## the fast tests only (no broker)
 	$(BIN)/pytest tests/unit tests/project
 
-integration: $(STAMP) system-deps ## the tests against a real Kafka broker and Prometheus
+integration: $(STAMP) system-deps schema-registry ## the tests against a real Kafka broker and Prometheus
 	$(BIN)/pytest tests/integration
 
 # The C extensions built with AddressSanitizer and UBSan into build/csan (tests/csan/
@@ -129,4 +134,5 @@ kafka-stop: ## stop the local Kafka broker
 
 clean: ## remove the venv, caches and local broker data
 	-deploy/local-kafka/kafka.sh stop
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache deploy/local-kafka/run site $(CSAN_DIR)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache deploy/local-kafka/run \
+		deploy/schema-registry/run site $(CSAN_DIR)

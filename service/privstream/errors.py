@@ -123,3 +123,12 @@ class ClockAheadError(PrivstreamError):
     aborted) and retries: a fast clock committed to the changelog would close
     every open window on every replica (docs/ledger.md, Clock sanity).
     """
+
+
+class SchemaRegistryUnavailableError(PrivstreamError):
+    """The schema registry did not answer a schema request (down, slow, refusing us).
+
+    Never a reason to dead-letter: the batch waiting for the schema is dropped
+    unreleased, the worker is not ready, and the session is retried with backoff
+    from the committed offsets.
+    """

@@ -1,4 +1,5 @@
-"""Broker for the integration tests: one per test session (see tests/support/broker.py)."""
+"""Broker and schema registry for the integration tests: one each per test session (see
+tests/support/broker.py and tests/support/registry.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support import registry as registries
 from tests.support.broker import kafka_broker
 
 
@@ -13,6 +15,19 @@ from tests.support.broker import kafka_broker
 def kafka_bootstrap() -> Iterator[str]:
     with kafka_broker() as bootstrap:
         yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def schema_registry_server() -> Iterator[registries.Registry]:
+    """The registry itself: the outage test stops and restarts it."""
+    with registries.schema_registry() as registry:
+        yield registry
+
+
+@pytest.fixture(scope="session")
+def schema_registry(schema_registry_server: registries.Registry) -> str:
+    """The URL of a running Confluent-compatible schema registry."""
+    return schema_registry_server.url
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -58,7 +58,12 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from privstream.config import KafkaConfig
 from privstream.config.runtime import Runtime
-from privstream.errors import ClockAheadError, LedgerError, UndecodableBatchError
+from privstream.errors import (
+    ClockAheadError,
+    LedgerError,
+    SchemaRegistryUnavailableError,
+    UndecodableBatchError,
+)
 from privstream.kafka.decode import tolerate_undecodable_records
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.metrics import Metrics
@@ -91,6 +96,7 @@ from privstream.worker.produce import BatchSender
 from privstream.worker.rebalance import Rebalance, names
 from privstream.worker.restart import Backoff, describe, unless_failed
 from privstream.worker.sanitize import Prepared, sanitize
+from privstream.worker.schemas import WriterSchemas
 from privstream.worker.stalls import Stalls
 from privstream.worker.topics import check_topics
 
@@ -98,8 +104,14 @@ log = logging.getLogger("privstream.worker")
 
 Batches = dict[TopicPartition, list[ConsumerRecord]]
 #: errors after which a new session may succeed (the broker may come back; a changelog
-#: batch garbled in transit may decode)
-RETRIABLE = (KafkaError, OSError, TimeoutError, UndecodableBatchError)
+#: batch garbled in transit may decode; the schema registry may answer again)
+RETRIABLE = (
+    KafkaError,
+    OSError,
+    TimeoutError,
+    UndecodableBatchError,
+    SchemaRegistryUnavailableError,
+)
 #: readiness probe: a one-topic metadata request per period, unanswered after the timeout
 PROBE_INTERVAL_S = 1.0
 PROBE_TIMEOUT_S = 2.0
@@ -127,6 +139,10 @@ class Worker:
         self._keys = NoiseKeys(runtime.noise_secret, kafka.input_topic, kafka.noise_domain)
         #: the partitions owned now, shared with the rebalance listener
         self.assignment = Assignment()
+        #: Avro input's writer schemas (None: the input is JSON)
+        registry = kafka.schema_registry
+        avro = kafka.format == "avro" and registry is not None
+        self._schemas = WriterSchemas(registry) if avro and registry is not None else None
         self._backoff = Backoff()
         tolerate_undecodable_records()
         #: partitions stopped before a batch that cannot be decoded: not ready while any is
@@ -452,6 +468,8 @@ class Worker:
 
     def _sanitize(self, records: Sequence[ConsumerRecord]) -> BatchResult:
         subject = None if self._ledger is None else self._ledger.subject_field
+        if self._schemas is not None:  # Avro input: the plan reads it as JSON
+            records = self._schemas.decode(records)
         return sanitize(self._plan, self._keys, records, subject)
 
     def _observe(self, count: int, out: int, dead: list[DeadLetter], seconds: float) -> None:

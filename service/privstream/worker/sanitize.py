@@ -24,6 +24,7 @@ from privstream.pipeline import BatchResult, RecordPlan, process_batch
 from privstream.pipeline.noise import Replayable
 from privstream.pipeline.results import DeadLetter, Observation, merge_observations
 from privstream.worker.produce import source_of
+from privstream.worker.schemas import as_received
 
 if TYPE_CHECKING:
     from privstream.worker.ledger_store import Verdict
@@ -81,7 +82,8 @@ def sanitize(
         DeadLetter(keep[d.index], d.reason, d.detail) for d in part.dead_letters
     )
     result.dead_letters.extend(
-        DeadLetter(i, records[i].problem, UNDECODABLE_DETAIL) for i in poison
+        DeadLetter(i, records[i].problem, getattr(records[i], "detail", UNDECODABLE_DETAIL))
+        for i in poison
     )
     result.dead_letters.sort(key=lambda d: d.index)
     return result
@@ -95,7 +97,7 @@ def _noise(
 ) -> Replayable:
     partitions = np.fromiter(map(_PARTITION, records), np.int64, len(records))
     offsets = np.fromiter(map(_OFFSET, records), np.int64, len(records))
-    return Replayable(keys, partitions, offsets, values)
+    return Replayable(keys, partitions, offsets, as_received(records, values))
 
 
 def _sanitize_decoded(

@@ -1,0 +1,165 @@
+"""Avro input: writer schemas fetched by id from the schema registry, cached; a batch's
+values turned into the JSON the plan reads (``privstream.pipeline.avro``).
+
+One registry request per schema id the cache lacks, never one per record:
+ids are collected over the batch first. The cache is bounded (least
+recently used dropped first) and never holds an unknown id, so a schema
+registered after a record naming it was first seen is picked up by the next
+batch that names it. Blocking HTTP (``urllib``): it runs in the worker's
+sanitize thread, off the event loop.
+
+A registry that does not answer (down, slow, refusing the worker) raises
+``SchemaRegistryUnavailableError``: the worker drops the batch unreleased,
+is not ready, and retries the session from the committed offsets (``loop``).
+Only an answer that the id is unknown (HTTP 404) dead-letters a record.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import ssl
+import urllib.error
+import urllib.request
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from aiokafka import ConsumerRecord
+from pydantic import SecretStr
+
+from privstream.config.registry import SchemaRegistryConfig
+from privstream.errors import SchemaRegistryUnavailableError, SecretError
+from privstream.kafka.decode import UndecodableRecord
+from privstream.pipeline.avro import (
+    UNKNOWN_SCHEMA_ID,
+    UNSUPPORTED_SCHEMA,
+    Undecoded,
+    WriterSchema,
+    parse_writer_schema,
+    schema_id,
+    to_json,
+)
+
+log = logging.getLogger("privstream.worker")
+_RECORD_FIELDS = fields(ConsumerRecord)
+
+
+@dataclass
+class AvroRejected(UndecodableRecord):
+    """A framed Avro value that cannot be read: dead-lettered with ``problem`` and ``detail``."""
+
+    detail: str = ""
+
+
+@dataclass
+class AvroDecoded(ConsumerRecord):  # type: ignore[misc]
+    """A record whose ``value`` is the JSON of its Avro value ``raw``, as received."""
+
+    raw: bytes | None = None
+
+
+def as_received(records: Sequence[ConsumerRecord], values: Sequence[bytes]) -> Sequence[bytes]:
+    """The bytes each record's noise is keyed on: an Avro record's as received, never its
+    JSON (whose text a library upgrade between a crash and its replay might change)."""
+    if not any(isinstance(r, AvroDecoded) for r in records):
+        return values
+    return [
+        (r.raw or b"") if isinstance(r, AvroDecoded) else v
+        for r, v in zip(records, values, strict=True)
+    ]
+
+
+class WriterSchemas:
+    """Writer schemas by id from one registry, cached."""
+
+    def __init__(self, config: SchemaRegistryConfig) -> None:
+        self._config = config
+        self._cache: OrderedDict[int, WriterSchema | Undecoded] = OrderedDict()
+        self._headers = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
+        if config.auth is not None:
+            password = SecretStr(_read_password(config.auth.password_file))
+            token = f"{config.auth.username}:{password.get_secret_value()}".encode()
+            self._headers["Authorization"] = "Basic " + base64.b64encode(token).decode()
+        self._tls: ssl.SSLContext | None = None
+        if config.url.startswith("https://"):
+            self._tls = ssl.create_default_context(cafile=config.tls.ca_file)
+            self._tls.check_hostname = config.tls.check_hostname
+
+    def decode(self, records: Sequence[ConsumerRecord]) -> list[ConsumerRecord]:
+        """The records with JSON values; those that cannot be read as ``AvroRejected``.
+
+        Raises ``SchemaRegistryUnavailableError`` if the registry does not answer.
+        """
+        values = [r.value for r in records]
+        ids = {sid for sid in map(schema_id, values) if sid is not None}
+        decoded = to_json(values, {sid: self.get(sid) for sid in ids})
+        return [
+            record
+            if isinstance(record, UndecodableRecord)  # already a dead letter (its headers)
+            else AvroDecoded(**_fields(record, value=value), raw=record.value)
+            if isinstance(value, bytes)
+            else _rejected(record, value)
+            for record, value in zip(records, decoded, strict=True)
+        ]
+
+    def get(self, sid: int) -> WriterSchema | Undecoded:
+        """The parsed writer schema of ``sid``, from the cache or the registry."""
+        cached = self._cache.get(sid)
+        if cached is not None:
+            self._cache.move_to_end(sid)
+            return cached
+        found = self._fetch(sid)
+        if not (isinstance(found, Undecoded) and found.reason == UNKNOWN_SCHEMA_ID):
+            self._cache[sid] = found
+            if len(self._cache) > self._config.cache_size:
+                self._cache.popitem(last=False)
+        return found
+
+    def _fetch(self, sid: int) -> WriterSchema | Undecoded:
+        url = f"{self._config.url}/schemas/ids/{sid}"
+        request = urllib.request.Request(url, headers=self._headers)  # noqa: S310 -- http(s) only
+        try:
+            with urllib.request.urlopen(  # noqa: S310 -- the config checks the scheme
+                request, timeout=self._config.timeout_ms / 1000, context=self._tls
+            ) as response:
+                body = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                log.warning("schema id %d is not in the registry %s", sid, self._config.url)
+                return Undecoded(UNKNOWN_SCHEMA_ID, f"schema id {sid} is not in the registry")
+            raise _unavailable(url, f"HTTP {exc.code} {exc.reason}") from None
+        except (OSError, ValueError) as exc:  # refused, reset, timed out, TLS, not JSON
+            raise _unavailable(url, f"{type(exc).__name__}: {exc}") from None
+        kind = body.get("schemaType", "AVRO")
+        if kind != "AVRO":
+            return Undecoded(UNSUPPORTED_SCHEMA, f"schema id {sid} is {kind}, not Avro")
+        log.info("fetched writer schema %d from %s", sid, self._config.url)
+        return parse_writer_schema(sid, str(body.get("schema", "")))
+
+
+def _fields(record: ConsumerRecord, **changed: object) -> dict[str, object]:
+    return {f.name: changed.get(f.name, getattr(record, f.name)) for f in _RECORD_FIELDS}
+
+
+def _rejected(record: ConsumerRecord, why: Undecoded) -> AvroRejected:
+    return AvroRejected(**_fields(record), problem=why.reason, detail=why.detail)
+
+
+def _unavailable(url: str, why: str) -> SchemaRegistryUnavailableError:
+    return SchemaRegistryUnavailableError(
+        f"schema registry request {url} failed ({why}): the batch is retried once the "
+        "registry answers; check kafka.schema_registry (url, auth, tls) if it never does"
+    )
+
+
+def _read_password(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8").rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise SecretError(
+            f"schema registry password file {path}: cannot read it ({reason})"
+        ) from None
