@@ -55,7 +55,12 @@ from tests.support.worker_proc import (
 
 GOOD = 5_000
 BAD = 10_000
-OUTPUT_HEADERS = {"privstream-config-sha256", "privstream-epsilon", "privstream-delta"}
+OUTPUT_HEADERS = {
+    "privstream-config-sha256",
+    "privstream-release-sha256",
+    "privstream-epsilon",
+    "privstream-delta",
+}
 DEAD_HEADERS = ["privstream-reason", "privstream-detail", "privstream-source"]
 
 

@@ -101,6 +101,7 @@ async def test_ten_thousand_records_sigterm_handover(kafka_bootstrap: str, tmp_p
         assert KEY_CANARY.encode() not in record.value
         assert {k for k, _ in record.headers} == {
             "privstream-config-sha256",
+            "privstream-release-sha256",
             "privstream-epsilon",
             "privstream-delta",
         }

@@ -184,7 +184,7 @@ FIELD_VALUES: list[tuple[str, dict[str, frozenset[str]]]] = [
            "tags": WT, "city": WT, "vec": WT, "seq": OK}),
     ("0", {"salary": OK, "visits": OK, "state": UC, "level": UC, "opted_in": WT,
            "tags": WT, "city": WT, "vec": WT, "seq": OK}),
-    ("1.5", {"salary": OK, "visits": WT, "state": WT, "level": WT, "opted_in": WT,
+    ("1.5", {"salary": OK, "visits": OK, "state": WT, "level": WT, "opted_in": WT,
              "tags": WT, "city": WT, "vec": WT, "seq": OK}),
     ("2.0", {"salary": OK, "visits": OK, "state": WT, "level": WT, "opted_in": WT,
              "tags": WT, "city": WT, "vec": WT, "seq": OK}),
