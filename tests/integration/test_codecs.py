@@ -21,7 +21,7 @@ from typing import Any
 import aiokafka.codec
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 from privstream.errors import UndecodableBatchError
 from privstream.kafka.decode import tolerate_undecodable_records
 from privstream.worker.changelog import CHANGELOG_SUFFIX
@@ -57,17 +57,6 @@ def telemetry(i: int) -> bytes:
     return json.dumps(
         {"device_id": f"d{i}", "seq": i, "salary": 2000 + i, "state": "CA", "opted_in": True}
     ).encode()
-
-
-async def create_with(bootstrap: str, name: str, partitions: int, configs: dict[str, str]) -> None:
-    """A topic with topic-level ``configs``, ready to serve."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs)])
-    finally:
-        await admin.close()
-    await create_topics(bootstrap, [name], partitions)  # waits until it serves
 
 
 async def send_batches(
@@ -113,7 +102,9 @@ async def test_batches_of_every_codec_are_released_exactly_once(
     kafka = unique_topics("codecs")
     await create_topics(kafka_bootstrap, [kafka["input_topic"]], partitions=3)
     await create_topics(kafka_bootstrap, [kafka["dead_letter_topic"]], partitions=1)
-    await create_with(kafka_bootstrap, kafka["output_topic"], 1, {"compression.type": "zstd"})
+    await create_topics(
+        kafka_bootstrap, [kafka["output_topic"]], 1, configs={"compression.type": "zstd"}
+    )
     plan = [
         (codec, (r + k) % 3, range(25 * (5 * r + k), 25 * (5 * r + k + 1)))
         for r in range(4)
@@ -266,11 +257,11 @@ async def test_a_zstd_changelog_is_restored_across_a_restart(
     batches: each subject gets its cap of 3 released, never 5."""
     kafka = await fault_topics(kafka_bootstrap, "codec-ledger")
     changelog = kafka["input_topic"] + CHANGELOG_SUFFIX
-    await create_with(
+    await create_topics(
         kafka_bootstrap,
-        changelog,
+        [changelog],
         4,
-        {
+        configs={
             "cleanup.policy": "compact",
             "compression.type": "zstd",
             "message.timestamp.type": "LogAppendTime",  # what the worker's clock check needs
