@@ -23,6 +23,8 @@ from privstream.mechanisms import _thresholds
 from privstream.pipeline import _columns
 from privstream.worker import _murmur2
 
+from tests.unit.pipeline.test_columns_redteam import assemble_model
+
 ROUNDS = int(os.environ.get("PRIVSTREAM_FUZZ_ROUNDS", "300"))
 I64_MIN, I64_MAX, TOP = -(2**63), 2**63 - 1, 2**64 - 1
 #: values of every type a caller may pass, at the kinds' edges
@@ -96,24 +98,6 @@ def test_fill(kind: int) -> None:
         assert _columns.fill(records, "v", kind, out, table) is (expected is not None)
         if expected is not None:
             np.testing.assert_array_equal(out, np.array(expected, dtype=dtype))
-
-
-def assemble_model(parts: list[Any], count: int) -> list[bytes] | None:
-    """assemble's records in Python, or None where it refuses."""
-    rows = []
-    for part in parts:
-        if type(part) is bytes:
-            rows.append([part] * count)
-        elif type(part) is list and len(part) == count and all(type(t) is bytes for t in part):
-            rows.append(part)
-        elif type(part) is tuple and len(part) == 1 and type(part[0]) is bytes:
-            texts = part[0].split(b",") if count else ([] if part[0] == b"" else [b""])
-            if len(texts) != count:
-                return None
-            rows.append(texts)
-        else:
-            return None
-    return [b"".join(row) for row in zip(*rows, strict=True)] if rows else [b""] * count
 
 
 def test_assemble() -> None:

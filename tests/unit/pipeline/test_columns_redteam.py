@@ -272,7 +272,7 @@ def test_reference_and_fast_agree_on_an_empty_block() -> None:
     assert process_batch_reference(plan, [], noise([])).outputs == []
 
 
-def _assemble_model(parts: list[Any], count: int) -> list[bytes] | None:
+def assemble_model(parts: list[Any], count: int) -> list[bytes] | None:
     """What ``assemble`` must give, in Python; None where it must refuse (ValueError)."""
     rows: list[list[bytes]] = []
     for part in parts:
@@ -322,7 +322,7 @@ def test_assemble_is_its_python_model_or_refuses(case: tuple[list[Any], int]) ->
     """Each record's text (and the joined text) as the Python model gives it, or a
     ValueError where the model refuses; never a text from pieces that do not fit."""
     parts, count = case
-    expected = _assemble_model(parts, count)
+    expected = assemble_model(parts, count)
     if expected is None:
         with pytest.raises(ValueError, match="assemble"):
             _columns.assemble(parts, count)
