@@ -21,8 +21,6 @@ import privstream
 import pytest
 import yaml
 from privstream.config import parse_config
-from privstream.config.runtime import Runtime, replica_identity
-from privstream.worker.clients import transactional_id
 
 from tests.project.test_k8s_manifests import (
     CRDS,
@@ -31,6 +29,7 @@ from tests.project.test_k8s_manifests import (
     MANIFESTS,
     _mounted_files,
     memory_limit_mib,
+    replica_transactional_ids,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,19 +237,7 @@ def test_each_replica_has_the_kustomize_transactional_id(
     config = parse_config(yaml.safe_load(_one(rendered, "ConfigMap")["data"]["config.yaml"]))
     env = {e["name"]: e for e in _container(sts)["env"]}
     assert env["PRIVSTREAM_REPLICA_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    ids = {
-        transactional_id(
-            config.kafka,
-            Runtime(
-                noise_secret=b"k" * 32,
-                replica_id=replica_identity(
-                    {"PRIVSTREAM_REPLICA_ID": f"{sts['metadata']['name']}-{i}"}, None
-                ),
-                credentials=None,
-            ),
-        )
-        for i in range(INPUT_PARTITIONS)
-    }
+    ids = replica_transactional_ids(config, sts["metadata"]["name"])
     assert ids == {f"privstream-privstream-{i}" for i in range(INPUT_PARTITIONS)}
 
 

@@ -275,21 +275,24 @@ def test_each_replica_has_a_stable_unique_transactional_id(
 ) -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["PRIVSTREAM_REPLICA_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    # pod names of a StatefulSet: <name>-<ordinal>
-    ids = {
+    ids = replica_transactional_ids(config, sts["metadata"]["name"])
+    assert ids == {f"privstream-privstream-{i}" for i in range(INPUT_PARTITIONS)}
+
+
+def replica_transactional_ids(config: AppConfig, name: str) -> set[str]:
+    """The transactional id of each replica of a StatefulSet named ``name`` (pod names
+    ``<name>-<ordinal>``, read through PRIVSTREAM_REPLICA_ID)."""
+    return {
         transactional_id(
             config.kafka,
             Runtime(
                 noise_secret=b"k" * 32,
-                replica_id=replica_identity(
-                    {"PRIVSTREAM_REPLICA_ID": f"{sts['metadata']['name']}-{i}"}, None
-                ),
+                replica_id=replica_identity({"PRIVSTREAM_REPLICA_ID": f"{name}-{i}"}, None),
                 credentials=None,
             ),
         )
         for i in range(INPUT_PARTITIONS)
     }
-    assert ids == {f"privstream-privstream-{i}" for i in range(INPUT_PARTITIONS)}
 
 
 def test_the_statefulset_is_governed_by_a_headless_service(sts: dict[str, Any]) -> None:
