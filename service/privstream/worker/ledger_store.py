@@ -149,7 +149,7 @@ class LedgerStore:
             return None
         policy = LedgerPolicy.from_config(config, plan)
         return cls(
-            ledger=SubjectLedger(policy=policy),
+            ledger=SubjectLedger(policy=policy, deployment=config.kafka.group_id),
             topic=changelog_topic(config),
             kafka=config.kafka,
             runtime=runtime,
