@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from privstream.cli.explain import explain
 from privstream.cli.main import main
-from privstream.config import parse_config
+from privstream.config import config_sha256, parse_config
 from privstream.errors import ConfigError
 from privstream.kinds import build_plan
 from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
@@ -182,3 +182,16 @@ def test_estimate_over_the_present_times_of_a_file(
     assert abs(mean["estimate"] - (unit0 + np.mean(hours))) <= 5 * mean["stderr"]
     plain = fields["seen"]["mean"]
     assert abs(plain["estimate"] - (unit0 + np.mean(hours))) > 5 * plain["stderr"]
+
+
+def test_a_timestamp_without_the_new_options_keeps_its_hash_and_release_id() -> None:
+    """Pinned from before on_missing reached timestamps: the defaults are left out of both."""
+    spec = field(NOISED, bounds=["2026-01-01T00:00:00Z", "2027-01-01T00:00:00Z"], epsilon=1.0)
+    spec["name"] = "t"
+    config = parse(spec, epsilon=1.0)
+    assert config_sha256(config) == (
+        "f68f25027b8f190a4d6c7c0f8a41fce8ce73be16b0302626bf09a288aa95405a"
+    )
+    assert build_plan(config).fields[0].release_id.hex() == (
+        "4f27b3e16374e868cf7576cb2a771a82ed345cc41c7722d68a3909134e82b404"
+    )

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 from privstream.cli.explain import explain
-from privstream.config import parse_config
+from privstream.config import config_sha256, parse_config
 from privstream.config.runtime import Runtime
 from privstream.errors import ConfigError, LedgerError
 from privstream.kinds import build_plan
@@ -202,3 +202,20 @@ def test_explain_says_where_the_windows_come_from() -> None:
     text = " ".join(explain(cfg, build_plan(cfg), "table").split())
     assert "ledger windows: from the released time of field 'ts'" in text
     assert "records whose time 'ts' is more than 5m ahead suppressed" in text
+
+
+def test_a_ledger_without_time_keeps_its_config_hash() -> None:
+    """Pinned from before ``privacy.ledger.time`` existed: an unset time is left out."""
+    fields = [{"name": "d", "kind": "drop"}, {"name": "x", "kind": "real", "bounds": [0, 1],
+              "epsilon": 1.0}]  # fmt: skip
+    data = config_dict(fields, epsilon=1.0)
+    data["kafka"] = {"input_topic": "a", "output_topic": "b", "dead_letter_topic": "c"}
+    data["privacy"].update({"subject": "d", "ledger": {"window": "1h", "epsilon": 2.0}})
+    del data["privacy"]["delta"]
+    assert config_sha256(parse_config(data)) == (
+        "91c1eaf21dffe02efd0cb6228ef7787604c7eabc446b0d853cc148018e37f825"
+    )
+    data["fields"].append(TIME)
+    without = config_sha256(parse_config(data))
+    data["privacy"]["ledger"]["time"] = "ts"
+    assert config_sha256(parse_config(data)) != without  # set, it is part of the hash
