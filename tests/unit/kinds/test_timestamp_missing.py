@@ -195,3 +195,36 @@ def test_a_timestamp_without_the_new_options_keeps_its_hash_and_release_id() -> 
     assert build_plan(config).fields[0].release_id.hex() == (
         "4f27b3e16374e868cf7576cb2a771a82ed345cc41c7722d68a3909134e82b404"
     )
+
+
+def test_estimate_skips_null_times_as_null(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A noised timestamp under on_missing: null: nulls are counted as skipped.null, and the
+    mean unit over the present times covers the truth (5 stderrs)."""
+    config = CONFIG.replace("JAN0", JAN[0]).replace("JAN1", JAN[1])
+    config = config.replace(
+        'on_missing: impute, impute: "2026-01-01T00:00:00Z", presence_epsilon: 1',
+        'on_missing: "null"',
+    )
+    (tmp_path / "c.yaml").write_text(config)
+    hours = [h % 24 for h in range(3_000)]
+    records = [
+        {"seen": f"2026-01-01T{h:02d}:30:00Z"} if i % 10 else {} for i, h in enumerate(hours)
+    ]
+    raw, out = tmp_path / "raw.jsonl", tmp_path / "out.jsonl"
+    raw.write_text("".join(json.dumps(r) + "\n" for r in records))
+    monkeypatch.setattr(noise, "KernelSeededAes", lambda: SeededSource(12))
+    args = ["--config", str(tmp_path / "c.yaml")]
+    files = ["--input", str(raw), "--output", str(out), "--dead-letter", str(tmp_path / "d")]
+    assert main(["sanitize", *args, *files]) == 0
+    released = [json.loads(line)["seen"] for line in out.read_text().splitlines()]
+    assert [i for i, v in enumerate(released) if v is None] == list(range(0, 3_000, 10))
+    capsys.readouterr()
+    assert main(["estimate", *args, "--input", str(out), "--format", "json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["fields"]
+    assert entry["skipped"] == {"null": 300}
+    present = [h for i, h in enumerate(hours) if i % 10]
+    unit0 = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp()) // 3600
+    mean = entry["mean"]
+    assert abs(mean["estimate"] - (unit0 + np.mean(present))) <= 5 * mean["stderr"]
