@@ -169,8 +169,10 @@ def record_budget(config: AppConfig) -> tuple[float, float]:
 
 
 def config_sha256(config: AppConfig) -> str:
-    """Hash of what determines the released data (privacy + fields), not of connection settings."""
-    payload = config.model_dump(mode="json", include={"privacy", "fields"})
+    """Hash of what determines the released data (privacy, fields, aggregates), not of connections."""
+    payload = config.model_dump(mode="json", include={"privacy", "fields", "aggregates"})
+    if not payload["aggregates"]:  # a config without aggregates keeps its hash
+        del payload["aggregates"]
     # the ledger settings enter only when set: a config without them keeps its hash
     for key, unset in (("subject", None), ("subject_public", False), ("ledger", None)):
         if payload["privacy"][key] == unset:
