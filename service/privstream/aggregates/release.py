@@ -39,7 +39,8 @@ def noisy_totals(plan: AggregatePlan, partial: Partial, noise: CellNoise) -> dic
         source = noise.source(plan.release_id(total.part), partial.window, ids)
         drawn = total.draw(source, len(ids))
         exact = partial.counts if total.part == "count" else partial.sums
-        out[total.part] = [exact.get(cell, 0) + int(z) for cell, z in zip(plan.cells, drawn)]
+        pairs = zip(plan.cells, drawn.tolist(), strict=True)
+        out[total.part] = [exact.get(cell, 0) + z for cell, z in pairs]
     return out
 
 

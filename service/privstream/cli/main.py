@@ -42,7 +42,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from privstream import __version__
-from privstream.errors import ConfigError, PrivstreamError, SecretError, TopicError
+from privstream.errors import (
+    ConfigError,
+    MechanismError,
+    PrivstreamError,
+    SecretError,
+    TopicError,
+)
 
 if TYPE_CHECKING:
     from privstream.config import AppConfig
@@ -116,6 +122,12 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         metavar="SHARE",
         help="exit 1 when more than this share of the records is dead-lettered, with a "
         "summary by reason; the output is written all the same (default: %(default)s)",
+    )
+    san.add_argument(
+        "--aggregates-output",
+        metavar="PATH",
+        help="where the config's aggregates over the whole file go, one JSON row per "
+        "(aggregate, group); required when the config has aggregates (docs/aggregates.md)",
     )
     san.add_argument(
         "--metadata",
@@ -243,6 +255,7 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
 
             print(explain(config, plan, args.format, None if args.wide else TABLE_WIDTH))
         elif args.command == "sanitize":
+            from privstream.cli.aggregates_file import check_aggregates_output, file_aggregates
             from privstream.cli.metadata import MetadataError, metadata_target
             from privstream.cli.release_files import (
                 FilePathError,
@@ -261,9 +274,12 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
                     args.dead_letter,
                     metadata_target(args.metadata, args.input, args.output, args.dead_letter),
                     args.overwrite,
+                    args.aggregates_output,
                 )
+                check_aggregates_output(config, paths.aggregates)
                 check_paths(paths)
-            except (FilePathError, FileModeError, MetadataError) as exc:
+                aggregates = file_aggregates(config)
+            except (FilePathError, FileModeError, MetadataError, MechanismError) as exc:
                 print(f"privstream: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
 
@@ -281,7 +297,7 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
             _startup_done(args.command, owns_process)
             if owns_process:
                 exit_cleanly_on_sigterm()
-            summary = run_sanitize(plan, paths, KernelSeededAes())
+            summary = run_sanitize(plan, paths, KernelSeededAes(), aggregates)
             print(summary.render(args.dead_letter), file=sys.stderr)
             if paths.metadata is None:
                 print(

@@ -169,7 +169,7 @@ def record_budget(config: AppConfig) -> tuple[float, float]:
 
 
 def config_sha256(config: AppConfig) -> str:
-    """Hash of what determines the released data (privacy, fields, aggregates), not of connections."""
+    """Hash of what determines the released data (privacy, fields, aggregates), not connections."""
     payload = config.model_dump(mode="json", include={"privacy", "fields", "aggregates"})
     if not payload["aggregates"]:  # a config without aggregates keeps its hash
         del payload["aggregates"]
