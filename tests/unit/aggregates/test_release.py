@@ -103,9 +103,7 @@ def _loss(t: float, first: dict[Any, int], second: dict[Any, int], cells: Sequen
     for cell in cells:
         shift = first.get(cell, 0) - second.get(cell, 0)
         reach = int(60 * t) + abs(shift) + 2
-        total += max(
-            math.log(pmf(t, z) / pmf(t, z - shift)) for z in range(-reach, reach + 1)
-        )
+        total += max(math.log(pmf(t, z) / pmf(t, z - shift)) for z in range(-reach, reach + 1))
     return total
 
 
@@ -121,9 +119,7 @@ def test_neighbouring_inputs_meet_the_dp_inequality_exactly(seed: int) -> None:
         without = plan.accumulator("w")
         without.add_all(r for r in records if r["user"] != user)
         for first, second in ((full, without), (without, full)):
-            loss = _loss(
-                total.noise.t, first.partial().counts, second.partial().counts, plan.cells
-            )
+            loss = _loss(total.noise.t, first.partial().counts, second.partial().counts, plan.cells)
             assert loss <= plan.query.epsilon
 
 

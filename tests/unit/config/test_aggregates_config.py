@@ -1,0 +1,108 @@
+"""The ``aggregates:`` list: its checks name the aggregate and the fix; its budget charge."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from privstream.config import config_sha256, parse_config, resolve_budget
+from privstream.errors import ConfigError
+
+from tests.support.aggregates import FIELDS, aggregates_config
+
+COUNT = {"name": "c", "query": "count", "epsilon": 0.5}
+
+
+def problems(*aggregates: dict[str, Any], **privacy: Any) -> str:
+    with pytest.raises(ConfigError) as info:
+        aggregates_config(*aggregates, **privacy)
+    return "\n".join(info.value.problems)
+
+
+@pytest.mark.parametrize(
+    ("aggregate", "message"),
+    [
+        ({**COUNT, "field": "os"}, "a count counts records: remove field"),
+        ({**COUNT, "query": "histogram"}, "query histogram needs field"),
+        ({**COUNT, "query": "histogram", "field": "latency"}, "must be categorical with a domain"),
+        ({**COUNT, "query": "sum", "field": "latency"}, "needs bounds"),
+        ({**COUNT, "query": "mean", "field": "os", "bounds": [0, 1]}, "of kind categorical"),
+        ({**COUNT, "bounds": [0, 1]}, "takes no bounds"),
+        ({**COUNT, "group_by": [{"field": "latency"}]}, "only public or categorical"),
+        ({**COUNT, "group_by": [{"field": "version"}]}, "has no domain: list its keys"),
+        ({**COUNT, "group_by": [{"field": "nope", "keys": [1]}]}, "is not in fields"),
+        (
+            {**COUNT, "contribution": {"records_per_group": 1, "groups_per_subject": 1}},
+            "set privacy.subject",
+        ),
+        ({**COUNT, "correlation": {"by": "nope", "degree": 0.5, "max_group": 3}}, "is not a field"),
+        ({**COUNT, "query": "median"}, "'count', 'histogram', 'sum' or 'mean'"),
+        ({**COUNT, "name": "a b"}, "should match pattern"),
+    ],
+)
+def test_each_problem_names_the_aggregate_and_the_fix(
+    aggregate: dict[str, Any], message: str
+) -> None:
+    found = problems(aggregate)
+    assert message in found
+    assert found.startswith("aggregates[0]")
+
+
+def test_a_subject_needs_contribution_bounds_and_excludes_correlation() -> None:
+    assert "give contribution: {records_per_group: 1" in problems(COUNT, subject="user")
+    correlated = {
+        **COUNT,
+        "contribution": {"records_per_group": 1, "groups_per_subject": 1},
+        "correlation": {"by": "home", "degree": 0.5, "max_group": 3},
+    }
+    assert "without privacy.subject" in problems(correlated, subject="user")
+    corr_only = {**COUNT, "correlation": {"by": "home", "degree": 0.5, "max_group": 3}}
+    assert "group_size 1" in problems(corr_only, group_size=2)
+
+
+def test_names_are_unique_and_cells_are_bounded() -> None:
+    assert "is named twice" in problems(COUNT, COUNT)
+    many = {**COUNT, "group_by": [{"field": "version", "keys": list(range(100_001))}]}
+    assert "above the limit 100000" in problems(many)
+
+
+def _data(privacy_epsilon: float, privacy_delta: float, *aggregates: dict[str, Any]) -> Any:
+    return {
+        "kafka": {"input_topic": "raw", "output_topic": "out", "dead_letter_topic": "dlq"},
+        "privacy": {"epsilon": privacy_epsilon, "delta": privacy_delta},
+        "fields": FIELDS,
+        "aggregates": list(aggregates),
+    }
+
+
+def test_each_aggregate_charges_twice_its_epsilon_against_the_record_budget() -> None:
+    parse_config(_data(2.0, 0.0, COUNT))  # fields 1 + 2 * 0.5 = 2: fits
+    with pytest.raises(ConfigError) as info:
+        parse_config(_data(1.9, 0.0, COUNT))
+    (problem,) = info.value.problems
+    assert "with each aggregate's 2 eps and (1 + e^eps) delta" in problem
+    assert "sum to 2, above the per-record budget 1.9" in problem
+
+
+def test_an_aggregates_delta_charges_one_plus_e_to_the_epsilon() -> None:
+    needed = (1.0 + math.exp(0.5)) * 1e-6
+    parse_config(_data(2.0, needed * 1.000001, {**COUNT, "delta": 1e-6}))
+    with pytest.raises(ConfigError, match="privacy.delta"):
+        parse_config(_data(2.0, needed * 0.999, {**COUNT, "delta": 1e-6}))
+
+
+def test_auto_fields_share_what_the_aggregates_leave() -> None:
+    data = _data(3.0, 0.0, COUNT)
+    data["fields"] = [*FIELDS[:3], {**FIELDS[3], "epsilon": "auto"}, FIELDS[4]]
+    budget = resolve_budget(parse_config(data))
+    assert budget.fields["os"].epsilon == pytest.approx(3.0 - 0.5 - 1.0)
+
+
+def test_the_config_hash_changes_with_aggregates_only() -> None:
+    plain = parse_config(_data(3.0, 0.0))
+    with_one = parse_config(_data(3.0, 0.0, COUNT))
+    assert config_sha256(plain) != config_sha256(with_one)
+    data = _data(3.0, 0.0)
+    del data["aggregates"]
+    assert config_sha256(parse_config(data)) == config_sha256(plain)
