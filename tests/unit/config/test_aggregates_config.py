@@ -88,7 +88,7 @@ def test_each_aggregate_charges_twice_its_epsilon_against_the_record_budget() ->
 def test_an_aggregates_delta_charges_one_plus_e_to_the_epsilon() -> None:
     needed = (1.0 + math.exp(0.5)) * 1e-6
     parse_config(_data(2.0, needed * 1.000001, {**COUNT, "delta": 1e-6}))
-    with pytest.raises(ConfigError, match="privacy.delta"):
+    with pytest.raises(ConfigError, match=r"privacy\.delta"):
         parse_config(_data(2.0, needed * 0.999, {**COUNT, "delta": 1e-6}))
 
 
