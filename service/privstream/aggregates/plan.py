@@ -137,7 +137,11 @@ def _plan(spec: AggregateConfig, config: AppConfig) -> AggregatePlan:
     names, keys = _cells(spec, fields)
     cells = tuple(itertools.product(*keys))
     records = unit_records(spec, config.privacy.group_size)
-    query = _query(spec, records, len(cells))
+    try:
+        query = _query(spec, records, len(cells))
+    except MechanismError as exc:
+        named = str(exc).removeprefix(f"aggregate {spec.name!r}: ")
+        raise MechanismError(f"aggregates: aggregate {spec.name!r}: {named}") from None
     sum_part = next((t for t in query.totals if t.part == "sum"), None)
     reader = RecordReader(
         cell_fields=tuple(names),

@@ -163,3 +163,24 @@ def test_explain_shows_each_sensitivity_the_noise_and_the_totals(
     assert main(["explain", "--config", str(config), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)["aggregates"]
     assert data["aggregates"][0]["parts"][0]["sensitivity_naive"] == 10.0
+
+
+def test_an_aggregate_no_noise_can_serve_is_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "c.yaml"
+    tiny = "{name: tiny, query: count, epsilon: 1e-13, group_by: [{field: os}]}"
+    config.write_text(CONFIG.split("aggregates:")[0] + f"aggregates:\n  - {tiny}\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["explain", "--config", str(config)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "config error: aggregates: aggregate 'tiny': epsilon 1e-13 is below" in err
+    assert "raise epsilon" in err
+
+
+def test_run_refuses_aggregates_rather_than_leave_them_unanswered(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "--config", str(files["config"])]) == 2
+    assert "which `run` does not answer yet" in capsys.readouterr().err
