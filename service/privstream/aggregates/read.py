@@ -24,12 +24,6 @@ from privstream.config.fields import DomainValue
 Cell = tuple[DomainValue, ...]
 
 
-def _key(value: object, allowed: frozenset[DomainValue]) -> DomainValue | None:
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        return None
-    return value if value in allowed else None
-
-
 @dataclass(frozen=True)
 class RecordReader:
     """Reads the cell, the grid value and the unit identities of raw JSON records."""
@@ -48,8 +42,10 @@ class RecordReader:
     def cell(self, record: Mapping[str, Any]) -> Cell | None:
         keys = []
         for name, allowed in zip(self.cell_fields, self.cell_keys, strict=True):
-            key = _key(record.get(name), allowed)
-            if key is None:
+            key = record.get(name)
+            # exact types: a JSON boolean is no key (``True == 1``), nor a float
+            kind = type(key)
+            if (kind is not str and kind is not int) or key not in allowed:
                 return None
             keys.append(key)
         return tuple(keys)

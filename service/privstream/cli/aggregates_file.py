@@ -69,12 +69,11 @@ class FileAggregates:
 
     def feed(self, lines: Sequence[bytes], released: Sequence[int]) -> None:
         """Add the released lines (their positions in ``lines``) to every aggregate."""
-        for index in released:
-            record = _parse(lines[index])
-            if not isinstance(record, dict):  # a released line is an object: never here
-                continue
-            for accumulator in self._accumulators:
-                accumulator.add(record)
+        parsed = (_parse(lines[index]) for index in released)
+        # a released line is an object: the check is for the type checker
+        records = [record for record in parsed if isinstance(record, dict)]
+        for accumulator in self._accumulators:
+            accumulator.add_all(records)
 
     def encoded(self, noise: CellNoise) -> bytes:
         """Every aggregate's rows as JSON Lines, in config order."""
