@@ -1,8 +1,8 @@
 """From the config's ``aggregates:`` to plans: the reader, the bounds and the calibrated query.
 
 The unit an aggregate protects has ``L`` records (``sensitivity``): a
-subject's ``records_per_group * groups_per_subject``, ``privacy.group_size``,
-or 1. Counts move a cell by 1 per record; a sum by ``K = max |round((b -
+subject's ``records_per_group * min(groups_per_subject, cells)``,
+``privacy.group_size``, or 1. Counts move a cell by 1 per record; a sum by ``K = max |round((b -
 c)/g)|`` grid steps over its bounds ``b`` (``c`` the centre: 0 for a sum, the
 midpoint for a mean), ``g`` a power of two about ``2^-10`` of the noise
 scale (``privstream.mechanisms.grid.granularity``). A mean spends half its
@@ -70,10 +70,14 @@ class AggregatePlan:
         return hashlib.sha256(canonical.encode()).digest()
 
 
-def unit_records(spec: AggregateConfig, group_size: int) -> int:
-    """``L``: how many records one protected unit can put into the aggregate."""
-    if spec.contribution is not None:
-        return spec.contribution.records_per_group * spec.contribution.groups_per_subject
+def unit_records(spec: AggregateConfig, group_size: int, cells: int) -> int:
+    """``L``: how many records one protected unit can put into the aggregate.
+
+    A subject reaches at most ``min(groups_per_subject, cells)`` cells.
+    """
+    bounds = spec.contribution
+    if bounds is not None:
+        return bounds.records_per_group * min(bounds.groups_per_subject, cells)
     return group_size
 
 
@@ -136,7 +140,7 @@ def _plan(spec: AggregateConfig, config: AppConfig) -> AggregatePlan:
     fields = {f.name: f for f in config.fields}
     names, keys = _cells(spec, fields)
     cells = tuple(itertools.product(*keys))
-    records = unit_records(spec, config.privacy.group_size)
+    records = unit_records(spec, config.privacy.group_size, len(cells))
     try:
         query = _query(spec, records, len(cells))
     except MechanismError as exc:

@@ -1,8 +1,9 @@
 """How far one unit can move an aggregate: independent, naive and correlated sensitivity.
 
 A *unit* is what the aggregate's epsilon protects: a subject's records
-within its contribution bounds (``records_per_group * groups_per_subject``
-records), up to ``privacy.group_size`` records, or one record. Removing or
+within its contribution bounds (``records_per_group`` in each of at most
+``min(groups_per_subject, cells)`` cells), up to ``privacy.group_size``
+records, or one record. Removing or
 adding a unit moves each of its records' cells by at most the per-record
 sensitivity ``Delta`` (1 for a count, ``K`` grid steps for a sum), so the
 L1 change over all cells is at most ``L Delta`` with ``L`` the unit's

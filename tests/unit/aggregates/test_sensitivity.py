@@ -56,7 +56,10 @@ def test_a_units_records_and_a_sums_steps_multiply() -> None:
 def test_plans_derive_the_unit_from_subject_group_size_or_the_record() -> None:
     count = {"name": "c", "query": "count", "epsilon": 1.0}
     bounded = {**count, "contribution": {"records_per_group": 3, "groups_per_subject": 2}}
-    assert one_plan(bounded, subject="user").query.totals[0].sensitivity.used == 6.0
+    # one cell: a subject reaches at most min(groups_per_subject, cells) = 1 cell
+    assert one_plan(bounded, subject="user").query.totals[0].sensitivity.used == 3.0
+    histogram = {**bounded, "query": "histogram", "field": "os"}  # 3 bins
+    assert one_plan(histogram, subject="user").query.totals[0].sensitivity.used == 6.0
     assert one_plan(count, group_size=4).query.totals[0].sensitivity.used == 4.0
     assert one_plan(count).query.totals[0].sensitivity.used == 1.0
 
