@@ -12,7 +12,7 @@ from privstream.config.aggregates import aggregate_charge
 
 def _unit(config: AppConfig, plan: AggregatePlan) -> str:
     if config.privacy.subject is not None:
-        return f"subject {config.privacy.subject} (up to {plan.unit_records} records)"
+        return f"subject ({config.privacy.subject})"
     if plan.unit_records > 1:
         return f"individual (up to {plan.unit_records} records)"
     return "record"
@@ -33,6 +33,7 @@ def aggregates_data(config: AppConfig) -> dict[str, Any] | None:
                 "epsilon": query.epsilon,
                 "delta": query.delta,
                 "unit": _unit(config, plan),
+                "unit_records": plan.unit_records,
                 "cells": len(plan.cells),
                 "correlation": None
                 if plan.spec.correlation is None
