@@ -277,10 +277,10 @@ def run_sanitize(
     Once the input is read: the dead letters appear, the aggregates are
     released into a temporary file (``aggregates``), an earlier sidecar goes,
     the output is renamed into place, then the aggregates' file, and the
-    sidecar is written. A crash
-    between two steps leaves an output without a sidecar (``estimate``
-    refuses it), never a sidecar vouching for another output. A run that
-    fails before the renames leaves the earlier files as they were.
+    sidecar is written. A crash between two steps leaves an output without a
+    sidecar (``estimate`` refuses it), never a sidecar vouching for another
+    output. A run that fails before the renames leaves the earlier files as
+    they were.
     """
     with contextlib.ExitStack() as stack:
         src = stack.enter_context(open(paths.input, "rb")) if paths.input else sys.stdin.buffer

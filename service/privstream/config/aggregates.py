@@ -34,7 +34,6 @@ MAX_CELLS = 100_000
 GROUP_KINDS = ("public", "categorical")
 #: the kinds whose raw value a sum or mean reads
 NUMERIC_KINDS = ("real", "integer", "drop", "public")
-AggregateName = str
 
 
 class GroupBy(Strict):
@@ -176,13 +175,14 @@ def aggregate_problems(
     subject: str | None,
     group_size: int,
 ) -> list[tuple[int, str, str]]:
-    """(position, setting, message) for every cross-key problem of the aggregates."""
+    """(position, setting, message) for every cross-key problem of the aggregates (the
+    loader names the aggregate: ``aggregates[0] (name).setting``)."""
     by_name = {f.name: f for f in fields}
     problems: list[tuple[int, str, str]] = []
     names = [a.name for a in aggregates]
     for position, spec in enumerate(aggregates):
         if names.count(spec.name) > 1:
-            problems.append((position, "name", f"aggregate {spec.name!r} is named twice"))
+            problems.append((position, "name", "named twice: name each aggregate once"))
         found = [
             (problem, where)
             for problem, where in [_group_keys(g, by_name.get(g.field)) for g in spec.group_by]
@@ -210,4 +210,4 @@ def aggregate_problems(
                         "declare fewer keys",
                     )
                 )
-    return [(p, s, f"aggregate {aggregates[p].name!r}: {m}") for p, s, m in problems]
+    return problems

@@ -260,6 +260,8 @@ def _format_path(loc: tuple[Any, ...], data: dict[str, Any]) -> str:
         item = loc[i]
         if isinstance(item, int):
             parts[-1] += f"[{item}]"
+            if parts == [f"aggregates[{item}]"]:
+                parts[-1] += _aggregate_name(data, item)
             if parts == ["fields[" + str(item) + "]"]:
                 parts[-1] += _field_name(data, item)
                 # pydantic inserts the discriminator value after the index: skip it
@@ -283,6 +285,15 @@ def _field_entry(data: dict[str, Any], index: int) -> dict[str, Any]:
 def _field_name(data: dict[str, Any], index: int) -> str:
     name = _field_entry(data, index).get("name")
     return f" ({name})" if isinstance(name, str) else ""
+
+
+def _aggregate_name(data: dict[str, Any], index: int) -> str:
+    aggregates = data.get("aggregates")
+    if isinstance(aggregates, list) and index < len(aggregates):
+        entry = aggregates[index]
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            return f" ({entry['name']})"
+    return ""
 
 
 def _field_kind(data: dict[str, Any], index: int) -> object:

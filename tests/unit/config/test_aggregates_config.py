@@ -46,7 +46,7 @@ def test_each_problem_names_the_aggregate_and_the_fix(
 ) -> None:
     found = problems(aggregate)
     assert message in found
-    assert found.startswith("aggregates[0]")
+    assert found.startswith(f"aggregates[0] ({aggregate['name']})")
 
 
 def test_a_subject_needs_contribution_bounds_and_excludes_correlation() -> None:
@@ -62,7 +62,7 @@ def test_a_subject_needs_contribution_bounds_and_excludes_correlation() -> None:
 
 
 def test_names_are_unique_and_cells_are_bounded() -> None:
-    assert "is named twice" in problems(COUNT, COUNT)
+    assert "aggregates[1] (c).name: named twice" in problems(COUNT, COUNT)
     many = {**COUNT, "group_by": [{"field": "version", "keys": list(range(100_001))}]}
     assert "above the limit 100000" in problems(many)
 
