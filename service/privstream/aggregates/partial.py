@@ -1,11 +1,13 @@
 """Partial sums per (aggregate, window, cell) that merge associatively, and how they are made.
 
 A ``Partial`` holds, per cell, the count of the records kept and the sum of
-their grid values (integers: merging is exact, associative and commutative,
-so partials from any number of input partitions, merged in any order, give
-the totals of their union). The worker of a later issue writes one per
-input partition and window; the owner of the window merges them, adds the
-noise once and releases (``privstream.aggregates.release``).
+their grid values (a density: per cell and grid point ``j``, under the key
+``cell + (j,)``, the sum of the records' quantised whitened kernel vectors).
+All integers: merging is exact, associative and commutative, so partials
+from any number of input partitions, merged in any order, give the totals of
+their union. The worker of a later issue writes one per input partition and
+window; the owner of the window merges them, adds the noise once and
+releases (``privstream.aggregates.release``).
 
 ``Accumulator`` bounds contributions while it sums, in input order:
 
@@ -22,7 +24,7 @@ noise once and releases (``privstream.aggregates.release``).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +88,9 @@ class Accumulator:
         cell = reader.cell(record)
         if cell is None:
             return
+        if reader.vector is not None:
+            self._add_vector(record, cell, reader.vector)
+            return
         value = 0
         if reader.value_field is not None:
             read = reader.value(record)
@@ -97,6 +102,17 @@ class Accumulator:
         self._counts[cell] += 1
         if reader.value_field is not None:
             self._sums[cell] += value
+
+    def _add_vector(
+        self, record: Mapping[str, Any], cell: Cell, vector: Callable[[float], tuple[int, ...]]
+    ) -> None:
+        """A density's record: its count, and its vector into cells ``cell + (j,)``."""
+        number = self._reader.number(record)
+        if number is None or not self._admit(record, cell):
+            return
+        self._counts[cell] += 1
+        for j, quantum in enumerate(vector(number)):
+            self._sums[(*cell, j)] += quantum
 
     def _admit(self, record: Mapping[str, Any], cell: Cell) -> bool:
         bounds = self._bounds

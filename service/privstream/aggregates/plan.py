@@ -6,7 +6,8 @@ subject's ``records_per_group * min(groups_per_subject, cells)``,
 c)/g)|`` grid steps over its bounds ``b`` (``c`` the centre: 0 for a sum, the
 midpoint for a mean), ``g`` a power of two about ``2^-10`` of the noise
 scale (``privstream.mechanisms.grid.granularity``). A mean spends half its
-epsilon and delta on each of its two totals.
+epsilon and delta on each of its two totals; a density half its epsilon and
+all its delta on its kernel sums, half its epsilon on its count.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from privstream.aggregates.density import DensityPart
 from privstream.aggregates.partial import Accumulator, Bounds
 from privstream.aggregates.queries import Query
 from privstream.aggregates.read import Cell, RecordReader
@@ -57,13 +59,18 @@ class AggregatePlan:
         return [orjson.dumps(dict(zip(fields, cell, strict=True))) for cell in self.cells]
 
     def release_id(self, part: str) -> bytes:
-        """A hash of everything that determines the release of one total (part)."""
-        total = self.query.total(part)
+        """A hash of everything that determines the release of one part."""
+        density = self.query.density
+        if part == "density" and density is not None:
+            scale, step = density.sigma, density.step
+        else:
+            total = self.query.total(part)
+            scale, step = total.noise.t, total.step
         payload = {
             "aggregate": self.spec.model_dump(mode="json"),
             "part": part,
-            "t": total.noise.t.hex(),
-            "step": total.step.hex(),
+            "t": scale.hex(),
+            "step": step.hex(),
             "cells": len(self.cells),
         }
         canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
@@ -127,6 +134,11 @@ def _query(spec: AggregateConfig, records: int, cells: int) -> Query:
         sens = _sensitivity(spec, records, steps, swap=True)
         total = NoisyTotal.build("sum", eps, delta, sens, cells, step)
         return Query("sum", (total,), (lo, hi))
+    if spec.query == "density":
+        count = NoisyTotal.build("count", eps / 2.0, 0.0, Sensitivity(records, 1), cells)
+        grid, bandwidth = spec.grid or (), spec.bandwidth or 1.0
+        density = DensityPart.build(eps / 2.0, delta, records, grid, bandwidth, (lo, hi))
+        return Query("density", (count,), (lo, hi), density=density)
     center = lo / 2.0 + hi / 2.0
     step, steps = _grid(spec, records, eps / 2.0, center)
     sens = _sensitivity(spec, records, steps, swap=True)
@@ -147,15 +159,17 @@ def _plan(spec: AggregateConfig, config: AppConfig) -> AggregatePlan:
         named = str(exc).removeprefix(f"aggregate {spec.name!r}: ")
         raise MechanismError(f"aggregates: aggregate {spec.name!r}: {named}") from None
     sum_part = next((t for t in query.totals if t.part == "sum"), None)
+    density = query.density
     reader = RecordReader(
         cell_fields=tuple(names),
         cell_keys=tuple(frozenset(k) for k in keys),
-        value_field=spec.field if sum_part is not None else None,
+        value_field=spec.field if sum_part is not None or density is not None else None,
         bounds=query.bounds or (0.0, 0.0),
         center=query.center,
         step=1.0 if sum_part is None else sum_part.step,
         subject=config.privacy.subject,
         correlated_by=None if spec.correlation is None else spec.correlation.by,
+        vector=None if density is None else density.whitened,
     )
     contribution, corr = spec.contribution, spec.correlation
     bounds = Bounds(

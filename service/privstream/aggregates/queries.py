@@ -10,6 +10,11 @@
   when ``N'`` may be below 1 it is the bounds themselves. Its standard error
   is the delta method's at the noisy values.
 
+* ``density``: half the epsilon to the kernel sums on the grid (with all of
+  delta, ``density``), half to a noisy count ``N'``; the density is
+  ``S' / (max(N', 1) sqrt(2 pi) h)``, kept in ``[0, 1 / (sqrt(2 pi) h)]``
+  (``privstream.aggregates.release.density_rows``).
+
 Every query carries its guarantee: its ``NoisyTotal`` parts (sensitivity,
 noise scale, expected error, interval half-width) and its epsilon and delta
 (the parts' sum). Proof: docs/proofs/aggregates.md.
@@ -20,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from privstream.aggregates.density import DensityPart
 from privstream.aggregates.totals import NoisyTotal, half_width
 
 #: (value, standard error, 95% interval)
@@ -35,14 +41,23 @@ class Query:
     bounds: tuple[float, float] | None = None
     #: what the sum part's values are centred on (a mean's midpoint; 0 otherwise)
     center: float = 0.0
+    #: a density's kernel sums on its grid (beside its count total)
+    density: DensityPart | None = None
 
     @property
     def epsilon(self) -> float:
-        return math.fsum(t.epsilon for t in self.totals)
+        extra = [] if self.density is None else [self.density.epsilon]
+        return math.fsum([*(t.epsilon for t in self.totals), *extra])
 
     @property
     def delta(self) -> float:
-        return math.fsum(t.realised_delta for t in self.totals)
+        extra = [] if self.density is None else [self.density.mechanism.core.delta_achieved]
+        return math.fsum([*(t.realised_delta for t in self.totals), *extra])
+
+    def parts(self) -> list[dict[str, float | int | str]]:
+        """Each part's guarantee and error (``NoisyTotal.describe``, ``DensityPart.describe``)."""
+        extra = [] if self.density is None else [self.density.describe()]
+        return [*(t.describe() for t in self.totals), *extra]
 
     def total(self, part: str) -> NoisyTotal:
         return next(t for t in self.totals if t.part == part)

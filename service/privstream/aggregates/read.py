@@ -12,7 +12,7 @@ alone, so it is part of the query, covered by its sensitivity.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,8 @@ class RecordReader:
     step: float = 1.0
     subject: str | None = None
     correlated_by: str | None = None
+    #: density: a value's whitened kernel vector on the grid (``DensityPart.whitened``)
+    vector: Callable[[float], tuple[int, ...]] | None = None
 
     def cell(self, record: Mapping[str, Any]) -> Cell | None:
         keys = []
@@ -50,8 +52,8 @@ class RecordReader:
             keys.append(key)
         return tuple(keys)
 
-    def value(self, record: Mapping[str, Any]) -> int | None:
-        """The clamped, centred value on the grid (``round`` ties to even: monotone)."""
+    def number(self, record: Mapping[str, Any]) -> float | None:
+        """The value field as a float (an infinity past a bound), or None if it is none."""
         raw = record.get(self.value_field) if self.value_field is not None else None
         if isinstance(raw, bool) or not isinstance(raw, int | float):
             return None
@@ -59,7 +61,12 @@ class RecordReader:
             value = float(raw)
         except OverflowError:  # an int beyond the doubles: past a bound, clamped to it
             value = math.inf if raw > 0 else -math.inf
-        if math.isnan(value):
+        return None if math.isnan(value) else value
+
+    def value(self, record: Mapping[str, Any]) -> int | None:
+        """The clamped, centred value on the grid (``round`` ties to even: monotone)."""
+        value = self.number(record)
+        if value is None:
             return None
         lo, hi = self.bounds
         return round((min(max(value, lo), hi) - self.center) / self.step)

@@ -11,6 +11,7 @@ totals (``Query.answer``). Proof: docs/proofs/aggregates.md.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -18,15 +19,23 @@ import orjson
 from privstream.aggregates.noise import CellNoise
 from privstream.aggregates.partial import Partial
 from privstream.aggregates.plan import AggregatePlan
+from privstream.aggregates.queries import Answer
 from privstream.aggregates.read import cell_labels
+from privstream.aggregates.totals import half_width
 from privstream.errors import MisuseError
+
+Row = dict[str, Any]
 
 
 def _check(plan: AggregatePlan, partial: Partial) -> None:
     if partial.aggregate != plan.name:
         raise MisuseError(f"a partial of {partial.aggregate!r} given to {plan.name!r}")
     declared = set(plan.cells)
-    if not (set(partial.counts) | set(partial.sums)) <= declared:
+    density = plan.query.density
+    sums = declared
+    if density is not None:
+        sums = {(*cell, j) for cell in plan.cells for j in range(len(density.grid))}
+    if not (set(partial.counts) <= declared and set(partial.sums) <= sums):
         raise MisuseError(f"aggregate {plan.name!r}: a partial holds a cell it does not declare")
 
 
@@ -55,29 +64,67 @@ def _bounds(plan: AggregatePlan) -> dict[str, Any]:
     return out
 
 
-def release(plan: AggregatePlan, partial: Partial, noise: CellNoise) -> list[dict[str, Any]]:
-    """The released rows of one (aggregate, window): one per declared cell."""
+def _row(plan: AggregatePlan, window: str, group: dict[str, Any], answer: Answer) -> Row:
+    value, std_error, (low, high) = answer
+    return {
+        "aggregate": plan.name,
+        "window": window,
+        "group": group,
+        "value": value,
+        "std_error": std_error,
+        "ci95": [low, high],
+        "epsilon": plan.query.epsilon,
+        "delta": plan.query.delta,
+        "bounds": _bounds(plan),
+    }
+
+
+def release(plan: AggregatePlan, partial: Partial, noise: CellNoise) -> list[Row]:
+    """The released rows of one (aggregate, window): one per declared cell (a density: one
+    per grid point)."""
     noisy = noisy_totals(plan, partial, noise)
-    query, bounds = plan.query, _bounds(plan)
+    if plan.query.density is not None:
+        return density_rows(plan, partial, noise, noisy["count"][0])
     rows = []
     for position, cell in enumerate(plan.cells):
-        value, std_error, (low, high) = query.answer({p: v[position] for p, v in noisy.items()})
-        rows.append(
-            {
-                "aggregate": plan.name,
-                "window": partial.window,
-                "group": cell_labels(plan.reader.cell_fields, cell),
-                "value": value,
-                "std_error": std_error,
-                "ci95": [low, high],
-                "epsilon": query.epsilon,
-                "delta": query.delta,
-                "bounds": bounds,
-            }
-        )
+        answer = plan.query.answer({p: v[position] for p, v in noisy.items()})
+        rows.append(_row(plan, partial.window, cell_labels(plan.reader.cell_fields, cell), answer))
     return rows
 
 
-def encode_rows(rows: list[dict[str, Any]]) -> bytes:
+def density_rows(plan: AggregatePlan, partial: Partial, noise: CellNoise, count: int) -> list[Row]:
+    """A density's rows: ``S' / (max(N', 1) sqrt(2 pi) h)`` per grid point, kept in
+    ``[0, 1 / (sqrt(2 pi) h)]``; the interval divides each kernel sum's 97.5% interval by
+    the count's (bounds when the count's may reach below 1)."""
+    density = plan.query.density
+    if density is None or plan.spec.field is None:
+        raise MisuseError(f"aggregate {plan.name!r} is no density")
+    (cell,) = plan.cells
+    totals = [[partial.sums.get((*cell, j), 0) for j in range(len(density.grid))]]
+    source = noise.source(plan.release_id("density"), partial.window, plan.cell_ids())
+    sums = density.noisy_sums(totals, source)[0].tolist()
+    norm, top = density.normaliser, 1.0 / density.normaliser
+    n = max(count, 1)
+    k_count = half_width(plan.query.total("count").noise, 0.975)
+    count_sd = plan.query.total("count").std_error
+    spread, widths = density.spread().tolist(), density.half_widths().tolist()
+    rows = []
+    for j, x in enumerate(density.grid):
+        value = min(max(sums[j] / (n * norm), 0.0), top)
+        std_error = math.hypot(spread[j] / n, sums[j] * count_sd / (n * n)) / norm
+        interval = (0.0, top)
+        if count - k_count >= 1:
+            ends = [
+                s / (m * norm)
+                for s in (sums[j] - widths[j], sums[j] + widths[j])
+                for m in (count - k_count, count + k_count)
+            ]
+            interval = (min(max(min(ends), 0.0), top), min(max(max(ends), 0.0), top))
+        answer = (value, std_error, interval)
+        rows.append(_row(plan, partial.window, {plan.spec.field: x}, answer))
+    return rows
+
+
+def encode_rows(rows: list[Row]) -> bytes:
     """JSON Lines, one row a line (deterministic: same rows, same bytes)."""
     return b"".join(orjson.dumps(row) + b"\n" for row in rows)

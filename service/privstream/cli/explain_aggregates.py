@@ -38,7 +38,7 @@ def aggregates_data(config: AppConfig) -> dict[str, Any] | None:
                 "correlation": None
                 if plan.spec.correlation is None
                 else plan.spec.correlation.model_dump(),
-                "parts": [total.describe() for total in query.totals],
+                "parts": query.parts(),
             }
         )
     charge_eps, charge_delta = aggregate_charge(config.aggregates)

@@ -15,7 +15,7 @@ record path), which is a removal and an addition: an aggregate charges
 # annotation from its text at start-up (docs/benchmarks.md)
 import math
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -25,10 +25,12 @@ from privstream.config.fields import (
     DomainValue,
     Epsilon,
     FieldConfig,
+    PositiveFloat,
     Strict,
 )
 
-#: cells (group keys x histogram bins) one aggregate may release per window
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+#: cells (group keys x histogram bins, or grid points) one aggregate may release per window
 MAX_CELLS = 100_000
 #: the kinds whose raw value may name a group: not personal, or from a declared domain
 GROUP_KINDS = ("public", "categorical")
@@ -66,11 +68,15 @@ class AggregateConfig(Strict):
     """One noisy query answered per window on the raw records."""
 
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$")
-    query: Literal["count", "histogram", "sum", "mean"]
-    #: histogram: a categorical field with a domain; sum, mean: a numeric field
+    query: Literal["count", "histogram", "sum", "mean", "density"]
+    #: histogram: a categorical field with a domain; sum, mean, density: a numeric field
     field: str | None = Field(default=None, min_length=1)
-    #: sum, mean: values are clamped into these bounds
+    #: sum, mean, density: values are clamped into these bounds
     bounds: Bounds | None = None
+    #: density: the points the estimate is released at (1 to 256, increasing)
+    grid: tuple[FiniteFloat, ...] | None = Field(default=None, min_length=1, max_length=256)
+    #: density: the Gaussian kernel's bandwidth h
+    bandwidth: PositiveFloat | None = None
     group_by: tuple[GroupBy, ...] = ()
     epsilon: Epsilon
     delta: Delta = 0.0
@@ -79,8 +85,23 @@ class AggregateConfig(Strict):
     correlation: Correlation | None = None
 
     @model_validator(mode="after")
+    def _density_needs(self) -> "AggregateConfig":
+        density = self.query == "density"
+        if density != (self.grid is not None) or density != (self.bandwidth is not None):
+            raise ValueError("grid and bandwidth go with query density, and only with it")
+        if not density:
+            return self
+        if self.grid is not None and list(self.grid) != sorted(set(self.grid)):
+            raise ValueError("grid: list the points once each, in increasing order")
+        if self.delta <= 0.0:
+            raise ValueError("a density is released with Gaussian-process noise: give delta > 0")
+        if self.group_by or self.correlation is not None:
+            raise ValueError("a density takes no group_by or correlation (not built yet)")
+        return self
+
+    @model_validator(mode="after")
     def _query_needs(self) -> "AggregateConfig":
-        numeric = self.query in ("sum", "mean")
+        numeric = self.query in ("sum", "mean", "density")
         if self.query == "count" and self.field is not None:
             raise ValueError("a count counts records: remove field (or use query histogram)")
         if self.query != "count" and self.field is None:
@@ -135,7 +156,7 @@ def cell_count(spec: AggregateConfig, fields: Mapping[str, FieldConfig]) -> int:
     cells = math.prod(len(declared_keys(g, fields)) for g in spec.group_by)
     if spec.query == "histogram" and spec.field is not None:
         cells *= len(getattr(fields[spec.field], "domain", None) or ())
-    return cells
+    return cells * len(spec.grid or (0,))
 
 
 def _field_problem(spec: AggregateConfig, fields: Mapping[str, FieldConfig]) -> str | None:
@@ -148,7 +169,7 @@ def _field_problem(spec: AggregateConfig, fields: Mapping[str, FieldConfig]) -> 
         target.kind != "categorical" or getattr(target, "domain", None) is None
     ):
         return f"histogram field {spec.field!r} must be categorical with a domain (its bins)"
-    if spec.query in ("sum", "mean") and target.kind not in NUMERIC_KINDS:
+    if spec.query in ("sum", "mean", "density") and target.kind not in NUMERIC_KINDS:
         return f"{spec.query} field {spec.field!r} is of kind {target.kind}: not a number"
     return None
 
