@@ -23,11 +23,12 @@ FIELDS: list[dict[str, Any]] = [
 
 
 def aggregates_config(*aggregates: dict[str, Any], **privacy: Any) -> AppConfig:
-    """A config over ``FIELDS`` with these aggregates; ``privacy`` overrides (epsilon 10)."""
+    """A config over ``FIELDS`` with these aggregates; ``privacy`` overrides (epsilon 10,
+    delta 1e-4)."""
     return parse_config(
         {
             "kafka": {"input_topic": "raw", "output_topic": "out", "dead_letter_topic": "dlq"},
-            "privacy": {"epsilon": 10.0, **privacy},
+            "privacy": {"epsilon": 10.0, "delta": 1e-4, **privacy},
             "fields": FIELDS,
             "aggregates": list(aggregates),
         }

@@ -37,7 +37,7 @@ def problems(*aggregates: dict[str, Any], **privacy: Any) -> str:
             "set privacy.subject",
         ),
         ({**COUNT, "correlation": {"by": "nope", "degree": 0.5, "max_group": 3}}, "is not a field"),
-        ({**COUNT, "query": "median"}, "'count', 'histogram', 'sum' or 'mean'"),
+        ({**COUNT, "query": "median"}, "'count', 'histogram', 'sum', 'mean' or 'density'"),
         ({**COUNT, "name": "a b"}, "should match pattern"),
     ],
 )
@@ -106,3 +106,35 @@ def test_the_config_hash_changes_with_aggregates_only() -> None:
     data = _data(3.0, 0.0)
     del data["aggregates"]
     assert config_sha256(parse_config(data)) == config_sha256(plain)
+
+
+DENSITY = {
+    "name": "d",
+    "query": "density",
+    "field": "latency",
+    "bounds": [0, 100],
+    "grid": [0, 50, 100],
+    "bandwidth": 10,
+    "epsilon": 0.5,
+    "delta": 1e-6,
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"grid": None}, "grid and bandwidth go with query density"),
+        ({"bandwidth": -1}, "greater than 0"),
+        ({"delta": 0.0}, "give delta > 0"),
+        ({"grid": [0, 100, 50]}, "in increasing order"),
+        ({"grid": [0, float("inf")]}, "finite number"),
+        ({"group_by": [{"field": "os"}]}, "takes no group_by or correlation"),
+    ],
+)
+def test_a_density_needs_a_grid_a_bandwidth_and_delta(change: dict[str, Any], message: str) -> None:
+    spec = {k: v for k, v in {**DENSITY, **change}.items() if v is not None}
+    assert message in problems(spec)
+
+
+def test_grid_and_bandwidth_are_refused_elsewhere() -> None:
+    assert "only with it" in problems({**COUNT, "grid": [1.0], "bandwidth": 1.0})
