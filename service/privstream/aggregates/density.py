@@ -1,4 +1,4 @@
-"""A private kernel density estimate on a declared grid (the seed's Example 6.10).
+"""A private kernel density estimate on a declared grid (Jazbec 2018, Example 6.10).
 
 Claim: the released unnormalised kernel sums on the grid are ``(eps, delta)``-DP
 for adding or removing one unit of ``L`` records.

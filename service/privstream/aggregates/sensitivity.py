@@ -9,7 +9,7 @@ sensitivity ``Delta`` (1 for a count, ``K`` grid steps for a sum), so the
 L1 change over all cells is at most ``L Delta`` with ``L`` the unit's
 records: the *independent* sensitivity.
 
-Correlated records (the seed, Zhu et al. 2015): records sharing a value of
+Correlated records (Zhu et al. 2015): records sharing a value of
 ``correlation.by`` have degree ``delta_0``, and each value keeps at most ``m``
 records. Record ``i``'s record sensitivity is ``CS_i = sum_j |delta_ij|
 Delta``: itself (1) and its at most ``m - 1`` peers (``delta_0`` each), so
@@ -18,7 +18,7 @@ records of a value: removing one lets the ``(m+1)``-th in, one more record
 whose full ``Delta`` counts unless the aggregate is a single count (the
 swap then leaves it unchanged): ``+ Delta`` (``swap``). The *naive*
 sensitivity moves the whole group, ``m Delta``; the one used is the smaller
-of the two, so it never exceeds the naive one (the seed's Lemma 1).
+of the two, so it never exceeds the naive one (Zhu et al.'s Lemma 1).
 Proof: docs/proofs/aggregates.md.
 """
 

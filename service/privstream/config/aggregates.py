@@ -56,7 +56,7 @@ class Contribution(Strict):
 
 
 class Correlation(Strict):
-    """Records sharing ``by``'s value are correlated with ``degree`` (correlated DP, the seed)."""
+    """Records sharing ``by``'s value are correlated with ``degree`` (Zhu et al. 2015)."""
 
     by: str = Field(min_length=1)
     degree: float = Field(ge=0.0, le=1.0)
@@ -184,7 +184,7 @@ def _unit_problem(spec: AggregateConfig, subject: str | None, group_size: int) -
         return "contribution bounds a subject's records: set privacy.subject or remove it"
     if spec.correlation is not None and (subject is not None or group_size > 1):
         return (
-            "correlation is the seed's record-level model: use it without privacy.subject "
+            "correlation is Zhu et al.'s record-level model: use it without privacy.subject "
             "and with privacy.group_size 1 (a subject's contribution bounds cover the rest)"
         )
     return None
