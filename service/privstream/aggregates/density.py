@@ -23,7 +23,8 @@ call per release. Proof: docs/proofs/aggregates.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -63,6 +64,8 @@ class DensityPart:
     bandwidth: float
     bounds: tuple[float, float]
     mechanism: FunctionalMechanism
+    #: ``L^(-1)``, from the mechanism's Cholesky factor
+    whitener: NDArray[np.float64] = field(compare=False, repr=False)
 
     @classmethod
     def build(
@@ -83,7 +86,9 @@ class DensityPart:
             delta=delta,
             calibration="analytic",
         )
-        return cls(epsilon, delta, records, grid, bandwidth, bounds, mechanism)
+        k = len(grid)
+        whitener = np.linalg.solve(mechanism.cholesky, np.eye(k)).astype(np.float64)
+        return cls(epsilon, delta, records, grid, bandwidth, bounds, mechanism, whitener)
 
     @property
     def step(self) -> float:
@@ -95,17 +100,27 @@ class DensityPart:
         """The noise's standard deviation per whitened coordinate, ``g sigma_Z``."""
         return self.mechanism.core.sigma
 
-    def whitened(self, value: float) -> tuple[int, ...]:
-        """One record's clipped, quantised whitened kernel vector (integers of ``2^-44``)."""
+    def whitened(self, values: Sequence[float]) -> NDArray[np.int64]:
+        """Each record's clipped, quantised whitened kernel vector (integers of ``2^-44``).
+
+        Elementwise operations only, accumulated column by column in a fixed
+        order (no matrix product, whose blocking may depend on the batch): a
+        record's vector is the same bits in any batch, so a replay's partial is.
+        """
         lo, hi = self.bounds
-        d = min(max(value, lo), hi)
-        points = np.asarray(self.grid, dtype=np.float64)
-        kernel = np.exp(-0.5 * ((points - d) / self.bandwidth) ** 2)
-        w = self.mechanism.whiten(kernel[None, :])[0]
-        norm = float(np.sqrt(np.sum(w * w)))
-        if norm > 1.0:
-            w = w / norm
-        return tuple(int(q) for q in np.rint(np.ldexp(w, QUANTUM_BITS)).astype(np.int64))
+        d = np.clip(np.asarray(values, dtype=np.float64), lo, hi)
+        whitener = self.whitener
+        w = np.zeros((len(d), len(self.grid)), dtype=np.float64)
+        for j, point in enumerate(self.grid):
+            kernel = np.exp(-0.5 * ((point - d) / self.bandwidth) ** 2)  # k_d(x_j), in [0, 1]
+            w += kernel[:, None] * whitener[:, j][None, :]  # column j of L^-1, times k_d(x_j)
+        squares = np.zeros(len(d), dtype=np.float64)
+        for j in range(len(self.grid)):
+            squares += w[:, j] * w[:, j]
+        norms = np.sqrt(squares)
+        w /= np.where(norms > 1.0, norms, 1.0)[:, None]
+        quanta: NDArray[np.int64] = np.rint(np.ldexp(w, QUANTUM_BITS)).astype(np.int64)
+        return quanta
 
     def noisy_sums(self, totals: list[list[int]], source: NoiseSource) -> NDArray[np.float64]:
         """Each group's kernel sums on the grid, ``L w_hat``, from its whitened integer totals."""

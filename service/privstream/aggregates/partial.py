@@ -24,12 +24,15 @@ releases (``privstream.aggregates.release``).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from privstream.aggregates.read import Cell, RecordReader
 from privstream.errors import MisuseError
+
+#: density records whitened and summed per call at most
+VECTOR_CHUNK = 8192
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,17 @@ class Accumulator:
         self._per_group: Counter[bytes] = Counter()
 
     def add_all(self, records: Iterable[Mapping[str, Any]]) -> None:
+        if self._reader.vector is None:
+            for record in records:
+                self.add(record)
+            return
+        admitted: dict[Cell, list[float]] = {}
         for record in records:
-            self.add(record)
+            found = self._admit_number(record)
+            if found is not None:
+                admitted.setdefault(found[0], []).append(found[1])
+        for cell, numbers in admitted.items():
+            self._add_vectors(cell, numbers)
 
     def add(self, record: Mapping[str, Any]) -> None:
         """Count the record in its cell if the aggregate reads it and the bounds admit it."""
@@ -89,7 +101,7 @@ class Accumulator:
         if cell is None:
             return
         if reader.vector is not None:
-            self._add_vector(record, cell, reader.vector)
+            self.add_all([record])
             return
         value = 0
         if reader.value_field is not None:
@@ -103,16 +115,25 @@ class Accumulator:
         if reader.value_field is not None:
             self._sums[cell] += value
 
-    def _add_vector(
-        self, record: Mapping[str, Any], cell: Cell, vector: Callable[[float], tuple[int, ...]]
-    ) -> None:
-        """A density's record: its count, and its vector into cells ``cell + (j,)``."""
-        number = self._reader.number(record)
-        if number is None or not self._admit(record, cell):
-            return
+    def _admit_number(self, record: Mapping[str, Any]) -> tuple[Cell, float] | None:
+        """A density's record: its cell and value, counted, if the bounds admit it."""
+        cell = self._reader.cell(record)
+        number = None if cell is None else self._reader.number(record)
+        if cell is None or number is None or not self._admit(record, cell):
+            return None
         self._counts[cell] += 1
-        for j, quantum in enumerate(vector(number)):
-            self._sums[(*cell, j)] += quantum
+        return cell, number
+
+    def _add_vectors(self, cell: Cell, numbers: list[float]) -> None:
+        """The records' vectors into cells ``cell + (j,)``: exact integer sums in chunks
+        (``VECTOR_CHUNK * 2^44`` stays inside int64)."""
+        vector = self._reader.vector
+        if vector is None:
+            raise MisuseError(f"aggregate {self.name!r} sums no vectors")
+        for start in range(0, len(numbers), VECTOR_CHUNK):
+            column_sums = vector(numbers[start : start + VECTOR_CHUNK]).sum(axis=0)
+            for j, total in enumerate(column_sums.tolist()):
+                self._sums[(*cell, j)] += total
 
     def _admit(self, record: Mapping[str, Any], cell: Cell) -> bool:
         bounds = self._bounds

@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
+from numpy.typing import NDArray
 
 from privstream.config.fields import DomainValue
 
@@ -38,8 +40,8 @@ class RecordReader:
     step: float = 1.0
     subject: str | None = None
     correlated_by: str | None = None
-    #: density: a value's whitened kernel vector on the grid (``DensityPart.whitened``)
-    vector: Callable[[float], tuple[int, ...]] | None = None
+    #: density: values' whitened kernel vectors on the grid (``DensityPart.whitened``)
+    vector: Callable[[Sequence[float]], NDArray[np.int64]] | None = None
 
     def cell(self, record: Mapping[str, Any]) -> Cell | None:
         keys = []

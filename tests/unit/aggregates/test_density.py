@@ -38,12 +38,22 @@ def test_round_shift_is_exact_rounding_half_to_even(total: int, shift: int) -> N
     assert round_shift(total, shift) == round(exact)
 
 
-@pytest.mark.parametrize("value", [-50.0, 0.0, 3.3, 47.5, 100.0, 1e9])
-def test_a_records_whitened_vector_stays_within_rho(value: float) -> None:
+VALUES = [-50.0, 0.0, 3.3, 47.5, 100.0, 1e9, 61.25, 99.9]
+
+
+def test_a_records_whitened_vector_stays_within_rho() -> None:
     density = one_plan(DENSITY).query.density
     assert density is not None
-    quanta = np.array(density.whitened(value), dtype=np.float64)
-    assert math.sqrt(float(np.sum((quanta * 2.0**-QUANTUM_BITS) ** 2))) <= RHO
+    quanta = density.whitened(VALUES).astype(np.float64) * 2.0**-QUANTUM_BITS
+    assert np.all(np.sqrt(np.sum(quanta**2, axis=1)) <= RHO)
+
+
+def test_a_records_vector_is_the_same_bits_in_any_batch() -> None:
+    density = one_plan(DENSITY).query.density
+    assert density is not None
+    batch = density.whitened(VALUES * 100)
+    for position, value in enumerate(VALUES):
+        assert np.array_equal(density.whitened([value])[0], batch[position])
 
 
 @pytest.mark.parametrize("records", [1, 4])
