@@ -147,3 +147,16 @@ def test_removing_a_correlated_record_moves_the_histogram_by_one_plus_the_swap(s
         worst = max(worst, _l1(full.partial(), without.partial()))
     assert worst == 2  # a kept record out, the next of its home in: the swap is real
     assert plan.query.totals[0].sensitivity.used == 2.0
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 300])
+def test_a_partial_is_the_same_however_the_records_are_batched(chunk: int) -> None:
+    """A replay may cut the input into other batches: the partial must not notice."""
+    for spec in ({**HIST, "contribution": BOUNDS}, {**MEAN, "contribution": BOUNDS}):
+        plan = one_plan(spec, subject="user")
+        data = records(11)
+        whole, cut = plan.accumulator("w"), plan.accumulator("w")
+        whole.add_all(data)
+        for start in range(0, len(data), chunk):
+            cut.add_all(data[start : start + chunk])
+        assert cut.partial() == whole.partial()

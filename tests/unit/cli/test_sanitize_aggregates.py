@@ -184,3 +184,22 @@ def test_run_refuses_aggregates_rather_than_leave_them_unanswered(
 ) -> None:
     assert main(["run", "--config", str(files["config"])]) == 2
     assert "which `run` does not answer yet" in capsys.readouterr().err
+
+
+def test_a_density_over_a_file_releases_one_row_per_grid_point(tmp_path: Path) -> None:
+    config = tmp_path / "d.yaml"
+    config.write_text(
+        CONFIG.split("aggregates:")[0].replace(
+            "privacy: {epsilon: 250}", "privacy: {epsilon: 5, delta: 1e-5}"
+        )
+        + "aggregates:\n  - {name: lat, query: density, field: latency, bounds: [0, 100], "
+        "grid: [0, 25, 50, 75, 100], bandwidth: 10, epsilon: 1, delta: 1e-6}\n"
+    )
+    raw = tmp_path / "in.jsonl"
+    raw.write_text(lines(300))
+    out, rows = tmp_path / "out.jsonl", tmp_path / "rows.jsonl"
+    args = ["sanitize", "--config", str(config), "--input", str(raw), "--output", str(out)]
+    assert main([*args, "--aggregates-output", str(rows)]) == 0
+    released = [json.loads(line) for line in rows.read_text().splitlines()]
+    assert [r["group"] for r in released] == [{"latency": x} for x in (0, 25, 50, 75, 100)]
+    assert all(r["epsilon"] == 1 and 0 < r["delta"] <= 1e-6 for r in released)
