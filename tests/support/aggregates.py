@@ -8,10 +8,13 @@ the code under test.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from privstream.aggregates import AggregatePlan, build_aggregates
 from privstream.config import AppConfig, parse_config
+from privstream.mechanisms.rng import NoiseSource
+from privstream.testing import SeededSource
 
 FIELDS: list[dict[str, Any]] = [
     {"name": "user", "kind": "drop"},
@@ -39,6 +42,16 @@ def one_plan(aggregate: dict[str, Any], **privacy: Any) -> AggregatePlan:
     """The plan of a config holding this one aggregate."""
     (plan,) = build_aggregates(aggregates_config(aggregate, **privacy))
     return plan
+
+
+class Seeded:
+    """A ``CellNoise`` of reproducible PCG64 words (tests only)."""
+
+    def __init__(self, seed: int) -> None:
+        self._source = SeededSource(seed)
+
+    def source(self, release_id: bytes, window: str, cells: Sequence[bytes]) -> NoiseSource:
+        return self._source
 
 
 def pmf(t: float, z: int) -> float:

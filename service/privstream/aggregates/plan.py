@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -24,6 +24,7 @@ from privstream.aggregates.density import DensityPart
 from privstream.aggregates.partial import Accumulator, Bounds
 from privstream.aggregates.queries import Query
 from privstream.aggregates.read import Cell, RecordReader
+from privstream.aggregates.selection import threshold
 from privstream.aggregates.sensitivity import Sensitivity
 from privstream.aggregates.totals import NoisyTotal
 from privstream.config import AppConfig, FieldConfig
@@ -45,18 +46,30 @@ class AggregatePlan:
     cells: tuple[Cell, ...]
     #: the records of one unit (``L``)
     unit_records: int
+    #: ``select_groups``: the least noisy count a group is released with (``selection``)
+    threshold: int | None = None
 
     @property
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def epsilon(self) -> float:
+        return self.query.epsilon
+
+    @property
+    def delta(self) -> float:
+        """The query's realised delta, plus the selection's (``select_groups``)."""
+        return self.query.delta + (self.spec.delta if self.threshold is not None else 0.0)
+
     def accumulator(self, window: str) -> Accumulator:
         return Accumulator(self.name, window, self.reader, self.bounds)
 
-    def cell_ids(self) -> list[bytes]:
-        """Each cell's canonical bytes: what its noise is keyed to."""
+    def cell_ids(self, cells: Sequence[Cell] | None = None) -> list[bytes]:
+        """Each cell's canonical bytes (``plan.cells`` by default): what its noise is keyed to."""
         fields = self.reader.cell_fields
-        return [orjson.dumps(dict(zip(fields, cell, strict=True))) for cell in self.cells]
+        chosen = self.cells if cells is None else cells
+        return [orjson.dumps(dict(zip(fields, cell, strict=True))) for cell in chosen]
 
     def release_id(self, part: str) -> bytes:
         """A hash of everything that determines the release of one part."""
@@ -77,20 +90,32 @@ class AggregatePlan:
         return hashlib.sha256(canonical.encode()).digest()
 
 
-def unit_records(spec: AggregateConfig, group_size: int, cells: int) -> int:
+def unit_records(spec: AggregateConfig, group_size: int, cells: int | None) -> int:
     """``L``: how many records one protected unit can put into the aggregate.
 
-    A subject reaches at most ``min(groups_per_subject, cells)`` cells.
+    A subject reaches at most ``min(groups_per_subject, cells)`` cells (``cells``
+    None: not known in advance, ``select_groups``).
     """
     bounds = spec.contribution
     if bounds is not None:
-        return bounds.records_per_group * min(bounds.groups_per_subject, cells)
+        reach = (
+            bounds.groups_per_subject if cells is None else min(bounds.groups_per_subject, cells)
+        )
+        return bounds.records_per_group * reach
     return group_size
+
+
+def unit_reach(spec: AggregateConfig, records: int) -> tuple[int, int]:
+    """``(G, c)``: the cells one unit reaches at most, and its records in one of them."""
+    bounds = spec.contribution
+    if bounds is not None:
+        return bounds.groups_per_subject, bounds.records_per_group
+    return records, records
 
 
 def _cells(
     spec: AggregateConfig, fields: Mapping[str, FieldConfig]
-) -> tuple[list[str], list[tuple[DomainValue, ...]]]:
+) -> tuple[list[str], list[tuple[DomainValue, ...] | None]]:
     """The cell fields (group-by fields, then the histogram field) and their keys."""
     names = [g.field for g in spec.group_by]
     keys = [declared_keys(g, fields) for g in spec.group_by]
@@ -148,13 +173,29 @@ def _query(spec: AggregateConfig, records: int, cells: int) -> Query:
     return Query("mean", (total, count), (lo, hi), center)
 
 
+def _selection(spec: AggregateConfig, records: int) -> tuple[Query, int]:
+    """The query of a ``select_groups`` aggregate (pure totals, slack for the ``G`` cells
+    a unit reaches) and its threshold (all of delta)."""
+    reach, per_group = unit_reach(spec, records)
+    pure = spec.model_copy(update={"delta": 0.0})
+    query = _query(pure, records, reach)
+    count = query.total("count")
+    tau = threshold(count.noise, spec.epsilon, spec.delta, reach, per_group)
+    return query, tau
+
+
 def _plan(spec: AggregateConfig, config: AppConfig) -> AggregatePlan:
     fields = {f.name: f for f in config.fields}
     names, keys = _cells(spec, fields)
-    cells = tuple(itertools.product(*keys))
-    records = unit_records(spec, config.privacy.group_size, len(cells))
+    selected = spec.select_groups
+    cells = () if selected else tuple(itertools.product(*(k or () for k in keys)))
+    records = unit_records(spec, config.privacy.group_size, None if selected else len(cells))
+    tau = None
     try:
-        query = _query(spec, records, len(cells))
+        if selected:
+            query, tau = _selection(spec, records)
+        else:
+            query = _query(spec, records, len(cells))
     except MechanismError as exc:
         named = str(exc).removeprefix(f"aggregate {spec.name!r}: ")
         raise MechanismError(f"aggregates: aggregate {spec.name!r}: {named}") from None
@@ -162,7 +203,7 @@ def _plan(spec: AggregateConfig, config: AppConfig) -> AggregatePlan:
     density = query.density
     reader = RecordReader(
         cell_fields=tuple(names),
-        cell_keys=tuple(frozenset(k) for k in keys),
+        cell_keys=tuple(None if k is None else frozenset(k) for k in keys),
         value_field=spec.field if sum_part is not None or density is not None else None,
         bounds=query.bounds or (0.0, 0.0),
         center=query.center,
@@ -177,7 +218,7 @@ def _plan(spec: AggregateConfig, config: AppConfig) -> AggregatePlan:
         records_per_group=None if contribution is None else contribution.records_per_group,
         max_group=None if corr is None else corr.max_group,
     )
-    return AggregatePlan(spec, query, reader, bounds, cells, records)
+    return AggregatePlan(spec, query, reader, bounds, cells, records, tau)
 
 
 def build_aggregates(config: AppConfig) -> tuple[AggregatePlan, ...]:

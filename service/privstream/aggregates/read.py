@@ -32,7 +32,8 @@ class RecordReader:
 
     #: the fields naming the cell, in cell order, and each one's declared keys
     cell_fields: tuple[str, ...]
-    cell_keys: tuple[frozenset[DomainValue], ...]
+    #: None: any string or integer key (``select_groups``)
+    cell_keys: tuple[frozenset[DomainValue] | None, ...]
     #: sum and mean: the field, bounds, centre and grid step; None for counts
     value_field: str | None = None
     bounds: tuple[float, float] = (0.0, 0.0)
@@ -44,12 +45,14 @@ class RecordReader:
     vector: Callable[[Sequence[float]], NDArray[np.int64]] | None = None
 
     def cell(self, record: Mapping[str, Any]) -> Cell | None:
-        keys = []
+        keys: list[DomainValue] = []
         for name, allowed in zip(self.cell_fields, self.cell_keys, strict=True):
-            key = record.get(name)
+            key: Any = record.get(name)
             # exact types: a JSON boolean is no key (``True == 1``), nor a float
             kind = type(key)
-            if (kind is not str and kind is not int) or key not in allowed:
+            if (kind is not str and kind is not int) or (
+                allowed is not None and key not in allowed
+            ):
                 return None
             keys.append(key)
         return tuple(keys)

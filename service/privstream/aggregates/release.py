@@ -1,17 +1,21 @@
 """A window's partial to released rows: the noise added once per (aggregate, window, cell).
 
 Every declared cell is released, empty or not (a missing row would tell
-that a group is empty). Each total draws one noise integer per cell from
-``CellNoise.source(release_id, window, cells)``: keyed sources make the rows
-a pure function of (secret, partial, plan), so a replay gives identical
-bytes. Rows: ``{aggregate, window, group, value, std_error, ci95, epsilon,
-delta, bounds}``; the value and interval are post-processing of the noisy
-totals (``Query.answer``). Proof: docs/proofs/aggregates.md.
+that a group is empty). With ``select_groups`` the cells are those the
+window's records reached, and a row is released only when its noisy count
+passes the threshold (``privstream.aggregates.selection``). Each total draws
+one noise integer per cell from ``CellNoise.source(release_id, window,
+cells)``: keyed sources make the rows a pure function of (secret, partial,
+plan), so a replay gives identical bytes. Rows: ``{aggregate, window, group,
+value, std_error, ci95, epsilon, delta, bounds}``; the value and interval are
+post-processing of the noisy totals (``Query.answer``). Proof:
+docs/proofs/aggregates.md.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -20,7 +24,7 @@ from privstream.aggregates.noise import CellNoise
 from privstream.aggregates.partial import Partial
 from privstream.aggregates.plan import AggregatePlan
 from privstream.aggregates.queries import Answer
-from privstream.aggregates.read import cell_labels
+from privstream.aggregates.read import Cell, cell_labels
 from privstream.aggregates.totals import half_width
 from privstream.errors import MisuseError
 
@@ -30,6 +34,8 @@ Row = dict[str, Any]
 def _check(plan: AggregatePlan, partial: Partial) -> None:
     if partial.aggregate != plan.name:
         raise MisuseError(f"a partial of {partial.aggregate!r} given to {plan.name!r}")
+    if plan.threshold is not None:  # the cells are the partial's own (``selected_cells``)
+        return
     declared = set(plan.cells)
     density = plan.query.density
     sums = declared
@@ -39,18 +45,29 @@ def _check(plan: AggregatePlan, partial: Partial) -> None:
         raise MisuseError(f"aggregate {plan.name!r}: a partial holds a cell it does not declare")
 
 
-def noisy_totals(plan: AggregatePlan, partial: Partial, noise: CellNoise) -> dict[str, list[int]]:
-    """Each total's noisy integers, one per declared cell, in ``plan.cells`` order."""
+def noisy_totals(
+    plan: AggregatePlan, partial: Partial, noise: CellNoise, cells: Sequence[Cell] | None = None
+) -> dict[str, list[int]]:
+    """Each total's noisy integers, one per cell of ``cells`` (default: every declared cell,
+    in ``plan.cells`` order)."""
     _check(plan, partial)
-    ids = plan.cell_ids()
+    chosen = plan.cells if cells is None else cells
+    ids = plan.cell_ids(chosen)
     out: dict[str, list[int]] = {}
     for total in plan.query.totals:
         source = noise.source(plan.release_id(total.part), partial.window, ids)
         drawn = total.draw(source, len(ids))
         exact = partial.counts if total.part == "count" else partial.sums
-        pairs = zip(plan.cells, drawn.tolist(), strict=True)
+        pairs = zip(chosen, drawn.tolist(), strict=True)
         out[total.part] = [exact.get(cell, 0) + z for cell, z in pairs]
     return out
+
+
+def selected_cells(plan: AggregatePlan, partial: Partial) -> list[Cell]:
+    """``select_groups``: the cells the window's records reached, in canonical order."""
+    seen = [cell for cell, count in partial.counts.items() if count > 0]
+    ids = plan.cell_ids(seen)
+    return [cell for _, cell in sorted(zip(ids, seen, strict=True))]
 
 
 def _bounds(plan: AggregatePlan) -> dict[str, Any]:
@@ -73,8 +90,8 @@ def _row(plan: AggregatePlan, window: str, group: dict[str, Any], answer: Answer
         "value": value,
         "std_error": std_error,
         "ci95": [low, high],
-        "epsilon": plan.query.epsilon,
-        "delta": plan.query.delta,
+        "epsilon": plan.epsilon,
+        "delta": plan.delta,
         "bounds": _bounds(plan),
     }
 
@@ -82,12 +99,16 @@ def _row(plan: AggregatePlan, window: str, group: dict[str, Any], answer: Answer
 def release(plan: AggregatePlan, partial: Partial, noise: CellNoise) -> list[Row]:
     """The released rows of one (aggregate, window): one per declared cell (a density: one
     per grid point)."""
-    noisy = noisy_totals(plan, partial, noise)
+    cells = plan.cells if plan.threshold is None else selected_cells(plan, partial)
+    noisy = noisy_totals(plan, partial, noise, cells)
     if plan.query.density is not None:
         return density_rows(plan, partial, noise, noisy["count"][0])
     rows = []
-    for position, cell in enumerate(plan.cells):
-        answer = plan.query.answer({p: v[position] for p, v in noisy.items()})
+    for position, cell in enumerate(cells):
+        values = {p: v[position] for p, v in noisy.items()}
+        if plan.threshold is not None and values["count"] < plan.threshold:
+            continue  # not selected: the noisy count decides, never the true one
+        answer = plan.query.answer(values)
         rows.append(_row(plan, partial.window, cell_labels(plan.reader.cell_fields, cell), answer))
     return rows
 

@@ -30,8 +30,9 @@ def aggregates_data(config: AppConfig) -> dict[str, Any] | None:
             {
                 "name": plan.name,
                 "query": query.kind,
-                "epsilon": query.epsilon,
-                "delta": query.delta,
+                "epsilon": plan.epsilon,
+                "delta": plan.delta,
+                "threshold": plan.threshold,
                 "unit": _unit(config, plan),
                 "unit_records": plan.unit_records,
                 "cells": len(plan.cells),
@@ -44,8 +45,8 @@ def aggregates_data(config: AppConfig) -> dict[str, Any] | None:
     charge_eps, charge_delta = aggregate_charge(config.aggregates)
     return {
         "aggregates": entries,
-        "per_unit_epsilon": math.fsum(plan.query.epsilon for plan in plans),
-        "per_unit_delta": math.fsum(plan.query.delta for plan in plans),
+        "per_unit_epsilon": math.fsum(plan.epsilon for plan in plans),
+        "per_unit_delta": math.fsum(plan.delta for plan in plans),
         "record_budget_epsilon": charge_eps,
         "record_budget_delta": charge_delta,
     }
@@ -98,6 +99,12 @@ def aggregates_lines(data: dict[str, Any] | None) -> tuple[list[str], list[str]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     units = sorted({entry["unit"] for entry in data["aggregates"]})
     notes = [
+        f"{entry['name']}: groups selected from the data, released when their noisy count "
+        f"is at least {entry['threshold']} (delta={_num(entry['delta'])})"
+        for entry in data["aggregates"]
+        if entry["threshold"] is not None
+    ]
+    notes += [
         f"aggregates per {' / '.join(units)} per window (added or removed): "
         f"epsilon={_num(data['per_unit_epsilon'])} delta={_num(data['per_unit_delta'])}",
         "aggregates against the per-record budget (a changed record is a removal and an "

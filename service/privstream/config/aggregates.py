@@ -83,6 +83,27 @@ class AggregateConfig(Strict):
     #: required when ``privacy.subject`` is set, refused otherwise
     contribution: Contribution | None = None
     correlation: Correlation | None = None
+    #: release only the groups whose noisy count passes a threshold set by delta; a
+    #: group-by field may then come without keys (partition selection, docs/aggregates.md)
+    select_groups: bool = False
+
+    @model_validator(mode="after")
+    def _selection_needs(self) -> "AggregateConfig":
+        if not self.select_groups:
+            return self
+        if self.query not in ("count", "histogram", "mean"):
+            raise ValueError(
+                f"select_groups thresholds a noisy count: query {self.query} has none; "
+                "use count, histogram or mean"
+            )
+        if self.delta <= 0.0:
+            raise ValueError(
+                "select_groups needs delta > 0: the chance a group seen only "
+                "in one unit's records is released"
+            )
+        if not self.group_by or self.correlation is not None:
+            raise ValueError("select_groups needs group_by, and takes no correlation")
+        return self
 
     @model_validator(mode="after")
     def _density_needs(self) -> "AggregateConfig":
@@ -128,8 +149,8 @@ def aggregate_charge(aggregates: Sequence[AggregateConfig]) -> tuple[float, floa
     return eps, delta
 
 
-def _group_keys(group: GroupBy, spec: FieldConfig | None) -> tuple[str | None, str]:
-    """(problem or None, where) for one group-by field."""
+def _group_keys(group: GroupBy, spec: FieldConfig | None, selected: bool) -> tuple[str | None, str]:
+    """(problem or None, where) for one group-by field (``selected``: keys may be left out)."""
     if spec is None:
         return f"group_by field {group.field!r} is not in fields; declare it there", "group_by"
     if spec.kind not in GROUP_KINDS:
@@ -138,22 +159,29 @@ def _group_keys(group: GroupBy, spec: FieldConfig | None) -> tuple[str | None, s
             "categorical fields name groups (a noised kind's raw value is personal)",
             "group_by",
         )
-    if group.keys is None and getattr(spec, "domain", None) is None:
-        return f"group_by field {group.field!r} has no domain: list its keys", "group_by"
+    if group.keys is None and getattr(spec, "domain", None) is None and not selected:
+        return (
+            f"group_by field {group.field!r} has no domain: list its keys, or set "
+            "select_groups: true (the keys are then chosen by a noisy threshold)",
+            "group_by",
+        )
     return None, "group_by"
 
 
-def declared_keys(group: GroupBy, fields: Mapping[str, FieldConfig]) -> tuple[DomainValue, ...]:
-    """The keys a group-by releases: its own, else its categorical field's domain."""
+def declared_keys(
+    group: GroupBy, fields: Mapping[str, FieldConfig]
+) -> tuple[DomainValue, ...] | None:
+    """The keys a group-by may release: its own, else its categorical field's domain; None
+    when neither is declared (``select_groups``: any key)."""
     if group.keys is not None:
         return group.keys
-    domain: tuple[DomainValue, ...] = getattr(fields[group.field], "domain", None) or ()
+    domain: tuple[DomainValue, ...] | None = getattr(fields[group.field], "domain", None)
     return domain
 
 
 def cell_count(spec: AggregateConfig, fields: Mapping[str, FieldConfig]) -> int:
     """How many cells the aggregate releases per window (every declared key combination)."""
-    cells = math.prod(len(declared_keys(g, fields)) for g in spec.group_by)
+    cells = math.prod(len(declared_keys(g, fields) or ()) for g in spec.group_by)
     if spec.query == "histogram" and spec.field is not None:
         cells *= len(getattr(fields[spec.field], "domain", None) or ())
     return cells * len(spec.grid or (0,))
@@ -206,7 +234,9 @@ def aggregate_problems(
             problems.append((position, "name", "named twice: name each aggregate once"))
         found = [
             (problem, where)
-            for problem, where in [_group_keys(g, by_name.get(g.field)) for g in spec.group_by]
+            for problem, where in [
+                _group_keys(g, by_name.get(g.field), spec.select_groups) for g in spec.group_by
+            ]
             if problem is not None
         ]
         problems += [(position, where, problem) for problem, where in found]
@@ -220,7 +250,8 @@ def aggregate_problems(
             problems.append(
                 (position, "correlation", f"correlation.by {spec.correlation.by!r} is not a field")
             )
-        if not found and problem is None and _field_problem(spec, by_name) is None:
+        checked = not found and problem is None and _field_problem(spec, by_name) is None
+        if checked and not spec.select_groups:
             cells = cell_count(spec, by_name)
             if cells > MAX_CELLS:
                 problems.append(

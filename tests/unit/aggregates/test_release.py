@@ -11,10 +11,8 @@ from typing import Any
 import pytest
 from privstream.aggregates import KeyedCells, Partial, release
 from privstream.aggregates.release import encode_rows, noisy_totals
-from privstream.mechanisms.rng import NoiseSource
-from privstream.testing import SeededSource
 
-from tests.support.aggregates import one_plan, pmf
+from tests.support.aggregates import Seeded, one_plan, pmf
 
 SECRET = bytes(range(32))
 BY_OS = {
@@ -25,16 +23,6 @@ BY_OS = {
 }
 MEAN = {"name": "m", "query": "mean", "field": "latency", "bounds": [0, 100], "epsilon": 1.0}
 BOUNDS = {"records_per_group": 2, "groups_per_subject": 3}
-
-
-class Seeded:
-    """A ``CellNoise`` of reproducible PCG64 words (tests only)."""
-
-    def __init__(self, seed: int) -> None:
-        self._source = SeededSource(seed)
-
-    def source(self, release_id: bytes, window: str, cells: Sequence[bytes]) -> NoiseSource:
-        return self._source
 
 
 def data(seed: int, n: int = 200) -> list[dict[str, Any]]:

@@ -138,3 +138,26 @@ def test_a_density_needs_a_grid_a_bandwidth_and_delta(change: dict[str, Any], me
 
 def test_grid_and_bandwidth_are_refused_elsewhere() -> None:
     assert "only with it" in problems({**COUNT, "grid": [1.0], "bandwidth": 1.0})
+
+
+SELECT = {**COUNT, "group_by": [{"field": "version"}], "select_groups": True, "delta": 1e-6}
+
+
+def test_select_groups_lets_a_public_group_come_without_keys() -> None:
+    assert "select_groups: true" in problems({**SELECT, "select_groups": False})
+    (config,) = [aggregates_config(SELECT, delta=1e-5)]
+    assert config.aggregates[0].select_groups
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"delta": 0.0}, "select_groups needs delta > 0"),
+        ({"query": "sum", "field": "latency", "bounds": [0, 1]}, "use count, histogram or mean"),
+        ({"group_by": []}, "select_groups needs group_by"),
+    ],
+)
+def test_select_groups_needs_a_noisy_count_delta_and_groups(
+    change: dict[str, Any], message: str
+) -> None:
+    assert message in problems({**SELECT, **change}, delta=1e-5)
