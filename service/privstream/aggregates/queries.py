@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from privstream.aggregates.density import DensityPart
 from privstream.aggregates.totals import NoisyTotal, half_width
+from privstream.errors import MisuseError
 
 #: (value, standard error, 95% interval)
 Answer = tuple[float, float, tuple[float, float]]
@@ -60,7 +61,10 @@ class Query:
         return [*(t.describe() for t in self.totals), *extra]
 
     def total(self, part: str) -> NoisyTotal:
-        return next(t for t in self.totals if t.part == part)
+        found = [t for t in self.totals if t.part == part]
+        if not found:
+            raise MisuseError(f"a {self.kind} query has no {part} total")
+        return found[0]
 
     def answer(self, noisy: dict[str, int]) -> Answer:
         """A cell's released value, standard error and 95% interval from its noisy totals."""
