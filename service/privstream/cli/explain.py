@@ -21,6 +21,7 @@ from privstream.pipeline.plan import MemoPlan, PlannedField
 def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
     """The machine-readable explanation, read from the plan's mechanism objects."""
     # here, not at the top: run and sanitize import this module for declared_warnings only
+    from privstream.cli.explain_aggregates import aggregates_data
     from privstream.ledger.guarantee import ledger_guarantee
 
     by_name = {f.name: f for f in plan.fields}
@@ -72,6 +73,7 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
         "fields": fields,
         "metrics": _metrics_data(config, plan),
         "ledger": ledger_guarantee(config, plan),
+        "aggregates": aggregates_data(config),
     }
 
 
@@ -360,9 +362,13 @@ def render_table(data: dict[str, Any], width: int | None = None) -> str:
     notes.extend(_missing_lines(data["fields"]))
     notes.extend(_auto_lines(data["fields"]))
     notes.extend(_optimality_lines(data["fields"]))
+    from privstream.cli.explain_aggregates import aggregates_lines  # as in explain_data
+
+    table, aggregate_notes = aggregates_lines(data.get("aggregates"))
+    notes.extend(aggregate_notes)
     if width is not None:
         notes = [part for note in notes for part in _wrap(note, width, "  ")]
-    return "\n".join([*lines, "", *notes])
+    return "\n".join([*lines, "", *notes, *(["", *table] if table else [])])
 
 
 def _unnoised(field: dict[str, Any]) -> str:

@@ -9,11 +9,13 @@ Refused before anything is read (exit 2):
   over its raw input would destroy the only copy of the records; dead
   letters among sanitized records would put raw lines in the release.
 * a ``--metadata`` path that is the input (stdin included), the output or
-  the dead-letter file: ``run_sanitize`` replaces it with the sidecar.
-* an existing ``--output``, ``--dead-letter`` or ``--metadata`` path (a file, a link, even a
-  dangling one) unless ``--overwrite``: an earlier output is an earlier
-  release, and releasing the same records again with fresh noise adds its
-  epsilon to theirs. A directory, ``--overwrite`` or not.
+  the dead-letter file: ``run_sanitize`` replaces it with the sidecar; the
+  same for an ``--aggregates-output`` path, which is not the metadata either.
+* an existing ``--output``, ``--dead-letter``, ``--metadata`` or
+  ``--aggregates-output`` path (a file, a link, even a dangling one) unless
+  ``--overwrite``: an earlier output is an earlier release, and releasing the
+  same records again with fresh noise adds its epsilon to theirs. A
+  directory, ``--overwrite`` or not.
 
 Every file is written to a new temporary file beside its target (same
 directory, so same file system: the rename is atomic), fsync'd and renamed
@@ -58,6 +60,8 @@ class FilePaths:
     dead_letter: str
     metadata: str | None = None
     overwrite: bool = False
+    #: ``--aggregates-output``: the config's aggregates over the whole file (docs/aggregates.md)
+    aggregates: str | None = None
 
 
 def _identity(path: str | None, stream: int) -> tuple[int, int] | None:
@@ -149,10 +153,43 @@ def _check_new(paths: FilePaths) -> None:
         )
 
 
+def _check_aggregates(paths: FilePaths) -> None:
+    """The aggregates' file is a file of its own, new unless ``--overwrite``."""
+    target = paths.aggregates
+    if target is None:
+        return
+    others = (
+        ("--input", paths.input, _fd(sys.stdin)),
+        ("--output", paths.output, _fd(sys.stdout)),
+        ("--dead-letter", paths.dead_letter, -1),
+        ("--metadata", paths.metadata, -1),
+    )
+    for option, other, stream in others:
+        if option == "--metadata" and other is None:  # no sidecar (output on stdout)
+            continue
+        if _same(target, -1, other, stream):
+            raise FilePathError(
+                f"--aggregates-output {target} is the {option} file "
+                f"{other or ('stdin' if option == '--input' else 'stdout')} (the same file, or "
+                "a link to it): the aggregates would replace it; name another file"
+            )
+    with contextlib.suppress(OSError):
+        if stat.S_ISDIR(os.lstat(target).st_mode):
+            raise FilePathError(f"--aggregates-output {target} is a directory: name a file")
+    if not paths.overwrite and os.path.lexists(target):
+        raise FilePathError(
+            f"--aggregates-output {target} exists: it holds an earlier release of the "
+            "aggregates, and answering them again draws fresh noise, a second release whose "
+            "epsilon adds to the first's; keep it, name a new file, or pass --overwrite if it "
+            "was never shared"
+        )
+
+
 def check_paths(paths: FilePaths) -> None:
     """Refuse paths that would lose data or release twice (module docstring)."""
     _check_distinct(paths)
     _check_new(paths)
+    _check_aggregates(paths)
 
 
 class AtomicFile:

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from privstream.aggregates import FreshCells
+from privstream.cli.aggregates_file import FileAggregates
 from privstream.cli.metadata import write_sidecar
 from privstream.cli.release_files import OUTPUT_MODE, PRIVATE_MODE, AtomicFile, FilePaths
 from privstream.config import AppConfig
@@ -174,8 +176,11 @@ def sanitize_stream(
     out: BinaryIO,
     dead_letter_path: str,
     source: NoiseSource,
+    aggregates: FileAggregates | None = None,
 ) -> Summary:
     """Sanitize a binary stream (read in blocks) or an iterable of lines into ``out``.
+
+    ``aggregates``, when given, is fed every released line (``FileAggregates``).
 
     The dead letters appear at ``dead_letter_path`` only if the whole input was
     read (``AtomicFile``), and only if there are any: a run without dead letters
@@ -186,7 +191,9 @@ def sanitize_stream(
     dead_file = AtomicFile(dead_letter_path, PRIVATE_MODE, lazy=True)
     try:
         for first, chunk in chunks:
-            _sanitize_chunk(plan, first, chunk, out, dead_file, source, summary)
+            released = _sanitize_chunk(plan, first, chunk, out, dead_file, source, summary)
+            if aggregates is not None:
+                aggregates.feed(chunk, released)
         out.flush()
         dead_file.commit()
     finally:
@@ -202,8 +209,10 @@ def _sanitize_chunk(
     dead_file: AtomicFile,
     source: NoiseSource,
     summary: Summary,
-) -> None:
+) -> list[int]:
     """One ``process_block`` call over every line; per-line Python only for dead letters.
+
+    Returns the positions in ``lines`` of the records released.
 
     Lines may end with their line end (``_block_chunks``): JSON reads a trailing
     ``\\n`` or ``\\r\\n`` as whitespace, so a line is released, and with what
@@ -232,6 +241,7 @@ def _sanitize_chunk(
     summary.blank_lines += blank
     summary.records_in += len(lines) - blank
     summary.records_out += len(result.output_index)
+    return result.output_index
 
 
 def _names_a_position(reason: str, detail: str) -> bool:
@@ -256,14 +266,21 @@ def _verdict(plan: RecordPlan, raw: bytes) -> tuple[str, str]:
     raise MisuseError("a line dead-lettered with its line end parses without it")
 
 
-def run_sanitize(plan: RecordPlan, paths: FilePaths, source: NoiseSource) -> Summary:
+def run_sanitize(
+    plan: RecordPlan,
+    paths: FilePaths,
+    source: NoiseSource,
+    aggregates: FileAggregates | None = None,
+) -> Summary:
     """Sanitize ``paths.input`` into ``paths.output``, whole or not at all (``AtomicFile``).
 
-    Once the input is read: the dead letters appear, then an earlier sidecar
-    goes, the output is renamed into place and its sidecar written. A crash
-    between two steps leaves an output without a sidecar (``estimate``
-    refuses it), never a sidecar vouching for another output. A run that
-    fails before the renames leaves the earlier files as they were.
+    Once the input is read: the dead letters appear, the aggregates are
+    released into a temporary file (``aggregates``), an earlier sidecar goes,
+    the output is renamed into place, then the aggregates' file, and the
+    sidecar is written. A crash between two steps leaves an output without a
+    sidecar (``estimate`` refuses it), never a sidecar vouching for another
+    output. A run that fails before the renames leaves the earlier files as
+    they were.
     """
     with contextlib.ExitStack() as stack:
         src = stack.enter_context(open(paths.input, "rb")) if paths.input else sys.stdin.buffer
@@ -271,12 +288,19 @@ def run_sanitize(plan: RecordPlan, paths: FilePaths, source: NoiseSource) -> Sum
         if out is not None:
             stack.callback(out.discard)  # a no-op once committed
         dst = sys.stdout.buffer if out is None else out.stream
-        summary = sanitize_stream(plan, src, dst, paths.dead_letter, source)
+        summary = sanitize_stream(plan, src, dst, paths.dead_letter, source, aggregates)
+        rows = None
+        if aggregates is not None and paths.aggregates is not None:
+            rows = AtomicFile(paths.aggregates, OUTPUT_MODE)
+            stack.callback(rows.discard)
+            rows.write(aggregates.encoded(FreshCells()))
         if paths.metadata is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(paths.metadata)
         if out is not None:
             out.commit()
+        if rows is not None:
+            rows.commit()
     if paths.metadata is not None:
         write_sidecar(paths.metadata, plan, summary.records_out)
     return summary

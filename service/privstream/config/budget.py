@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+from privstream.config.aggregates import aggregate_charge
 from privstream.config.fields import NoisedField
 from privstream.config.ledger import DELTA_UNITS, EPSILON_UNITS, cap_units, cost_units
 from privstream.config.missing import presence_name
@@ -70,7 +71,7 @@ def _explicit(fields: list[NoisedField]) -> float:
 
 
 def _auto_share(config: AppConfig, fields: list[NoisedField]) -> float | None:
-    explicit = _explicit(fields)
+    explicit = _explicit(fields) + aggregate_charge(config.aggregates)[0]
     autos = sum(1 for f in fields if f.epsilon == "auto")
     left = config.privacy.epsilon - explicit
     if autos == 0:
@@ -78,17 +79,23 @@ def _auto_share(config: AppConfig, fields: list[NoisedField]) -> float | None:
     return left / autos if left > 0 else None
 
 
+#: how the aggregates enter the budget messages (``aggregate_charge``)
+_AGGREGATES_TOO = " (with each aggregate's 2 eps and (1 + e^eps) delta)"
+
+
 def budget_problems(config: AppConfig) -> list[str]:
     """Everything wrong with the fields' shares, one line each."""
     fields = noised_fields(config)
+    charge = aggregate_charge(config.aggregates)
+    too = _AGGREGATES_TOO if config.aggregates else ""
     if _auto_share(config, fields) is None:
-        explicit = _explicit(fields)
+        explicit = _explicit(fields) + charge[0]
         limit = config.privacy.epsilon
         used = "all of" if explicit <= limit else "more than"
         return [
-            f"privacy.epsilon: the explicit field epsilons sum to {explicit:g}, {used} the "
-            f"per-record budget {limit:g}, so nothing is left for the fields with epsilon: "
-            "auto; lower the explicit epsilons or raise privacy.epsilon"
+            f"privacy.epsilon: the explicit field epsilons{too} sum to "
+            f"{explicit:g}, {used} the per-record budget {limit:g}, so nothing is left for the "
+            "fields with epsilon: auto; lower the explicit epsilons or raise privacy.epsilon"
         ]
     budget = resolve_budget(config)
     problems = [
@@ -97,16 +104,17 @@ def budget_problems(config: AppConfig) -> list[str]:
         for name, g in budget.fields.items()
         if g.delta == 0.0 and budget.declared[name].delta > 0.0
     ]
-    declared_eps = math.fsum(g.epsilon for g in budget.declared.values())
-    declared_dlt = math.fsum(g.delta for g in budget.declared.values())
+    declared_eps = math.fsum([*(g.epsilon for g in budget.declared.values()), charge[0]])
+    declared_dlt = math.fsum([*(g.delta for g in budget.declared.values()), charge[1]])
     for label, total, limit in (
         ("epsilon", declared_eps, config.privacy.epsilon),
         ("delta", declared_dlt, config.privacy.delta),
     ):
         if total > limit * (1.0 + BUDGET_RELATIVE_SLACK):
             problems.append(
-                f"privacy.{label}: the fields' {label}s sum to {total:g}, above the per-record "
-                f"budget {limit:g}; lower the fields' {label}s or raise privacy.{label}"
+                f"privacy.{label}: the fields' {label}s{too} sum to {total:g}, above "
+                f"the per-record budget {limit:g}; lower the fields' {label}s or raise "
+                f"privacy.{label}"
             )
     return problems
 

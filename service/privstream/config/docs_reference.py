@@ -48,9 +48,13 @@ def _ref_name(ref: str) -> str:
 
 
 def _section_ref(prop: Schema) -> str | None:
-    """The model a key holds, when it is a nested section (possibly nullable)."""
+    """The model a key holds, when it is a nested section (possibly nullable, or a list of
+    one model: ``aggregates``, ``group_by``)."""
     if "$ref" in prop:
         return _ref_name(prop["$ref"])
+    items = prop.get("items")
+    if isinstance(items, dict) and "$ref" in items:
+        return _ref_name(items["$ref"])
     refs = [_ref_name(o["$ref"]) for o in prop.get("anyOf", []) if "$ref" in o]
     return refs[0] if len(refs) == 1 else None
 
@@ -117,15 +121,18 @@ def _sections(schema: Schema) -> list[tuple[str, str, Schema]]:
     defs: dict[str, Schema] = schema["$defs"]
     out: list[tuple[str, str, Schema]] = []
 
-    def walk(path: str, definition: Schema) -> None:
+    def walk(path: str, anchor: str, definition: Schema) -> None:
         for key, prop in definition.get("properties", {}).items():
             ref = _section_ref(prop)
             if ref is not None:
                 child = f"{path}.{key}" if path else key
-                out.append((f"`{child}`", child.replace(".", "-"), defs[ref]))
-                walk(child, defs[ref])
+                child_anchor = f"{anchor}-{key}" if anchor else key
+                if prop.get("type") == "array":  # a list of sections: ``aggregates[]``
+                    child += "[]"
+                out.append((f"`{child}`", child_anchor, defs[ref]))
+                walk(child, child_anchor, defs[ref])
 
-    walk("", schema)
+    walk("", "", schema)
     for kind, name in _kinds(schema):
         out.append((f"A field of `kind: {kind}`", f"kind-{kind}", defs[name]))
     return out

@@ -169,8 +169,10 @@ def record_budget(config: AppConfig) -> tuple[float, float]:
 
 
 def config_sha256(config: AppConfig) -> str:
-    """Hash of what determines the released data (privacy + fields), not of connection settings."""
-    payload = config.model_dump(mode="json", include={"privacy", "fields"})
+    """Hash of what determines the released data (privacy, fields, aggregates), not connections."""
+    payload = config.model_dump(mode="json", include={"privacy", "fields", "aggregates"})
+    if not payload["aggregates"]:  # a config without aggregates keeps its hash
+        del payload["aggregates"]
     # the ledger settings enter only when set: a config without them keeps its hash
     for key, unset in (("subject", None), ("subject_public", False), ("ledger", None)):
         if payload["privacy"][key] == unset:
@@ -261,6 +263,8 @@ def _format_path(loc: tuple[Any, ...], data: dict[str, Any]) -> str:
         item = loc[i]
         if isinstance(item, int):
             parts[-1] += f"[{item}]"
+            if parts == [f"aggregates[{item}]"]:
+                parts[-1] += _aggregate_name(data, item)
             if parts == ["fields[" + str(item) + "]"]:
                 parts[-1] += _field_name(data, item)
                 # pydantic inserts the discriminator value after the index: skip it
@@ -284,6 +288,15 @@ def _field_entry(data: dict[str, Any], index: int) -> dict[str, Any]:
 def _field_name(data: dict[str, Any], index: int) -> str:
     name = _field_entry(data, index).get("name")
     return f" ({name})" if isinstance(name, str) else ""
+
+
+def _aggregate_name(data: dict[str, Any], index: int) -> str:
+    aggregates = data.get("aggregates")
+    if isinstance(aggregates, list) and index < len(aggregates):
+        entry = aggregates[index]
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            return f" ({entry['name']})"
+    return ""
 
 
 def _field_kind(data: dict[str, Any], index: int) -> object:

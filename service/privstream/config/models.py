@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from privstream.config.aggregates import AggregateConfig, aggregate_problems
 from privstream.config.fields import Delta, Epsilon, FieldConfig, Strict
 from privstream.config.ledger import (
     LedgerConfig,
@@ -182,6 +183,8 @@ class AppConfig(Strict):
     kafka: KafkaConfig
     privacy: PrivacyConfig
     fields: tuple[FieldConfig, ...]
+    #: noisy counts, histograms, sums and means per window (docs/aggregates.md)
+    aggregates: tuple[AggregateConfig, ...] = ()
     http: HttpConfig = HttpConfig()
     metrics: MetricsConfig = MetricsConfig()
 
@@ -193,7 +196,24 @@ class AppConfig(Strict):
         check_memo_references(self.fields)
         self._check_subject()
         self._check_presence()
+        self._check_aggregates()
         return self
+
+    def _check_aggregates(self) -> None:
+        privacy = self.privacy
+        problems = aggregate_problems(
+            self.aggregates, self.fields, privacy.subject, privacy.group_size
+        )
+        if problems:
+            details = [
+                InitErrorDetails(
+                    type=PydanticCustomError("aggregate", message),
+                    loc=("aggregates", position, setting),
+                    input=self.aggregates[position].name,
+                )
+                for position, setting, message in problems
+            ]
+            raise ValidationError.from_exception_data("AppConfig", details)
 
     def _check_presence(self) -> None:
         problems = presence_problems(self.fields, self.privacy.subject)

@@ -1,0 +1,226 @@
+"""From the config's ``aggregates:`` to plans: the reader, the bounds and the calibrated query.
+
+The unit an aggregate protects has ``L`` records (``sensitivity``): a
+subject's ``records_per_group * min(groups_per_subject, cells)``,
+``privacy.group_size``, or 1. Counts move a cell by 1 per record; a sum by ``K = max |round((b -
+c)/g)|`` grid steps over its bounds ``b`` (``c`` the centre: 0 for a sum, the
+midpoint for a mean), ``g`` a power of two about ``2^-10`` of the noise
+scale (``privstream.mechanisms.grid.granularity``). A mean spends half its
+epsilon and delta on each of its two totals; a density half its epsilon and
+all its delta on its kernel sums, half its epsilon on its count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from privstream.aggregates.density import DensityPart
+from privstream.aggregates.partial import Accumulator, Bounds
+from privstream.aggregates.queries import Query
+from privstream.aggregates.read import Cell, RecordReader
+from privstream.aggregates.selection import threshold
+from privstream.aggregates.sensitivity import Sensitivity
+from privstream.aggregates.totals import NoisyTotal
+from privstream.config import AppConfig, FieldConfig
+from privstream.config.aggregates import AggregateConfig, declared_keys
+from privstream.config.fields import DomainValue
+from privstream.errors import MechanismError
+from privstream.mechanisms.grid import MAX_GRID_INDEX, granularity
+
+
+@dataclass(frozen=True)
+class AggregatePlan:
+    """One aggregate, ready to accumulate and release."""
+
+    spec: AggregateConfig
+    query: Query
+    reader: RecordReader
+    bounds: Bounds
+    #: every cell released per window, in release order
+    cells: tuple[Cell, ...]
+    #: the records of one unit (``L``)
+    unit_records: int
+    #: ``select_groups``: the least noisy count a group is released with (``selection``)
+    threshold: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def epsilon(self) -> float:
+        return self.query.epsilon
+
+    @property
+    def delta(self) -> float:
+        """The query's realised delta, plus the selection's (``select_groups``)."""
+        return self.query.delta + (self.spec.delta if self.threshold is not None else 0.0)
+
+    def accumulator(self, window: str) -> Accumulator:
+        return Accumulator(self.name, window, self.reader, self.bounds)
+
+    def cell_ids(self, cells: Sequence[Cell] | None = None) -> list[bytes]:
+        """Each cell's canonical bytes (``plan.cells`` by default): what its noise is keyed to."""
+        fields = self.reader.cell_fields
+        chosen = self.cells if cells is None else cells
+        return [orjson.dumps(dict(zip(fields, cell, strict=True))) for cell in chosen]
+
+    def release_id(self, part: str) -> bytes:
+        """A hash of everything that determines the release of one part."""
+        density = self.query.density
+        if part == "density" and density is not None:
+            scale, step = density.sigma, density.step
+        else:
+            total = self.query.total(part)
+            scale, step = total.noise.t, total.step
+        payload = {
+            "aggregate": self.spec.model_dump(mode="json"),
+            "part": part,
+            "t": scale.hex(),
+            "step": step.hex(),
+            "cells": len(self.cells),
+        }
+        canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).digest()
+
+
+def unit_records(spec: AggregateConfig, group_size: int, cells: int | None) -> int:
+    """``L``: how many records one protected unit can put into the aggregate.
+
+    A subject reaches at most ``min(groups_per_subject, cells)`` cells (``cells``
+    None: not known in advance, ``select_groups``).
+    """
+    bounds = spec.contribution
+    if bounds is not None:
+        reach = (
+            bounds.groups_per_subject if cells is None else min(bounds.groups_per_subject, cells)
+        )
+        return bounds.records_per_group * reach
+    return group_size
+
+
+def unit_reach(spec: AggregateConfig, records: int) -> tuple[int, int]:
+    """``(G, c)``: the cells one unit reaches at most, and its records in one of them."""
+    bounds = spec.contribution
+    if bounds is not None:
+        return bounds.groups_per_subject, bounds.records_per_group
+    return records, records
+
+
+def _cells(
+    spec: AggregateConfig, fields: Mapping[str, FieldConfig]
+) -> tuple[list[str], list[tuple[DomainValue, ...] | None]]:
+    """The cell fields (group-by fields, then the histogram field) and their keys."""
+    names = [g.field for g in spec.group_by]
+    keys = [declared_keys(g, fields) for g in spec.group_by]
+    if spec.query == "histogram" and spec.field is not None:
+        names.append(spec.field)
+        keys.append(getattr(fields[spec.field], "domain", None) or ())
+    return names, keys
+
+
+def _sensitivity(spec: AggregateConfig, records: int, per_record: int, swap: bool) -> Sensitivity:
+    corr = spec.correlation
+    if corr is None:
+        return Sensitivity(records, per_record)
+    return Sensitivity(records, per_record, corr.degree, corr.max_group, swap)
+
+
+def _grid(spec: AggregateConfig, records: int, epsilon: float, center: float) -> tuple[float, int]:
+    """The sum's grid step ``g`` and per-record sensitivity ``K`` in steps."""
+    lo, hi = spec.bounds or (0.0, 0.0)
+    magnitude = max(abs(lo - center), abs(hi - center))
+    factor = _sensitivity(spec, records, 1, swap=True).used
+    step = granularity(factor * magnitude / epsilon, max(abs(lo), abs(hi)), hi - lo)
+    steps = max(abs(round((lo - center) / step)), abs(round((hi - center) / step)))
+    if steps < 1 or steps * records * 4 > MAX_GRID_INDEX:
+        raise MechanismError(
+            f"aggregate {spec.name!r}: bounds [{lo:g}, {hi:g}] give {steps} grid steps of "
+            f"{step:g}; shift the bounds towards 0 or widen them"
+        )
+    return step, steps
+
+
+def _query(spec: AggregateConfig, records: int, cells: int) -> Query:
+    eps, delta = spec.epsilon, spec.delta
+    many = cells > 1
+    if spec.query in ("count", "histogram"):
+        count = NoisyTotal.build("count", eps, delta, _sensitivity(spec, records, 1, many), cells)
+        return Query(spec.query, (count,))
+    lo, hi = spec.bounds or (0.0, 0.0)
+    if spec.query == "sum":
+        step, steps = _grid(spec, records, eps, 0.0)
+        sens = _sensitivity(spec, records, steps, swap=True)
+        total = NoisyTotal.build("sum", eps, delta, sens, cells, step)
+        return Query("sum", (total,), (lo, hi))
+    if spec.query == "density":
+        count = NoisyTotal.build("count", eps / 2.0, 0.0, Sensitivity(records, 1), cells)
+        grid, bandwidth = spec.grid or (), spec.bandwidth or 1.0
+        density = DensityPart.build(eps / 2.0, delta, records, grid, bandwidth, (lo, hi))
+        return Query("density", (count,), (lo, hi), density=density)
+    center = lo / 2.0 + hi / 2.0
+    step, steps = _grid(spec, records, eps / 2.0, center)
+    sens = _sensitivity(spec, records, steps, swap=True)
+    total = NoisyTotal.build("sum", eps / 2.0, delta / 2.0, sens, cells, step)
+    count_sens = _sensitivity(spec, records, 1, many)
+    count = NoisyTotal.build("count", eps / 2.0, delta / 2.0, count_sens, cells)
+    return Query("mean", (total, count), (lo, hi), center)
+
+
+def _selection(spec: AggregateConfig, records: int) -> tuple[Query, int]:
+    """The query of a ``select_groups`` aggregate (pure totals, slack for the ``G`` cells
+    a unit reaches) and its threshold (all of delta)."""
+    reach, per_group = unit_reach(spec, records)
+    pure = spec.model_copy(update={"delta": 0.0})
+    query = _query(pure, records, reach)
+    count = query.total("count")
+    tau = threshold(count.noise, spec.epsilon, spec.delta, reach, per_group)
+    return query, tau
+
+
+def _plan(spec: AggregateConfig, config: AppConfig) -> AggregatePlan:
+    fields = {f.name: f for f in config.fields}
+    names, keys = _cells(spec, fields)
+    selected = spec.select_groups
+    cells = () if selected else tuple(itertools.product(*(k or () for k in keys)))
+    records = unit_records(spec, config.privacy.group_size, None if selected else len(cells))
+    tau = None
+    try:
+        if selected:
+            query, tau = _selection(spec, records)
+        else:
+            query = _query(spec, records, len(cells))
+    except MechanismError as exc:
+        named = str(exc).removeprefix(f"aggregate {spec.name!r}: ")
+        raise MechanismError(f"aggregates: aggregate {spec.name!r}: {named}") from None
+    sum_part = next((t for t in query.totals if t.part == "sum"), None)
+    density = query.density
+    reader = RecordReader(
+        cell_fields=tuple(names),
+        cell_keys=tuple(None if k is None else frozenset(k) for k in keys),
+        value_field=spec.field if sum_part is not None or density is not None else None,
+        bounds=query.bounds or (0.0, 0.0),
+        center=query.center,
+        step=1.0 if sum_part is None else sum_part.step,
+        subject=config.privacy.subject,
+        correlated_by=None if spec.correlation is None else spec.correlation.by,
+        vector=None if density is None else density.whitened,
+    )
+    contribution, corr = spec.contribution, spec.correlation
+    bounds = Bounds(
+        groups_per_subject=None if contribution is None else contribution.groups_per_subject,
+        records_per_group=None if contribution is None else contribution.records_per_group,
+        max_group=None if corr is None else corr.max_group,
+    )
+    return AggregatePlan(spec, query, reader, bounds, cells, records, tau)
+
+
+def build_aggregates(config: AppConfig) -> tuple[AggregatePlan, ...]:
+    """Every aggregate's plan; MechanismError names an aggregate no noise can serve."""
+    return tuple(_plan(spec, config) for spec in config.aggregates)

@@ -1,0 +1,90 @@
+"""What an aggregate reads from one raw record: its cell, its value, its unit's identity.
+
+A record the aggregate cannot read is left out of it (and of its bounds):
+a group value that is not a declared key (or a boolean: ``True == 1`` in
+Python), a histogram value outside the domain, a sum or mean value that is
+not a number (a boolean, NaN; an infinity or an integer beyond the doubles
+is clamped like any value past a bound), or a missing subject or
+correlation value. Which records are left out is a function of each record
+alone, so it is part of the query, covered by its sensitivity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+from numpy.typing import NDArray
+
+from privstream.config.fields import DomainValue
+
+#: one cell: its group keys in group-by order, then the histogram bin
+Cell = tuple[DomainValue, ...]
+
+
+@dataclass(frozen=True)
+class RecordReader:
+    """Reads the cell, the grid value and the unit identities of raw JSON records."""
+
+    #: the fields naming the cell, in cell order, and each one's declared keys
+    cell_fields: tuple[str, ...]
+    #: None: any string or integer key (``select_groups``)
+    cell_keys: tuple[frozenset[DomainValue] | None, ...]
+    #: sum and mean: the field, bounds, centre and grid step; None for counts
+    value_field: str | None = None
+    bounds: tuple[float, float] = (0.0, 0.0)
+    center: float = 0.0
+    step: float = 1.0
+    subject: str | None = None
+    correlated_by: str | None = None
+    #: density: values' whitened kernel vectors on the grid (``DensityPart.whitened``)
+    vector: Callable[[Sequence[float]], NDArray[np.int64]] | None = None
+
+    def cell(self, record: Mapping[str, Any]) -> Cell | None:
+        keys: list[DomainValue] = []
+        for name, allowed in zip(self.cell_fields, self.cell_keys, strict=True):
+            key: Any = record.get(name)
+            # exact types: a JSON boolean is no key (``True == 1``), nor a float
+            kind = type(key)
+            if (kind is not str and kind is not int) or (
+                allowed is not None and key not in allowed
+            ):
+                return None
+            keys.append(key)
+        return tuple(keys)
+
+    def number(self, record: Mapping[str, Any]) -> float | None:
+        """The value field as a float (an infinity past a bound), or None if it is none."""
+        raw = record.get(self.value_field) if self.value_field is not None else None
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            return None
+        try:
+            value = float(raw)
+        except OverflowError:  # an int beyond the doubles: past a bound, clamped to it
+            value = math.inf if raw > 0 else -math.inf
+        return None if math.isnan(value) else value
+
+    def value(self, record: Mapping[str, Any]) -> int | None:
+        """The clamped, centred value on the grid (``round`` ties to even: monotone)."""
+        value = self.number(record)
+        if value is None:
+            return None
+        lo, hi = self.bounds
+        return round((min(max(value, lo), hi) - self.center) / self.step)
+
+    @staticmethod
+    def identity(record: Mapping[str, Any], name: str | None) -> bytes | None:
+        """The canonical JSON of a field's raw value (``"1"`` and ``1`` differ), or None."""
+        if name is None:
+            return b""
+        raw = record.get(name)
+        return None if raw is None else orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)
+
+
+def cell_labels(fields: Sequence[str], cell: Cell) -> dict[str, DomainValue]:
+    """The released ``group`` of a cell: field name to key."""
+    return dict(zip(fields, cell, strict=True))

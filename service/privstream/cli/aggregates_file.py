@@ -1,0 +1,85 @@
+"""``sanitize --aggregates-output``: the config's aggregates over the whole file, one window.
+
+The aggregates read exactly the records the record path released (a
+dead-lettered line enters neither), in file order, and are released once,
+after the whole input is read, with fresh noise (``FreshCells``: files have
+no noise key, so a second run is a second release and ``--overwrite``
+says so). The rows go to their own file, one JSON object a line
+(docs/aggregates.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import orjson
+
+from privstream.aggregates import (
+    Accumulator,
+    AggregatePlan,
+    CellNoise,
+    build_aggregates,
+    release,
+)
+from privstream.aggregates.release import encode_rows
+from privstream.cli.release_files import FilePathError
+from privstream.config import AppConfig
+
+#: the window label of file mode: the whole file is one window
+FILE_WINDOW = "file"
+
+
+def _parse(line: bytes) -> object:
+    """The line's JSON value; integers beyond orjson's 64 bits through ``json`` (exact)."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line)
+
+
+def check_aggregates_output(config: AppConfig, path: str | None) -> None:
+    """``--aggregates-output`` goes with a config that has aggregates, and only then."""
+    if config.aggregates and path is None:
+        raise FilePathError(
+            f"the config has {len(config.aggregates)} aggregates: name the file their rows go "
+            "to with --aggregates-output PATH (docs/aggregates.md)"
+        )
+    if path is not None and not config.aggregates:
+        raise FilePathError(
+            f"--aggregates-output {path}: the config has no aggregates; add an aggregates: list "
+            "or leave the option out"
+        )
+
+
+def file_aggregates(config: AppConfig) -> FileAggregates | None:
+    """The accumulators of the config's aggregates (None without any); MechanismError when
+    no noise can serve one."""
+    return FileAggregates(build_aggregates(config)) if config.aggregates else None
+
+
+class FileAggregates:
+    """Accumulates every aggregate over the released lines of a file."""
+
+    def __init__(self, plans: Sequence[AggregatePlan]) -> None:
+        self._plans = tuple(plans)
+        self._accumulators: tuple[Accumulator, ...] = tuple(
+            plan.accumulator(FILE_WINDOW) for plan in self._plans
+        )
+
+    def feed(self, lines: Sequence[bytes], released: Sequence[int]) -> None:
+        """Add the released lines (their positions in ``lines``) to every aggregate."""
+        parsed = (_parse(lines[index]) for index in released)
+        # a released line is an object: the check is for the type checker
+        records = [record for record in parsed if isinstance(record, dict)]
+        for accumulator in self._accumulators:
+            accumulator.add_all(records)
+
+    def encoded(self, noise: CellNoise) -> bytes:
+        """Every aggregate's rows as JSON Lines, in config order."""
+        rows = [
+            row
+            for plan, accumulator in zip(self._plans, self._accumulators, strict=True)
+            for row in release(plan, accumulator.partial(), noise)
+        ]
+        return encode_rows(rows)

@@ -1,0 +1,265 @@
+"""The ``aggregates:`` list: noisy counts, histograms, sums and means over a window.
+
+Each aggregate is answered on the raw records in the central model and
+released once per window with integer noise (``privstream.aggregates``).
+Its epsilon and delta are stated for adding or removing one *unit*: a
+subject's bounded records (``privacy.subject`` with ``contribution``), up to
+``privacy.group_size`` records, or one record. The per-record budget is
+stated for a record whose values change (its presence is public in the
+record path), which is a removal and an addition: an aggregate charges
+``2 eps`` and ``(1 + e^eps) delta`` against ``privacy.epsilon`` and
+``privacy.delta`` (group privacy for two units; docs/aggregates.md).
+"""
+
+# no ``from __future__ import annotations``: pydantic would compile every field's
+# annotation from its text at start-up (docs/benchmarks.md)
+import math
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from privstream.config.fields import (
+    Bounds,
+    Delta,
+    DomainValue,
+    Epsilon,
+    FieldConfig,
+    PositiveFloat,
+    Strict,
+)
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+#: cells (group keys x histogram bins, or grid points) one aggregate may release per window
+MAX_CELLS = 100_000
+#: the kinds whose raw value may name a group: not personal, or from a declared domain
+GROUP_KINDS = ("public", "categorical")
+#: the kinds whose raw value a sum or mean reads
+NUMERIC_KINDS = ("real", "integer", "drop", "public")
+
+
+class GroupBy(Strict):
+    """One group-by field and its declared keys (records with another key are left out)."""
+
+    field: str = Field(min_length=1)
+    #: the keys released, every one of them every window (default: a categorical's domain)
+    keys: tuple[DomainValue, ...] | None = Field(default=None, min_length=1)
+
+
+class Contribution(Strict):
+    """What one subject may contribute to one aggregate per window (the rest is left out)."""
+
+    #: records per (subject, cell): the first ones in input order are kept
+    records_per_group: int = Field(ge=1, le=10_000)
+    #: cells per subject: the first ones the subject reaches in input order
+    groups_per_subject: int = Field(ge=1, le=10_000)
+
+
+class Correlation(Strict):
+    """Records sharing ``by``'s value are correlated with ``degree`` (Zhu et al. 2015)."""
+
+    by: str = Field(min_length=1)
+    degree: float = Field(ge=0.0, le=1.0)
+    #: records per value of ``by`` at most: the first ones in input order are kept
+    max_group: int = Field(ge=1, le=10_000)
+
+
+class AggregateConfig(Strict):
+    """One noisy query answered per window on the raw records."""
+
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$")
+    query: Literal["count", "histogram", "sum", "mean", "density"]
+    #: histogram: a categorical field with a domain; sum, mean, density: a numeric field
+    field: str | None = Field(default=None, min_length=1)
+    #: sum, mean, density: values are clamped into these bounds
+    bounds: Bounds | None = None
+    #: density: the points the estimate is released at (1 to 256, increasing)
+    grid: tuple[FiniteFloat, ...] | None = Field(default=None, min_length=1, max_length=256)
+    #: density: the Gaussian kernel's bandwidth h
+    bandwidth: PositiveFloat | None = None
+    group_by: tuple[GroupBy, ...] = ()
+    epsilon: Epsilon
+    delta: Delta = 0.0
+    #: required when ``privacy.subject`` is set, refused otherwise
+    contribution: Contribution | None = None
+    correlation: Correlation | None = None
+    #: release only the groups whose noisy count passes a threshold set by delta; a
+    #: group-by field may then come without keys (partition selection, docs/aggregates.md)
+    select_groups: bool = False
+
+    @model_validator(mode="after")
+    def _selection_needs(self) -> "AggregateConfig":
+        if not self.select_groups:
+            return self
+        if self.query not in ("count", "histogram", "mean"):
+            raise ValueError(
+                f"select_groups thresholds a noisy count: query {self.query} has none; "
+                "use count, histogram or mean"
+            )
+        if self.delta <= 0.0:
+            raise ValueError(
+                "select_groups needs delta > 0: the chance a group seen only "
+                "in one unit's records is released"
+            )
+        if not self.group_by or self.correlation is not None:
+            raise ValueError("select_groups needs group_by, and takes no correlation")
+        return self
+
+    @model_validator(mode="after")
+    def _density_needs(self) -> "AggregateConfig":
+        density = self.query == "density"
+        if density != (self.grid is not None) or density != (self.bandwidth is not None):
+            raise ValueError("grid and bandwidth go with query density, and only with it")
+        if not density:
+            return self
+        if self.grid is not None and list(self.grid) != sorted(set(self.grid)):
+            raise ValueError("grid: list the points once each, in increasing order")
+        if self.delta <= 0.0:
+            raise ValueError("a density is released with Gaussian-process noise: give delta > 0")
+        if self.group_by or self.correlation is not None:
+            raise ValueError("a density takes no group_by or correlation (not built yet)")
+        return self
+
+    @model_validator(mode="after")
+    def _query_needs(self) -> "AggregateConfig":
+        numeric = self.query in ("sum", "mean", "density")
+        if self.query == "count" and self.field is not None:
+            raise ValueError("a count counts records: remove field (or use query histogram)")
+        if self.query != "count" and self.field is None:
+            raise ValueError(f"query {self.query} needs field: the field it reads")
+        if numeric and self.bounds is None:
+            raise ValueError(f"query {self.query} needs bounds: [lower, upper] its values fit in")
+        if not numeric and self.bounds is not None:
+            raise ValueError(f"query {self.query} takes no bounds; remove them")
+        names = [g.field for g in self.group_by]
+        if len(set(names)) != len(names) or self.field in names:
+            raise ValueError("group_by names each field once, and not the aggregated field")
+        return self
+
+
+def aggregate_charge(aggregates: Sequence[AggregateConfig]) -> tuple[float, float]:
+    """What the aggregates cost against the per-record budget: ``(sum 2 eps, sum (1+e^eps) d)``.
+
+    An aggregate is (eps, delta)-DP for adding or removing one unit; a unit
+    whose values change is a removal and an addition, (2 eps, (1 + e^eps)
+    delta) by group privacy for two (module docstring).
+    """
+    eps = math.fsum(2.0 * a.epsilon for a in aggregates)
+    delta = math.fsum((1.0 + math.exp(a.epsilon)) * a.delta for a in aggregates)
+    return eps, delta
+
+
+def _group_keys(group: GroupBy, spec: FieldConfig | None, selected: bool) -> tuple[str | None, str]:
+    """(problem or None, where) for one group-by field (``selected``: keys may be left out)."""
+    if spec is None:
+        return f"group_by field {group.field!r} is not in fields; declare it there", "group_by"
+    if spec.kind not in GROUP_KINDS:
+        return (
+            f"group_by field {group.field!r} is of kind {spec.kind}: only public or "
+            "categorical fields name groups (a noised kind's raw value is personal)",
+            "group_by",
+        )
+    if group.keys is None and getattr(spec, "domain", None) is None and not selected:
+        return (
+            f"group_by field {group.field!r} has no domain: list its keys, or set "
+            "select_groups: true (the keys are then chosen by a noisy threshold)",
+            "group_by",
+        )
+    return None, "group_by"
+
+
+def declared_keys(
+    group: GroupBy, fields: Mapping[str, FieldConfig]
+) -> tuple[DomainValue, ...] | None:
+    """The keys a group-by may release: its own, else its categorical field's domain; None
+    when neither is declared (``select_groups``: any key)."""
+    if group.keys is not None:
+        return group.keys
+    domain: tuple[DomainValue, ...] | None = getattr(fields[group.field], "domain", None)
+    return domain
+
+
+def cell_count(spec: AggregateConfig, fields: Mapping[str, FieldConfig]) -> int:
+    """How many cells the aggregate releases per window (every declared key combination)."""
+    cells = math.prod(len(declared_keys(g, fields) or ()) for g in spec.group_by)
+    if spec.query == "histogram" and spec.field is not None:
+        cells *= len(getattr(fields[spec.field], "domain", None) or ())
+    return cells * len(spec.grid or (0,))
+
+
+def _field_problem(spec: AggregateConfig, fields: Mapping[str, FieldConfig]) -> str | None:
+    if spec.field is None:
+        return None
+    target = fields.get(spec.field)
+    if target is None:
+        return f"field {spec.field!r} is not in fields; declare it there (kind drop keeps it out)"
+    if spec.query == "histogram" and (
+        target.kind != "categorical" or getattr(target, "domain", None) is None
+    ):
+        return f"histogram field {spec.field!r} must be categorical with a domain (its bins)"
+    if spec.query in ("sum", "mean", "density") and target.kind not in NUMERIC_KINDS:
+        return f"{spec.query} field {spec.field!r} is of kind {target.kind}: not a number"
+    return None
+
+
+def _unit_problem(spec: AggregateConfig, subject: str | None, group_size: int) -> str | None:
+    if subject is not None and spec.contribution is None:
+        return (
+            "privacy.subject is set: give contribution: {records_per_group: 1, "
+            "groups_per_subject: 1} (what one subject may add per window)"
+        )
+    if subject is None and spec.contribution is not None:
+        return "contribution bounds a subject's records: set privacy.subject or remove it"
+    if spec.correlation is not None and (subject is not None or group_size > 1):
+        return (
+            "correlation is Zhu et al.'s record-level model: use it without privacy.subject "
+            "and with privacy.group_size 1 (a subject's contribution bounds cover the rest)"
+        )
+    return None
+
+
+def aggregate_problems(
+    aggregates: Sequence[AggregateConfig],
+    fields: Sequence[FieldConfig],
+    subject: str | None,
+    group_size: int,
+) -> list[tuple[int, str, str]]:
+    """(position, setting, message) for every cross-key problem of the aggregates (the
+    loader names the aggregate: ``aggregates[0] (name).setting``)."""
+    by_name = {f.name: f for f in fields}
+    problems: list[tuple[int, str, str]] = []
+    names = [a.name for a in aggregates]
+    for position, spec in enumerate(aggregates):
+        if names.count(spec.name) > 1:
+            problems.append((position, "name", "named twice: name each aggregate once"))
+        found = [
+            (problem, where)
+            for problem, where in [
+                _group_keys(g, by_name.get(g.field), spec.select_groups) for g in spec.group_by
+            ]
+            if problem is not None
+        ]
+        problems += [(position, where, problem) for problem, where in found]
+        problem = _field_problem(spec, by_name)
+        if problem is not None:
+            problems.append((position, "field", problem))
+        problem = _unit_problem(spec, subject, group_size)
+        if problem is not None:
+            problems.append((position, "contribution", problem))
+        if spec.correlation is not None and spec.correlation.by not in by_name:
+            problems.append(
+                (position, "correlation", f"correlation.by {spec.correlation.by!r} is not a field")
+            )
+        checked = not found and problem is None and _field_problem(spec, by_name) is None
+        if checked and not spec.select_groups:
+            cells = cell_count(spec, by_name)
+            if cells > MAX_CELLS:
+                problems.append(
+                    (
+                        position,
+                        "group_by",
+                        f"{cells} cells per window, above the limit {MAX_CELLS}; "
+                        "declare fewer keys",
+                    )
+                )
+    return problems
