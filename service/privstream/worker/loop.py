@@ -138,7 +138,9 @@ class Worker:
         self._metrics = metrics
         self._health = health
         subject = None if ledger is None else ledger.subject_field
-        self._sanitize = sanitizer or Sanitizer.for_input(kafka, plan, runtime, subject)
+        if sanitizer is None:
+            sanitizer = Sanitizer.for_input(kafka, plan, runtime, subject)
+        self._sanitize = sanitizer
         #: the partitions owned now, shared with the rebalance listener
         self.assignment = Assignment()
         self._backoff = Backoff()
@@ -146,7 +148,8 @@ class Worker:
         #: partitions stopped before a batch that cannot be decoded: not ready while any is
         self._stalls = Stalls(metrics)
         self._connected = False
-        self._judge = judge or FencingJudge(kafka.transaction_timeout_ms / 1000)
+        #: what a fencing is judged by (``clients.Fencing``)
+        self._judge = FencingJudge(kafka.transaction_timeout_ms / 1000) if judge is None else judge
 
     async def run(self, stop: asyncio.Event) -> None:
         """Process batches until ``stop`` is set, reconnecting after broker trouble.
@@ -172,12 +175,8 @@ class Worker:
     async def recover(self, exc: Exception) -> float:
         """After a session ended with ``exc`` (a ``ClockAheadError`` or ``RETRIABLE``): the
         seconds to wait before the next, logged; raises the error a human must fix instead."""
-        if isinstance(exc, ClockAheadError):  # nothing charged: retried until the clock is fixed
-            self._metrics.clock_refusals.inc()
-            self._set_connected(False)
-            delay = self._backoff.next_delay()
-            log.warning("%s; retrying in %.1f s", exc, delay)
-            return delay
+        if isinstance(exc, ClockAheadError):
+            return self._clock_refused(exc)
         fencing = self._judge.judge(exc)
         final = final_error(exc, self._kafka, self._runtime, fencing)
         if final is None and isinstance(exc, KafkaConnectionError):
@@ -198,6 +197,14 @@ class Worker:
                 else fencing.explain(self._kafka, self._runtime)
             )
             log.warning("%s; reconnecting in %.1f s", why, delay)
+        return delay
+
+    def _clock_refused(self, exc: ClockAheadError) -> float:
+        """Nothing was charged: retried with backoff until the clock is fixed."""
+        self._metrics.clock_refusals.inc()
+        self._set_connected(False)
+        delay = self._backoff.next_delay()
+        log.warning("%s; retrying in %.1f s", exc, delay)
         return delay
 
     async def _session(self, stop: asyncio.Event) -> None:

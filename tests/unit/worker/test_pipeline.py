@@ -275,10 +275,12 @@ async def test_a_batch_is_charged_as_prepared_unless_a_rebalance_voided_it() -> 
         assignment.generation += 1
 
     ledger._restores[0] = asyncio.create_task(restoring())
-    voided = await charging.charge(ledger, assignment, owned, records, result, 1)
+    current = assignment.generation
+    voided = await charging.charge(ledger, assignment, owned, records, result, current)
     assert voided is None
     assert ledger.ledger.snapshot(0) == {}, "a voided batch charged the ledger"
-    verdict = await charging.charge(ledger, assignment, owned, records, result, 2)
+    current = assignment.generation
+    verdict = await charging.charge(ledger, assignment, owned, records, result, current)
     assert verdict is not None and verdict.result.output_index == [0, 1]
     assert ledger.ledger.counts(0)["released"] == 2
 
