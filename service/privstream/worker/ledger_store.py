@@ -24,7 +24,7 @@ Kafka Streams' state-store pattern on Kafka itself (docs/ledger.md,
   in memory.
 * Per batch, the records the pipeline released are charged, one
   ``SubjectLedger.charge`` per partition (offset order), as soon as the batch
-  is sanitized (``Worker._charge``: under the assignment it was fetched under
+  is sanitized (``charging.charge``: under the assignment it was fetched under
   only, while the previous batch commits). Admitted records
   go out with the per-subject guarantee header, and the last one of each
   partition in the batch with the partition's cumulative counts too (what

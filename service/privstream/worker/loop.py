@@ -28,7 +28,8 @@ session. An error it gives up on ends the session (the open transaction is
 aborted, both clients are closed) and a new one starts after an exponential
 backoff, from the committed offsets. So does a fencing after an outage: the
 broker aborted a transaction older than ``transaction_timeout_ms`` and
-bumped the epoch (``clients.Fencing`` tells that from a second worker).
+bumped the epoch (``clients.Fencing``, judged by ``fencing_judge``, tells that
+from a second worker).
 Errors a human must fix (``clients.final_error``, a missing or
 misconfigured topic: ``topics``) stop the worker with a message. A replica
 whose clock is ahead of the broker's (``clock``) ends its session with the
@@ -43,11 +44,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
 from itertools import chain
-from typing import Any
 
-import numpy as np
 from aiokafka import (
     AIOKafkaConsumer,
     AIOKafkaProducer,
@@ -65,24 +63,22 @@ from privstream.errors import (
     UndecodableBatchError,
 )
 from privstream.kafka.decode import tolerate_undecodable_records
-from privstream.mechanisms.rng import NoiseKeys
 from privstream.metrics import Metrics
-from privstream.pipeline import BatchResult, RecordPlan
+from privstream.pipeline import RecordPlan
 from privstream.pipeline.results import DeadLetter
+from privstream.worker import charging
 from privstream.worker.assignment import Assignment
 from privstream.worker.clients import (
     CLOSE_TIMEOUT_S,
-    Fencing,
     broker_answers,
     close_client,
     consumer_options,
     diagnose,
     final_error,
-    is_fenced,
-    live_connections,
     producer_options,
     transactional_id,
 )
+from privstream.worker.fencing_judge import FencingJudge
 from privstream.worker.fetch import is_behind, poll
 from privstream.worker.generation_fence import (
     GroupId,
@@ -91,12 +87,11 @@ from privstream.worker.generation_fence import (
     member_of,
 )
 from privstream.worker.http import Health
-from privstream.worker.ledger_store import LedgerStore, Verdict
+from privstream.worker.ledger_store import LedgerStore
 from privstream.worker.produce import BatchSender
 from privstream.worker.rebalance import Rebalance, names
 from privstream.worker.restart import Backoff, describe, unless_failed
-from privstream.worker.sanitize import Prepared, sanitize
-from privstream.worker.schemas import WriterSchemas
+from privstream.worker.sanitize import Prepared, Sanitize, Sanitizer
 from privstream.worker.stalls import Stalls
 from privstream.worker.topics import check_topics
 
@@ -118,7 +113,11 @@ PROBE_TIMEOUT_S = 2.0
 
 
 class Worker:
-    """Owns the Kafka clients; everything else is delegated."""
+    """Owns the Kafka clients; everything else is delegated.
+
+    ``sanitizer`` and ``judge`` default to the real ones (``Sanitizer.for_input``,
+    a ``FencingJudge`` on ``time.monotonic``); tests pass their own.
+    """
 
     def __init__(
         self,
@@ -129,6 +128,8 @@ class Worker:
         metrics: Metrics,
         health: Health,
         ledger: LedgerStore | None = None,
+        sanitizer: Sanitize | None = None,
+        judge: FencingJudge | None = None,
     ) -> None:
         self._kafka = kafka
         self._ledger = ledger
@@ -136,25 +137,19 @@ class Worker:
         self._runtime = runtime
         self._metrics = metrics
         self._health = health
-        self._keys = NoiseKeys(runtime.noise_secret, kafka.input_topic, kafka.noise_domain)
+        subject = None if ledger is None else ledger.subject_field
+        if sanitizer is None:
+            sanitizer = Sanitizer.for_input(kafka, plan, runtime, subject)
+        self._sanitize = sanitizer
         #: the partitions owned now, shared with the rebalance listener
         self.assignment = Assignment()
-        #: Avro input's writer schemas (None: the input is JSON)
-        registry = kafka.schema_registry
-        avro = kafka.format == "avro" and registry is not None
-        self._schemas = WriterSchemas(registry) if avro and registry is not None else None
         self._backoff = Backoff()
         tolerate_undecodable_records()
         #: partitions stopped before a batch that cannot be decoded: not ready while any is
         self._stalls = Stalls(metrics)
         self._connected = False
-        # what a fencing is judged by (clients.Fencing), all time.monotonic()
-        self._producer_client: Any = None
-        self._producer_since = 0.0
-        self._txn_age_s: float | None = None  # of the transaction that failed, if one did
-        self._txn_outage = False  # a connection dropped or the probe failed since it began
-        self._unreachable_at = float("-inf")
-        self._fenced_before = False
+        #: what a fencing is judged by (``clients.Fencing``)
+        self._judge = FencingJudge(kafka.transaction_timeout_ms / 1000) if judge is None else judge
 
     async def run(self, stop: asyncio.Event) -> None:
         """Process batches until ``stop`` is set, reconnecting after broker trouble.
@@ -172,50 +167,45 @@ class Worker:
         while not stop.is_set():
             try:
                 await self._session(stop)
-            except ClockAheadError as exc:  # nothing charged: retried until the clock is fixed
-                self._metrics.clock_refusals.inc()
-                self._set_connected(False)
-                delay = self._backoff.next_delay()
-                log.warning("%s; retrying in %.1f s", exc, delay)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
-            except RETRIABLE as exc:
-                fencing = self._fencing(exc)
-                final = final_error(exc, self._kafka, self._runtime, fencing)
-                if final is None and isinstance(exc, KafkaConnectionError):
-                    final = await diagnose(self._kafka, self._runtime)
-                if final is not None:
-                    raise final from None
-                self._fenced_before = fencing is not None
-                delay = self._backoff.next_delay()
-                if fencing is not None and fencing.expired:
-                    self._metrics.transactions_expired.inc()
-                if isinstance(exc, UndecodableBatchError):  # a changelog batch: no restore
-                    self._stalls.report(exc, f"restoring again in {delay:.1f} s")
-                    self._set_connected(self._connected)  # the broker answered: not ready
-                else:
-                    self._set_connected(False)
-                    why = (
-                        f"Kafka session ended ({describe(exc)})"
-                        if fencing is None
-                        else fencing.explain(self._kafka, self._runtime)
-                    )
-                    log.warning("%s; reconnecting in %.1f s", why, delay)
+            except (ClockAheadError, *RETRIABLE) as exc:
+                delay = await self.recover(exc)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
 
-    def _fencing(self, exc: BaseException) -> Fencing | None:
-        """What this session saw, if ``exc`` is a fencing; None otherwise."""
-        if not is_fenced(exc):
-            return None
-        producer_age = time.monotonic() - self._producer_since
-        return Fencing(
-            transaction_age_s=self._txn_age_s,
-            timeout_s=self._kafka.transaction_timeout_ms / 1000,
-            connection_lost=self._txn_outage,
-            refenced_after_s=producer_age if self._fenced_before else None,
-            producer_age_s=producer_age,
-        )
+    async def recover(self, exc: Exception) -> float:
+        """After a session ended with ``exc`` (a ``ClockAheadError`` or ``RETRIABLE``): the
+        seconds to wait before the next, logged; raises the error a human must fix instead."""
+        if isinstance(exc, ClockAheadError):
+            return self._clock_refused(exc)
+        fencing = self._judge.judge(exc)
+        final = final_error(exc, self._kafka, self._runtime, fencing)
+        if final is None and isinstance(exc, KafkaConnectionError):
+            final = await diagnose(self._kafka, self._runtime)
+        if final is not None:
+            raise final from None
+        delay = self._backoff.next_delay()
+        if fencing is not None and fencing.expired:
+            self._metrics.transactions_expired.inc()
+        if isinstance(exc, UndecodableBatchError):  # a changelog batch: no restore
+            self._stalls.report(exc, f"restoring again in {delay:.1f} s")
+            self._set_connected(self._connected)  # the broker answered: not ready
+        else:
+            self._set_connected(False)
+            why = (
+                f"Kafka session ended ({describe(exc)})"
+                if fencing is None
+                else fencing.explain(self._kafka, self._runtime)
+            )
+            log.warning("%s; reconnecting in %.1f s", why, delay)
+        return delay
+
+    def _clock_refused(self, exc: ClockAheadError) -> float:
+        """Nothing was charged: retried with backoff until the clock is fixed."""
+        self._metrics.clock_refusals.inc()
+        self._set_connected(False)
+        delay = self._backoff.next_delay()
+        log.warning("%s; retrying in %.1f s", exc, delay)
+        return delay
 
     async def _session(self, stop: asyncio.Event) -> None:
         """One pair of clients, from start to ``stop`` or the first broker error.
@@ -223,7 +213,7 @@ class Worker:
         The topics are checked first (``topics``: a ``TopicError`` stops the worker),
         before any client could read or write one.
         """
-        self._txn_age_s = None
+        self._judge.session_started()
         changelog = None if self._ledger is None else self._ledger.topic
         partitions = await check_topics(self._kafka, self._runtime, changelog)
         async with contextlib.AsyncExitStack() as stack:
@@ -232,7 +222,7 @@ class Worker:
                 fence(producer)
             stack.push_async_callback(close_client, producer)
             await producer.start()
-            self._producer_since, self._producer_client = time.monotonic(), producer.client
+            self._judge.producer_started(producer.client)
             if self._ledger is not None:  # a new session restores the ledger from the changelog
                 stack.push_async_callback(self._ledger.close)
                 await self._ledger.open(partitions)
@@ -241,9 +231,8 @@ class Worker:
             consumer.subscribe([self._kafka.input_topic], listener=self.listener(consumer))
             await consumer.start()
             member_of(consumer)  # an aiokafka that hides the generation stops us here
-            probe = asyncio.create_task(self._probe(producer))
+            probe = asyncio.create_task(self.probe(producer))
             stack.callback(probe.cancel)
-            self._set_connected(True)
             plain = BatchSender(
                 producer,
                 self._plan,
@@ -252,21 +241,23 @@ class Worker:
                 max_message_bytes=self._kafka.max_message_bytes,
                 extra_headers=self._ledger.output_headers if self._ledger else (),
             )
-            await self._pipeline(stop, consumer, producer, plain)
+            await self.pipeline(stop, consumer, producer, plain)
 
-    async def _pipeline(
+    async def pipeline(
         self,
         stop: asyncio.Event,
         consumer: AIOKafkaConsumer,
         producer: AIOKafkaProducer,
         sender: BatchSender,
     ) -> None:
-        """Fetch and sanitize the next batch while the previous one's transaction runs.
+        """A session's work on its started clients, ready from the start: fetch and
+        sanitize the next batch while the previous one's transaction runs.
 
         Only while behind, though: once a batch took everything the broker had, the
         next fetch waits for its transaction, so what arrives meanwhile goes out in
         the next transaction rather than waiting one more in a prefetched batch.
         """
+        self._set_connected(True)
         inflight: asyncio.Task[None] | None = None
         behind = True
         try:
@@ -309,40 +300,14 @@ class Worker:
             return None
         records = list(chain.from_iterable(owned.values()))
         result = await asyncio.to_thread(self._sanitize, records)
-        verdict = await self._charge(owned, records, result, generation)
+        verdict = None
+        if self._ledger is not None:  # None when voided: ``_commit`` drops it
+            verdict = await charging.charge(
+                self._ledger, self.assignment, owned, records, result, generation
+            )
         return Prepared(owned, records, result, generation, started, verdict)
 
-    async def _charge(
-        self,
-        owned: dict[TopicPartition, list[ConsumerRecord]],
-        records: list[ConsumerRecord],
-        result: BatchResult,
-        generation: int,
-    ) -> Verdict | None:
-        """The ledger's charge of a sanitized batch, made while the previous one commits.
-
-        On the event loop, right after checking that the assignment is still the
-        batch's (no rebalance callback runs in between; one during the restore
-        voids it). A batch charged but not committed leaves its charge only in
-        memory forgotten with it: a failed transaction ends the session (the next
-        restores every partition from the changelog), and the rebalance that voids
-        a batch revokes its partitions first, forgetting their ledgers (aiokafka
-        revokes all; a partial revoke would over-charge the rest, never under-).
-        """
-        if self._ledger is None or generation != self.assignment.generation:
-            return None  # voided: ``_commit`` drops it
-        try:
-            await self._ledger.ready({tp.partition for tp in owned})
-        except LedgerError:  # revoked while restoring: voided (checked below)
-            if generation == self.assignment.generation:
-                raise
-        if generation != self.assignment.generation:
-            return None
-        # the records are ``owned``'s lists end to end: their partitions are runs
-        partitions = np.repeat([tp.partition for tp in owned], [len(m) for m in owned.values()])
-        return self._ledger.charge(records, result, partitions)
-
-    async def _probe(self, producer: AIOKafkaProducer) -> None:
+    async def probe(self, producer: AIOKafkaProducer) -> None:
         """Readiness: does a broker answer a small request right now?
 
         Every ``PROBE_INTERVAL_S``, a metadata request for the input topic goes
@@ -351,13 +316,13 @@ class Worker:
         timeout (3 s) after the brokers stop answering, about one interval when
         connections are refused or reset (the request fails at once); ready
         again at most one interval after a broker answers. An unanswered probe
-        is also outage evidence for ``Fencing``.
+        is also outage evidence for ``Fencing``. The session runs it as a task.
         """
         while True:
             if await broker_answers(producer.client, self._kafka.input_topic, PROBE_TIMEOUT_S):
                 self._set_connected(True)
             else:
-                self._unreachable_at = time.monotonic()
+                self._judge.unreachable()
                 self._set_connected(False)
             await asyncio.sleep(PROBE_INTERVAL_S)
 
@@ -427,13 +392,12 @@ class Worker:
         batch: Prepared,
         offsets: dict[TopicPartition, int],
     ) -> list[DeadLetter]:
-        links = live_connections(self._producer_client)
+        txn = self._judge.began()
         if self.assignment.member is None:  # a batch exists only under an assignment
             raise LedgerError(
                 "a batch reached its transaction before any assignment (please report)"
             )
         group = GroupId(self._kafka.group_id, self.assignment.member)
-        began = time.monotonic()
         await producer.begin_transaction()
         try:
             dead = await self._send(producer, sender, batch)
@@ -442,10 +406,7 @@ class Worker:
         except BaseException as exc:
             if is_stale_member(exc):
                 self._metrics.stale_commits.inc()
-            # judged now, before the session closes every connection (for a fencing)
-            self._txn_age_s = time.monotonic() - began
-            dropped = any(not conn.connected() for conn in links)
-            self._txn_outage = dropped or self._unreachable_at >= began
+            self._judge.failed(txn)  # before the session closes every connection
             self._metrics.transactions.labels("aborted").inc()
             with contextlib.suppress(Exception):  # the session restarts either way
                 await asyncio.wait_for(producer.abort_transaction(), CLOSE_TIMEOUT_S)
@@ -459,18 +420,7 @@ class Worker:
         """Queue a batch's messages (with a ledger: its changelog records first)."""
         if self._ledger is None:
             return await sender.send(batch.records, batch.result)
-        if batch.verdict is None:  # never charged: releasing it would bypass every cap
-            raise LedgerError(
-                f"a batch of {len(batch.records)} records reached its transaction uncharged; "
-                "refusing to release it (please report)"
-            )
-        return await self._ledger.send(producer, sender, batch.records, batch.verdict)
-
-    def _sanitize(self, records: Sequence[ConsumerRecord]) -> BatchResult:
-        subject = None if self._ledger is None else self._ledger.subject_field
-        if self._schemas is not None:  # Avro input: the plan reads it as JSON
-            records = self._schemas.decode(records)
-        return sanitize(self._plan, self._keys, records, subject)
+        return await charging.send(self._ledger, producer, sender, batch)
 
     def _observe(self, count: int, out: int, dead: list[DeadLetter], seconds: float) -> None:
         m = self._metrics

@@ -4,13 +4,14 @@ Pure (no Kafka calls, no metrics): the worker runs it in a thread while the
 previous batch's transaction commits (``loop``). Each record's noise is
 keyed on (secret, topic, partition, offset, raw bytes, field release), so a
 record sanitized again, alone or in any batch, gets the very same bytes.
+``Sanitizer`` is what the worker runs (``Sanitize``: tests inject their own);
 ``Prepared`` is such a batch waiting for its transaction.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -18,13 +19,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 from aiokafka import ConsumerRecord, TopicPartition
 
+from privstream.config import KafkaConfig
+from privstream.config.runtime import Runtime
 from privstream.kafka.decode import UndecodableRecord
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.pipeline import BatchResult, RecordPlan, process_batch
 from privstream.pipeline.noise import Replayable
 from privstream.pipeline.results import DeadLetter, Observation, merge_observations
 from privstream.worker.produce import source_of
-from privstream.worker.schemas import as_received
+from privstream.worker.schemas import WriterSchemas, as_received
 
 if TYPE_CHECKING:
     from privstream.worker.ledger_store import Verdict
@@ -36,6 +39,38 @@ UNDECODABLE_DETAIL = (
 )
 
 
+#: what the worker sanitizes a batch with (in a thread, so it must be pure)
+Sanitize = Callable[[Sequence[ConsumerRecord]], BatchResult]
+
+
+@dataclass(frozen=True)
+class Sanitizer:
+    """A worker's ``Sanitize``: Avro input decoded with its writer schemas, then ``sanitize``."""
+
+    plan: RecordPlan
+    keys: NoiseKeys
+    #: Avro input's writer schemas (None: the input is JSON)
+    schemas: WriterSchemas | None = None
+    #: the subject field (``privacy.subject``) when there is a ledger
+    subject: str | None = None
+
+    @classmethod
+    def for_input(
+        cls, kafka: KafkaConfig, plan: RecordPlan, runtime: Runtime, subject: str | None
+    ) -> Sanitizer:
+        """The sanitizer of ``kafka.input_topic``'s records, keyed on ``runtime``'s secret."""
+        keys = NoiseKeys(runtime.noise_secret, kafka.input_topic, kafka.noise_domain)
+        registry = kafka.schema_registry
+        avro = kafka.format == "avro" and registry is not None
+        schemas = WriterSchemas(registry) if avro and registry is not None else None
+        return cls(plan, keys, schemas, subject)
+
+    def __call__(self, records: Sequence[ConsumerRecord]) -> BatchResult:
+        if self.schemas is not None:  # Avro input: the plan reads it as JSON
+            records = self.schemas.decode(records)
+        return sanitize(self.plan, self.keys, records, self.subject)
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A fetched and sanitized batch, waiting for its transaction."""
@@ -43,10 +78,10 @@ class Prepared:
     owned: dict[TopicPartition, list[ConsumerRecord]]
     records: list[ConsumerRecord]
     result: BatchResult
-    #: the assignment it was fetched under (``Worker._generation``)
+    #: the assignment it was fetched under (``Assignment.generation``)
     generation: int
     started: float
-    #: the ledger's charge of it (``Worker._charge``); None without a ledger or once voided
+    #: the ledger's charge of it (``charging.charge``); None without a ledger or once voided
     verdict: Verdict | None = None
 
     @property

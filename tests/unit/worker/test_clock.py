@@ -21,7 +21,7 @@ from privstream.pipeline import BatchResult
 from privstream.worker.clock import ESTIMATE_SLACK_MS, OFFSET_ENV, BrokerClock
 
 from tests.unit.worker.test_ledger_store import charge, record, store, subjects
-from tests.unit.worker.test_units import SizeLimitedProducer, sender_for, worker
+from tests.unit.worker.test_units import SizeLimitedProducer, sender_for
 
 MINUTE_MS = 60_000
 DAY_MS = 86_400_000
@@ -100,7 +100,7 @@ async def test_a_fast_replicas_batch_never_reaches_its_outputs_and_the_gauge_say
     verdict = charge(s, records, subjects(records, BatchResult(outputs=[b"{}"], output_index=[0])))
     producer = AppendTimeProducer(10_000)
     with pytest.raises(ClockAheadError):
-        await s.send(producer, sender_for(worker(), producer), records, verdict)
+        await s.send(producer, sender_for(producer), records, verdict)
     assert {topic for topic, _, _ in producer.sent} == {s.topic}  # no output was queued
     gauge = s._metrics.registry.get_sample_value("privstream_clock_ahead_seconds")
     assert gauge is not None and gauge > 30 * 86_400 - 60
@@ -112,6 +112,6 @@ async def test_a_replica_on_time_releases_its_batch() -> None:
     records = [record(1, "a", "a")]
     verdict = charge(s, records, subjects(records, BatchResult(outputs=[b"{}"], output_index=[0])))
     producer = AppendTimeProducer(10_000)
-    await s.send(producer, sender_for(worker(), producer), records, verdict)
+    await s.send(producer, sender_for(producer), records, verdict)
     assert ("out", b"{}") in {(topic, value) for topic, value, _ in producer.sent}
     assert s.clock.ok

@@ -74,7 +74,7 @@ async def test_the_worker_loop_leaves_no_cycles_per_batch() -> None:
         w.assignment.member = Member(1, "test-member")  # as an assignment sets it
         fetched = [batch([float(i % 9) for i in range(300)], 100 + 300 * k) for k in range(batches)]
         consumer = ScriptedConsumer(fetched, stop)
-        await w._pipeline(stop, consumer, producer, sender_for(w, producer))  # type: ignore[arg-type]
+        await w.pipeline(stop, consumer, producer, sender_for(producer))  # type: ignore[arg-type]
         assert producer.log.count("commit") == batches
 
     await drain(1)

@@ -32,7 +32,7 @@ from privstream.worker.partitioner import partitions_of
 from prometheus_client import CollectorRegistry
 
 from tests.support.configs import config_dict, consumer_record
-from tests.unit.worker.test_units import SizeLimitedProducer, sender_for, worker
+from tests.unit.worker.test_units import SizeLimitedProducer, sender_for
 
 FIELDS = [
     {"name": "device_id", "kind": "drop"},
@@ -194,7 +194,7 @@ async def test_a_partition_never_restored_is_refused_not_charged_from_empty() ->
 def test_the_quick_size_check_agrees_with_the_producers_estimate_with_counts_headers() -> None:
     """Partition headers (the ledger's counts) shrink what passes without an estimate."""
     limit = 4_096
-    sender = sender_for(worker(), SizeLimitedProducer(limit))
+    sender = sender_for(SizeLimitedProducer(limit))
     counts = json.dumps({"released": 10**9, "budget_exhausted": 10**9}).encode()
     headers, fits = sender._with([("privstream-ledger-counts", counts)])
     for length in range(limit - 500, limit + 2):

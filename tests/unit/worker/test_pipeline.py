@@ -16,14 +16,24 @@ import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 from privstream.errors import LedgerError
 from privstream.pipeline import BatchResult
+from privstream.worker import charging
+from privstream.worker.assignment import Assignment
 from privstream.worker.fetch import TOP_UP_MS, is_behind
 from privstream.worker.generation_fence import Member
+from privstream.worker.ledger_store import LedgerStore
 from privstream.worker.loop import Worker
-from privstream.worker.sanitize import Prepared
+from privstream.worker.sanitize import Prepared, Sanitize
 
 from tests.support.faults import poll_until
 from tests.unit.worker.test_ledger_store import record, store, subjects
-from tests.unit.worker.test_units import SizeLimitedProducer, batch, sender_for, worker
+from tests.unit.worker.test_units import (
+    CONFIG,
+    SizeLimitedProducer,
+    batch,
+    sanitizer,
+    sender_for,
+    worker,
+)
 
 TP = TopicPartition("raw", 0)
 
@@ -93,26 +103,26 @@ class TransactionalProducer(SizeLimitedProducer):
         self.log.append("abort")
 
 
-def traced(w: Worker, log: list[str]) -> None:
-    """Log each sanitize call (by its first offset) in the producer's log."""
-    sanitize = w._sanitize
+def traced(log: list[str]) -> Sanitize:
+    """The default sanitizer, logging each call (by its first offset) in ``log``."""
+    sanitize = sanitizer()
 
     def spy(records: Sequence[ConsumerRecord[bytes, bytes]]) -> BatchResult:
         log.append(f"sanitize {records[0].offset}")
         return sanitize(records)
 
-    w._sanitize = spy  # type: ignore[method-assign]
+    return spy
 
 
 async def test_the_next_batch_is_sanitized_while_the_previous_one_commits() -> None:
-    w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
+    stop, producer = asyncio.Event(), TransactionalProducer()
+    w = worker(traced(producer.log))
     w.assignment.assigned = {TP}
     w.assignment.member = Member(1, "test-member")  # as an assignment sets it
-    traced(w, producer.log)
     first, second = batch([1.0, 2.0], start=100), batch([3.0], start=102)
     consumer = ScriptedConsumer([first, second], stop)
     run = asyncio.create_task(
-        w._pipeline(stop, consumer, producer, sender_for(w, producer))  # type: ignore[arg-type]
+        w.pipeline(stop, consumer, producer, sender_for(producer))  # type: ignore[arg-type]
     )
     # the first commit is held: the second batch is fetched and sanitized meanwhile
     await poll_until(lambda: _true("sanitize 102" in producer.log), 5, "second batch sanitized")
@@ -126,22 +136,22 @@ async def test_the_next_batch_is_sanitized_while_the_previous_one_commits() -> N
     assert producer.log[first_commit:] == ["commit", "begin", "offsets 103", "commit"]
     assert producer.most_open == 1
     assert [v for _, values in producer.batches for v in values] == [
-        *w._sanitize(first).outputs,
-        *w._sanitize(second).outputs,
+        *sanitizer()(first).outputs,
+        *sanitizer()(second).outputs,
     ]
 
 
 async def test_once_caught_up_the_next_fetch_waits_for_the_commit() -> None:
     """A batch that took everything the broker had: the records that arrive while it
     commits go out in the next transaction, not in a batch fetched before they arrived."""
-    w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
+    stop, producer = asyncio.Event(), TransactionalProducer()
+    w = worker(traced(producer.log))
     w.assignment.assigned = {TP}
     w.assignment.member = Member(1, "test-member")  # as an assignment sets it
-    traced(w, producer.log)
     first, second = batch([1.0, 2.0], start=100), batch([3.0], start=102)
     consumer = ScriptedConsumer([first, second], stop, caught_up=True)
     run = asyncio.create_task(
-        w._pipeline(stop, consumer, producer, sender_for(w, producer))  # type: ignore[arg-type]
+        w.pipeline(stop, consumer, producer, sender_for(producer))  # type: ignore[arg-type]
     )
     await poll_until(lambda: _true("offsets 102" in producer.log), 5, "first batch queued")
     assert "sanitize 102" not in producer.log, "fetched before the commit"
@@ -154,23 +164,32 @@ async def test_once_caught_up_the_next_fetch_waits_for_the_commit() -> None:
 
 
 def test_behind_means_a_full_batch_or_a_record_past_it_not_a_commit_marker() -> None:
-    w, records = worker(), batch([1.0, 2.0], start=100)
-    fetched = Prepared({TP: records}, records, BatchResult(), w.assignment.generation, 0.0)
+    records, kafka = batch([1.0, 2.0], start=100), CONFIG.kafka
+    fetched = Prepared({TP: records}, records, BatchResult(), 0, 0.0)
     behind = {}
     for highwater in (None, 102, 103, 104):  # 103: a transactional writer's commit marker
         consumer = SimpleNamespace(highwater=lambda tp, h=highwater: h)
-        behind[highwater] = is_behind(consumer, fetched, w._kafka, w.assignment.generation)  # type: ignore[arg-type]
+        behind[highwater] = is_behind(consumer, fetched, kafka, 0)  # type: ignore[arg-type]
     assert behind == {None: False, 102: False, 103: False, 104: True}
-    w._kafka = w._kafka.model_copy(update={"max_batch_records": 2})
+    kafka = kafka.model_copy(update={"max_batch_records": 2})
     idle = SimpleNamespace(highwater=lambda tp: None)
-    assert is_behind(idle, fetched, w._kafka, w.assignment.generation)  # type: ignore[arg-type]
+    assert is_behind(idle, fetched, kafka, 0)  # type: ignore[arg-type]
 
 
 async def test_a_rebalance_during_the_sanitize_does_not_end_the_worker() -> None:
     """The batch's partition moved to another replica while it was sanitized: aiokafka's
     ``highwater`` asserts on a partition no longer assigned, so ``is_behind`` must not ask."""
-    w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
+    stop, producer, sanitize = asyncio.Event(), TransactionalProducer(), sanitizer()
     producer.release.set()
+
+    def moved_meanwhile(records: Sequence[ConsumerRecord[bytes, bytes]]) -> BatchResult:
+        w.assignment.assigned, w.assignment.generation = (
+            set(),
+            w.assignment.generation + 2,
+        )  # revoked, assigned elsewhere
+        return sanitize(records)
+
+    w = worker(moved_meanwhile)
     w.assignment.assigned = {TP}
     w.assignment.member = Member(1, "test-member")  # as an assignment sets it
     consumer = ScriptedConsumer([batch([1.0, 2.0], start=100)], stop)
@@ -180,51 +199,45 @@ async def test_a_rebalance_during_the_sanitize_does_not_end_the_worker() -> None
         return None
 
     consumer.highwater = highwater  # type: ignore[method-assign]
-    sanitize = w._sanitize
-
-    def moved_meanwhile(records: Sequence[ConsumerRecord[bytes, bytes]]) -> BatchResult:
-        w.assignment.assigned, w.assignment.generation = (
-            set(),
-            w.assignment.generation + 2,
-        )  # revoked, assigned elsewhere
-        return sanitize(records)
-
-    w._sanitize = moved_meanwhile  # type: ignore[method-assign]
     await asyncio.wait_for(
-        w._pipeline(stop, consumer, producer, sender_for(w, producer)),  # type: ignore[arg-type]
+        w.pipeline(stop, consumer, producer, sender_for(producer)),  # type: ignore[arg-type]
         5,
     )
     assert producer.log == [] and producer.sent == []  # voided, not released
 
 
 async def test_a_batch_fetched_before_a_rebalance_is_dropped_not_released() -> None:
-    w, producer = worker(), TransactionalProducer()
+    """A revoke and a new assignment while the first batch was sanitized: it is dropped
+    (its partitions' owner fetches it again), and the next batch, fetched under the new
+    assignment, is released."""
+    stop, producer, sanitize = asyncio.Event(), TransactionalProducer(), sanitizer()
     producer.release.set()
+    first, second = batch([1.0, 2.0], start=100), batch([3.0], start=102)
+
+    def rebalanced_meanwhile(records: Sequence[ConsumerRecord[bytes, bytes]]) -> BatchResult:
+        if records[0].offset == 100:
+            w.assignment.generation += 1  # the partition stays assigned, under a new one
+        return sanitize(records)
+
+    w = worker(rebalanced_meanwhile)
     w.assignment.assigned = {TP}
     w.assignment.member = Member(1, "test-member")  # as an assignment sets it
-    records = batch([1.0, 2.0], start=100)
-    consumer = ScriptedConsumer([], asyncio.Event())
-    sender = sender_for(w, producer)
-
-    def prepared() -> Prepared:
-        return Prepared({TP: records}, records, w._sanitize(records), w.assignment.generation, 0.0)
-
-    stale = prepared()
-    w.assignment.generation += 1  # a revoke (and maybe a new assignment) since it was fetched
-    await w._commit(consumer, producer, sender, stale)  # type: ignore[arg-type]
-    assert producer.log == [] and producer.sent == []
-    # the same batch fetched under the current assignment is released
-    await w._commit(consumer, producer, sender, prepared())  # type: ignore[arg-type]
-    assert producer.log == ["begin", "offsets 102", "commit"] and len(producer.sent) == 2
+    consumer = ScriptedConsumer([first, second], stop)
+    await asyncio.wait_for(
+        w.pipeline(stop, consumer, producer, sender_for(producer)),  # type: ignore[arg-type]
+        5,
+    )
+    assert producer.log == ["begin", "offsets 103", "commit"]
+    assert [v for _, values in producer.batches for v in values] == sanitize(second).outputs
 
 
 async def test_a_failed_commit_ends_the_session_and_the_batch_prepared_meanwhile_is_dropped() -> (
     None
 ):
-    w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
+    stop, producer = asyncio.Event(), TransactionalProducer()
+    w = worker(traced(producer.log))
     w.assignment.assigned = {TP}
     w.assignment.member = Member(1, "test-member")  # as an assignment sets it
-    traced(w, producer.log)
 
     async def refused() -> None:
         producer.log.append("commit refused")
@@ -233,7 +246,7 @@ async def test_a_failed_commit_ends_the_session_and_the_batch_prepared_meanwhile
     producer.commit_transaction = refused  # type: ignore[method-assign]
     consumer = ScriptedConsumer([batch([1.0], start=100), batch([2.0], start=101)], stop)
     try:
-        await w._pipeline(stop, consumer, producer, sender_for(w, producer))  # type: ignore[arg-type]
+        await w.pipeline(stop, consumer, producer, sender_for(producer))  # type: ignore[arg-type]
     except ConnectionError:
         pass
     else:
@@ -247,36 +260,39 @@ async def test_a_failed_commit_ends_the_session_and_the_batch_prepared_meanwhile
 async def test_a_batch_is_charged_as_prepared_unless_a_rebalance_voided_it() -> None:
     """The charge runs before the batch's transaction, under the assignment it was fetched
     under only: a rebalance before it, or while the ledger is still being restored, leaves
-    the ledger untouched (``_commit`` then drops the batch)."""
-    w, ledger = worker(), store("drop")  # a subject may have 2 records released per day
+    the ledger untouched (the worker then drops the batch)."""
+    assignment, ledger = Assignment(), store("drop")  # a subject may have 2 released per day
     ledger.ledger.restore(0, [])
     ledger._restored.add(0)
-    w._ledger = ledger
     records = [record(100 + i, "a", "a") for i in range(3)]
     result = subjects(records, BatchResult(outputs=[b"o"] * 3, output_index=[0, 1, 2]))
-    fetched_under = w.assignment.generation
-    w.assignment.generation += 1
-    assert await w._charge({TP: records}, records, result, fetched_under) is None
+    owned = {TP: records}
+    fetched_under = assignment.generation
+    assignment.generation += 1
+    assert await charging.charge(ledger, assignment, owned, records, result, fetched_under) is None
 
     async def restoring() -> None:  # the partition moves while its ledger is restored
-        w.assignment.generation += 1
+        assignment.generation += 1
 
     ledger._restores[0] = asyncio.create_task(restoring())
-    assert await w._charge({TP: records}, records, result, w.assignment.generation) is None
+    current = assignment.generation
+    voided = await charging.charge(ledger, assignment, owned, records, result, current)
+    assert voided is None
     assert ledger.ledger.snapshot(0) == {}, "a voided batch charged the ledger"
-    verdict = await w._charge({TP: records}, records, result, w.assignment.generation)
+    current = assignment.generation
+    verdict = await charging.charge(ledger, assignment, owned, records, result, current)
     assert verdict is not None and verdict.result.output_index == [0, 1]
     assert ledger.ledger.counts(0)["released"] == 2
 
 
 async def test_a_ledger_batch_without_its_charge_is_refused_not_released() -> None:
-    w, producer, ledger = worker(), TransactionalProducer(), store("drop")
-    w._ledger = ledger
+    producer, ledger = TransactionalProducer(), store("drop")
     records = [record(100, "a", "a")]
     result = subjects(records, BatchResult(outputs=[b"o"], output_index=[0]))
-    uncharged = Prepared({TP: records}, records, result, w.assignment.generation, 0.0)
+    uncharged = Prepared({TP: records}, records, result, 0, 0.0)
+    sender = sender_for(producer)
     with pytest.raises(LedgerError, match="uncharged"):
-        await w._send(producer, sender_for(w, producer), uncharged)  # type: ignore[arg-type]
+        await charging.send(ledger, producer, sender, uncharged)  # type: ignore[arg-type]
     assert producer.sent == [] and producer.batches == []
 
 
@@ -284,11 +300,15 @@ async def _true(value: bool) -> bool:
     return value
 
 
-async def _charging_while_restoring(w: Worker) -> tuple[asyncio.Task[Any], asyncio.Event]:
-    """A batch of partition 0 charged while its ledger is restored: returns the charge (it
-    waits for the restore) and the gate that lets the restore finish."""
+async def _charging_while_restoring() -> tuple[
+    Worker, LedgerStore, asyncio.Task[Any], asyncio.Event
+]:
+    """A worker with a ledger, and a batch of partition 0 charged while its ledger is
+    restored: returns them, the charge (it waits for the restore) and the gate that lets
+    the restore finish."""
     ledger = store("drop")
-    w._ledger, w.assignment.assigned = ledger, {TP}
+    w = worker(ledger=ledger)
+    w.assignment.assigned = {TP}
     gate = asyncio.Event()
 
     async def restoring() -> None:
@@ -307,31 +327,27 @@ async def _charging_while_restoring(w: Worker) -> tuple[asyncio.Task[Any], async
     ledger.ready = spy  # type: ignore[method-assign]
     records = [record(100 + i, "a", "a") for i in range(3)]
     result = subjects(records, BatchResult(outputs=[b"o"] * 3, output_index=[0, 1, 2]))
-    charging = asyncio.create_task(
-        w._charge({TP: records}, records, result, w.assignment.generation)
-    )
+    charge = charging.charge(ledger, w.assignment, {TP: records}, records, result, 0)
+    charged = asyncio.create_task(charge)
     await entered.wait()
-    return charging, gate
+    return w, ledger, charged, gate
 
 
 async def test_a_revoke_while_the_charge_waits_for_the_restore_voids_the_batch() -> None:
     """The revoke cancels the restore the charge waits for: the batch is voided (None),
     the ledger untouched, and the session goes on (no CancelledError, no LedgerError)."""
-    w = worker()
-    charging, _ = await _charging_while_restoring(w)
+    w, ledger, charged, _ = await _charging_while_restoring()
     await w.listener(None).on_partitions_revoked({TP})  # the consumer is not used
-    assert await charging is None
-    assert w._ledger is not None and w._ledger.ledger.snapshot(0) == {}
+    assert await charged is None
+    assert ledger.ledger.snapshot(0) == {}
 
 
 async def test_a_revoke_right_after_the_restore_voids_the_batch() -> None:
     """The restore finished, then the partition is revoked before the charge resumes."""
-    w = worker()
-    charging, gate = await _charging_while_restoring(w)
-    assert w._ledger is not None
-    restore = w._ledger._restores[0]
+    w, ledger, charged, gate = await _charging_while_restoring()
+    restore = ledger._restores[0]
     gate.set()
     await restore  # the charge is woken after this test: the revoke runs first
     await w.listener(None).on_partitions_revoked({TP})  # the consumer is not used
-    assert await charging is None
-    assert w._ledger.ledger.snapshot(0) == {}
+    assert await charged is None
+    assert ledger.ledger.snapshot(0) == {}

@@ -1,4 +1,4 @@
-"""``Worker._pipeline`` with ``restart.unless_failed``: a transaction that fails while the
+"""``Worker.pipeline`` with ``restart.unless_failed``: a transaction that fails while the
 next batch is prepared ends the session at once, and nothing of that preparation
 outlives it (no charge, no transaction, no task, no release of its thread's result).
 
@@ -20,7 +20,7 @@ from privstream.config import parse_config
 from privstream.config.runtime import Runtime
 from privstream.kinds import build_plan
 from privstream.metrics import Metrics
-from privstream.pipeline import BatchResult
+from privstream.pipeline import BatchResult, RecordPlan
 from privstream.worker.generation_fence import Member
 from privstream.worker.http import Health
 from privstream.worker.ledger_store import LedgerStore
@@ -30,14 +30,15 @@ from prometheus_client import CollectorRegistry
 from tests.support.configs import config_dict
 from tests.unit.worker.test_ledger_store import FIELDS, record
 from tests.unit.worker.test_pipeline import TP, ScriptedConsumer, TransactionalProducer
-from tests.unit.worker.test_units import batch, sender_for, worker
+from tests.unit.worker.test_units import batch, sanitizer, sender_for, worker
 
 #: how long a session may take to end once its transaction failed (it ends at once)
 WITHIN_S = 5.0
 
 
-def ledger_worker() -> tuple[Worker, LedgerStore]:
-    """A worker with a subject ledger whose partition 0 is restored (2 records a day)."""
+def ledger_worker() -> tuple[Worker, LedgerStore, RecordPlan]:
+    """A worker with a subject ledger whose partition 0 is restored (2 records a day), and
+    its plan."""
     data = config_dict(FIELDS, epsilon=1.0)
     ledger = {"window": "1d", "epsilon": 2.0, "over_budget": "drop"}
     data["privacy"].update({"subject": "device_id", "ledger": ledger})
@@ -51,7 +52,7 @@ def ledger_worker() -> tuple[Worker, LedgerStore]:
     w = Worker(config.kafka, plan, runtime, metrics=metrics, health=Health(), ledger=store)
     w.assignment.assigned = {TP}
     w.assignment.member = Member(1, "test-member")  # as an assignment sets it
-    return w, store
+    return w, store, plan
 
 
 class FailingCommits(TransactionalProducer):
@@ -76,7 +77,7 @@ async def test_a_commit_failing_before_a_charge_that_waits_for_a_restore_ends_th
     """The batch in flight fails, its partition is revoked (the revoke waited for it)
     and assigned again, and the next batch's charge would wait for a restore that
     never ends: the session ends with the commit's error, the next batch uncharged."""
-    w, ledger = ledger_worker()
+    w, ledger, plan = ledger_worker()
     producer, stop = FailingCommits(), asyncio.Event()
     producer.fail.set()
     consumer = ScriptedConsumer([[record(100, "a", "a")], [record(101, "a", "a")]], stop)
@@ -94,7 +95,7 @@ async def test_a_commit_failing_before_a_charge_that_waits_for_a_restore_ends_th
         return fetched
 
     consumer.getmany = rebalanced  # type: ignore[method-assign]
-    run = w._pipeline(stop, consumer, producer, sender_for(w, producer))  # type: ignore[arg-type]
+    run = w.pipeline(stop, consumer, producer, sender_for(producer, plan))  # type: ignore[arg-type]
     with pytest.raises(ConnectionError):  # the failed commit ends the session
         await asyncio.wait_for(run, WITHIN_S)
     assert producer.log.count("begin") == 1 and "offsets 102" not in producer.log
@@ -109,12 +110,10 @@ async def test_a_commit_failing_before_a_charge_that_waits_for_a_restore_ends_th
 async def test_a_commit_failing_during_the_sanitize_ends_the_session_without_its_result() -> None:
     """The sanitize thread cannot be stopped: the session ends without waiting for it, and
     what it returns afterwards goes nowhere (its future was cancelled)."""
-    w, stop, producer = worker(), asyncio.Event(), FailingCommits()
-    w.assignment.assigned = {TP}
-    w.assignment.member = Member(1, "test-member")  # as an assignment sets it
+    stop, producer = asyncio.Event(), FailingCommits()
     loop, sanitizing = asyncio.get_running_loop(), asyncio.Event()
     gate, finished = threading.Event(), threading.Event()
-    sanitize = w._sanitize
+    sanitize = sanitizer()
 
     def slow(records: Sequence[ConsumerRecord[bytes, bytes]]) -> BatchResult:
         if records[0].offset != 101:
@@ -126,7 +125,9 @@ async def test_a_commit_failing_during_the_sanitize_ends_the_session_without_its
         finally:
             finished.set()
 
-    w._sanitize = slow  # type: ignore[method-assign]
+    w = worker(slow)
+    w.assignment.assigned = {TP}
+    w.assignment.member = Member(1, "test-member")  # as an assignment sets it
     consumer = ScriptedConsumer([batch([1.0], start=100), batch([2.0], start=101)], stop)
 
     async def fail_once_sanitizing() -> None:
@@ -134,7 +135,7 @@ async def test_a_commit_failing_during_the_sanitize_ends_the_session_without_its
         producer.fail.set()
 
     failing = asyncio.create_task(fail_once_sanitizing())
-    run = w._pipeline(stop, consumer, producer, sender_for(w, producer))  # type: ignore[arg-type]
+    run = w.pipeline(stop, consumer, producer, sender_for(producer))  # type: ignore[arg-type]
     with pytest.raises(ConnectionError):  # the failed commit ends the session
         await asyncio.wait_for(run, WITHIN_S)
     await failing
@@ -153,7 +154,7 @@ async def test_a_commit_that_succeeds_while_the_next_charge_waits_for_a_restore_
     """The success path: the batch in flight commits, its partition is revoked and assigned
     again, and the next batch's charge waits for the restore: it is charged and released
     once the restore is done, not cut short by the commit."""
-    w, ledger = ledger_worker()
+    w, ledger, plan = ledger_worker()
     producer, stop = TransactionalProducer(), asyncio.Event()
     consumer = ScriptedConsumer([[record(100, "a", "a")], [record(101, "a", "a")]], stop)
     getmany, restored, waiting = consumer.getmany, asyncio.Event(), asyncio.Event()
@@ -182,7 +183,7 @@ async def test_a_commit_that_succeeds_while_the_next_charge_waits_for_a_restore_
     consumer.getmany = rebalanced  # type: ignore[method-assign]
     ledger.ready = spy  # type: ignore[method-assign]
     run = asyncio.create_task(
-        w._pipeline(stop, consumer, producer, sender_for(w, producer))  # type: ignore[arg-type]
+        w.pipeline(stop, consumer, producer, sender_for(producer, plan))  # type: ignore[arg-type]
     )
     await asyncio.wait_for(waiting.wait(), WITHIN_S)
     assert producer.log == ["begin", "offsets 101", "commit"] and not run.done()

@@ -9,7 +9,10 @@ from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
 from privstream.errors import UndecodableBatchError
+from privstream.metrics import Metrics
 from privstream.worker.generation_fence import Member
+from privstream.worker.http import Health
+from prometheus_client import CollectorRegistry
 
 from tests.unit.worker.test_pipeline import TP, ScriptedConsumer, TransactionalProducer
 from tests.unit.worker.test_units import batch, sender_for, worker
@@ -46,21 +49,25 @@ class StoppingConsumer(ScriptedConsumer):
 
 
 async def test_a_stopped_partition_is_paused_not_ready_and_ready_once_committed_past() -> None:
-    w, stop, producer = worker(), asyncio.Event(), TransactionalProducer()
+    metrics, health = Metrics(CollectorRegistry()), Health()
+    w, stop, producer = (
+        worker(metrics=metrics, health=health),
+        asyncio.Event(),
+        TransactionalProducer(),
+    )
     producer.release.set()
     w.assignment.assigned = {TP}
     w.assignment.member = Member(1, "test-member")  # as an assignment sets it
-    w._set_connected(True)
     consumer = StoppingConsumer([batch([1.0, 2.0], start=100), batch([3.0], start=102)], stop)
     readiness: list[bool] = []
-    consumer.on_poll = lambda: readiness.append(w._health.ready)
+    consumer.on_poll = lambda: readiness.append(health.ready)
     await asyncio.wait_for(
-        w._pipeline(stop, consumer, producer, sender_for(w, producer)),  # type: ignore[arg-type]
+        w.pipeline(stop, consumer, producer, sender_for(producer)),  # type: ignore[arg-type]
         5,
     )
     assert consumer.paused_tps == {TP}
     assert (
-        w._metrics.registry.get_sample_value(
+        metrics.registry.get_sample_value(
             "privstream_undecodable_batches_total", {"topic": "raw", "partition": "0"}
         )
         == 1
@@ -71,4 +78,4 @@ async def test_a_stopped_partition_is_paused_not_ready_and_ready_once_committed_
         "offsets 102",
         "offsets 103",
     ]
-    assert w._health.ready
+    assert health.ready

@@ -19,8 +19,6 @@ import pytest
 from aiokafka import ConsumerRecord
 from aiokafka.errors import (
     InvalidProducerEpoch,
-    KafkaConnectionError,
-    KafkaError,
     MessageSizeTooLargeError,
     NodeNotReadyError,
     ProducerFenced,
@@ -32,6 +30,7 @@ from privstream.config.runtime import Runtime
 from privstream.errors import BrokerError
 from privstream.kinds import build_plan
 from privstream.metrics import Metrics
+from privstream.pipeline import RecordPlan
 from privstream.pipeline.handlers import RealHandler
 from privstream.worker import loop
 from privstream.worker.clients import (
@@ -41,12 +40,13 @@ from privstream.worker.clients import (
     final_error,
     live_connections,
 )
-from privstream.worker.generation_fence import Member
+from privstream.worker.fencing_judge import FencingJudge
 from privstream.worker.http import Health
+from privstream.worker.ledger_store import LedgerStore
 from privstream.worker.loop import Worker
 from privstream.worker.produce import BatchSender, output_headers
 from privstream.worker.restart import Backoff
-from privstream.worker.sanitize import Prepared
+from privstream.worker.sanitize import Sanitize, Sanitizer
 from prometheus_client import CollectorRegistry
 
 from tests.support.configs import config_dict
@@ -84,19 +84,43 @@ class BrokenHandler(RealHandler):
         return super().release(values, source)
 
 
-def worker(broken: bool = False, secret: bytes = bytes(range(32))) -> Worker:
-    config = parse_config(config_dict(FIELDS, epsilon=1.0))
-    plan = build_plan(config)
-    if broken:
-        real = plan.handlers[1]
-        assert isinstance(real, RealHandler)
-        plan = plan.with_handlers((plan.handlers[0], BrokenHandler(real.name, real.mechanism)))
+CONFIG = parse_config(config_dict(FIELDS, epsilon=1.0))
+SECRET = bytes(range(32))
+
+
+def plan(broken: bool = False) -> RecordPlan:
+    built = build_plan(CONFIG)
+    if not broken:
+        return built
+    real = built.handlers[1]
+    assert isinstance(real, RealHandler)
+    return built.with_handlers((built.handlers[0], BrokenHandler(real.name, real.mechanism)))
+
+
+def sanitizer(broken: bool = False, secret: bytes = SECRET) -> Sanitizer:
+    """What ``worker()`` sanitizes with by default (``broken``: its plan has the bug)."""
+    return Sanitizer.for_input(CONFIG.kafka, plan(broken), Runtime(secret, "r0", None), None)
+
+
+def worker(
+    sanitize: Sanitize | None = None,
+    *,
+    metrics: Metrics | None = None,
+    health: Health | None = None,
+    ledger: LedgerStore | None = None,
+    judge: FencingJudge | None = None,
+    **kafka: Any,
+) -> Worker:
+    """A worker on FIELDS; ``kafka`` overrides its Kafka config."""
     return Worker(
-        config.kafka,
-        plan,
-        Runtime(secret, "r0", None),
-        metrics=Metrics(CollectorRegistry()),
-        health=Health(),
+        CONFIG.kafka.model_copy(update=kafka),
+        plan(),
+        Runtime(SECRET, "r0", None),
+        metrics=metrics or Metrics(CollectorRegistry()),
+        health=health or Health(),
+        ledger=ledger,
+        sanitizer=sanitize,
+        judge=judge,
     )
 
 
@@ -108,27 +132,27 @@ def batch(values: list[float], start: int = 100) -> list[ConsumerRecord[bytes, b
 
 def test_a_poison_record_is_dead_lettered_alone_and_the_rest_released_as_usual() -> None:
     records = batch([1.0, POISON, 3.0, 4.0])
-    result = worker(broken=True)._sanitize(records)
+    result = sanitizer(broken=True)(records)
     assert [d.index for d in result.dead_letters] == [1]
     assert result.dead_letters[0].reason == "internal_error"
     assert "ZeroDivisionError" in result.dead_letters[0].detail
     assert result.output_index == [0, 2, 3]
     # the survivors carry the same bytes a healthy batch without the poison gives them
-    healthy = worker()._sanitize([records[0], records[2], records[3]])
+    healthy = sanitizer()([records[0], records[2], records[3]])
     assert result.outputs == healthy.outputs
 
 
 def test_replayed_records_get_identical_bytes_however_batched() -> None:
     records = batch([1.0, 2.0, 3.0, 4.0, 5.0])
-    whole = worker()._sanitize(records).outputs
-    split = worker()._sanitize(records[:2]).outputs + worker()._sanitize(records[2:]).outputs
+    whole = sanitizer()(records).outputs
+    split = sanitizer()(records[:2]).outputs + sanitizer()(records[2:]).outputs
     assert whole == split
-    other_key = worker(secret=bytes(range(1, 33)))._sanitize(records).outputs
+    other_key = sanitizer(secret=bytes(range(1, 33)))(records).outputs
     assert other_key != whole
 
 
 def test_the_same_value_at_another_offset_gets_other_noise() -> None:
-    first = worker()._sanitize(batch([5.0] * 50, start=0)).outputs
+    first = sanitizer()(batch([5.0] * 50, start=0)).outputs
     values = {json.loads(out)["x"] for out in first}
     assert len(values) > 40  # Laplace noise on a grid: collisions are rare (p < 1e-6 for 10)
 
@@ -182,10 +206,11 @@ class SizeLimitedProducer:
         return future
 
 
-def sender_for(w: Worker, producer: SizeLimitedProducer) -> BatchSender:
+def sender_for(producer: SizeLimitedProducer, for_plan: RecordPlan | None = None) -> BatchSender:
+    """The sender a worker on ``for_plan`` (default: FIELDS') would use with ``producer``."""
     return BatchSender(
         producer,  # type: ignore[arg-type]
-        w._plan,
+        for_plan or plan(),
         "out",
         "dlq",
         max_message_bytes=producer.limit,
@@ -194,11 +219,10 @@ def sender_for(w: Worker, producer: SizeLimitedProducer) -> BatchSender:
 
 @pytest.mark.parametrize("limit", [150, 10_000])
 async def test_oversize_messages_never_block_the_batch(limit: int) -> None:
-    w = worker()
     records = [*batch([1.0, 2.0]), record(7, b"x" * 200)]
-    result = w._sanitize(records)
+    result = sanitizer()(records)
     producer = SizeLimitedProducer(limit)
-    dead = await sender_for(w, producer).send(records, result)
+    dead = await sender_for(producer).send(records, result)
     topics = [topic for topic, _, _ in producer.sent]
     assert len(producer.sent) == 3  # every record accounted for, once
     if limit == 10_000:
@@ -222,9 +246,9 @@ async def test_oversize_messages_never_block_the_batch(limit: int) -> None:
 
 def test_the_quick_size_check_agrees_with_the_producers_estimate() -> None:
     """Values the sender passes without estimating them are never too large."""
-    w, limit = worker(), 4_096
-    sender = sender_for(w, SizeLimitedProducer(limit))
-    headers = output_headers(w._plan)
+    limit = 4_096
+    sender = sender_for(SizeLimitedProducer(limit))
+    headers = output_headers(plan())
     for length in range(limit - 400, limit + 2):
         value = b"x" * length
         too_large = DefaultRecordBatchBuilder.estimate_size_in_bytes(None, value, headers) > limit
@@ -232,15 +256,14 @@ def test_the_quick_size_check_agrees_with_the_producers_estimate() -> None:
 
 
 async def test_batches_keep_each_input_partition_in_order_on_one_output_partition() -> None:
-    w = worker()
     # 6 input partitions onto 4 output partitions, small batches: several builders each
     records = [
         record(100 + i, json.dumps({"seq": i, "x": 1.0}).encode(), partition=i % 6)
         for i in range(600)
     ]
-    result = w._sanitize(records)
+    result = sanitizer()(records)
     producer = SizeLimitedProducer(10_000, batch_bytes=4_096)
-    dead = await sender_for(w, producer).send(records, result)
+    dead = await sender_for(producer).send(records, result)
     assert dead == []
     assert len(producer.batches) > 4  # the builders filled up and were chained
     seqs: dict[int, list[int]] = {}
@@ -297,8 +320,9 @@ def test_fencing_tells_an_expired_transaction_from_a_rival(
         producer_age_s=producer,
     )
     assert (fencing.expired, fencing.rival) == (expired, rival)
-    config = worker()._kafka
-    final = final_error(InvalidProducerEpoch(), config, Runtime(bytes(32), "r0", None), fencing)
+    final = final_error(
+        InvalidProducerEpoch(), CONFIG.kafka, Runtime(bytes(32), "r0", None), fencing
+    )
     assert (final is not None) == rival
     if final is not None:
         assert f"fenced again {refenced:.1f} s after a fencing restarted it" in str(final)
@@ -313,36 +337,34 @@ class Conn:
         return self.up
 
 
-def sessions(w: Worker, *steps: Callable[[], None] | None) -> list[Callable[[], None] | None]:
-    """Make ``w.run`` go through ``steps``: each sets what its session saw and raises,
-    None stops the worker. Returns the steps not run yet."""
-    todo = list(steps)
+class Clock:
+    """A monotonic clock the test moves."""
 
-    async def session(stop: asyncio.Event) -> None:
-        step = todo.pop(0)
-        if step is None:
-            stop.set()
-            return
-        step()
+    def __init__(self) -> None:
+        self.now = 1_000.0
 
-    w._session = session  # type: ignore[method-assign]
-    w._backoff = Backoff(initial_s=0.001, cap_s=0.001)
-    return todo
+    def __call__(self) -> float:
+        return self.now
 
 
 def fenced(
-    w: Worker, *, producer_age: float, txn_age: float, dropped: bool = False
-) -> Callable[[], None]:
-    def step() -> None:
-        w._producer_since = time.monotonic() - producer_age
-        w._txn_age_s, w._txn_outage = txn_age, dropped
-        raise ProducerFenced()
+    judge: FencingJudge, clock: Clock, *, producer_age: float, txn_age: float, dropped: bool = False
+) -> ProducerFenced:
+    """A session whose producer ran ``producer_age`` s, the last ``txn_age`` s in a transaction
+    that failed fenced (``dropped``: a broker connection dropped meanwhile)."""
+    judge.session_started()
+    conn = Conn(True)
+    judge.producer_started(SimpleNamespace(_conns={(1, 0): conn}))
+    clock.now += producer_age - txn_age
+    txn = judge.began()
+    conn.up = not dropped
+    clock.now += txn_age
+    judge.failed(txn)
+    return ProducerFenced()
 
-    return step
 
-
-def expired(w: Worker) -> int:
-    sample = w._metrics.registry.get_sample_value("privstream_transactions_expired_total")
+def expired(metrics: Metrics) -> int:
+    sample = metrics.registry.get_sample_value("privstream_transactions_expired_total")
     assert sample is not None
     return int(sample)
 
@@ -350,21 +372,16 @@ def expired(w: Worker) -> int:
 async def test_a_transaction_expired_in_an_outage_restarts_the_session_with_one_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    w = worker()
     # the first transaction outlived the timeout; the fresh producer's first one saw a dropped
     # connection (fenced again within seconds, but with an outage: still no rival). The
     # timeout is the shortest allowed, 1 s, so the 2 s old fresh producer can have expired.
-    w._kafka = w._kafka.model_copy(update={"transaction_timeout_ms": 1_000})
-    left = sessions(
-        w,
-        fenced(w, producer_age=300, txn_age=TIMEOUT_S + 5),
-        fenced(w, producer_age=2, txn_age=1, dropped=True),
-        None,
-    )
+    clock, metrics = Clock(), Metrics(CollectorRegistry())
+    judge = FencingJudge(1.0, clock)
+    w = worker(metrics=metrics, judge=judge, transaction_timeout_ms=1_000)
     with caplog.at_level(logging.WARNING, "privstream.worker"):
-        await asyncio.wait_for(w.run(asyncio.Event()), 10)
-    assert left == []
-    assert expired(w) == 2
+        await w.recover(fenced(judge, clock, producer_age=300, txn_age=TIMEOUT_S + 5))
+        await w.recover(fenced(judge, clock, producer_age=2, txn_age=1, dropped=True))
+    assert expired(metrics) == 2
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2, warnings
     assert all(m.startswith("transaction expired during an outage") for m in warnings)
@@ -375,33 +392,26 @@ async def test_a_transaction_expired_in_an_outage_restarts_the_session_with_one_
 async def test_a_fresh_producer_fenced_again_without_an_outage_stops_the_worker(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    w = worker()
-    sessions(
-        w,
-        fenced(w, producer_age=300, txn_age=1),  # first: give it a chance
-        fenced(w, producer_age=2, txn_age=1),  # again at once: a rival
-        None,
-    )
+    clock, metrics = Clock(), Metrics(CollectorRegistry())
+    judge = FencingJudge(TIMEOUT_S, clock)
+    w = worker(metrics=metrics, judge=judge)
     rival = re.escape("fenced again 2.0 s after a fencing restarted it")
-    with (
-        caplog.at_level(logging.WARNING, "privstream.worker"),
-        pytest.raises(BrokerError, match=rival),
-    ):
-        await asyncio.wait_for(w.run(asyncio.Event()), 10)
-    assert expired(w) == 0
+    with caplog.at_level(logging.WARNING, "privstream.worker"):
+        # first: give it a chance
+        await w.recover(fenced(judge, clock, producer_age=300, txn_age=1))
+        with pytest.raises(BrokerError, match=rival):  # again at once: a rival
+            await w.recover(fenced(judge, clock, producer_age=2, txn_age=1))
+    assert expired(metrics) == 0
     [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warning.startswith("producer fenced with no outage seen")
     assert "'privstream-r0'" in warning
 
 
-async def test_a_wrapped_fencing_counts_and_other_errors_are_no_fencing() -> None:
+async def test_recovering_waits_longer_after_each_failed_session() -> None:
     w = worker()
-    w._txn_age_s = 1.0
-    try:  # aiokafka may wrap it: the cause chain counts
-        raise KafkaError("transaction failed") from ProducerFenced()
-    except KafkaError as wrapped:
-        assert w._fencing(wrapped) is not None
-    assert w._fencing(KafkaConnectionError()) is None
+    delays = [await w.recover(OSError("connection reset")) for _ in range(3)]
+    for delay, nominal in zip(delays, [0.2, 0.4, 0.8], strict=True):
+        assert nominal / 2 <= delay <= nominal  # Backoff's defaults
 
 
 # --- readiness probe -------------------------------------------------------------------------
@@ -462,19 +472,20 @@ async def eventually(done: Callable[[], bool], what: str, within_s: float = 5) -
 async def test_readiness_follows_the_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loop, "PROBE_INTERVAL_S", 0.01)
     monkeypatch.setattr(loop, "PROBE_TIMEOUT_S", 0.05)
-    w = worker()
+    metrics, health, judge = Metrics(CollectorRegistry()), Health(), FencingJudge(TIMEOUT_S)
+    w = worker(metrics=metrics, health=health, judge=judge)
     client = Brokers(n1="answer")
-    connected = w._metrics.broker_connected
-    probe = asyncio.create_task(w._probe(SimpleNamespace(client=client)))  # type: ignore[arg-type]
+    connected = metrics.broker_connected
+    probe = asyncio.create_task(w.probe(SimpleNamespace(client=client)))  # type: ignore[arg-type]
     try:
-        await eventually(lambda: w._health.ready, "ready")
-        assert w._unreachable_at == float("-inf")
+        await eventually(lambda: health.ready, "ready")
+        assert judge.unreachable_at == float("-inf")
         client.nodes[1] = "hang"  # a blackhole: nothing refused, nothing answered
-        await eventually(lambda: not w._health.ready, "not ready")
+        await eventually(lambda: not health.ready, "not ready")
         assert connected._value.get() == 0
-        assert w._unreachable_at > 0
+        assert judge.unreachable_at > 0
         client.nodes[1] = "answer"
-        await eventually(lambda: w._health.ready, "ready again")
+        await eventually(lambda: health.ready, "ready again")
         assert connected._value.get() == 1
     finally:
         probe.cancel()
@@ -486,54 +497,3 @@ def test_live_connections_are_the_connected_ones_but_bootstrap() -> None:
     client = SimpleNamespace(_conns={(1, 0): up, (2, 0): down, ("bootstrap", 0): boot})
     assert live_connections(client) == (up,)  # aiokafka closes bootstrap on purpose
     assert live_connections(SimpleNamespace()) == ()  # an aiokafka without _conns: no evidence
-
-
-class FencedProducer:
-    """A transactional producer stand-in whose commit is fenced; ``during`` runs first."""
-
-    def __init__(self, during: Callable[[], None]) -> None:
-        self.during = during
-        self.aborted = False
-
-    async def begin_transaction(self) -> None:
-        pass
-
-    async def send_offsets_to_transaction(self, offsets: Any, group: str) -> None:
-        pass
-
-    async def commit_transaction(self) -> None:
-        self.during()
-        raise ProducerFenced()
-
-    async def abort_transaction(self) -> None:
-        self.aborted = True
-
-
-@pytest.mark.parametrize("outage", ["none", "connection dropped", "probe unanswered"])
-async def test_an_outage_is_judged_when_the_transaction_fails_not_after(outage: str) -> None:
-    w = worker()
-    w.assignment.member = Member(1, "test-member")  # as an assignment sets it
-    first, second = Conn(True), Conn(True)
-    w._producer_client = SimpleNamespace(_conns={(1, 0): first, (1, 1): second})
-    # a rival, unless an outage: the producer is older than the (shortest) transaction timeout,
-    # so an expiry is possible, and the session before ended fenced a few seconds ago
-    w._kafka = w._kafka.model_copy(update={"transaction_timeout_ms": 1_000})
-    w._fenced_before, w._producer_since = True, time.monotonic() - 5.0
-
-    def during() -> None:
-        if outage == "connection dropped":
-            second.up = False
-        elif outage == "probe unanswered":
-            w._unreachable_at = time.monotonic()
-
-    producer = FencedProducer(during)
-    sender = SimpleNamespace(send=lambda records, result: asyncio.sleep(0, []))
-    with pytest.raises(ProducerFenced) as fenced_by:
-        batch = Prepared({}, [], None, w.assignment.generation, 0.0)  # type: ignore[arg-type]
-        await w._transaction(producer, sender, batch, {})  # type: ignore[arg-type]
-    assert producer.aborted
-    first.up = second.up = False  # the session closes every connection on its way out
-    fencing = w._fencing(fenced_by.value)
-    assert fencing is not None and fencing.transaction_age_s is not None
-    assert 0 <= fencing.transaction_age_s < 5
-    assert (fencing.connection_lost, fencing.rival) == (outage != "none", outage == "none")
