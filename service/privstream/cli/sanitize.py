@@ -188,7 +188,7 @@ def sanitize_stream(
     """
     chunks = _block_chunks(lines) if isinstance(lines, io.BufferedIOBase) else _line_chunks(lines)
     summary = Summary()
-    dead_file = AtomicFile(dead_letter_path, PRIVATE_MODE, lazy=True)
+    dead_file = AtomicFile(dead_letter_path, PRIVATE_MODE)  # created at the first dead letter
     try:
         for first, chunk in chunks:
             released = _sanitize_chunk(plan, first, chunk, out, dead_file, source, summary)
