@@ -68,6 +68,7 @@ from privstream.kafka.decode import tolerate_undecodable_records
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult, RecordPlan
+from privstream.pipeline.formats import codec
 from privstream.pipeline.results import DeadLetter
 from privstream.worker.assignment import Assignment
 from privstream.worker.clients import (
@@ -139,10 +140,13 @@ class Worker:
         self._keys = NoiseKeys(runtime.noise_secret, kafka.input_topic, kafka.noise_domain)
         #: the partitions owned now, shared with the rebalance listener
         self.assignment = Assignment()
-        #: Avro input's writer schemas (None: the input is JSON)
-        registry = kafka.schema_registry
-        avro = kafka.format == "avro" and registry is not None
-        self._schemas = WriterSchemas(registry) if avro and registry is not None else None
+        #: Avro, Protobuf or JSON Schema input's writer schemas (None: the input is JSON)
+        registry, framed = kafka.schema_registry, kafka.format != "json"
+        self._schemas = (
+            WriterSchemas(registry, codec(kafka.format))
+            if framed and registry is not None
+            else None
+        )
         self._backoff = Backoff()
         tolerate_undecodable_records()
         #: partitions stopped before a batch that cannot be decoded: not ready while any is
@@ -468,7 +472,7 @@ class Worker:
 
     def _sanitize(self, records: Sequence[ConsumerRecord]) -> BatchResult:
         subject = None if self._ledger is None else self._ledger.subject_field
-        if self._schemas is not None:  # Avro input: the plan reads it as JSON
+        if self._schemas is not None:  # framed input: the plan reads it as JSON
             records = self._schemas.decode(records)
         return sanitize(self._plan, self._keys, records, subject)
 
