@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +64,7 @@ JSON_V2: dict[str, Any] = {
     **JSON_V1,
     "properties": {**JSON_V1["properties"], "firmware": {"type": "string"}},
 }
-Writer = Callable[[dict[str, Any]], bytes]
+Record = dict[str, Any]
 
 
 def reading(seq: int, **extra: Any) -> dict[str, Any]:
@@ -86,21 +85,27 @@ def framed_config(
     return write_config(tmp_path / "config.yaml", bootstrap, settings, {**PRIVACY, **body})
 
 
-def protobuf_writers(url: str, topic: str) -> tuple[Writer, Writer]:
-    """v1 through confluent-kafka's serializer, v2 registered as .proto text and framed by
-    hand with the message index of ``Reading`` ([1])."""
+def protobuf_values(
+    url: str, topic: str, first: list[Record], second: list[Record]
+) -> tuple[list[bytes], list[bytes]]:
+    """``first`` with v1 through confluent-kafka's serializer, ``second`` with v2, registered
+    as .proto text and framed by hand with the message index of ``Reading`` ([1])."""
     with SchemaRegistryClient({"url": url}) as client:
         v1 = protobuf_writer(client, topic, message_class(reading_file(V1_FIELDS)))
+        v1_values = [v1(record) for record in first]
     v2_id = register(url, f"{topic}-value", "PROTOBUF", proto_text(V2_FIELDS))
-    v2_class = message_class(reading_file(V2_FIELDS))
-    return v1, lambda record: frame(v2_id, [1], v2_class(**record).SerializeToString())
+    v2 = message_class(reading_file(V2_FIELDS))
+    return v1_values, [frame(v2_id, [1], v2(**r).SerializeToString()) for r in second]
 
 
-def json_schema_writers(url: str, topic: str) -> tuple[Writer, Writer]:
+def json_schema_values(
+    url: str, topic: str, first: list[Record], second: list[Record]
+) -> tuple[list[bytes], list[bytes]]:
+    """``first`` with v1, ``second`` with v2, both through confluent-kafka's serializer."""
     context = SerializationContext(topic, MessageField.VALUE)
     with SchemaRegistryClient({"url": url}) as client:
         v1, v2 = (JSONSerializer(json.dumps(s), client) for s in (JSON_V1, JSON_V2))
-        return lambda r: v1(r, context), lambda r: v2(r, context)
+        return [v1(r, context) for r in first], [v2(r, context) for r in second]
 
 
 def header(value: bytes) -> bytes:
@@ -145,10 +150,11 @@ async def test_protobuf_v1_and_v2_sanitize_under_one_config_and_unreadable_ones_
     configured field (its records lack it: ``missing_field``)."""
     kafka = await topics(kafka_bootstrap, "protobuf")
     raw = kafka["input_topic"]
-    v1, v2 = protobuf_writers(schema_registry, raw)
-    good = [v1(reading(s)) for s in range(40)] + [
-        v2(reading(s, firmware="9")) for s in range(40, 80)
-    ]
+    v1 = [reading(s) for s in range(40)]
+    first, second = protobuf_values(
+        schema_registry, raw, v1, [reading(s, firmware="9") for s in range(40, 80)]
+    )
+    good = first + second
     assert header(good[0]) != header(good[-1]), "v2 must have its own schema id"
     avro_id = register(schema_registry, f"{raw}-avro", "AVRO", '{"type": "string"}')
     no_salary = [f for f in V1_FIELDS if f[0] != "salary"]
@@ -188,20 +194,21 @@ async def test_json_schema_v1_and_v2_sanitize_under_one_config_and_unreadable_on
     configured field its schema does not require."""
     kafka = await topics(kafka_bootstrap, "json-schema")
     raw = kafka["input_topic"]
-    v1, v2 = json_schema_writers(schema_registry, raw)
-    good = [v1(reading(s)) for s in range(40)] + [
-        v2(reading(s, firmware="9")) for s in range(40, 79)
-    ]
+    v1 = [reading(s) for s in range(40)]
+    first, second = json_schema_values(
+        schema_registry, raw, v1, [reading(s, firmware="9") for s in range(40, 79)]
+    )
+    good = first + second
     v1_header, v2_header = header(good[0]), header(good[-1])
     assert v1_header != v2_header, "v2 must have its own schema id"
-    good.append(v2_header + json.dumps(reading(79, salary=99_999.0)).encode())
+    good.append(v2_header + json.dumps({**reading(79), "salary": 99_999.0}).encode())
     not_required = {**JSON_V1, "required": ["seq"]}
     lacking_id = register(schema_registry, f"{raw}-lacking", "JSON", json.dumps(not_required))
     poison = [
         b'{"seq": 1}',
         json_frame(UNKNOWN_ID, b"{}"),
         v1_header + b'{"seq": 1',
-        v1_header + json.dumps(reading(1, seq="one")).encode(),
+        v1_header + json.dumps({**reading(1), "seq": "one"}).encode(),
         json_frame(lacking_id, b'{"seq": 1, "state": "TX", "opted_in": true}'),
     ]
     await produce(kafka_bootstrap, raw, [(b"k", v, []) for v in [*good[:40], *poison, *good[40:]]])
@@ -231,9 +238,10 @@ async def test_a_registry_outage_mid_stream_loses_nothing_and_dead_letters_nothi
     url = schema_registry_server.url
     kafka = await topics(kafka_bootstrap, f"{fmt.replace('_', '-')}-outage")
     raw = kafka["input_topic"]
-    v1, v2 = (protobuf_writers if fmt == "protobuf" else json_schema_writers)(url, raw)
-    first = [v1(reading(s)) for s in range(30)]
-    second = [v2(reading(s, firmware="2")) for s in range(30, 60)]
+    values = protobuf_values if fmt == "protobuf" else json_schema_values
+    first, second = values(
+        url, raw, [reading(s) for s in range(30)], [reading(s, firmware="2") for s in range(30, 60)]
+    )
     port = free_port()
     http = {"host": "127.0.0.1", "port": port}
     config = framed_config(tmp_path, kafka_bootstrap, kafka, fmt, url, http=http)
