@@ -12,7 +12,8 @@ presence (a proto3 scalar, a repeated field) that the payload leaves out has its
 default, as every Protobuf reader sees it; a field with presence (``optional``,
 a message, a oneof member) that is unset is absent, so ``on_missing`` decides.
 Enums are their value names (a number the schema does not name stays a
-number), bytes base64 strings, maps objects, messages nested objects.
+number), bytes base64 strings, maps objects, messages nested objects, an
+infinite double ``1e999`` (as JSON input would carry it), NaN null.
 """
 
 from __future__ import annotations
@@ -162,7 +163,21 @@ def _scalar(field: Any) -> Convert:
         return lambda number: names.get(number, number)
     if field.type == FieldDescriptor.TYPE_BYTES:
         return lambda data: base64.b64encode(data).decode("ascii")
+    if field.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        return _real
     return _same
+
+
+_INFINITE = {True: msgspec.Raw(b"1e999"), False: msgspec.Raw(b"-1e999")}
+
+
+def _real(value: float) -> Any:
+    """An infinity as the JSON number beyond the double range (``1e999``), which the kinds
+    clamp to the bound of its sign as they do for JSON input, so that a record is released
+    at infinity as at 1e308; NaN, which has no sign, stays NaN (JSON null)."""
+    if value - value == 0.0 or value != value:
+        return value
+    return _INFINITE[value > 0]
 
 
 def _same(value: Any) -> Any:

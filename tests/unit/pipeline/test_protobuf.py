@@ -105,6 +105,16 @@ def test_set_fields_with_presence_and_nested_messages_come_out() -> None:
     assert record["state"] == 9  # a number the enum does not name stays a number
 
 
+def test_an_infinite_double_is_the_json_number_beyond_the_double_range_nan_is_null() -> None:
+    """As JSON input would carry it: the kinds clamp 1e999 to the bound of its sign, so a
+    record is released at infinity as at 1e308 (docs/protection.md)."""
+    salaries = [1e308, float("inf"), float("-inf"), float("nan")]
+    values = [frame(7, [1], READING(salary=x).SerializeToString()) for x in salaries]
+    texts = [t for t in to_json(values, {7: SCHEMA}) if isinstance(t, bytes)]
+    assert [orjson.loads(t)["salary"] for t in (texts[0], texts[3])] == [1e308, None]
+    assert b'"salary":1e999,' in texts[1] and b'"salary":-1e999,' in texts[2]
+
+
 def test_a_nested_message_index_selects_the_nested_type() -> None:
     inner = SCHEMA.message_class((1, 0))
     other = SCHEMA.message_class((0,))
