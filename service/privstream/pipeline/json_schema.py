@@ -4,12 +4,15 @@ A framed value is a magic byte 0, the writer schema's registry id (4 bytes,
 big-endian) and JSON text; the text after the header is what the plan reads.
 Pure: the writer schemas come in parsed, by id (``privstream.worker.schemas``).
 
-The validation checks the record's **shape** only: the writer schema is used
-without its value keywords (``minimum``, ``enum``, ``pattern``, ``maxItems``,
-...; ``SHAPE_ONLY`` lists them), ``integer`` counts as ``number``, and every
-number is read as 0 before validating. So whether a record is dead-lettered
-never depends on a value within its type (docs/protection.md, "Whether a record
-is released"): the field kinds clamp, round or map such values instead.
+The validation checks the record's **shape** only: what is validated is not
+the record but its shape's canonical record (every key and array item kept,
+every string "", number 0, boolean false), against the writer schema without
+its value keywords (``minimum``, ``enum``, ``pattern``, ``maxItems``, ...;
+``SHAPE_ONLY`` lists them) and with ``integer`` read as ``number``. So whether a
+record is dead-lettered never depends on a value within its type
+(docs/protection.md, "Whether a record is released"): the field kinds clamp,
+round or map such values instead. It also makes verdicts cacheable by shape:
+a stream's records share a few shapes, and jsonschema costs ~100 µs a call.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
 from jsonschema.exceptions import SchemaError, best_match
 from jsonschema.validators import validator_for
 from referencing.exceptions import Unresolvable
@@ -47,13 +51,72 @@ _LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
 _MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
-def parse_writer_schema(sid: int, text: str) -> Any:
+#: verdicts kept per writer schema, by shape (all dropped when full: a hostile writer's
+#: endless new shapes cost one validation each, as without the cache)
+SHAPES_CACHED = 4096
+_SCALARS = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string"}
+_scalar = _SCALARS.get
+_CANONICAL: dict[str, Any] = {"null": None, "boolean": False, "number": 0, "string": ""}
+Shape = tuple[Any, ...] | str
+
+
+def shape(value: Any) -> Shape:
+    """A parsed JSON value's shape: its objects' keys in order, its arrays' lengths, and
+    the type of each scalar, never a scalar's value."""
+    kind = type(value)
+    if kind is dict:
+        return ("{", tuple(value), tuple([_scalar(type(v)) or shape(v) for v in value.values()]))
+    if kind is list:
+        return ("[", tuple([_scalar(type(v)) or shape(v) for v in value]))
+    return _SCALARS[kind]
+
+
+def canonical(key: Shape) -> Any:
+    """The one record of a shape that is validated for all of its records."""
+    if isinstance(key, str):
+        return _CANONICAL[key]
+    if key[0] == "{":
+        return dict(zip(key[1], map(canonical, key[2]), strict=True))
+    return [canonical(v) for v in key[1]]
+
+
+class ShapeValidator:
+    """A writer schema's verdicts on shapes: None (valid) or why not, cached by shape."""
+
+    def __init__(self, sid: int, validator: Any) -> None:
+        self._sid = sid
+        self._validator = validator
+        self._verdicts: dict[Shape, str | None] = {}
+
+    def problem(self, key: Shape) -> str | None:
+        """Why a record of shape ``key`` fails the schema, or None.
+
+        Raises ``referencing.exceptions.Unresolvable`` for a reference out of the schema.
+        """
+        if key in self._verdicts:
+            return self._verdicts[key]
+        error = best_match(self._validator.iter_errors(canonical(key)))
+        found = None if error is None else self._detail(error)
+        if len(self._verdicts) >= SHAPES_CACHED:
+            self._verdicts.clear()
+        self._verdicts[key] = found
+        return found
+
+    def _detail(self, error: Any) -> str:
+        expected = json.dumps(error.validator_value)[:200]
+        return (
+            f"the record fails writer schema {self._sid} at {error.json_path}: "
+            f"'{error.validator}' is {expected}"
+        )
+
+
+def parse_writer_schema(sid: int, text: str) -> ShapeValidator | Undecoded:
     """A validator of the shape of ``text``'s schema, or why it cannot be used."""
     try:
         schema = json.loads(text)
         cls = validator_for(schema)
         cls.check_schema(schema)
-        return cls(shape_only(schema))
+        return ShapeValidator(sid, cls(shape_only(schema)))
     except (ValueError, SchemaError, TypeError, RecursionError) as exc:
         return Undecoded(
             UNSUPPORTED_SCHEMA,
@@ -92,7 +155,9 @@ def _number_for_integer(kind: Any) -> Any:
     return kind
 
 
-def to_json(values: Sequence[bytes | None], schemas: Mapping[int, Any]) -> list[bytes | Undecoded]:
+def to_json(
+    values: Sequence[bytes | None], schemas: Mapping[int, ShapeValidator | Undecoded]
+) -> list[bytes | Undecoded]:
     """Each framed value's JSON text, or why it cannot be read. ``schemas`` holds every
     id the values name (``Undecoded`` for an id the registry does not know)."""
     return [_one(value, schemas) for value in values]
@@ -102,7 +167,20 @@ def _zero(_: str) -> int:
     return 0
 
 
-def _one(value: bytes | None, schemas: Mapping[int, Any]) -> bytes | Undecoded:
+def _parsed(payload: bytes) -> Any:
+    """The payload parsed: by orjson, else (a lone surrogate, a number beyond 64 bits or
+    the double range, a text that is not JSON) by the standard library's parser with
+    every number read as 0, so that no number's length or size decides."""
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        text = payload.decode("utf-8")
+        return json.loads(text, parse_int=_zero, parse_float=_zero, parse_constant=_zero)
+
+
+def _one(
+    value: bytes | None, schemas: Mapping[int, ShapeValidator | Undecoded]
+) -> bytes | Undecoded:
     sid = schema_id(value)
     if sid is None or value is None:
         size = 0 if value is None else len(value)
@@ -115,9 +193,8 @@ def _one(value: bytes | None, schemas: Mapping[int, Any]) -> bytes | Undecoded:
     if isinstance(validator, Undecoded):
         return validator
     payload = value[HEADER_BYTES:]
-    try:  # numbers read as 0: their values never decide (module docstring)
-        document = json.loads(payload.decode("utf-8"), parse_int=_zero, parse_float=_zero)
-        error = best_match(validator.iter_errors(document))
+    try:  # only the shape is read: no value decides (module docstring)
+        problem = validator.problem(shape(_parsed(payload)))
     except (ValueError, RecursionError) as exc:
         return Undecoded(
             UNDECODABLE,
@@ -129,10 +206,4 @@ def _one(value: bytes | None, schemas: Mapping[int, Any]) -> bytes | Undecoded:
             f"writer schema {sid} refers to {exc}, which is not in it: schemas with "
             "references are not supported yet",
         )
-    if error is not None:
-        return Undecoded(
-            INVALID,
-            f"the record fails writer schema {sid} at {error.json_path}: "
-            f"'{error.validator}' is {json.dumps(error.validator_value)[:200]}",
-        )
-    return payload
+    return payload if problem is None else Undecoded(INVALID, problem)

@@ -11,9 +11,13 @@ from privstream.pipeline.avro import Undecoded
 from privstream.pipeline.json_schema import (
     INVALID,
     NO_MAGIC_BYTE,
+    SHAPES_CACHED,
     UNDECODABLE,
     UNSUPPORTED_SCHEMA,
+    ShapeValidator,
+    canonical,
     parse_writer_schema,
+    shape,
     shape_only,
     to_json,
 )
@@ -114,3 +118,37 @@ def test_shape_only_keeps_properties_named_like_keywords_and_reads_integer_as_nu
     assert shape["properties"]["tags"] == {"type": "array", "items": {"type": "string"}}
     assert shape_only({"type": ["integer", "number", "null"]}) == {"type": ["number", "null"]}
     assert shape_only({"anyOf": [{"enum": [1]}, True]}) == {"anyOf": [{}, True]}
+
+
+def test_a_shape_keeps_keys_lengths_and_types_and_its_canonical_record_no_value() -> None:
+    one = {"a": 1.5, "b": ["x", None, {"c": True}], "d": "secret"}
+    other = {"a": -7, "b": ["yy", None, {"c": False}], "d": ""}
+    assert shape(one) == shape(other)
+    assert canonical(shape(one)) == {"a": 0, "b": ["", None, {"c": False}], "d": ""}
+    assert shape({"a": 1}) != shape({"a": "1"}) != shape({"b": 1}) != shape({"a": [1]})
+    assert shape({"a": [1]}) != shape({"a": [1, 2]})
+
+
+def test_records_of_one_shape_are_validated_once() -> None:
+    """The cache that makes a verdict cost a dict lookup: one validation per shape, dropped
+    whole once ``SHAPES_CACHED`` shapes are held."""
+    validator = parse_writer_schema(4, json.dumps(SCHEMA))
+    assert isinstance(validator, ShapeValidator)
+    seen: list[Any] = []
+    inner = validator._validator
+
+    class Counting:
+        def iter_errors(self, document: Any) -> Any:
+            seen.append(document)
+            return inner.iter_errors(document)
+
+    validator._validator = Counting()
+    texts = [f'{{"seq": {n}, "state": "S{n}", "pattern": "x"}}' for n in range(50)]
+    texts += ['{"seq": "one", "state": "TX", "pattern": "x"}'] * 2
+    found = to_json([framed(t) for t in texts], {4: validator})
+    assert found[:50] == [t.encode() for t in texts[:50]]
+    assert [f.reason for f in found[50:]] == [INVALID] * 2  # type: ignore[union-attr]
+    assert seen == [{"seq": 0, "state": "", "pattern": ""}, {"seq": "", "state": "", "pattern": ""}]
+    for n in range(SHAPES_CACHED + 1):
+        validator.problem(shape({f"k{n}": 1}))
+    assert 0 < len(validator._verdicts) <= SHAPES_CACHED
