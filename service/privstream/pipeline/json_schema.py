@@ -105,7 +105,7 @@ class ShapeValidator:
     def _detail(self, error: Any) -> str:
         expected = json.dumps(error.validator_value)[:200]
         return (
-            f"the record fails writer schema {self._sid} at {error.json_path}: "
+            f"the record fails writer schema {self._sid} at {error.json_path[:200]}: "
             f"'{error.validator}' is {expected}"
         )
 
