@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Mapping, Sequence
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -135,7 +135,7 @@ def _has(message: Any, name: str) -> bool:
     return bool(message.HasField(name))
 
 
-@cache
+@lru_cache(maxsize=4096)  # bounded: schema churn must not grow it forever
 def _fields(descriptor: Any) -> tuple[tuple[str, Callable[[Any, str], bool] | None, Convert], ...]:
     """Per field of a message type: its name, its presence test (None: always there) and
     its converter; made once per descriptor."""
