@@ -5,10 +5,11 @@ big-endian) and JSON text; the text after the header is what the plan reads.
 Pure: the writer schemas come in parsed, by id (``privstream.worker.schemas``).
 
 The validation checks the record's **shape** only: what is validated is not
-the record but its shape's canonical record (every key and array item kept,
-every string "", number 0, boolean false), against the writer schema without
-its value keywords (``minimum``, ``enum``, ``pattern``, ``maxItems``, ...;
-``SHAPE_ONLY`` lists them) and with ``integer`` read as ``number``. So whether a
+the record but its shape's canonical record (every key kept, each array's
+distinct item shapes once, every string "", number 0, boolean false), against
+the writer schema without its value keywords (``minimum``, ``enum``,
+``pattern``, ``maxItems``, ``prefixItems``, ...; ``SHAPE_ONLY`` lists them) and
+with ``integer`` read as ``number``. So whether a
 record is dead-lettered never depends on a value within its type
 (docs/protection.md, "Whether a record is released"): the field kinds clamp,
 round or map such values instead. It also makes verdicts cacheable by shape:
@@ -35,19 +36,20 @@ UNSUPPORTED_SCHEMA = "json_schema_unsupported_schema"
 UNDECODABLE = "json_schema_undecodable"
 INVALID = "json_schema_invalid"
 
-#: keywords about values rather than shape, dropped before validating
+#: keywords about values rather than shape, dropped before validating; with them the
+#: keywords about an array's length or positions (an array's items are a set's values)
 SHAPE_ONLY = frozenset(
     {
         *("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
         *("enum", "const", "pattern", "format", "minLength", "maxLength", "propertyNames"),
         *("minItems", "maxItems", "uniqueItems", "contains", "minContains", "maxContains"),
+        *("prefixItems", "additionalItems", "unevaluatedItems"),
         *("contentEncoding", "contentMediaType", "contentSchema"),
     }
 )
 # keywords whose value is a schema, a list of schemas, or a map of names to schemas
-_ONE = ("items", "additionalItems", "additionalProperties", "not", "if", "then", "else")
-_ONE_MORE = ("unevaluatedItems", "unevaluatedProperties")
-_LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
+_ONE = ("items", "additionalProperties", "unevaluatedProperties", "not", "if", "then", "else")
+_LIST = ("allOf", "anyOf", "oneOf")
 _MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
@@ -61,13 +63,15 @@ Shape = tuple[Any, ...] | str
 
 
 def shape(value: Any) -> Shape:
-    """A parsed JSON value's shape: its objects' keys in order, its arrays' lengths, and
-    the type of each scalar, never a scalar's value."""
+    """A parsed JSON value's shape: its objects' keys in order, the distinct shapes of its
+    arrays' items (not their number or order), and the type of each scalar, never a
+    scalar's value."""
     kind = type(value)
     if kind is dict:
         return ("{", tuple(value), tuple([_scalar(type(v)) or shape(v) for v in value.values()]))
     if kind is list:
-        return ("[", tuple([_scalar(type(v)) or shape(v) for v in value]))
+        items = {_scalar(type(v)) or shape(v) for v in value}
+        return ("[", tuple(sorted(items, key=repr)))  # sorted: the same detail every run
     return _SCALARS[kind]
 
 
@@ -127,13 +131,15 @@ def parse_writer_schema(sid: int, text: str) -> ShapeValidator | Undecoded:
 def shape_only(schema: Any) -> Any:
     """``schema`` without the keywords of ``SHAPE_ONLY``, ``integer`` read as ``number``."""
     if not isinstance(schema, dict):
-        return schema  # true, false, or a draft-4 items list handled by the caller
+        return schema  # true or false
     out = {k: v for k, v in schema.items() if k not in SHAPE_ONLY}
+    if "prefixItems" in schema or isinstance(schema.get("items"), list):
+        out.pop("items", None)  # a tuple's items: by position, which the shape does not keep
     if "type" in out:
         out["type"] = _number_for_integer(out["type"])
-    for key in (*_ONE, *_ONE_MORE):
+    for key in _ONE:
         if key in out:
-            out[key] = _each(out[key])
+            out[key] = shape_only(out[key])
     for key in _LIST:
         if isinstance(out.get(key), list):
             out[key] = [shape_only(s) for s in out[key]]
@@ -141,10 +147,6 @@ def shape_only(schema: Any) -> Any:
         if isinstance(out.get(key), dict):
             out[key] = {name: shape_only(s) for name, s in out[key].items()}
     return out
-
-
-def _each(schema: Any) -> Any:
-    return [shape_only(s) for s in schema] if isinstance(schema, list) else shape_only(schema)
 
 
 def _number_for_integer(kind: Any) -> Any:

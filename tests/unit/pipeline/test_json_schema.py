@@ -22,8 +22,10 @@ from privstream.pipeline.json_schema import (
     to_json,
 )
 
+DRAFT_2020 = "https://json-schema.org/draft/2020-12/schema"
+DRAFT_7 = "http://json-schema.org/draft-07/schema#"
 SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$schema": DRAFT_2020,
     "type": "object",
     "properties": {
         "seq": {"type": "integer", "minimum": 0, "maximum": 100},
@@ -110,6 +112,20 @@ def test_a_reference_to_another_schema_is_unsupported_not_invalid() -> None:
     assert isinstance(found, Undecoded) and found.reason == UNSUPPORTED_SCHEMA
 
 
+def test_a_set_is_released_whatever_its_size_even_under_a_tuple_schema() -> None:
+    pair = {"type": "array", "prefixItems": [{"type": "string"}], "items": False}
+    draft7 = {"type": "array", "items": [{"type": "string"}], "additionalItems": False}
+    for tuple_schema, dialect in ((pair, DRAFT_2020), (draft7, DRAFT_7)):
+        top = {"$schema": dialect, "properties": {"s": tuple_schema}}
+        validator = parse_writer_schema(6, json.dumps(top))
+        assert isinstance(validator, ShapeValidator), validator
+        texts = ['{"s": []}', '{"s": ["a"]}', '{"s": ["a", "b", "c"]}']
+        assert to_json([framed(t, sid=6) for t in texts], {6: validator}) == [
+            t.encode() for t in texts
+        ]
+    assert shape_only(pair) == {"type": "array"}
+
+
 def test_shape_only_keeps_properties_named_like_keywords_and_reads_integer_as_number() -> None:
     shape = shape_only(SCHEMA)
     assert set(shape["properties"]) == {"seq", "salary", "state", "tags", "pattern"}
@@ -124,9 +140,11 @@ def test_a_shape_keeps_keys_lengths_and_types_and_its_canonical_record_no_value(
     one = {"a": 1.5, "b": ["x", None, {"c": True}], "d": "secret"}
     other = {"a": -7, "b": ["yy", None, {"c": False}], "d": ""}
     assert shape(one) == shape(other)
-    assert canonical(shape(one)) == {"a": 0, "b": ["", None, {"c": False}], "d": ""}
+    assert canonical(shape(one)) == {"a": 0, "b": [None, "", {"c": False}], "d": ""}
     assert shape({"a": 1}) != shape({"a": "1"}) != shape({"b": 1}) != shape({"a": [1]})
-    assert shape({"a": [1]}) != shape({"a": [1, 2]})
+    # an array's items are a set's values: neither their number nor their order is shape
+    assert shape({"a": [1]}) == shape({"a": [1, 2, 3]}) != shape({"a": []})
+    assert shape(["x", 1]) == shape([2, "y", "z"])
 
 
 def test_records_of_one_shape_are_validated_once() -> None:
