@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib
 import re
 import shutil
 import subprocess
@@ -95,7 +96,30 @@ def _from_base64(text: str) -> list[Any]:
         raise _Refused(f"base64 text that is not a FileDescriptorProto ({exc})") from None
     if not proto.name:
         proto.name = "schema.proto"
-    return [proto]
+    return [*_well_known(proto.dependency, set()), proto]
+
+
+def _well_known(names: Any, seen: set[str]) -> list[Any]:
+    """The files a descriptor imports, dependencies first: the well-known
+    ``google/protobuf/*.proto`` ones from the ``protobuf`` package (confluent-kafka
+    registers no reference for them); any other import is a reference."""
+    files = []
+    for name in names:
+        if name in seen:
+            continue
+        seen.add(name)
+        stem = name.removeprefix("google/protobuf/").removesuffix(".proto")
+        try:
+            if stem == name or "/" in stem:
+                raise ImportError(name)
+            module = importlib.import_module(f"google.protobuf.{stem}_pb2")
+        except ImportError:
+            raise _Refused(
+                f"it imports {name}: schemas with references are not supported yet"
+            ) from None
+        proto = descriptor_pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
+        files += [*_well_known(proto.dependency, seen), proto]
+    return files
 
 
 def _compile(schema_id: int, text: str) -> list[Any]:

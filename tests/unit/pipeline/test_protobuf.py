@@ -132,6 +132,25 @@ def test_proto_text_and_a_base64_descriptor_of_one_schema_read_alike() -> None:
     assert decoded([value], as_text) == decoded([value], as_base64) == [expected]
 
 
+def test_a_base64_descriptor_importing_well_known_types_reads_them_from_the_package() -> None:
+    """confluent-kafka registers no reference for google/protobuf/*.proto imports."""
+    text = base64.b64encode(SCHEMA.file.serialized_pb).decode()  # imports timestamp.proto
+    as_base64 = parsed(text)
+    message = READING(device_id="d")
+    message.at.seconds = 9
+    value = frame(7, [1], message.SerializeToString())
+    assert decoded([value], as_base64) == decoded([value]) != []
+    assert decoded([value])[0]["at"] == {"seconds": 9, "nanos": 0}
+
+
+def test_a_base64_descriptor_importing_another_subject_is_unsupported() -> None:
+    proto = reading_file(V1_FIELDS)
+    proto.dependency.append("other/reading.proto")
+    found = parse_writer_schema(3, base64.b64encode(proto.SerializeToString()).decode())
+    assert isinstance(found, Undecoded) and found.reason == UNSUPPORTED_SCHEMA
+    assert "imports other/reading.proto" in found.detail
+
+
 def test_values_that_do_not_decode_are_undecodable_or_without_the_magic_byte() -> None:
     good = READING(device_id="d").SerializeToString()
     values: list[bytes | None] = [
