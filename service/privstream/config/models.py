@@ -91,16 +91,18 @@ class KafkaConfig(Strict):
     #: how long SIGTERM waits for the batch in flight before abandoning it
     drain_timeout_ms: int = Field(default=30_000, ge=0, le=600_000)
     security: SecurityConfig = SecurityConfig()
-    #: how input values are encoded: JSON text, or Avro in the Confluent wire format
-    #: (docs/avro.md); the output is JSON either way
-    format: Literal["json", "avro"] = "json"
-    #: where Avro writer schemas come from (required by ``format: avro``)
+    #: how input values are encoded: JSON text, or Avro, Protobuf or JSON (JSON Schema) in
+    #: the Confluent wire format (docs/avro.md); the output is JSON either way
+    format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
+    #: where writer schemas come from (required by every format but ``json``)
     schema_registry: SchemaRegistryConfig | None = None
 
     @model_validator(mode="after")
-    def _registry_for_avro(self) -> "KafkaConfig":
-        if self.format == "avro" and self.schema_registry is None:
-            raise ValueError("kafka.format avro needs kafka.schema_registry (its url at least)")
+    def _registry_for_framed(self) -> "KafkaConfig":
+        if self.format != "json" and self.schema_registry is None:
+            raise ValueError(
+                f"kafka.format {self.format} needs kafka.schema_registry (its url at least)"
+            )
         return self
 
     @field_validator("input_topic", "output_topic", "dead_letter_topic")
