@@ -15,6 +15,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from privstream.config.fields import Delta, Epsilon, FieldConfig, Strict
 from privstream.config.ledger import LedgerConfig, subject_problems, topic_name_problem
 from privstream.config.missing import presence_problems
+from privstream.config.paths import path_problems
 from privstream.config.registry import SchemaRegistryConfig
 
 
@@ -186,9 +187,23 @@ class AppConfig(Strict):
         from privstream.config.fields import check_memo_references
 
         check_memo_references(self.fields)
+        self._check_paths()
         self._check_subject()
         self._check_presence()
         return self
+
+    def _check_paths(self) -> None:
+        problems = path_problems(self.fields)
+        if problems:
+            details = [
+                InitErrorDetails(
+                    type=PydanticCustomError("path", message),
+                    loc=("fields", position, "name"),
+                    input=self.fields[position].name,
+                )
+                for position, message in problems
+            ]
+            raise ValidationError.from_exception_data("AppConfig", details)
 
     def _check_presence(self) -> None:
         problems = presence_problems(self.fields, self.privacy.subject)
