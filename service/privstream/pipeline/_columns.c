@@ -2,6 +2,7 @@
  *
  * fill: one field of a batch of decoded records, straight into an array;
  * assemble: each record's output text from its columns' texts;
+ * descend: one level down a nested field's path, for a batch of records;
  * only, longest, utf8: a batch's type check, its longest message, its UTF-8 check.
  *
  * fill(records, key, kind, out, table) -> bool
@@ -385,6 +386,71 @@ done:
     return result;
 }
 
+/* descend(holders, key, empty) -> (children, wrong)
+ *
+ * One level down a field's path (privstream.pipeline.nesting): for each holder
+ * (an exact dict), the object under ``key``; ``empty`` (an empty dict the caller
+ * owns) where the key is absent or its value null, so that the next level
+ * finds the field missing; ``empty`` too where the value is neither an
+ * object nor null, with its position in ``wrong`` (the reference rejects
+ * that record). A holder that is not a dict is refused (TypeError).
+ */
+static PyObject *
+descend(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *holders, *key, *empty;
+    if (!PyArg_ParseTuple(args, "O!OO!", &PyList_Type, &holders, &key, &PyDict_Type, &empty)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(holders);
+    PyObject *children = PyList_New(n), *wrong = PyList_New(0);
+    if (children == NULL || wrong == NULL) {
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* Invariant: as in fill(), a key's __eq__ may change the list: checked each time */
+        if (PyList_GET_SIZE(holders) != n) {
+            PyErr_Format(PyExc_RuntimeError, "descend: the holders changed size during the call");
+            goto fail;
+        }
+        PyObject *holder = PyList_GET_ITEM(holders, i);
+        if (!PyDict_CheckExact(holder)) {
+            PyErr_Format(PyExc_TypeError, "descend: holder %zd is not a dict", i);
+            goto fail;
+        }
+        Py_INCREF(holder);
+        PyObject *child = PyDict_GetItemWithError(holder, key);
+        Py_XINCREF(child);
+        Py_DECREF(holder);
+        if (child == NULL && PyErr_Occurred()) {
+            goto fail;
+        }
+        if (child == NULL || child == Py_None || !PyDict_CheckExact(child)) {
+            if (child != NULL && child != Py_None) {
+                PyObject *at = PyLong_FromSsize_t(i);
+                int failed = at == NULL || PyList_Append(wrong, at) < 0;
+                Py_XDECREF(at);
+                if (failed) {
+                    Py_DECREF(child);
+                    goto fail;
+                }
+            }
+            Py_XDECREF(child);
+            Py_INCREF(empty);
+            child = empty;
+        }
+        PyList_SET_ITEM(children, i, child);
+    }
+    PyObject *result = PyTuple_Pack(2, children, wrong);
+    Py_DECREF(children);
+    Py_DECREF(wrong);
+    return result;
+fail:
+    Py_XDECREF(children);
+    Py_XDECREF(wrong);
+    return NULL;
+}
+
 /* only(values, kinds) -> bool: whether every value's type is exactly one of the tuple
  * ``kinds`` (no subclass: bool is not int); True for no values. */
 static PyObject *
@@ -507,6 +573,8 @@ static PyMethodDef methods[] = {
     {"assemble", assemble, METH_VARARGS,
      "assemble(parts, count, joined=False) -> list of bytes (or one bytes): each record's "
      "text from its parts' texts."},
+    {"descend", descend, METH_VARARGS,
+     "descend(holders, key, empty) -> (children, wrong): each holder's object under key."},
     {"only", only, METH_VARARGS,
      "only(values, kinds) -> bool: every value's type is exactly one of kinds."},
     {"utf8", utf8, METH_O,
