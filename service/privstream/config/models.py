@@ -15,7 +15,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from privstream.config.fields import Delta, Epsilon, FieldConfig, Strict
 from privstream.config.ledger import LedgerConfig, subject_problems, topic_name_problem
 from privstream.config.missing import presence_problems
-from privstream.config.paths import path_problems
+from privstream.config.paths import path_problems, split_path
 from privstream.config.registry import SchemaRegistryConfig
 
 
@@ -194,6 +194,13 @@ class AppConfig(Strict):
 
     def _check_paths(self) -> None:
         problems = path_problems(self.fields)
+        subject = self.privacy.subject
+        if subject is not None and split_path(subject) != (subject,):
+            raise ValueError(
+                f"privacy.subject {subject!r} is a path into a nested object or holds an "
+                "escape; the subject must be a top-level key written as is: name a top-level "
+                "field, or have the producer put the subject id at the top level"
+            )
         if problems:
             details = [
                 InitErrorDetails(

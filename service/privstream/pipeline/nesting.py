@@ -59,6 +59,17 @@ def lookup(record: dict[str, Any], keys: tuple[str, ...], name: str) -> Any:
     return value
 
 
+def released(record: dict[str, Any], keys: tuple[str, ...], missing: object) -> Any:
+    """The value at ``keys`` in a sanitized record, ``missing`` wherever the path breaks
+    (what ``privstream estimate`` reads: it skips such a record, never fails on it)."""
+    value: Any = record
+    for key in keys:
+        if not isinstance(value, dict):
+            return missing
+        value = value.get(key, missing)
+    return value
+
+
 def holders(
     records: list[dict[str, Any]], keys: tuple[str, ...], cache: dict[tuple[str, ...], Any]
 ) -> tuple[list[dict[str, Any]], set[int]]:
