@@ -29,8 +29,8 @@ from privstream.config.budget import (
 from privstream.config.fields import FIELD_KINDS, FIELD_MODELS, RealField
 from privstream.config.ledger import changelog_problems
 from privstream.config.missing import MISSING_DEFAULTS
-from privstream.config.paths import name_from_path
 from privstream.config.models import AppConfig
+from privstream.config.paths import name_from_path
 from privstream.errors import ConfigError, MechanismError
 from privstream.mechanisms.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
 from privstream.mechanisms.laplace import laplace_scale

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from privstream.config.paths import split_path
 from privstream.estimate.accumulators import MISSING, Accumulator, Options, Truth
 from privstream.estimate.by_kind import estimator_of
 from privstream.pipeline import RecordPlan
