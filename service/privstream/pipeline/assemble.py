@@ -31,7 +31,7 @@ COMBINED_TEXTS_MAX = 1024
 def encode_records(
     fields: Sequence[PlannedField], columns: Sequence[Column], count: int
 ) -> list[bytes]:
-    """``json.dumps({name: column.values[i] ...}, separators=(",", ":")).encode()`` for every row.
+    """``json.dumps(nest(paths, values), separators=(",", ":")).encode()`` for every row.
 
     Each column is written from its encoded form, or else by its kind's ``texts``
     (``privstream.kinds``), which knows the types its release gives. The records are
