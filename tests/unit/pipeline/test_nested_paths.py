@@ -11,8 +11,8 @@ gives the reference's very bytes, reasons and positions on every batch here.
 from __future__ import annotations
 
 import json
-import re
 import random
+import re
 from typing import Any
 
 import pytest
