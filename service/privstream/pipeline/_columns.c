@@ -2,7 +2,8 @@
  *
  * fill: one field of a batch of decoded records, straight into an array;
  * assemble: each record's output text from its columns' texts;
- * descend: one level down a nested field's path, for a batch of records;
+ * column, descend: one field of a batch of records as a list; one level down a nested
+ * field's path;
  * only, longest, utf8: a batch's type check, its longest message, its UTF-8 check.
  *
  * fill(records, key, kind, out, table) -> bool
@@ -386,6 +387,50 @@ done:
     return result;
 }
 
+/* column(records, key, missing) -> list: record.get(key, missing) of each record (an exact
+ * dict; TypeError otherwise), the raw column the fast path's parsers see. */
+static PyObject *
+column(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *records, *key, *missing;
+    if (!PyArg_ParseTuple(args, "O!OO", &PyList_Type, &records, &key, &missing)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    PyObject *values = PyList_New(n);
+    if (values == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* Invariant: as in fill(), a key's __eq__ may change the list: checked each time */
+        if (PyList_GET_SIZE(records) != n) {
+            PyErr_Format(PyExc_RuntimeError, "column: the records changed size during the call");
+            goto fail;
+        }
+        PyObject *record = PyList_GET_ITEM(records, i);
+        if (!PyDict_CheckExact(record)) {
+            PyErr_Format(PyExc_TypeError, "column: record %zd is not a dict", i);
+            goto fail;
+        }
+        Py_INCREF(record);
+        PyObject *value = PyDict_GetItemWithError(record, key);
+        Py_XINCREF(value);
+        Py_DECREF(record);
+        if (value == NULL) {
+            if (PyErr_Occurred()) {
+                goto fail;
+            }
+            Py_INCREF(missing);
+            value = missing;
+        }
+        PyList_SET_ITEM(values, i, value);
+    }
+    return values;
+fail:
+    Py_DECREF(values);
+    return NULL;
+}
+
 /* descend(holders, key, empty) -> (children, wrong)
  *
  * One level down a field's path (privstream.pipeline.nesting): for each holder
@@ -573,6 +618,8 @@ static PyMethodDef methods[] = {
     {"assemble", assemble, METH_VARARGS,
      "assemble(parts, count, joined=False) -> list of bytes (or one bytes): each record's "
      "text from its parts' texts."},
+    {"column", column, METH_VARARGS,
+     "column(records, key, missing) -> list: record.get(key, missing) of each record."},
     {"descend", descend, METH_VARARGS,
      "descend(holders, key, empty) -> (children, wrong): each holder's object under key."},
     {"only", only, METH_VARARGS,

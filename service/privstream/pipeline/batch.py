@@ -33,16 +33,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from operator import itemgetter
 from typing import Any, cast
 
 import numpy as np
 
 from privstream.config.paths import split_path
 from privstream.mechanisms import NoiseSource
+from privstream.pipeline import _columns
 from privstream.pipeline.assemble import encode_block, encode_records
 from privstream.pipeline.columns import MISSING, Values, direct_column
-from privstream.pipeline.decode import decode_batch
+from privstream.pipeline.decode import collector_paused, decode_batch
 from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.missing import direct_parts
 from privstream.pipeline.nesting import holders, source_path
@@ -54,13 +54,13 @@ from privstream.pipeline.results import BatchResult, DeadLetter
 from privstream.pipeline.subjects import subject_column, subject_values
 
 
-def _read_names(plan: RecordPlan, subject: str | None) -> list[str]:
-    """Every top-level key the fast path reads from a record: the first key of the handlers',
-    memo fields' and subject field's paths."""
+def _read_names(plan: RecordPlan, subject: str | None) -> list[str | tuple[str, ...]]:
+    """Every field the fast path reads from a record: the handlers', memo and subject fields
+    (a top-level name, or a nested field's path)."""
     paths = [source_path(handler) for handler in plan.handlers]
     memos = (f.memo for f in plan.fields if f.memo is not None)
     paths.extend(split_path(memo.field) for memo in memos if memo.field is not None)
-    names = [keys[0] for keys in paths]
+    names: list[str | tuple[str, ...]] = [keys[0] if len(keys) == 1 else keys for keys in paths]
     if subject is not None:
         names.append(subject)
     return names
@@ -79,10 +79,7 @@ def _own_keys(records: list[dict[str, Any]], names: Sequence[str]) -> list[str]:
 
 def _column(records: list[dict[str, Any]], key: str) -> Sequence[Any]:
     """The field's raw values (``MISSING`` where a record lacks it)."""
-    try:  # one C loop
-        return list(map(itemgetter(key), records))
-    except KeyError:
-        return [record.get(key, MISSING) for record in records]
+    return _columns.column(records, key, MISSING)  # one C loop
 
 
 def _parse_columns(
@@ -249,7 +246,8 @@ def _process(
     plan, keys = with_keys(plan, messages, keys)
     # the worker's provider measured every message for the row seeds: reuse its lengths
     longest = provider.longest(messages) if isinstance(provider, Replayable) else None
-    parsed = _parse_batch(plan, messages, keys, longest, subject)
+    with collector_paused():  # the decoded records live (and die) in there
+        parsed = _parse_batch(plan, messages, keys, longest, subject)
     result = BatchResult(
         output_index=parsed.output_index,
         dead_letters=parsed.dead_letters,
