@@ -19,6 +19,8 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from privstream.config.missing import presence_name
+
 #: what a key's dot, backslash and opening bracket are written as in a name
 _ESCAPES = {".": "\\.", "\\": "\\\\", "[": "\\["}
 #: what ends a key that would step into every element of an array (not supported)
@@ -90,8 +92,12 @@ def name_from_path(data: Any) -> Any:
 
 
 def path_problems(fields: Sequence[Any]) -> list[tuple[int, str]]:
-    """(position, message) of each field whose path lies under another field's path."""
+    """(position, message) of each field whose path lies under another field's path (or
+    under a presence bit's, ``<name>_present``: a released value too)."""
     kinds = {split_path(spec.name): spec.kind for spec in fields}
+    for spec in fields:
+        if getattr(spec, "presence_epsilon", None) is not None:
+            kinds[split_path(presence_name(spec.name))] = "presence bit"
     problems: list[tuple[int, str]] = []
     for position, spec in enumerate(fields):
         keys = split_path(spec.name)

@@ -293,3 +293,29 @@ def test_layout_and_key_texts_write_what_nest_writes() -> None:
     texts = key_texts(paths, order)
     joined = b"".join(texts[k] + str(values[p]).encode() for k, p in enumerate(order)) + texts[-1]
     assert joined == json.dumps(nest(paths, values), separators=(",", ":")).encode()
+
+
+def test_a_field_under_a_presence_bit_is_a_config_error() -> None:
+    fields = [
+        {"name": "x", "kind": "boolean", "epsilon": 1.0, "on_missing": "impute"},
+        {"name": "x_present.y", "kind": "public"},
+    ]
+    fields[0].update(impute=False, presence_epsilon=0.5)
+    with pytest.raises(ConfigError, match=re.escape("under field 'x_present' (kind presence")):
+        parse_config(config_dict(fields, epsilon=2.0))
+
+
+def test_escaped_and_duplicate_keys_inside_an_object_read_as_the_stdlib_reads_them() -> None:
+    plan = plan_of(
+        [{"name": "device.os", "kind": "categorical", "domain": ["a", "b"], "epsilon": 1.0}]
+    )
+    messages = [
+        b'{"device":{"o\\u0073":"a","x":{"os":"b"}}}',
+        b'{"device":{"os":"a","os":"b"}}',  # the last one wins
+        b'{"device":{"os":"b"},"device":null}',
+        b'{"dev\\u0069ce":{"os":"b"}}',
+        b'{"device":{"os":"\\u0061"}}',
+    ]
+    result = assert_same(plan, messages)
+    assert result.output_index == [0, 1, 3, 4]
+    assert [d.detail for d in result.dead_letters] == ["field 'device.os': missing"]
