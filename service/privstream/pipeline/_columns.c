@@ -3,7 +3,7 @@
  * fill: one field of a batch of decoded records, straight into an array;
  * assemble: each record's output text from its columns' texts;
  * column, descend: one field of a batch of records as a list; one level down a nested
- * field's path;
+ * field's path; replace_absent: a column's absent and null values replaced;
  * only, longest, utf8: a batch's type check, its longest message, its UTF-8 check.
  *
  * fill(records, key, kind, out, table) -> bool
@@ -431,6 +431,57 @@ fail:
     return NULL;
 }
 
+/* replace_absent(values, missing, replacement) -> (replaced, positions)
+ *
+ * The values (a sequence) with each one that is None or ``missing`` replaced by
+ * ``replacement``, and the positions replaced: the column an ``on_missing``
+ * field's parser sees (privstream.pipeline.missing), without a Python loop. Only
+ * identity is compared: no Python code runs on a value.
+ */
+static PyObject *
+replace_absent(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *values, *missing, *replacement;
+    if (!PyArg_ParseTuple(args, "OOO", &values, &missing, &replacement)) {
+        return NULL;
+    }
+    PyObject *fast = PySequence_Fast(values, "replace_absent: values must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject *replaced = PyList_New(n), *positions = PyList_New(0), *result = NULL;
+    if (replaced == NULL || positions == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* a list's size may change only through Python code, and none runs here except
+         * the position's allocation (a collection's finalisers): read it afresh */
+        if (PySequence_Fast_GET_SIZE(fast) != n) {
+            PyErr_Format(PyExc_RuntimeError, "replace_absent: the values changed size");
+            goto done;
+        }
+        PyObject *value = PySequence_Fast_GET_ITEM(fast, i);
+        if (value == Py_None || value == missing) {
+            PyObject *at = PyLong_FromSsize_t(i);
+            if (at == NULL || PyList_Append(positions, at) < 0) {
+                Py_XDECREF(at);
+                goto done;
+            }
+            Py_DECREF(at);
+            value = replacement;
+        }
+        Py_INCREF(value);
+        PyList_SET_ITEM(replaced, i, value);
+    }
+    result = PyTuple_Pack(2, replaced, positions);
+done:
+    Py_XDECREF(replaced);
+    Py_XDECREF(positions);
+    Py_DECREF(fast);
+    return result;
+}
+
 /* descend(holders, key, empty) -> (children, wrong)
  *
  * One level down a field's path (privstream.pipeline.nesting): for each holder
@@ -622,6 +673,9 @@ static PyMethodDef methods[] = {
      "column(records, key, missing) -> list: record.get(key, missing) of each record."},
     {"descend", descend, METH_VARARGS,
      "descend(holders, key, empty) -> (children, wrong): each holder's object under key."},
+    {"replace_absent", replace_absent, METH_VARARGS,
+     "replace_absent(values, missing, replacement) -> (replaced, positions): None and "
+     "missing replaced."},
     {"only", only, METH_VARARGS,
      "only(values, kinds) -> bool: every value's type is exactly one of kinds."},
     {"utf8", utf8, METH_O,

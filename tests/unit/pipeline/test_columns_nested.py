@@ -81,3 +81,18 @@ def test_a_keys_hash_that_empties_the_records_raises(call: str) -> None:
         else:
             _columns.descend(records, key, {})  # type: ignore[arg-type]
     assert records == []
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_replace_absent_matches_its_model(seed: int) -> None:
+    rng = random.Random(seed)
+    values = [rng.choice([None, MISSING, 0, False, "", [], 2.5]) for _ in range(40)]
+    stand_in = object()
+    for given in (values, tuple(values)):
+        replaced, positions = _columns.replace_absent(given, MISSING, stand_in)
+        assert positions == [at for at, v in enumerate(values) if v is None or v is MISSING]
+        assert replaced == [stand_in if at in positions else v for at, v in enumerate(values)]
+        assert all(replaced[at] is stand_in for at in positions)
+    assert _columns.replace_absent([], MISSING, stand_in) == ([], [])
+    with pytest.raises(TypeError, match="must be a sequence"):
+        _columns.replace_absent(7, MISSING, stand_in)  # type: ignore[arg-type]
