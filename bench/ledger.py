@@ -111,7 +111,7 @@ def ledger_memory(subjects: int) -> tuple[float, float]:
     """(MB of RSS per million active subject-windows, records/s charged) of the pure ledger."""
     from privstream.ledger import SubjectLedger
 
-    ledger = SubjectLedger(policy=policy())
+    ledger = SubjectLedger(policy=policy(), deployment="bench")
     process = psutil.Process()
     now = int(time.time() * 1000)
     gc.collect()

@@ -74,7 +74,7 @@ def kafka_config(bootstrap: str, topic: str) -> KafkaConfig:
 
 def store(bootstrap: str, topic: str) -> LedgerStore:
     return LedgerStore(
-        ledger=SubjectLedger(policy=policy()),
+        ledger=SubjectLedger(policy=policy(), deployment="bench"),
         topic=topic,
         kafka=kafka_config(bootstrap, topic),
         runtime=RUNTIME,

@@ -108,6 +108,12 @@ class LedgerError(PrivstreamError):
     """
 
 
+class ChangelogError(LedgerError):
+    """The changelog holds a ledger this deployment must not take as its own (another
+    version, window length or deployment): a human fixes the config or the topic (exit 2).
+    """
+
+
 class TopicError(PrivstreamError):
     """A topic the worker names is missing or misconfigured (exit 2, before any record).
 

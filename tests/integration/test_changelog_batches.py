@@ -58,7 +58,7 @@ def kafka(bootstrap: str, *, transactions: bool) -> KafkaConfig:
 
 def store_of(config: KafkaConfig) -> LedgerStore:
     return LedgerStore(
-        ledger=SubjectLedger(policy=POLICY),
+        ledger=SubjectLedger(policy=POLICY, deployment="tests"),
         topic=f"{config.input_topic}-privstream-ledger",
         kafka=config,
         runtime=RUNTIME,
@@ -106,7 +106,10 @@ async def test_a_restore_reads_the_committed_batches_and_nothing_aborted_or_fenc
     config = kafka(kafka_bootstrap, transactions=True)
     store = store_of(config)
     await create_topics(kafka_bootstrap, [store.topic], partitions=PARTITIONS)
-    ledger, elsewhere = SubjectLedger(policy=POLICY), SubjectLedger(policy=POLICY)
+    ledger, elsewhere = (
+        SubjectLedger(policy=POLICY, deployment="tests"),
+        SubjectLedger(policy=POLICY, deployment="tests"),
+    )
     producer = await started(config)
     try:
         # committed: a run of ~3000 (> 64 offsets per batch, many batches), then small ones
@@ -146,7 +149,7 @@ async def test_without_transactions_a_restore_reads_every_batch(kafka_bootstrap:
     config = kafka(kafka_bootstrap, transactions=False)
     store = store_of(config)
     await create_topics(kafka_bootstrap, [store.topic], partitions=PARTITIONS)
-    ledger = SubjectLedger(policy=POLICY)
+    ledger = SubjectLedger(policy=POLICY, deployment="tests")
     producer = await started(config)  # idempotent: sequence numbers checked by the broker
     try:
         await store.send_updates(producer, charges(ledger, 50_000, [2_000, 30, 700], seed=5))
@@ -168,7 +171,10 @@ async def test_a_restore_waits_for_a_transaction_still_open_on_the_changelog(
     config = kafka(kafka_bootstrap, transactions=True)
     store = store_of(config)
     await create_topics(kafka_bootstrap, [store.topic], partitions=PARTITIONS)
-    committed, pending = SubjectLedger(policy=POLICY), SubjectLedger(policy=POLICY)
+    committed, pending = (
+        SubjectLedger(policy=POLICY, deployment="tests"),
+        SubjectLedger(policy=POLICY, deployment="tests"),
+    )
     producer = await started(config)
     restoring = store_of(config)
     ready: asyncio.Task[None] | None = None
@@ -214,7 +220,7 @@ async def test_a_revoke_while_a_restore_waits_cancels_it_and_a_new_assignment_re
     config = kafka(kafka_bootstrap, transactions=True)
     store = store_of(config)
     await create_topics(kafka_bootstrap, [store.topic], partitions=PARTITIONS)
-    committed = SubjectLedger(policy=POLICY)
+    committed = SubjectLedger(policy=POLICY, deployment="tests")
     producer = await started(config)
     restoring = store_of(config)
     tps = [TopicPartition(config.input_topic, p) for p in range(PARTITIONS)]
@@ -261,10 +267,15 @@ async def test_a_transaction_open_past_the_wait_stops_the_restore_naming_its_sta
             await reader.start()
         async with producer.transaction():
             await store.send_updates(
-                producer, charges(SubjectLedger(policy=POLICY), 50_000, [30, 0, 5], seed=3)
+                producer,
+                charges(
+                    SubjectLedger(policy=POLICY, deployment="tests"), 50_000, [30, 0, 5], seed=3
+                ),
             )
         starts = await readers[1].end_offsets(tps)  # where the next transaction begins
-        pending = charges(SubjectLedger(policy=POLICY), 51_000, [0, 0, 8], seed=4)
+        pending = charges(
+            SubjectLedger(policy=POLICY, deployment="tests"), 51_000, [0, 0, 8], seed=4
+        )
         pending.updates = {2: pending.updates[2]}  # partitions 0 and 1 stay settled
         await producer.begin_transaction()
         await store.send_updates(producer, pending)

@@ -164,4 +164,4 @@ async def test_frozen_worker_commits_nothing_it_lost(kafka_bootstrap: str, tmp_p
     changelog.sort(key=lambda r: (r.partition, r.offset))
     parsed = load_config(config)
     policy = LedgerPolicy.from_config(parsed, build_plan(parsed))
-    assert_changelog_is_the_ledger(changelog, raw, expected, policy)
+    assert_changelog_is_the_ledger(changelog, raw, expected, policy, parsed.kafka.group_id)

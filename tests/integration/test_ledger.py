@@ -147,7 +147,8 @@ async def test_restored_ledger_equals_the_ledger_before(
     creator = new_store()
     await creator.open(await check_topics(config.kafka, runtime, creator.topic))  # creates it
     await creator.close()
-    reference = SubjectLedger(policy=creator.policy)  # charged with the committed steps only
+    # charged with the committed steps only
+    reference = SubjectLedger(policy=creator.policy, deployment=config.kafka.group_id)
     producer = AIOKafkaProducer(
         bootstrap_servers=kafka_bootstrap, transactional_id=kafka["group_id"]
     )
@@ -213,3 +214,36 @@ async def test_changelog_of_another_shape_is_refused(kafka_bootstrap: str, tmp_p
         log = worker.log_text()
         assert code == 2 and says in log and "Traceback" not in log, log[-3000:]
         assert f"--entity-name {topic}" in log or "repartition" in log, log[-3000:]  # the fix
+
+
+async def test_a_second_deployment_on_the_same_changelog_is_refused(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Two groups over one raw topic with the default changelog: the second one's restore
+    finds the first one's markers and stops (exit 2) before it charges anything, naming
+    both groups (each would otherwise restore the other's spending: docs/ledger.md)."""
+    kafka = await fault_topics(kafka_bootstrap, "ledger-two")
+    messages: list[Timed] = [(*record(i, f"s{i}"), None) for i in range(8)]
+    await produce_timed(kafka_bootstrap, kafka["input_topic"], messages)
+    blue = {**kafka, "transactions": True, "group_id": f"{kafka['group_id']}.blue"}
+    green = {**blue, "group_id": f"{kafka['group_id']}.green", "transactional_id_prefix": "g"}
+    first = WorkerProcess(
+        write_config(tmp_path / "blue.yaml", kafka_bootstrap, blue, body()), tmp_path / "b.log"
+    )
+    async with (
+        Tail(kafka_bootstrap, kafka["output_topic"], identity=seq) as out_tail,
+        Tail(kafka_bootstrap, kafka["dead_letter_topic"], identity=source) as dead_tail,
+        running(first, free_port()),
+    ):
+        await accounted_for(out_tail, dead_tail, len(messages), first, within_s=120)
+        assert await first.terminate() == 0, first.log_text()[-3000:]
+    second = WorkerProcess(
+        write_config(tmp_path / "green.yaml", kafka_bootstrap, green, body()), tmp_path / "g.log"
+    )
+    await second.start()
+    code = await second.wait(within_s=120)
+    log = second.log_text()
+    assert code == 2 and "Traceback" not in log, log[-3000:]
+    assert f"'{blue['group_id']}'" in log and f"'{green['group_id']}'" in log, log[-3000:]
+    _, out, _ = await outcome(kafka_bootstrap, kafka)
+    assert len(out) == len(messages)  # the second deployment released nothing

@@ -149,7 +149,9 @@ async def test_kill_nine_five_times_no_subject_over_its_cap(
     plan = build_plan(load_config(config))
     policy = LedgerPolicy.from_config(load_config(config), plan)
     committed_log.sort(key=lambda r: (r.partition, r.offset))
-    assert_changelog_is_the_ledger(committed_log, raw, expected, policy)
+    assert_changelog_is_the_ledger(
+        committed_log, raw, expected, policy, load_config(config).kafka.group_id
+    )
 
 
 async def test_rebalance_the_survivor_restores_the_victims_ledger(

@@ -42,7 +42,7 @@ async def test_a_large_restore_gives_the_ledger_and_keeps_no_object_per_record(
     config = kafka(kafka_bootstrap, transactions=True)
     writer = store_of(config)
     await create_topics(kafka_bootstrap, [writer.topic], partitions=PARTITIONS)
-    ledger = SubjectLedger(policy=POLICY)
+    ledger = SubjectLedger(policy=POLICY, deployment="tests")
     producer = await started(config)
     # (clock, first subject, count): a window closed by the next clock (its tombstones),
     # then 100,000 subjects, then 50,000 of them again (two records each)

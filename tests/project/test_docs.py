@@ -275,6 +275,14 @@ def check_layers(body: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert shown == enforced, (shown, enforced)
 
 
+def check_real_event_estimate(
+    body: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.project.test_real_event_data import check_estimate_block  # imports this module
+
+    check_estimate_block(body, tmp_path, capsys)
+
+
 TEXT_CHECKERS: dict[str, Callable[[str, Path, pytest.CaptureFixture[str]], None]] = {
     "cli  ->  worker": check_layers,
     "privstream: config error:": check_config_errors,
@@ -284,6 +292,7 @@ TEXT_CHECKERS: dict[str, Callable[[str, Path, pytest.CaptureFixture[str]], None]
     "privstream sanitize: ": check_sanitize_summary,
     "heart_rate  integer": check_readme_explain,
     "limit = ": check_memory_limit_formula,
+    "privstream estimate: 5,000 records from sanitized.jsonl": check_real_event_estimate,
 }
 
 

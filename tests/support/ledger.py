@@ -217,8 +217,10 @@ def assert_changelog_is_the_ledger(
     raw: list[ConsumerRecord],
     expected: list[str | None],
     policy: LedgerPolicy,
+    deployment: str,
 ) -> None:
-    """The committed changelog, restored, holds exactly what the released records cost."""
+    """The committed changelog, restored, holds exactly what the released records cost,
+    and the marker of ``deployment`` (its ``kafka.group_id``) alone."""
     spent: Counter[tuple[int, int, bytes]] = Counter()
     lifetime: Counter[tuple[int, bytes]] = Counter()
     counts: dict[int, Counter[str]] = {}
@@ -227,7 +229,7 @@ def assert_changelog_is_the_ledger(
         if why is None:
             spent[r.partition, r.timestamp - r.timestamp % HOUR_MS, r.key] += 1
             lifetime[r.partition, r.key] += 1
-    ledger = SubjectLedger(policy=policy)
+    ledger = SubjectLedger(policy=policy, deployment=deployment)
     for partition in counts:
         entries = [(r.key, r.value) for r in changelog if r.partition == partition]
         ledger.restore(partition, entries)
@@ -248,6 +250,8 @@ def assert_changelog_is_the_ledger(
             for (p, subject), n in lifetime.items()
             if p == partition
         }, f"partition {partition}: lifetime spending differs"
+        marks = [k for k in snapshot if k[1:2] == b"D"]
+        assert marks == [b"\x01D" + deployment.encode()], f"partition {partition}: {marks}"
         got = {k: v for k, v in ledger.counts(partition).items() if v}
         assert got == dict(counts[partition]), f"partition {partition}: counts differ"
 

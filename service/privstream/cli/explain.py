@@ -42,6 +42,8 @@ def explain_data(config: AppConfig, plan: RecordPlan) -> dict[str, Any]:
             )
             if planned is not None and describe is not None:  # a public transform says what
                 entry.update(describe(planned.handler))
+            if hasattr(spec, "on_missing"):  # a timestamp without epsilon
+                entry.update(_missing_entry(spec))
         fields.append(entry)
         presence = by_name.get(presence_name(spec.name))
         if getattr(spec, "presence_epsilon", None) is not None and presence is not None:
@@ -240,7 +242,7 @@ def _memo_entry(memo: MemoPlan | None) -> dict[str, Any]:
 
 def _missing_entry(spec: Any) -> dict[str, Any]:
     """How an absent or null value is released (``on_missing``)."""
-    mode = getattr(spec, "on_missing", "dead_letter")  # a timestamp field always dead-letters
+    mode = getattr(spec, "on_missing", "dead_letter")
     entry: dict[str, Any] = {"on_missing": mode}
     if mode == "impute":
         entry["impute"] = spec.impute

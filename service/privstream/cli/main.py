@@ -42,7 +42,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from privstream import __version__
-from privstream.errors import ConfigError, PrivstreamError, SecretError, TopicError
+from privstream.errors import (
+    ChangelogError,
+    ConfigError,
+    PrivstreamError,
+    SecretError,
+    TopicError,
+)
 
 if TYPE_CHECKING:
     from privstream.config import AppConfig
@@ -347,7 +353,7 @@ def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     try:
         asyncio.run(serve(config, plan, runtime, args.http_port))
-    except TopicError as exc:  # a topic to create or fix: before any record was read
+    except (TopicError, ChangelogError) as exc:  # a topic to fix: before any record of it
         print(f"privstream: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     return EXIT_OK

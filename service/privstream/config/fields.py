@@ -127,6 +127,21 @@ class PublicField(_NamedField):
     allow_nested: bool = False
 
 
+def _on_missing_text(value: object) -> object:
+    # ``on_missing: null`` in YAML is the null value itself, not the string
+    return "null" if value is None else value
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _checked_missing(spec: M) -> M:
+    problem = missing_problem(spec)
+    if problem is not None:
+        raise ValueError(problem)
+    return spec
+
+
 class _NoisedField(_NamedField):
     epsilon: EpsilonShare
     delta: Delta = 0.0
@@ -144,15 +159,11 @@ class _NoisedField(_NamedField):
     @field_validator("on_missing", mode="before")
     @classmethod
     def _yaml_null(cls, value: object) -> object:
-        # ``on_missing: null`` in YAML is the null value itself, not the string
-        return "null" if value is None else value
+        return _on_missing_text(value)
 
     @model_validator(mode="after")
     def _missing_options(self) -> "_NoisedField":
-        problem = missing_problem(self)
-        if problem is not None:
-            raise ValueError(problem)
-        return self
+        return _checked_missing(self)
 
 
 class RealField(_NoisedField):
@@ -357,6 +368,17 @@ class TimestampField(_NamedField):
     delta: Delta = 0.0
     #: set to discrete_laplace when epsilon is given; none without
     mechanism: Literal["discrete_laplace"] | None = None
+    #: as for the noised kinds (``privstream.config.missing``); without epsilon, impute
+    #: (and so presence_epsilon) is refused: the imputed time would be released in the clear
+    on_missing: OnMissing = "dead_letter"
+    impute: ImputeValue | None = None
+    presence_public: bool = False
+    presence_epsilon: Epsilon | None = None
+
+    @field_validator("on_missing", mode="before")
+    @classmethod
+    def _yaml_null(cls, value: object) -> object:
+        return _on_missing_text(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -383,7 +405,7 @@ class TimestampField(_NamedField):
             raise ValueError(
                 f"bounds {list(self.bounds or ())} are reversed; write the earliest first"
             )
-        return self
+        return _checked_missing(self)
 
     @property
     def unit_us(self) -> int:

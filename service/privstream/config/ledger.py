@@ -13,9 +13,9 @@ The semantics and the proof of the guarantee are in ``docs/ledger.md``.
 # no ``from __future__ import annotations``: pydantic would compile every field's
 # annotation from its text at start-up (about 2.5 ms of every command, docs/benchmarks.md)
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
@@ -98,6 +98,9 @@ class LedgerConfig(Strict):
     max_future: Duration = Field(default="5m", validate_default=True)
     #: compacted, co-partitioned with the input (default "<input topic>-privstream-ledger")
     changelog_topic: str | None = Field(default=None, min_length=1)
+    #: windows follow this field's released time (a timestamp field without epsilon)
+    #: instead of the Kafka timestamp (``time_problems``, docs/ledger.md)
+    time: str | None = Field(default=None, min_length=1)
 
 
 #: the default changelog topic is the input topic's name with this suffix
@@ -188,3 +191,44 @@ def cost_units(value: float | Fraction, per: int) -> int:
 def cap_units(value: float, per: int) -> int:
     """``floor(value * per)``, computed exactly on the double's rational value."""
     return (Fraction(value) * per).__floor__()
+
+
+def time_problems(ledger: LedgerConfig | None, fields: Sequence[Any]) -> list[str]:
+    """Why ``privacy.ledger.time`` cannot give the windows, given the fields (read by
+    attribute). Which window a record is charged to, and whether it is late or in the
+    future, decides its release: so the time must be one the output shows as is (a
+    timestamp without epsilon), present in every released record (``on_missing:
+    dead_letter``), and cut to units that lie whole inside one window."""
+    if ledger is None or ledger.time is None:
+        return []
+    name = ledger.time
+    spec = next((f for f in fields if f.name == name), None)
+    if spec is None:
+        return [f"no field named {name!r}; name a field of kind timestamp or fix the name"]
+    if spec.kind != "timestamp":
+        return [
+            f"field {name!r} is of kind {spec.kind}: the ledger reads a time in a declared "
+            "format; declare it kind: timestamp without epsilon (granularity: 1s keeps the "
+            "second), which releases it truncated as is"
+        ]
+    if spec.epsilon is not None:
+        return [
+            f"field {name!r} is noised (epsilon): the window a record is charged to, and "
+            "whether it is late, would depend on its raw time, which its noise protects; "
+            "release the time without epsilon, or leave privacy.ledger.time out (Kafka "
+            "timestamps)"
+        ]
+    problems = []
+    if spec.on_missing != "dead_letter":
+        problems.append(
+            f"field {name!r} has on_missing: {spec.on_missing}: a record without a time "
+            "has no window to be charged to; use on_missing: dead_letter (such records "
+            "are dead-lettered naming the field)"
+        )
+    if ledger.window % (spec.unit_us // 1000) != 0:
+        problems.append(
+            f"field {name!r} has granularity {spec.granularity}, which does not divide "
+            f"window {format_duration(ledger.window)}: a unit would straddle windows and be "
+            "charged to the one holding its start; use a granularity that divides the window"
+        )
+    return problems

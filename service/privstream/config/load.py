@@ -185,6 +185,9 @@ def config_sha256(config: AppConfig) -> str:
     for key, unset in (("subject", None), ("subject_public", False), ("ledger", None)):
         if payload["privacy"][key] == unset:
             del payload["privacy"][key]
+    ledger = payload["privacy"].get("ledger")
+    if ledger is not None and ledger["time"] is None:  # added later: unset keeps the hash
+        del ledger["time"]
     # so do the missing-value options of a field (``on_missing``, ...)
     for field in payload["fields"]:
         for option, default in MISSING_DEFAULTS.items():

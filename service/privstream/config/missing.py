@@ -22,6 +22,8 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from privstream.config import timestamps
+
 OnMissing = Literal["dead_letter", "impute", "null"]
 #: the options added with ``on_missing``; a release id leaves them out at their defaults
 #: (``privstream.pipeline.plan.release_id``), so existing configs keep their noise
@@ -59,6 +61,8 @@ def impute_problem(spec: Any, value: object) -> str | None:
         return None if isinstance(value, bool) else "a boolean field imputes true or false"
     if kind == "set":
         return _set_problem(spec, value)
+    if kind == "timestamp":
+        return _timestamp_problem(spec, value)
     if kind == "vector":
         if not _numbers(value, spec.dimension):
             return f"a vector field imputes an array of {spec.dimension} numbers"
@@ -103,6 +107,22 @@ def _set_problem(spec: Any, value: object) -> str | None:
     return None
 
 
+def _timestamp_problem(spec: Any, value: object) -> str | None:
+    if isinstance(value, str):
+        try:
+            instant = timestamps.parse_iso(value, assume_utc=spec.assume_utc)
+        except timestamps.BadTimestamp as exc:
+            return f"a timestamp field imputes ISO 8601 text or an epoch number: {exc}"
+    elif _number(value) and math.isfinite(value):  # type: ignore[arg-type]
+        instant = timestamps.epoch_us(value, spec.epoch_unit)  # type: ignore[arg-type]
+    else:
+        return "a timestamp field imputes ISO 8601 text or an epoch number"
+    lower, upper = spec.unit_bounds
+    if not lower <= instant // spec.unit_us <= upper:
+        return "it lies outside the field's bounds; impute a time inside them"
+    return None
+
+
 def stand_in(spec: Any) -> object:
     """The raw value an absent or null value is parsed as: ``impute``, or under ``null`` a
     fixed in-domain value whose noised release is computed and never written."""
@@ -118,6 +138,8 @@ def stand_in(spec: Any) -> object:
         return False
     if kind == "set":
         return []
+    if kind == "timestamp":  # the earliest time released (bounds are checked ISO text)
+        return 0 if spec.bounds is None else spec.bounds[0]
     size = spec.dimension if kind == "vector" else len(spec.grid)
     return [0.0] * size
 
@@ -125,6 +147,12 @@ def stand_in(spec: Any) -> object:
 def missing_problem(spec: Any) -> str | None:
     """What is wrong with one noised field's missing-value options, or None."""
     if spec.on_missing == "impute":
+        if getattr(spec, "kind", "") == "timestamp" and spec.epsilon is None:
+            return (
+                "on_missing: impute on a timestamp without epsilon would release the "
+                "imputed time as is, where it shows that the time was missing; use "
+                "on_missing: null (presence public), or give epsilon and bounds"
+            )
         if spec.impute is None:
             return "on_missing: impute needs impute: <value>, a value of the field's domain"
         problem = impute_problem(spec, spec.impute)

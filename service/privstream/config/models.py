@@ -13,7 +13,12 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from privstream.config.fields import Delta, Epsilon, FieldConfig, Strict
-from privstream.config.ledger import LedgerConfig, subject_problems, topic_name_problem
+from privstream.config.ledger import (
+    LedgerConfig,
+    subject_problems,
+    time_problems,
+    topic_name_problem,
+)
 from privstream.config.missing import presence_problems
 from privstream.config.paths import path_problems, split_path
 from privstream.config.registry import SchemaRegistryConfig
@@ -229,13 +234,21 @@ class AppConfig(Strict):
         kinds = {spec.name: spec.kind for spec in self.fields}
         privacy = self.privacy
         problems = subject_problems(privacy.subject, privacy.subject_public, privacy.ledger, kinds)
-        if problems:
-            details = [
-                InitErrorDetails(
-                    type=PydanticCustomError("subject", message),
-                    loc=("privacy", setting),
-                    input=getattr(privacy, setting),
-                )
-                for setting, message in problems
-            ]
+        details = [
+            InitErrorDetails(
+                type=PydanticCustomError("subject", message),
+                loc=("privacy", setting),
+                input=getattr(privacy, setting),
+            )
+            for setting, message in problems
+        ]
+        details += [
+            InitErrorDetails(
+                type=PydanticCustomError("ledger_time", message),
+                loc=("privacy", "ledger", "time"),
+                input=privacy.ledger.time if privacy.ledger else None,
+            )
+            for message in time_problems(privacy.ledger, self.fields)
+        ]
+        if details:
             raise ValidationError.from_exception_data("AppConfig", details)

@@ -69,9 +69,11 @@ def add_present_estimates(
         present: dict[str, Any] = {"share": {"estimate": pi, "stderr": pi_stderr}}
         present["share"]["ci"] = interval(pi, pi_stderr, options.z)
         imputed = handler.stand_in
-        if "mean" in entry and isinstance(imputed, int | float):
+        # a mean is over parsed values: a timestamp's unit indices, not its ISO text
+        counted = handler.parsed_stand_in
+        if "mean" in entry and isinstance(counted, int | float):
             mean = entry["mean"]
-            f, f_stderr, c = mean["estimate"], mean["stderr"], float(imputed)
+            f, f_stderr, c = mean["estimate"], mean["stderr"], float(counted)
             present["mean"] = present_estimate(f, f_stderr, c, pi, pi_stderr, options.z)
         rows = entry.get("frequencies")
         if rows and "value" in rows[0]:

@@ -94,6 +94,30 @@ class TimestampHandler:
         numbers: NDArray[np.int64] = shown * scale
         return Column(numbers.tolist, error, count, Numbers(numbers))
 
+    def starts_ms(self, released: Sequence[object]) -> NDArray[np.int64]:
+        """Released values back to their units' first instants, in epoch milliseconds: the
+        ledger's windows under ``privacy.ledger.time``. ValueError where one is no unit
+        start in this field's output format (never guessed: the ledger charges by it)."""
+        unit_s = self.unit_us // _SECOND_US
+        if self.output == "iso":
+            texts = [v[:-1] for v in released if type(v) is str and v.endswith("Z")]
+            if len(texts) != len(released):
+                raise ValueError(f"field {self.name!r}: a released value is no ISO text")
+            try:
+                seconds = np.array(texts, dtype="datetime64[s]").astype(np.int64)
+            except ValueError:  # numpy's message quotes the text
+                raise ValueError(f"field {self.name!r}: a released value is no ISO text") from None
+        else:
+            if not all(type(v) is int for v in released):
+                raise ValueError(f"field {self.name!r}: a released value is no epoch integer")
+            numbers = np.array(released, dtype=np.int64)
+            seconds = numbers if self.output == "epoch_s" else numbers // 1000
+            if self.output == "epoch_ms" and (numbers % 1000).any():
+                raise ValueError(f"field {self.name!r}: a released value is no unit start")
+        if (seconds % unit_s).any():
+            raise ValueError(f"field {self.name!r}: a released value is no unit start")
+        return seconds * 1000
+
     def index_of(self, released: object) -> int | None:
         """A released value back to its unit index (estimate, audit); None if it is none."""
         try:

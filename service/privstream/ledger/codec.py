@@ -13,11 +13,13 @@ are signed 64-bit big-endian (``>q``)::
     01 'C'                                       clock_ms:q
     01 'E'                                       closed_ms:q
     01 'N'                                       canonical JSON {"released": n, <reason>: n}
+    01 'D' deployment                            01
 
 * ``W``: what a subject spent in the UTC window ``[start_ms, start_ms +
   window_ms)``, in units of ``1e-9`` epsilon and ``1e-18`` delta
   (``privstream.config.ledger``). Tombstoned once the window has expired.
-* ``L``: what a subject spent over its lifetime (only with a lifetime cap;
+* ``L``: what a subject spent over its lifetime (kept with or without a
+  lifetime cap, so a cap set later counts what was released before it;
   never tombstoned: the cap holds for as long as the changelog lives).
 * ``C``: the partition's clock, the largest wall-clock time any replica
   charged the partition at. A replica charges at ``max(now, clock)``, so a
@@ -29,9 +31,13 @@ are signed 64-bit big-endian (``>q``)::
   reopens a window whose spending was tombstoned (records of a window that
   starts before it are ``late_record``).
 * ``N``: cumulative record counts (``released`` and each suppression reason).
+* ``D``: a deployment (its ``kafka.group_id``) charged this partition. A
+  restore that meets another deployment's marker refuses the changelog: two
+  deployments sharing one would each restore the other's spending
+  (``replay.Replay.finish``).
 
 ``subject`` is the subject's canonical bytes (``privstream.pipeline.subjects``).
-A reader meeting another version byte refuses the changelog (``LedgerError``)
+A reader meeting another version byte refuses the changelog (``ChangelogError``)
 rather than guess: a ledger it cannot read is a budget it cannot enforce.
 """
 
@@ -40,7 +46,7 @@ from __future__ import annotations
 import json
 import struct
 
-from privstream.errors import LedgerError
+from privstream.errors import ChangelogError
 
 VERSION = 1
 _V = bytes([VERSION])
@@ -48,8 +54,11 @@ WINDOW = _V + b"W"
 LIFETIME = _V + b"L"
 CLOCK_KEY = _V + b"C"
 CLOSED_KEY = _V + b"E"
-_KINDS = (b"W", b"L", b"C", b"E", b"N")
 COUNTS_KEY = _V + b"N"
+DEPLOYMENT = _V + b"D"
+#: the value of a ``D`` record (its key says it all; a non-empty value is not a tombstone)
+MARK = b"\x01"
+_KINDS = (b"W", b"L", b"C", b"E", b"N", b"D")
 _WINDOW_HEAD = struct.Struct(">qq")
 #: bytes before the subject in a window key
 WINDOW_PREFIX_LEN = len(WINDOW) + _WINDOW_HEAD.size
@@ -71,6 +80,10 @@ def lifetime_key(subject: bytes) -> bytes:
     return LIFETIME + subject
 
 
+def deployment_key(deployment: str) -> bytes:
+    return DEPLOYMENT + deployment.encode()
+
+
 def encode_int(value: int) -> bytes:
     return _INT.pack(value)
 
@@ -86,22 +99,20 @@ def encode_counts(counts: dict[str, int]) -> bytes:
 def decode_counts(value: bytes) -> dict[str, int]:
     data = json.loads(value)
     if not isinstance(data, dict) or not all(isinstance(v, int) for v in data.values()):
-        raise LedgerError("ledger changelog: the counts record is not a JSON object of integers")
+        raise ChangelogError("ledger changelog: the counts record is not a JSON object of integers")
     return {str(k): int(v) for k, v in data.items()}
 
 
 def kind_of(key: bytes) -> bytes:
-    """The type byte (``W``, ``L``, ``C``, ``E`` or ``N``); LedgerError otherwise."""
+    """The type byte (``W``, ``L``, ``C``, ``E``, ``N`` or ``D``); ChangelogError otherwise."""
     if len(key) < 2 or key[0] != VERSION:
         found = key[0] if key else None
-        raise LedgerError(
+        raise ChangelogError(
             f"ledger changelog: a record of version {found} (this privstream reads version "
             f"{VERSION}); run the privstream version that wrote it, or give "
             "privacy.ledger.changelog_topic a new topic (which restarts every subject's budget)"
         )
     kind = key[1:2]
-    if kind not in (b"W", b"L", b"C", b"E", b"N") or (
-        kind == b"W" and len(key) < WINDOW_PREFIX_LEN
-    ):
-        raise LedgerError(f"ledger changelog: unknown record type {kind!r} in version {VERSION}")
+    if kind not in _KINDS or (kind == b"W" and len(key) < WINDOW_PREFIX_LEN):
+        raise ChangelogError(f"ledger changelog: unknown record type {kind!r} in version {VERSION}")
     return kind

@@ -12,9 +12,11 @@ passes rather than one Python call per record:
    and the group's allowance ``min((cap - spent) // cost, (delta_cap -
    delta_spent) // delta_cost)`` -- a record is within its window's budget
    iff ``rank <= allowance``;
-3. with a lifetime cap, group by subject: a record is over the lifetime cap
-   iff the subject's records *within their windows' budgets* before it in
-   the batch number at least the lifetime allowance.
+3. group by subject: a record is over the lifetime cap iff the subject's
+   records *within their windows' budgets* before it in the batch number at
+   least the lifetime allowance. Lifetime spending is kept without a cap
+   too (an unlimited one), so a cap set later counts what was released
+   before it.
 
 Step 3 gives exactly what charging one record at a time gives, checking the
 lifetime first and the window second (``tests/unit/ledger/test_charge.py``
@@ -38,7 +40,7 @@ import numpy.typing as npt
 from privstream.errors import MisuseError
 from privstream.ledger import codec
 from privstream.ledger import groups as g
-from privstream.ledger.policy import MAX_SUBJECT_BYTES, REASONS, LedgerPolicy
+from privstream.ledger.policy import MAX_SUBJECT_BYTES, REASONS, UNLIMITED, LedgerPolicy
 from privstream.ledger.replay import Replay
 from privstream.ledger.spending import Spending, hashes
 from privstream.ledger.state import PartitionState
@@ -69,8 +71,11 @@ class Charge:
 class SubjectLedger:
     """Per-partition spending of each subject; see the module docstring and docs/ledger.md."""
 
-    def __init__(self, *, policy: LedgerPolicy) -> None:
+    def __init__(self, *, policy: LedgerPolicy, deployment: str) -> None:
         self.policy = policy
+        #: who charges (``kafka.group_id``): its marker goes into each partition it charges,
+        #: and a restore refuses a changelog another deployment charged (``codec``, ``D``)
+        self.deployment = deployment
         self._partitions: dict[int, PartitionState] = {}
 
     def restore(self, partition: int, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
@@ -85,7 +90,7 @@ class SubjectLedger:
     def replay(self, partition: int) -> Replay:
         """A restore of ``partition`` to fold its changelog into as it is read (``Replay.add``,
         then ``restored``): the records are never all held at once."""
-        return Replay(partition, self.policy.window_ms)
+        return Replay(partition, self.policy.window_ms, self.deployment)
 
     def restored(self, replay: Replay) -> None:
         """Take a replayed partition as its ledger (LedgerError if the changelog is refused)."""
@@ -97,7 +102,11 @@ class SubjectLedger:
 
     def snapshot(self, partition: int) -> dict[bytes, bytes]:
         """The partition's ledger as the compacted changelog holds it."""
-        return self._state(partition).snapshot()
+        state = self._state(partition)
+        snap = state.snapshot()
+        if state.marked:
+            snap[codec.deployment_key(self.deployment)] = codec.MARK
+        return snap
 
     def counts(self, partition: int) -> dict[str, int]:
         """Cumulative ``released`` and per-reason counts of the partition (persisted)."""
@@ -141,6 +150,9 @@ class SubjectLedger:
         if state is None:
             state = self._partitions[partition] = PartitionState(window_ms=self.policy.window_ms)
         updates = Updates()
+        if not state.marked:
+            updates.put(codec.deployment_key(self.deployment), codec.MARK)
+            state.marked = True
         clock = now_ms if state.clock is None else max(now_ms, state.clock)
         if clock != state.clock:
             state.clock = clock
@@ -221,11 +233,10 @@ class SubjectLedger:
             within[at] = g.within(inverse, allowed)
             windows.append((start, at, firsts, inverse, spent))
         codes = np.where(within, 0, _CODE["budget_exhausted"]).astype(np.intp)
-        if policy.lifetime_cap_units is not None:
-            # one window in the batch (the usual case): its groups are the subjects
-            grouped = windows[0][2:4] if len(windows) == 1 else g.group(keys)
-            over = _lifetime_over(state, policy, (keys, subjects), grouped, within, updates)
-            codes[over] = _CODE["lifetime_exhausted"]
+        # one window in the batch (the usual case): its groups are the subjects
+        grouped = windows[0][2:4] if len(windows) == 1 else g.group(keys)
+        over = _lifetime_over(state, policy, (keys, subjects), grouped, within, updates)
+        codes[over] = _CODE["lifetime_exhausted"]
         costs = np.array([policy.cost_units, policy.delta_cost_units], dtype=np.int64)
         for start, at, firsts, inverse, spent in windows:
             admitted = np.bincount(inverse, weights=codes[at] == 0, minlength=len(firsts))
@@ -253,8 +264,10 @@ def _lifetime_over(
     updates: Updates,
 ) -> g.Bools:
     """Records over the lifetime cap (``batch``: each record's key and subject; ``grouped``:
-    each subject's first record and each record's subject); charges the admitted ones."""
-    cap, cost = cast(int, policy.lifetime_cap_units), policy.cost_units
+    each subject's first record and each record's subject); charges the admitted ones.
+    Without a cap the lifetime is still charged, under an unlimited one."""
+    cap, cost = policy.lifetime_cap_units, policy.cost_units
+    cap = UNLIMITED if cap is None else cap
     keys, subjects = batch
     firsts, inverse = grouped
     spent = _spent(state.lifetime, keys[firsts], width=1)[:, 0]

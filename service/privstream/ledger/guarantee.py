@@ -38,6 +38,7 @@ def ledger_guarantee(config: AppConfig, plan: RecordPlan) -> dict[str, Any] | No
         "subject": config.privacy.subject,
         "subject_public": config.privacy.subject_public,
         "window": format_duration(policy.window_ms),
+        "time": ledger.time,
         "grace": format_duration(policy.grace_ms),
         "max_future": format_duration(policy.max_future_ms),
         "over_budget": policy.over_budget,
@@ -83,10 +84,17 @@ def ledger_lines(data: dict[str, Any] | None) -> list[str]:
             "repeats in every window where the value repeats, so the per-window guarantee "
             "covers their values, not whether they changed between windows"
         )
+    stamp = "Kafka timestamp" if data["time"] is None else f"time {data['time']!r}"
+    if data["time"] is not None:
+        lines.append(
+            f"ledger windows: from the released time of field {data['time']!r} "
+            "(privacy.ledger.time: a public time, as the output shows it), not the Kafka "
+            "timestamp; a record without one is dead-lettered"
+        )
     lines.append(
         f"ledger: the subject is the Kafka message key (records whose {data['subject']!r} "
         f"differs are dead-lettered); late records accepted until window end + {data['grace']},"
-        f" records more than {data['max_future']} ahead suppressed; memoized repeats are "
-        "charged in full"
+        f" records whose {stamp} is more than {data['max_future']} ahead suppressed; "
+        "memoized repeats are charged in full"
     )
     return lines

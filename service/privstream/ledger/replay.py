@@ -35,13 +35,13 @@ import numpy as np
 import numpy.typing as npt
 
 from privstream.config.ledger import format_duration
-from privstream.errors import LedgerError
+from privstream.errors import ChangelogError
 from privstream.ledger import codec
 from privstream.ledger.spending import Int64s, Spending, hashes
 from privstream.ledger.state import PartitionState
 
 #: the value length of each record type (``codec``)
-_VALUE_BYTES = {b"W": 16, b"L": 8, b"C": 8, b"E": 8}
+_VALUE_BYTES = {b"W": 16, b"L": 8, b"C": 8, b"E": 8, b"D": len(codec.MARK)}
 _Values = Sequence[bytes | None]
 Bools = npt.NDArray[np.bool_]
 
@@ -58,9 +58,13 @@ def merged(held: Int64s, incoming: Int64s) -> Int64s:
 class Replay:
     """One partition's changelog, folded batch by batch (``add``), then ``finish``."""
 
-    def __init__(self, partition: int, window_ms: int) -> None:
+    def __init__(self, partition: int, window_ms: int, deployment: str) -> None:
         self.partition = partition
         self.window_ms = window_ms
+        #: the deployment restoring it (``codec``, record ``D``)
+        self.deployment = deployment
+        #: the deployments whose markers the changelog holds
+        self._deployments: set[str] = set()
         #: (window start, window length) -> its table; windows of another length than
         #: ``window_ms`` are kept only to refuse the changelog if any is live at the end
         self._windows: dict[tuple[int, int], _Table] = {}
@@ -86,7 +90,7 @@ class Replay:
             elif lead == codec.LIFETIME:
                 head, name = lead, key[len(lead) :]
             else:
-                self._scalar(_kind(key, value), value)
+                self._scalar(key, _kind(key, value), value)
                 continue
             run = runs.get(head)
             if run is None:
@@ -97,11 +101,12 @@ class Replay:
             self._fold(head, names, run_values)
 
     def finish(self) -> PartitionState:
-        """The partition's ledger; LedgerError if it holds live spending under another
-        window length."""
+        """The partition's ledger; ChangelogError if it holds live spending under another
+        window length, or another deployment's marker."""
+        self._refuse_shared()
         foreign = sorted({length for _, length in self._windows} - {self.window_ms})
         if foreign:
-            raise LedgerError(
+            raise ChangelogError(
                 f"ledger changelog partition {self.partition}: spending recorded for "
                 f"{', '.join(map(format_duration, foreign))} windows, but "
                 f"privacy.ledger.window is {format_duration(self.window_ms)}; restore the "
@@ -114,7 +119,21 @@ class Replay:
             clock=self._clock,
             closed=self._closed,
             counts=self._counts,
+            marked=self.deployment in self._deployments,
         )
+
+    def _refuse_shared(self) -> None:
+        """Two deployments sharing a changelog each restore the other's spending (compaction
+        keeps whichever wrote a subject's row last): refused, whatever the topic's name."""
+        others = sorted(self._deployments - {self.deployment})
+        if others:
+            raise ChangelogError(
+                f"ledger changelog partition {self.partition}: also charged by deployment "
+                f"(kafka.group_id) {', '.join(map(repr, others))}, while this one is "
+                f"{self.deployment!r}; two deployments sharing a changelog each restore the "
+                "other's spending. Give each its own privacy.ledger.changelog_topic (a new "
+                "topic starts every budget afresh: docs/ledger.md, Two deployments)"
+            )
 
     def _fold(self, head: bytes, names: list[bytes], values: _Values) -> None:
         if head == codec.LIFETIME:
@@ -128,8 +147,14 @@ class Replay:
         if table.empty:  # tombstoned whole (or tombstones of subjects never held)
             del self._windows[window]
 
-    def _scalar(self, kind: bytes, value: bytes | None) -> None:
-        if kind == b"C":
+    def _scalar(self, key: bytes, kind: bytes, value: bytes | None) -> None:
+        if kind == b"D":
+            name = key[len(codec.DEPLOYMENT) :].decode(errors="replace")
+            if value is None:
+                self._deployments.discard(name)
+            else:
+                self._deployments.add(name)
+        elif kind == b"C":
             self._clock = None if value is None else codec.decode_int(value)
         elif kind == b"E":  # only moves forward: a stale lower one never reopens a window
             closed = None if value is None else codec.decode_int(value)
@@ -296,8 +321,8 @@ def _kind(key: bytes, value: bytes | None) -> bytes:
     return kind
 
 
-def _wrong_length(kind: bytes, length: int) -> LedgerError:
-    return LedgerError(
+def _wrong_length(kind: bytes, length: int) -> ChangelogError:
+    return ChangelogError(
         f"ledger changelog: a {kind.decode()} record of {length} bytes (version "
         f"{codec.VERSION} writes {_VALUE_BYTES[kind]}); the changelog topic holds something "
         "else: give privacy.ledger.changelog_topic a topic of its own"

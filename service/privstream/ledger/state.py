@@ -27,6 +27,8 @@ class PartitionState:
     #: windows starting before this are closed for good (``codec``, record ``E``)
     closed: int | None = None
     counts: dict[str, int] = field(default_factory=dict)
+    #: the changelog holds this deployment's marker (``codec``, record ``D``)
+    marked: bool = False
 
     def prefix(self, start: int) -> bytes:
         return codec.window_prefix(start, self.window_ms)

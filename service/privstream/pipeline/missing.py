@@ -63,6 +63,11 @@ class MissingHandler:
         return getattr(self.inner, attribute)
 
     @property
+    def parsed_stand_in(self) -> Any:
+        """The stand-in as the kind's parse gives it (a timestamp's unit index)."""
+        return self._parsed
+
+    @property
     def source(self) -> str:
         """The record key it reads (its own name)."""
         return self.inner.name

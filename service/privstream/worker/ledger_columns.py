@@ -1,5 +1,6 @@
 """The columns a batch's charge reads: each released record's partition, key, timestamp
-and subject, checked before anything is charged.
+(the Kafka timestamp, or the released time of ``privacy.ledger.time``) and subject,
+checked before anything is charged.
 
 A column that does not line up with its records would charge records to
 another subject or another partition's ledger, so each is checked where it
@@ -11,15 +12,19 @@ writer put on another partition than their key's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
+from functools import reduce
+from operator import attrgetter, getitem
 from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 from aiokafka import ConsumerRecord
 
+from privstream.config.paths import split_path
 from privstream.errors import LedgerError
-from privstream.pipeline import BatchResult
+from privstream.kinds.timestamp import TimestampHandler
+from privstream.pipeline import BatchResult, RecordPlan
 from privstream.worker.partitioner import partitions_of
 
 
@@ -80,6 +85,40 @@ def check_partitions(records: Sequence[ConsumerRecord], partitions: npt.NDArray[
         )
 
 
+class EventTime:
+    """``privacy.ledger.time``: each output's released time, in epoch milliseconds.
+
+    Read back from the sanitized output itself, never from the raw record: the window a
+    record is charged to is then a function of what the output shows (the field is a
+    timestamp released without noise, config load checks it), so the release decision
+    reads no value the output does not publish.
+    """
+
+    def __init__(self, handler: TimestampHandler) -> None:
+        self.field = handler.name
+        self._keys = split_path(handler.name)  # a nested time: its path (``device.seen_at``)
+        self._handler = handler
+
+    def __call__(self, outputs: Sequence[bytes]) -> npt.NDArray[np.int64]:
+        try:
+            values = [reduce(getitem, self._keys, orjson.loads(output)) for output in outputs]
+            return self._handler.starts_ms(values)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise LedgerError(
+                f"a batch of {len(outputs)} outputs has one whose {self.field!r} "
+                f"(privacy.ledger.time) cannot be read back ({exc}): refusing to charge it "
+                "(please report)"
+            ) from None
+
+    @classmethod
+    def of(cls, plan: RecordPlan, field: str) -> EventTime:
+        """The time field's handler in ``plan`` (config load checked its kind)."""
+        handler = next((h for h in plan.handlers if h.name == field), None)
+        if not isinstance(handler, TimestampHandler):
+            raise LedgerError(f"privacy.ledger.time {field!r} is no timestamp field of the plan")
+        return cls(handler)
+
+
 class Columns:
     """The columns ``SubjectLedger.charge`` reads of a batch's released records, in input
     order, taken from the records once per batch."""
@@ -90,6 +129,7 @@ class Columns:
         result: BatchResult,
         partitions: npt.NDArray[np.int64],
         subject_field: str,
+        event_time: EventTime | None = None,
     ) -> None:
         check_partitions(records, partitions)
         index = _output_index(result, len(records))
@@ -101,7 +141,10 @@ class Columns:
         # values in 0..n-1)
         released = records if every else list(map(records.__getitem__, self.index.tolist()))
         self.partitions = partitions[self.index]
-        self._timestamps = np.fromiter(map(_TIMESTAMP, released), np.int64, len(released))
+        if event_time is None:  # windows follow the Kafka timestamp
+            self._timestamps = np.fromiter(map(_TIMESTAMP, released), np.int64, len(released))
+        else:  # the released time, read in output order
+            self._timestamps = event_time(result.outputs)[self.order]
         self._keys: list[bytes | None] = list(map(_KEY, released))
         self._subjects = subjects_in_order(result, self.order, subject_field)
 

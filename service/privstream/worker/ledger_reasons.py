@@ -18,9 +18,14 @@ ALWAYS_DEAD_LETTERED = frozenset(
 )
 
 
-def reason_details(policy: LedgerPolicy, subject: str) -> Mapping[str, str]:
-    """The dead-letter detail of each suppression reason (no raw value in any)."""
+def reason_details(
+    policy: LedgerPolicy, subject: str, time_field: str | None = None
+) -> Mapping[str, str]:
+    """The dead-letter detail of each suppression reason (no raw value in any);
+    ``time_field``: ``privacy.ledger.time``, whose released time gives the windows."""
     window = format_duration(policy.window_ms)
+    stamp = "Kafka timestamp" if time_field is None else f"time {time_field!r}"
+    clock = "the producer's clock" if time_field is None else "the event times"
     cost = f"each released record costs epsilon {policy.record_epsilon:g}"
     return {
         "budget_exhausted": (
@@ -35,15 +40,15 @@ def reason_details(policy: LedgerPolicy, subject: str) -> Mapping[str, str]:
             else "lifetime cap reached"
         ),
         "late_record": (
-            f"the record's Kafka timestamp is older than its {window} window's end plus "
+            f"the record's {stamp} is older than its {window} window's end plus "
             f"privacy.ledger.grace {format_duration(policy.grace_ms)}, or its window starts "
             "before one already closed (after a change of window or grace): that window "
-            "cannot be charged again. Fix the producer's clock or raise grace"
+            f"cannot be charged again. Fix {clock} or raise grace"
         ),
         "future_record": (
-            "the record's Kafka timestamp is more than privacy.ledger.max_future "
-            f"{format_duration(policy.max_future_ms)} ahead of the worker's clock: fix the "
-            "producer's clock or raise max_future"
+            f"the record's {stamp} is more than privacy.ledger.max_future "
+            f"{format_duration(policy.max_future_ms)} ahead of the worker's clock: fix "
+            f"{clock} or raise max_future"
         ),
         "subject_partition_mismatch": (
             "the record is not on the partition Kafka's default partitioner (murmur2) gives "

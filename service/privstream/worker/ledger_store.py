@@ -64,7 +64,7 @@ from privstream.pipeline.results import DeadLetter
 from privstream.worker.changelog import changelog_topic, read_partitions
 from privstream.worker.clients import batch_bytes, common_options, open_transaction_wait_s
 from privstream.worker.clock import BrokerClock
-from privstream.worker.ledger_columns import Columns, misplaced
+from privstream.worker.ledger_columns import Columns, EventTime, misplaced
 from privstream.worker.ledger_reasons import ALWAYS_DEAD_LETTERED, reason_details
 from privstream.worker.produce import BatchSender, Headers
 from privstream.worker.record_batch import changelog_batches
@@ -112,6 +112,7 @@ class LedgerStore:
         metrics: Metrics,
         subject_field: str,
         clock: BrokerClock | None = None,
+        event_time: EventTime | None = None,
     ) -> None:
         self.ledger = ledger
         self.policy: LedgerPolicy = ledger.policy
@@ -123,7 +124,10 @@ class LedgerStore:
         self._metrics = metrics
         #: the subject field (``privacy.subject``): ``sanitize`` reads its column for the charge
         self.subject_field = subject_field
-        self._details = reason_details(self.policy, subject_field)
+        #: ``privacy.ledger.time``: windows follow the released time (None: Kafka timestamps)
+        self.event_time = event_time
+        time_field = None if event_time is None else event_time.field
+        self._details = reason_details(self.policy, subject_field, time_field)
         self._restores: dict[int, asyncio.Task[None]] = {}
         #: partitions whose ledger is restored for the current assignment
         self._restored: set[int] = set()
@@ -148,14 +152,16 @@ class LedgerStore:
         if config.privacy.ledger is None or subject is None:
             return None
         policy = LedgerPolicy.from_config(config, plan)
+        time_field = config.privacy.ledger.time
         return cls(
-            ledger=SubjectLedger(policy=policy),
+            ledger=SubjectLedger(policy=policy, deployment=config.kafka.group_id),
             topic=changelog_topic(config),
             kafka=config.kafka,
             runtime=runtime,
             metrics=metrics,
             subject_field=subject,
             clock=BrokerClock.from_env(policy.max_future_ms, environ),
+            event_time=None if time_field is None else EventTime.of(plan, time_field),
         )
 
     @property
@@ -226,7 +232,7 @@ class LedgerStore:
 
         ``partitions``: each record's partition (the worker knows them as runs).
         """
-        batch = Columns(records, result, partitions, self.subject_field)
+        batch = Columns(records, result, partitions, self.subject_field, self.event_time)
         index, order = batch.index, batch.order
         admitted = np.ones(len(index), dtype=bool)
         verdict = Verdict(result=result)

@@ -108,7 +108,7 @@ def random_batch(rng: np.random.Generator, now: int, size: int) -> tuple[list[An
 def test_vectorised_charge_equals_the_per_record_reference(seed: int, lifetime: int | None) -> None:
     policy = replace(POLICY, lifetime_cap_units=lifetime)
     rng = np.random.default_rng(seed)
-    ledger, ref = SubjectLedger(policy=policy), Reference(policy)
+    ledger, ref = SubjectLedger(policy=policy, deployment="tests"), Reference(policy)
     log: list[tuple[bytes, bytes | None]] = []
     now = 10_000
     for _ in range(150):
@@ -120,7 +120,7 @@ def test_vectorised_charge_equals_the_per_record_reference(seed: int, lifetime: 
         assert charge.admitted.tolist() == [r is None for r in expected]
         log.extend(charge.updates)
         assert windows_of(ledger.snapshot(3)) == ref.live_windows()
-    restored = SubjectLedger(policy=policy)
+    restored = SubjectLedger(policy=policy, deployment="tests")
     restored.restore(3, log)
     assert restored.snapshot(3) == ledger.snapshot(3)
     assert restored.counts(3) == ledger.counts(3)
@@ -142,7 +142,7 @@ def test_subjects_whose_hashes_collide_share_one_budget(
         core, "hashes", lambda subjects: np.array([identity(s) for s in subjects], np.int64)
     )
     monkeypatch.setattr(replay, "hashes", core.hashes)
-    ledger, ref = SubjectLedger(policy=policy), Reference(policy, identity)
+    ledger, ref = SubjectLedger(policy=policy, deployment="tests"), Reference(policy, identity)
     apart = Reference(policy)  # the same records without collisions
     log: list[tuple[bytes, bytes | None]] = []
     stricter = 0  # records the collisions suppressed
@@ -157,14 +157,14 @@ def test_subjects_whose_hashes_collide_share_one_budget(
         stricter += sum(a is None and b is not None for a, b in pairs)
         log.extend(charge.updates)
         if step == 60:  # a restore from the changelog charges on as the ledger does
-            ledger = SubjectLedger(policy=policy)
+            ledger = SubjectLedger(policy=policy, deployment="tests")
             ledger.restore(3, log)
     assert stricter > 10, "the collisions were never exercised"
 
 
 def test_thousands_of_records_of_one_subject_in_one_batch() -> None:
     policy = replace(POLICY, delta_cost_units=0, cap_units=120, lifetime_cap_units=None)
-    ledger = SubjectLedger(policy=policy)
+    ledger = SubjectLedger(policy=policy, deployment="tests")
     n = 5_000
     charge = ledger.charge(
         0, subjects=[b"d"] * n, keys=[b"d"] * n, timestamps_ms=np.full(n, 5_500), now_ms=5_600
@@ -183,7 +183,7 @@ def charge_one(ledger: SubjectLedger, t: int, now: int, subject: bytes = b"s") -
 
 
 def test_window_rollover_opens_a_fresh_budget_and_tombstones_the_old_window() -> None:
-    ledger = SubjectLedger(policy=replace(POLICY, lifetime_cap_units=None))
+    ledger = SubjectLedger(policy=replace(POLICY, lifetime_cap_units=None), deployment="tests")
     assert [charge_one(ledger, 1_500, 1_500) for _ in range(3)] == [None, None, "budget_exhausted"]
     assert charge_one(ledger, 2_000, 2_000) is None  # the next window
     assert charge_one(ledger, 1_999, 2_100) == "budget_exhausted"  # late but within grace
@@ -194,7 +194,7 @@ def test_window_rollover_opens_a_fresh_budget_and_tombstones_the_old_window() ->
 
 
 def test_the_lifetime_cap_holds_across_windows() -> None:
-    ledger = SubjectLedger(policy=POLICY)  # 2 per window, 8 per lifetime
+    ledger = SubjectLedger(policy=POLICY, deployment="tests")  # 2 per window, 8 per lifetime
     reasons = [charge_one(ledger, w * 1_000 + 10, w * 1_000 + 10) for w in range(6) for _ in "ab"]
     assert reasons[:8] == [None] * 8
     assert reasons[8:] == ["lifetime_exhausted"] * 4
@@ -202,7 +202,7 @@ def test_the_lifetime_cap_holds_across_windows() -> None:
 
 
 def test_late_and_future_records_are_suppressed_with_their_own_reasons() -> None:
-    ledger = SubjectLedger(policy=POLICY)
+    ledger = SubjectLedger(policy=POLICY, deployment="tests")
     assert charge_one(ledger, 10_101, 10_000) == "future_record"
     assert charge_one(ledger, 10_100, 10_000) is None
     assert charge_one(ledger, 8_799, 10_000) == "late_record"  # window [8000, 9000) + 200 < now
@@ -213,7 +213,7 @@ def test_late_and_future_records_are_suppressed_with_their_own_reasons() -> None
 
 
 def test_mismatched_keys_and_missing_subjects_are_never_charged() -> None:
-    ledger = SubjectLedger(policy=POLICY)
+    ledger = SubjectLedger(policy=POLICY, deployment="tests")
     charge = ledger.charge(
         0, subjects=[b"a", None, b"a"], keys=[b"b", None, None], timestamps_ms=[5] * 3, now_ms=5
     )
@@ -223,7 +223,7 @@ def test_mismatched_keys_and_missing_subjects_are_never_charged() -> None:
 
 def test_a_subject_over_1024_bytes_is_never_charged() -> None:
     """A hostile writer's megabyte key would make a changelog record the broker refuses."""
-    ledger = SubjectLedger(policy=POLICY)
+    ledger = SubjectLedger(policy=POLICY, deployment="tests")
     long, longest = b"x" * 1024, b"y" * 1025
     subjects = [long, longest, None, b"y" * 2**20]
     charge = ledger.charge(
@@ -236,14 +236,14 @@ def test_a_subject_over_1024_bytes_is_never_charged() -> None:
 
 
 def test_a_slower_clock_on_another_replica_cannot_reopen_an_expired_window() -> None:
-    first = SubjectLedger(policy=POLICY)
+    first = SubjectLedger(policy=POLICY, deployment="tests")
     log = list(
         first.charge(
             0, subjects=[b"s"] * 3, keys=[b"s"] * 3, timestamps_ms=[500] * 3, now_ms=500
         ).updates
     )
     log += first.charge(0, subjects=[], keys=[], timestamps_ms=[], now_ms=5_000).updates
-    second = SubjectLedger(policy=POLICY)
+    second = SubjectLedger(policy=POLICY, deployment="tests")
     second.restore(0, log)
     # the second replica's wall clock is 4.4 s behind: window [0, 1000) would look open
     charge = second.charge(0, subjects=[b"s"], keys=[b"s"], timestamps_ms=[600], now_ms=600)
@@ -253,13 +253,13 @@ def test_a_slower_clock_on_another_replica_cannot_reopen_an_expired_window() -> 
 def _released_in_window(policy_after: LedgerPolicy, ts_after: int, now_after: int) -> int:
     """Records of one subject released with timestamps in window [0, 1000): a first config
     spends the cap there and closes the window; a second config takes over the changelog."""
-    first = SubjectLedger(policy=POLICY)
+    first = SubjectLedger(policy=POLICY, deployment="tests")
     ones = [b"s"] * 3
     charge = first.charge(0, subjects=ones, keys=ones, timestamps_ms=[500] * 3, now_ms=500)
     released = sum(charge.admitted.tolist())
     log = [*charge.updates]
     log += first.charge(0, subjects=[], keys=[], timestamps_ms=[], now_ms=1_300).updates
-    second = SubjectLedger(policy=policy_after)
+    second = SubjectLedger(policy=policy_after, deployment="tests")
     second.restore(0, log)
     again = second.charge(
         0, subjects=ones, keys=ones, timestamps_ms=[ts_after] * 3, now_ms=now_after
@@ -284,18 +284,18 @@ def test_a_config_change_never_reopens_a_closed_window(
 
 
 def test_the_closed_past_survives_a_restore_and_only_moves_forward() -> None:
-    ledger = SubjectLedger(policy=POLICY)
+    ledger = SubjectLedger(policy=POLICY, deployment="tests")
     ledger.charge(0, subjects=[], keys=[], timestamps_ms=[], now_ms=5_250)
     closed = ledger.snapshot(0)[b"\x01E"]
     assert struct.unpack(">q", closed) == (5_000,)  # the end of [4000, 5000): 5000 + 200 < 5250
-    wider = SubjectLedger(policy=replace(POLICY, grace_ms=3_000))
+    wider = SubjectLedger(policy=replace(POLICY, grace_ms=3_000), deployment="tests")
     wider.restore(0, ledger.snapshot(0).items())
     wider.charge(0, subjects=[], keys=[], timestamps_ms=[], now_ms=5_300)
     assert wider.snapshot(0)[b"\x01E"] == closed  # 5300 - 3000 closes less: kept
 
 
 def test_restore_of_a_snapshot_equals_the_ledger_and_forget_drops_it() -> None:
-    ledger = SubjectLedger(policy=POLICY)
+    ledger = SubjectLedger(policy=POLICY, deployment="tests")
     ledger.charge(
         2,
         subjects=[b"a", b"b", b"a"],
@@ -303,7 +303,7 @@ def test_restore_of_a_snapshot_equals_the_ledger_and_forget_drops_it() -> None:
         timestamps_ms=[100, 200, 1_100],
         now_ms=1_100,
     )
-    copy = SubjectLedger(policy=POLICY)
+    copy = SubjectLedger(policy=POLICY, deployment="tests")
     copy.restore(2, ledger.snapshot(2).items())
     assert copy.snapshot(2) == ledger.snapshot(2)
     assert copy.counts(2) == ledger.counts(2) == {"released": 3, **dict.fromkeys(REASONS, 0)}
@@ -312,7 +312,7 @@ def test_restore_of_a_snapshot_equals_the_ledger_and_forget_drops_it() -> None:
 
 
 def test_restore_refuses_a_changelog_it_cannot_enforce() -> None:
-    ledger = SubjectLedger(policy=POLICY)
+    ledger = SubjectLedger(policy=POLICY, deployment="tests")
     with pytest.raises(LedgerError, match="version 2"):
         ledger.restore(0, [(b"\x02W", b"")])
     other = b"\x01W" + struct.pack(">qq", 0, 2_000) + b"s"
@@ -328,14 +328,14 @@ def test_restore_refuses_a_changelog_it_cannot_enforce() -> None:
 
 def test_charge_refuses_mismatched_lengths() -> None:
     with pytest.raises(MisuseError, match="2 subjects, 1 keys"):
-        SubjectLedger(policy=POLICY).charge(
+        SubjectLedger(policy=POLICY, deployment="tests").charge(
             0, subjects=[b"a", b"b"], keys=[b"a"], timestamps_ms=[1, 2], now_ms=0
         )
 
 
 def test_windows_are_utc_days() -> None:
     policy = replace(POLICY, window_ms=DAY, grace_ms=0, max_future_ms=DAY)
-    ledger = SubjectLedger(policy=policy)
+    ledger = SubjectLedger(policy=policy, deployment="tests")
     midnight = 20_000 * DAY  # 2024-10-04T00:00Z
     ledger.charge(
         0,
@@ -348,7 +348,7 @@ def test_windows_are_utc_days() -> None:
 
 
 def test_a_record_on_another_partition_than_its_key_is_never_charged() -> None:
-    ledger = SubjectLedger(policy=POLICY)
+    ledger = SubjectLedger(policy=POLICY, deployment="tests")
     charge = ledger.charge(
         0,
         subjects=[b"s", b"s", b"t", None],

@@ -91,14 +91,14 @@ def test_a_subject_charged_inside_another_subjects_batch_row_keeps_its_record(
     record holds the row she shared (both records), so none of hers fits any more."""
     hashes = Hashes(monkeypatch)
     policy = replace(POLICY, lifetime_cap_units=None)
-    ledger = SubjectLedger(policy=policy)
+    ledger = SubjectLedger(policy=policy, deployment="tests")
     pair = [b"alice", b"carol"]
     first = ledger.charge(0, subjects=pair, keys=pair, timestamps_ms=[10_000] * 2, now_ms=10_000)
     assert first.admitted.tolist() == [True, True]
     kept = compacted(first.updates)
     assert sorted(key[18:] for key in kept if key[:2] == b"\x01W") == pair, "one record each"
     hashes.identity = IDENTITIES[1]  # a restart: a new hash key
-    after = SubjectLedger(policy=policy)
+    after = SubjectLedger(policy=policy, deployment="tests")
     after.restore(0, kept.items())
     carol = [b"carol"] * 3
     again = after.charge(0, subjects=carol, keys=carol, timestamps_ms=[10_000] * 3, now_ms=10_000)
@@ -116,7 +116,7 @@ def test_a_closed_window_tombstones_every_subject_of_a_shared_row(
     hashes = Hashes(monkeypatch)
     hashes.identity = lambda s: 1 if s in (b"alice", b"carol", b"erin") else len(s)
     policy = replace(POLICY, lifetime_cap_units=None)
-    ledger = SubjectLedger(policy=policy)
+    ledger = SubjectLedger(policy=policy, deployment="tests")
     log: list[tuple[bytes, bytes | None]] = []
 
     def charge(subjects: list[bytes], ts: int, now: int) -> None:
@@ -140,7 +140,7 @@ def test_a_closed_window_tombstones_every_subject_of_a_shared_row(
     assert {key[18:] for key in kept if key[:10] == b"\x01W" + struct.pack(">q", 11_000)} == {
         b"carol"
     }
-    ledger = SubjectLedger(policy=policy)
+    ledger = SubjectLedger(policy=policy, deployment="tests")
     ledger.restore(0, kept.items())
     charge([b"bob"], 13_500, 13_500)  # the first charge after the restore tombstones it
     assert window_starts(compacted(log)) == {13_000}
@@ -158,7 +158,7 @@ def test_restarts_under_other_hashes_never_release_over_a_cap(
     hashes = Hashes(monkeypatch)
     policy = replace(POLICY, lifetime_cap_units=lifetime)
     rng = np.random.default_rng(seed)
-    ledger, caps = SubjectLedger(policy=policy), Caps(policy)
+    ledger, caps = SubjectLedger(policy=policy, deployment="tests"), Caps(policy)
     log: list[tuple[bytes, bytes | None]] = []
     now = 10_000
     suppressed = 0
@@ -183,13 +183,13 @@ def test_restarts_under_other_hashes_never_release_over_a_cap(
         if step % 25 == 0:
             # under the same hash, a restore is the ledger, plus the subjects that shared a
             # row from a later batch (put does not notice them: spending), at the row's value
-            twin = SubjectLedger(policy=policy)
+            twin = SubjectLedger(policy=policy, deployment="tests")
             twin.restore(3, kept.items())
             again = twin.snapshot(3)
             assert {key: again[key] for key in snapshot} == snapshot
             assert twin.counts(3) == ledger.counts(3)
             hashes.identity = IDENTITIES[step // 25 % len(IDENTITIES)]
-            counts, ledger = ledger.counts(3), SubjectLedger(policy=policy)
+            counts, ledger = ledger.counts(3), SubjectLedger(policy=policy, deployment="tests")
             ledger.restore(3, kept.items())
             assert ledger.counts(3) == counts
             log = list(kept.items())

@@ -50,7 +50,7 @@ def test_a_restore_keeps_no_python_object_per_record() -> None:
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
-        ledger = SubjectLedger(policy=POLICY)
+        ledger = SubjectLedger(policy=POLICY, deployment="tests")
         ledger.restore(0, every_subject_twice(subjects))
         gc.collect()
         current, peak = tracemalloc.get_traced_memory()
@@ -114,7 +114,7 @@ def kept(log: Log) -> dict[bytes, bytes]:
 def test_folding_in_any_batches_gives_what_the_changelog_keeps(seed: int) -> None:
     rng = np.random.default_rng(seed)
     log = foreign_tombstoned(random_log(rng, 2_000))
-    ledger = SubjectLedger(policy=POLICY)
+    ledger = SubjectLedger(policy=POLICY, deployment="tests")
     replaying = ledger.replay(5)
     at = 0
     while at < len(log):  # batches of 1 to 300 records, as a fetch cuts them
@@ -128,7 +128,7 @@ def test_folding_in_any_batches_gives_what_the_changelog_keeps(seed: int) -> Non
 
 
 def test_a_window_tombstoned_whole_is_dropped_and_can_start_again() -> None:
-    ledger = SubjectLedger(policy=POLICY)
+    ledger = SubjectLedger(policy=POLICY, deployment="tests")
     a, b = window_key(0, b"a"), window_key(0, b"b")
     ledger.restore(0, [(a, spent(3)), (b, spent(6)), (a, None), (b, None), (b, spent(9))])
     assert ledger.snapshot(0) == {b: spent(9)}
@@ -139,7 +139,7 @@ def test_a_window_tombstoned_whole_is_dropped_and_can_start_again() -> None:
 
 def test_a_negative_spending_reads_as_zero() -> None:
     """Never written by the ledger; a restore has always read it as nothing spent."""
-    ledger = SubjectLedger(policy=POLICY)
+    ledger = SubjectLedger(policy=POLICY, deployment="tests")
     key = window_key(0, b"a")
     ledger.restore(0, [(key, spent(-5, 7))])
     assert ledger.snapshot(0) == {key: spent(0, 7)}
@@ -153,7 +153,7 @@ def test_colliding_subjects_keep_their_own_largest_values_and_share_the_larger(
     Hashes(monkeypatch)  # odd lengths collide
     alice, bob = window_key(0, b"alice"), window_key(0, b"bob")
     log: Log = [(alice, spent(9)), (bob, spent(3)), (alice, spent(2)), (bob, spent(4))]
-    ledger = SubjectLedger(policy=POLICY)
+    ledger = SubjectLedger(policy=POLICY, deployment="tests")
     ledger.restore(0, log)
     assert ledger.snapshot(0) == {alice: spent(9), bob: spent(9)}
     ledger.restore(0, [*log, (alice, None)])  # alice's tombstone leaves bob alone

@@ -32,7 +32,7 @@ def changelog(ledger: SubjectLedger, subjects: list[bytes], ts: list[int], now: 
 
 
 def restored(log: Log, policy: object = ROOMY) -> dict[bytes, bytes]:
-    ledger = SubjectLedger(policy=policy)  # type: ignore[arg-type]
+    ledger = SubjectLedger(policy=policy, deployment="tests")  # type: ignore[arg-type]
     ledger.restore(0, log)
     return ledger.snapshot(0)
 
@@ -78,7 +78,10 @@ def test_random_interleavings_of_stale_writes_restore_the_true_spending() -> Non
     for seed in range(200):
         rng = random.Random(seed)
         subjects = [b"s%d" % i for i in range(rng.randint(1, 12))]
-        live, zombie = SubjectLedger(policy=ROOMY), SubjectLedger(policy=ROOMY)
+        live, zombie = (
+            SubjectLedger(policy=ROOMY, deployment="tests"),
+            SubjectLedger(policy=ROOMY, deployment="tests"),
+        )
         log: Log = []
         held: Log = []  # the zombie's batch, committed late
         now = 10_000
@@ -114,13 +117,16 @@ def test_after_a_stale_write_a_full_subject_is_still_refused() -> None:
     """The issue's failure: the new owner brings a subject to its cap, the old one's lower
     value lands last; the next restore must refuse the subject's next record."""
     policy = replace(POLICY, cap_units=12, delta_cap_units=8)  # 4 records per window
-    old, new = SubjectLedger(policy=policy), SubjectLedger(policy=policy)
+    old, new = (
+        SubjectLedger(policy=policy, deployment="tests"),
+        SubjectLedger(policy=policy, deployment="tests"),
+    )
     log = changelog(new, [b"eve"], [1_000], 1_000)
     old.restore(0, list(log))
     stale = changelog(old, [b"eve"], [1_001], 1_001)  # spent 2, held through a freeze
     log += changelog(new, [b"eve"] * 3, [1_001, 1_002, 1_002], 1_002)  # spent 4: the cap
     log += stale
-    after = SubjectLedger(policy=policy)
+    after = SubjectLedger(policy=policy, deployment="tests")
     after.restore(0, log)
     charge = after.charge(0, subjects=[b"eve"], keys=[b"eve"], timestamps_ms=[1_003], now_ms=1_003)
     assert charge.reasons == ["budget_exhausted"]

@@ -65,7 +65,7 @@ def decoded(value: bytes) -> tuple[int, ...]:
 
 def test_each_subjects_record_holds_its_own_spending_through_the_shortcut() -> None:
     rng = np.random.default_rng(19)
-    ledger = SubjectLedger(policy=OPEN)
+    ledger = SubjectLedger(policy=OPEN, deployment="tests")
     admitted: Counter[tuple[int, bytes]] = Counter()
     log: list[tuple[bytes, bytes | None]] = []
     kept: dict[bytes, bytes] = {}
@@ -85,7 +85,7 @@ def test_each_subjects_record_holds_its_own_spending_through_the_shortcut() -> N
             if key in expected:
                 assert decoded(kept[key]) == expected[key], key
     assert {k: decoded(v) for k, v in kept.items() if k in expected} == expected
-    restored = SubjectLedger(policy=OPEN)
+    restored = SubjectLedger(policy=OPEN, deployment="tests")
     restored.restore(0, log)
     assert restored.snapshot(0) == ledger.snapshot(0) == kept
 
@@ -101,7 +101,7 @@ def test_colliding_subjects_each_keep_at_least_their_own_spending(
     colliding.identity = lambda s: hash(s) % buckets
     policy = replace(OPEN, grace_ms=1_500)
     rng = np.random.default_rng(buckets)
-    ledger = SubjectLedger(policy=policy)
+    ledger = SubjectLedger(policy=policy, deployment="tests")
     admitted: Counter[tuple[int, bytes]] = Counter()
     log: list[tuple[bytes, bytes | None]] = []
     kept: dict[bytes, bytes] = {}
@@ -121,7 +121,7 @@ def test_colliding_subjects_each_keep_at_least_their_own_spending(
     short = {k for k in live if np.less(decoded(kept[k]), expected[k]).any()}
     assert not short, f"records under their subject's own spending: {sorted(short)[:3]}"
     colliding.identity = lambda s: hash(s)  # a restart under a hash without collisions
-    restored = SubjectLedger(policy=policy)
+    restored = SubjectLedger(policy=policy, deployment="tests")
     restored.restore(0, log)
     assert restored.snapshot(0) == kept
 
@@ -129,10 +129,10 @@ def test_colliding_subjects_each_keep_at_least_their_own_spending(
 def test_restored_tables_name_each_slot_by_a_subject_of_that_slot() -> None:
     """After a restore (``replay``: each batch's new keys ``put``), each slot's name
     hashes to it."""
-    ledger = SubjectLedger(policy=OPEN)
+    ledger = SubjectLedger(policy=OPEN, deployment="tests")
     subjects = POOL[:200]
     ledger.charge(0, subjects=subjects, keys=subjects, timestamps_ms=[5_000] * 200, now_ms=5_000)
-    restored = SubjectLedger(policy=OPEN)
+    restored = SubjectLedger(policy=OPEN, deployment="tests")
     restored.restore(0, ledger.snapshot(0).items())
     for spending in [*restored._partitions[0].windows.values(), restored._partitions[0].lifetime]:
         names = spending.names

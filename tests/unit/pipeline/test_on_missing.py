@@ -99,6 +99,17 @@ KINDS: dict[str, tuple[dict[str, Any], Any, Any, Any]] = {
         [0.1, 0.0, -0.1],
         [50, 50, 50],
     ),
+    "timestamp": (
+        {
+            "kind": "timestamp",
+            "granularity": "1h",
+            "bounds": ["2026-01-01T00:00:00Z", "2027-01-01T00:00:00Z"],
+            "epsilon": 1.0,
+        },
+        "2026-06-01T12:00:00Z",
+        "2026-03-01T10:20:30.5+02:00",
+        10**30,
+    ),
 }
 MODES = ("dead_letter", "impute", "null")
 

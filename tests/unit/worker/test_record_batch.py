@@ -305,7 +305,7 @@ def test_a_ledger_restored_from_the_batches_bytes_is_the_ledger(lifetime: int | 
     policy = dataclasses.replace(POLICY, lifetime_cap_units=lifetime)
     rng = np.random.default_rng(11)
     pool = [bytes([97 + i % 26]) * (i % 13) + b"%d" % i for i in range(60)]
-    ledger = SubjectLedger(policy=policy)
+    ledger = SubjectLedger(policy=policy, deployment="tests")
     log: list[tuple[bytes, bytes | None]] = []
     from_bytes: dict[bytes, bytes] = {}
     from_pairs: dict[bytes, bytes] = {}
@@ -320,7 +320,7 @@ def test_a_ledger_restored_from_the_batches_bytes_is_the_ledger(lifetime: int | 
         assert replay(records, from_bytes) == replay(list(charge.updates), from_pairs)
         log.extend(records)
     assert any(value is None for _, value in log), "no window was tombstoned"
-    restored = SubjectLedger(policy=policy)
+    restored = SubjectLedger(policy=policy, deployment="tests")
     restored.restore(1, log)
     assert restored.snapshot(1) == ledger.snapshot(1) == from_bytes
     assert restored.counts(1) == ledger.counts(1)
