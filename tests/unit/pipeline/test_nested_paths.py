@@ -27,6 +27,7 @@ from privstream.pipeline.nesting import key_texts, layout, nest
 
 from tests.support.configs import config_dict
 from tests.unit.pipeline.test_fast_path import assert_same, noise, plan_of
+from tests.unit.pipeline.test_release_id_pinned import MEMO_DEFAULTS, documented_id
 
 NESTED: list[dict[str, Any]] = [
     {"name": "user", "kind": "drop"},
@@ -319,3 +320,17 @@ def test_escaped_and_duplicate_keys_inside_an_object_read_as_the_stdlib_reads_th
     result = assert_same(plan, messages)
     assert result.output_index == [0, 1, 3, 4]
     assert [d.detail for d in result.dead_letters] == ["field 'device.os': missing"]
+
+
+def test_a_nested_release_id_is_the_documented_digest_of_its_name() -> None:
+    """The spec hashed holds ``name: device.os`` however the field is spelled: ``path`` is
+    never part of it (a release id is the documented digest, test_release_id_pinned)."""
+    full = {"name": "device.os", "kind": "boolean", "epsilon": 0.75, "delta": 0.0}
+    full |= {"mechanism": "randomized_response", **MEMO_DEFAULTS}
+    for spelling in ({"name": "device.os"}, {"path": ["device", "os"]}):
+        written = {**spelling, "kind": "boolean", "epsilon": 0.75}
+        config = parse_config(config_dict([written], epsilon=10.0))
+        (planned,) = build_plan(config).fields
+        assert planned.handler.mechanism is not None
+        params = planned.handler.mechanism.params()
+        assert planned.release_id == documented_id(full, (0.75, 0.0), params)
