@@ -28,6 +28,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from privstream.config import timestamps
 from privstream.config.missing import OnMissing, missing_problem
+from privstream.config.paths import name_from_path, split_path
 from privstream.errors import MechanismError
 from privstream.mechanisms import validation
 
@@ -93,7 +94,20 @@ class Strict(BaseModel):
 
 
 class _NamedField(Strict):
+    #: a path into the record: keys joined by dots (``device.os``), ``\.`` for a dot inside
+    #: a key; or give ``path: [device, os]`` instead (``privstream.config.paths``)
     name: str = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _path_as_name(cls, data: Any) -> Any:
+        return name_from_path(data)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_path(cls, name: str) -> str:
+        split_path(name)  # a ValueError naming the name and the fix
+        return name
 
 
 class DropField(_NamedField):

@@ -21,6 +21,7 @@ from privstream.config.ledger import (
     topic_name_problem,
 )
 from privstream.config.missing import presence_problems
+from privstream.config.paths import path_problems, split_path
 from privstream.config.registry import SchemaRegistryConfig
 
 
@@ -196,6 +197,7 @@ class AppConfig(Strict):
         from privstream.config.fields import check_memo_references
 
         check_memo_references(self.fields)
+        self._check_paths()
         self._check_subject()
         self._check_presence()
         self._check_aggregates()
@@ -214,6 +216,26 @@ class AppConfig(Strict):
                     input=self.aggregates[position].name,
                 )
                 for position, setting, message in problems
+            ]
+            raise ValidationError.from_exception_data("AppConfig", details)
+
+    def _check_paths(self) -> None:
+        problems = path_problems(self.fields)
+        subject = self.privacy.subject
+        if subject is not None and split_path(subject) != (subject,):
+            raise ValueError(
+                f"privacy.subject {subject!r} is a path into a nested object or holds an "
+                "escape; the subject must be a top-level key written as is: name a top-level "
+                "field, or have the producer put the subject id at the top level"
+            )
+        if problems:
+            details = [
+                InitErrorDetails(
+                    type=PydanticCustomError("path", message),
+                    loc=("fields", position, "name"),
+                    input=self.fields[position].name,
+                )
+                for position, message in problems
             ]
             raise ValidationError.from_exception_data("AppConfig", details)
 
