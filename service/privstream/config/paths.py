@@ -92,15 +92,28 @@ def name_from_path(data: Any) -> Any:
 
 
 def path_problems(fields: Sequence[Any]) -> list[tuple[int, str]]:
-    """(position, message) of each field whose path lies under another field's path (or
-    under a presence bit's, ``<name>_present``: a released value too)."""
+    """(position, message) of each field whose path equals another field's (however
+    spelled) or lies under another field's path (or under a presence bit's,
+    ``<name>_present``: a released value too)."""
     kinds = {split_path(spec.name): spec.kind for spec in fields}
     for spec in fields:
         if getattr(spec, "presence_epsilon", None) is not None:
             kinds[split_path(presence_name(spec.name))] = "presence bit"
     problems: list[tuple[int, str]] = []
+    first: dict[tuple[str, ...], tuple[int, str]] = {}
     for position, spec in enumerate(fields):
         keys = split_path(spec.name)
+        at, earlier = first.setdefault(keys, (position, spec.name))
+        # two spellings of one path (``tag[`` and ``tag\\[``); equal names are refused elsewhere
+        if at != position and earlier != spec.name:
+            problems.append(
+                (
+                    position,
+                    f"field {spec.name!r} names the same value as field {earlier!r} (both "
+                    f"spell the path {list(keys)}); keep one of them",
+                )
+            )
+            continue
         for depth in range(1, len(keys)):
             above = kinds.get(keys[:depth])
             if above is not None:
