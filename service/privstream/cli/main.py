@@ -1,4 +1,4 @@
-"""The ``privstream`` command: run | sanitize | explain | keygen | estimate | audit.
+"""The ``privstream`` command: run | sanitize | explain | topics | estimate | audit | ....
 
 Exit codes: 0 success, 1 runtime failure, 2 invalid config or usage.
 
@@ -148,6 +148,10 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         "each field's params on indented lines under its row when needed)",
     )
 
+    top = sub.add_parser("topics", help="create or check the topics a config needs")
+    from privstream.cli.topics import configure as configure_topics
+
+    configure_topics(top)
     sub.add_parser("keygen", help="print a fresh noise key (hex) for --noise-key-file")
     sub.add_parser("schema", help="print the config's JSON Schema (for editors and CI checks)")
 
@@ -191,6 +195,16 @@ def _load(path: str) -> tuple[AppConfig, RecordPlan]:
             except MechanismError as exc:
                 raise ConfigError([str(exc)]) from None
         return config, plan
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"privstream: config error: {problem}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+
+
+def _needs_kafka(config: AppConfig, command: str) -> None:
+    """Exit 2 before anything starts when a broker command's config has no kafka section."""
+    try:
+        config.needs_kafka(command)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"privstream: config error: {problem}", file=sys.stderr)
@@ -256,6 +270,8 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
 
         tune_allocator()
     config, plan = _load(args.config)
+    if args.command in ("run", "topics"):
+        _needs_kafka(config, args.command if args.command == "run" else f"topics {args.action}")
     if args.command != "sanitize":
         _startup_done(args.command, owns_process)
     try:
@@ -324,12 +340,20 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
             from privstream.cli import estimate
 
             return estimate.run(args, config, plan)
+        elif args.command == "topics":
+            from privstream.cli import topics
+
+            return topics.run(args, config)
         elif args.command == "audit":
             from privstream.cli import audit
 
             return audit.run(args, config, plan)
         else:
             return _run(config, plan, args)
+    except ConfigError as exc:  # a setting a command needs (estimate --topic: kafka)
+        for problem in exc.problems:
+            print(f"privstream: config error: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
     except PrivstreamError as exc:
         print(f"privstream: {exc}", file=sys.stderr)
         return EXIT_FAILURE
@@ -369,7 +393,7 @@ def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
         logging.getLogger("privstream").warning("%s", warning)
     try:
         runtime = load_runtime(
-            config.kafka,
+            config.needs_kafka("run"),
             os.environ,
             key_file=args.noise_key_file,
             insecure_ephemeral_key=args.insecure_ephemeral_key,

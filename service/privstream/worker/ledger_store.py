@@ -156,7 +156,7 @@ class LedgerStore:
         return cls(
             ledger=SubjectLedger(policy=policy, deployment=config.kafka.group_id),
             topic=changelog_topic(config),
-            kafka=config.kafka,
+            kafka=config.needs_kafka("run"),
             runtime=runtime,
             metrics=metrics,
             subject_field=subject,

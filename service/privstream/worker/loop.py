@@ -215,7 +215,7 @@ class Worker:
         """
         self._judge.session_started()
         changelog = None if self._ledger is None else self._ledger.topic
-        partitions = await check_topics(self._kafka, self._runtime, changelog)
+        partitions = await check_topics(self._kafka, self._runtime.credentials, changelog)
         async with contextlib.AsyncExitStack() as stack:
             producer = AIOKafkaProducer(**producer_options(self._kafka, self._runtime))
             if self._kafka.transactions:
