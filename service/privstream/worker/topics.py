@@ -29,13 +29,20 @@ and the command that fixes it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
+from aiokafka.errors import (
+    CoordinatorLoadInProgressError,
+    GroupCoordinatorNotAvailableError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
 
 from privstream.errors import TopicError
 from privstream.kafka.compat import ConfigResource, ConfigResourceType, MetadataRequest
@@ -56,6 +63,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("privstream.worker")
 
 ADMIN_TIMEOUT_MS = 30_000
+#: waits between asks while a fresh cluster elects the group coordinator (about 30 s in all)
+COORDINATOR_RETRIES_S = (0.1, 0.2, 0.5, 1.0, 2.0, *[4.0] * 6)
 
 
 @dataclass
@@ -164,7 +173,7 @@ async def _refuse_if_charged_before(
     the deliberate way to accept that (a ledger added to a running deployment).
     """
     wanted = [TopicPartition(kafka.input_topic, p) for p in range(partitions)]
-    committed = await admin.list_consumer_group_offsets(kafka.group_id, partitions=wanted)
+    committed = await _committed(admin, kafka.group_id, wanted)
     if not any(meta.offset >= 0 for meta in committed.values()):
         return
     raise TopicError(
@@ -176,6 +185,22 @@ async def _refuse_if_charged_before(
         f"--bootstrap-server <servers> --create --topic {topic} --partitions {partitions} "
         "--config cleanup.policy=compact --config message.timestamp.type=LogAppendTime"
     )
+
+
+async def _committed(
+    admin: AIOKafkaAdminClient, group: str, partitions: list[TopicPartition]
+) -> dict[TopicPartition, Any]:
+    """The group's committed offsets, waiting out a coordinator still being elected.
+
+    A fresh cluster creates its offsets topic on the first group request and
+    answers "coordinator not available" until it has: for a few seconds.
+    """
+    for delay in COORDINATOR_RETRIES_S:
+        try:
+            return dict(await admin.list_consumer_group_offsets(group, partitions=partitions))
+        except (GroupCoordinatorNotAvailableError, CoordinatorLoadInProgressError):
+            await asyncio.sleep(delay)
+    return dict(await admin.list_consumer_group_offsets(group, partitions=partitions))
 
 
 async def describe(admin: AIOKafkaAdminClient, topic: str) -> tuple[int, int] | None:
