@@ -84,6 +84,13 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("--http-port", type=int, help="override http.port (0 = any free port)")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     run.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="json: one object per line with the keys ts, level, logger, message "
+        "(default: %(default)s)",
+    )
+    run.add_argument(
         "--noise-key-file",
         help="file holding the noise key as hex (default: $PRIVSTREAM_NOISE_KEY_FILE, "
         "else $PRIVSTREAM_NOISE_KEY); make one with `privstream keygen`",
@@ -149,9 +156,6 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     )
 
     top = sub.add_parser("topics", help="create or check the topics a config needs")
-    from privstream.cli.topics import configure as configure_topics
-
-    configure_topics(top)
     sub.add_parser("keygen", help="print a fresh noise key (hex) for --noise-key-file")
     sub.add_parser("schema", help="print the config's JSON Schema (for editors and CI checks)")
 
@@ -166,6 +170,10 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         from privstream.cli import estimate
 
         estimate.configure(est)
+    if command in (None, "topics"):
+        from privstream.cli import topics
+
+        topics.configure(top)
     if command in (None, "audit"):
         from privstream.cli import audit
 
@@ -375,18 +383,11 @@ def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
     import asyncio  # imported here: a tenth of a second that the other commands never need
     import logging
 
-    from privstream.cli.logs import OnceFilter, transient_coordinator
+    from privstream.cli import logs
     from privstream.cli.run import serve
     from privstream.config.runtime import load_runtime
 
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
-    # aiokafka's DEBUG lines print the first bytes of every fetched and produced
-    # batch (raw keys and values) and the SCRAM exchange: never below INFO
-    logging.getLogger("aiokafka").setLevel(max(logging.INFO, logging.getLevelName(args.log_level)))
-    logging.getLogger("aiokafka.consumer.group_coordinator").addFilter(transient_coordinator)
-    logging.getLogger("aiokafka").addFilter(OnceFilter())
+    logs.configure(args.log_level, args.log_format)
     from privstream.cli.explain import declared_warnings
 
     for warning in declared_warnings(config, plan):
@@ -400,14 +401,24 @@ def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
             replica_id=args.replica_id,
         )
     except SecretError as exc:
-        print(f"privstream: {exc}", file=sys.stderr)
+        _last_words(exc, args.log_format)
         return EXIT_CONFIG
     try:
         asyncio.run(serve(config, plan, runtime, args.http_port))
     except (TopicError, ChangelogError) as exc:  # a topic to fix: before any record of it
-        print(f"privstream: {exc}", file=sys.stderr)
+        _last_words(exc, args.log_format)
         return EXIT_CONFIG
     return EXIT_OK
+
+
+def _last_words(exc: Exception, log_format: str) -> None:
+    """Why ``run`` exits 2: a JSON line like every other in ``--log-format json``."""
+    if log_format == "json":
+        import logging
+
+        logging.getLogger("privstream").error("%s", exc)
+    else:
+        print(f"privstream: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":
