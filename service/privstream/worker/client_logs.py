@@ -83,8 +83,9 @@ FOLD = ClientLogFold()
 
 class Reachability:
     """The worker's account of the broker: one WARNING when it stops answering (or a
-    session ends), one when it answers again with the outage's duration; what happens
-    in between (reconnect attempts) at INFO, the Kafka client's lines held by ``fold``."""
+    session ends), one when it answers again with the outage's duration; in between,
+    reconnect attempts at INFO, the probe's misses at DEBUG, the Kafka client's lines
+    held back by ``fold``."""
 
     def __init__(self, logger: logging.Logger, fold: ClientLogFold = FOLD) -> None:
         self._log = logger
@@ -92,9 +93,10 @@ class Reachability:
         self._out = False  # an outage said and not yet over
         self._reached = False  # the broker has answered at least once
 
-    def unreachable(self, cause: str) -> None:
+    def unreachable(self, cause: str, again: int = logging.INFO) -> None:
+        """Say the outage once; ``cause`` again at level ``again`` while it lasts."""
         if self._out:
-            self._log.info("broker still unreachable: %s", cause)
+            self._log.log(again, "broker still unreachable: %s", cause)
             return
         self._out = True
         self._fold.down()

@@ -327,7 +327,8 @@ class Worker:
                 self._set_connected(True)
             else:
                 self._judge.unreachable()
-                self._reach.unreachable(f"no broker answered within {PROBE_TIMEOUT_S:.0f} s")
+                missed = f"no broker answered within {PROBE_TIMEOUT_S:.0f} s"
+                self._reach.unreachable(missed, again=logging.DEBUG)  # once a second
                 self._set_connected(False)
             await asyncio.sleep(PROBE_INTERVAL_S)
 

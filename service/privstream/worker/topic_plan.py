@@ -16,7 +16,8 @@ Two strengths of rule:
   running worker does not depend on. The output and dead-letter topics get
   the input's partition count (the output partition is the input partition
   modulo the output's count, ``produce``: with as many partitions, input
-  partition p feeds output partition p); ``min.insync.replicas`` is
+  partition p feeds output partition p; a dead letter goes by its raw key,
+  so the dead-letter topic's count is free); ``min.insync.replicas`` is
   ``min_insync(replication)``; ``compression.type=producer`` keeps the
   worker's uncompressed transactional batches as written (a codec on the
   topic makes the broker recompress every batch, latency on every commit).
@@ -121,9 +122,9 @@ def problems(spec: TopicSpec, found: Found, source: Found, kafka: KafkaConfig) -
 def notes(spec: TopicSpec, found: Found, source: Found) -> list[str]:
     """Where ``found`` differs from what ``topics create`` would make (advice only)."""
     said = []
-    if spec.role in ("output", "dead-letter") and found.partitions != source.partitions:
+    if spec.role == "output" and found.partitions != source.partitions:
         said.append(
-            f"{spec.role} topic {spec.name!r} has {found.partitions} partitions, the input "
+            f"output topic {spec.name!r} has {found.partitions} partitions, the input "
             f"{source.partitions}: input partition p is written to output partition p modulo "
             f"{found.partitions}, so the output is not co-partitioned with the input"
         )
