@@ -365,10 +365,21 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
     except PrivstreamError as exc:
         print(f"privstream: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    except BrokenPipeError:  # `privstream explain | head`: the reader has what it wanted
+        _quiet_stdout()
+        return EXIT_FAILURE
     except OSError as exc:
-        print(f"privstream: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"privstream: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's last flush of what is still buffered
+    would hit the closed pipe again and print a traceback (Python's docs, SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:

@@ -1,12 +1,17 @@
-"""File mode needs no ``kafka:`` section; the broker commands name it when it is missing."""
+"""File mode needs no ``kafka:`` section (the broker commands name it when it is missing);
+explain into a closed pipe; a count of one in the singular."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from privstream.cli.main import main
+from privstream.cli.sanitize import Summary
 from privstream.config import parse_config
 from privstream.errors import ConfigError
 
@@ -63,3 +68,27 @@ def test_broker_commands_exit_2_naming_the_section(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert f"config error: kafka: required by `privstream {' '.join(argv)}`" in err
+
+
+def test_explain_into_a_closed_pipe_says_nothing(config: Path) -> None:
+    """`privstream explain | head`: the reader left; no "Broken pipe", no traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first byte is written
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "privstream", "explain", "--config", str(config)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert done.stderr == b"", done.stderr.decode()
+    assert done.returncode == 1
+
+
+def test_one_record_is_one_record() -> None:
+    summary = Summary(records_in=1, records_out=1, blank_lines=1)
+    assert summary.render("dead.jsonl") == (
+        "privstream sanitize: 1 record in, 1 sanitized, 0 dead-lettered; 1 blank line skipped"
+    )
