@@ -106,9 +106,19 @@ def test_json_block_parses(name: str, body: str) -> None:
 EXTERNAL = {"kcat", "chmod", "kafka-topics.sh", "python3", "pip", "helm"}
 
 
+def subparsers_of(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(found[0].choices) if found else {}
+
+
 def subcommand_options() -> dict[str, set[str]]:
-    subparsers = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return {name: set(sub._option_string_actions) for name, sub in subparsers.choices.items()}
+    """Each subcommand's options; those of its own subcommands too (``topics create``)."""
+    return {
+        name: set(sub._option_string_actions).union(
+            *(set(nested._option_string_actions) for nested in subparsers_of(sub).values())
+        )
+        for name, sub in subparsers_of(_parser()).items()
+    }
 
 
 def commands(body: str) -> list[str]:

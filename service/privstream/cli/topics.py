@@ -127,8 +127,8 @@ async def _create_the_rest(
 ) -> None:
     now = await survey(admin, kafka, changelog)
     source = now.source
-    if source is None:  # created a moment ago, not yet in the broker's metadata
-        raise TopicError(f"input topic {kafka.input_topic!r} is not visible yet: run it again")
+    if source is None:  # listed when created, gone since: deleted meanwhile
+        raise TopicError(f"input topic {kafka.input_topic!r} disappeared: run it again")
     for spec in now.missing:
         if spec.role == "changelog":
             await create_changelog(admin, kafka, spec, source)

@@ -63,6 +63,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("privstream.worker")
 
 ADMIN_TIMEOUT_MS = 30_000
+#: waits between asks for a topic just created (about 15 s in all)
+VISIBLE_RETRIES_S = (0.02, 0.05, 0.1, 0.2, 0.5, *[1.0] * 14)
 #: waits between asks while a fresh cluster elects the group coordinator (about 30 s in all)
 COORDINATOR_RETRIES_S = (0.1, 0.2, 0.5, 1.0, 2.0, *[4.0] * 6)
 
@@ -236,7 +238,8 @@ async def topic_configs(admin: AIOKafkaAdminClient, topic: str, names: list[str]
 async def create(
     admin: AIOKafkaAdminClient, spec: TopicSpec, partitions: int, replication: int
 ) -> None:
-    """Create ``spec`` with ``topic_plan``'s configs; one that appeared meanwhile is kept."""
+    """Create ``spec`` with ``topic_plan``'s configs (one that appeared meanwhile is kept);
+    return once the broker's metadata has it."""
     configs = spec.create_configs(replication)
     new = NewTopic(spec.name, partitions, replication, topic_configs=configs)
     response = await admin.create_topics([new], timeout_ms=ADMIN_TIMEOUT_MS)
@@ -244,3 +247,21 @@ async def create(
         error = for_code(code)
         if code != 0 and error is not TopicAlreadyExistsError:  # a second replica was faster
             raise error(f"creating {spec.role} topic {name!r}: {rest[0] if rest else ''}")
+    await _visible(admin, spec)
+
+
+async def _visible(admin: AIOKafkaAdminClient, spec: TopicSpec) -> None:
+    """Wait until a created topic is in the metadata the broker answers with.
+
+    The controller has created it when CreateTopics answers; the broker
+    asked next learns it a moment later, and until then describes it as
+    missing (the next topic would be made without the input's count).
+    """
+    for delay in VISIBLE_RETRIES_S:
+        if await describe(admin, spec.name) is not None:
+            return
+        await asyncio.sleep(delay)
+    raise TopicError(
+        f"{spec.role} topic {spec.name!r} was created but the broker has not listed it "
+        f"within {sum(VISIBLE_RETRIES_S):.0f} s; run the command again once it does"
+    )
