@@ -69,6 +69,8 @@ class Reader:
         self.substitutions = substitutions
         self.env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
         self.background: list[tuple[subprocess.Popen[bytes], Path]] = []
+        #: what each block that ran to its end printed (stdout and stderr)
+        self.said: list[str] = []
         for linked in ("docs", "examples"):
             (cwd / linked).symlink_to(ROOT / linked)
 
@@ -102,7 +104,7 @@ class Reader:
 
     def shell(self, body: str) -> subprocess.CompletedProcess[bytes]:
         try:
-            return subprocess.run(
+            done = subprocess.run(
                 ["bash", "-e", "-o", "pipefail", "-c", body],
                 cwd=self.cwd,
                 env=self.env,
@@ -113,6 +115,8 @@ class Reader:
         except subprocess.TimeoutExpired:
             logs = "\n".join(log.read_text(errors="replace")[-3000:] for _, log in self.background)
             raise AssertionError(f"{body} still running after {RUN_TIMEOUT_S} s\n{logs}") from None
+        self.said.append(self._said(done))
+        return done
 
     def _config(self, number: int, body: str, mark: str | None) -> None:
         if mark is not None and mark.startswith("file "):
@@ -161,6 +165,8 @@ async def test_a_file_page_runs_as_written(page: str, tmp_path: Path) -> None:
     reader = Reader(tmp_path, {})
     for number, block in enumerate(page_blocks(page)):
         reader.run(number, block)
+    # the pages' configs declare no mechanism that loses to auto: no warning on any command
+    assert not [said for said in reader.said if "WARNING" in said], reader.said
     if page == "sanitize-a-file.md":  # what the page says the run leaves behind
         assert len((tmp_path / "sanitized.jsonl").read_text().splitlines()) == 3
         assert (tmp_path / "sanitized.jsonl.privstream.json").is_file()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -352,14 +353,25 @@ def sanitize_example(
     return records, err.replace(str(out), "sanitized.jsonl"), letters
 
 
-def grid_of(config: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, float]:
+def two_points_of(config: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, list[float]]:
+    """The two values each real field can be released as: hybrid at epsilon 0.5 is Duchi's
+    binary report, the middle of the bounds plus or minus ``duchi_bound``."""
     _, out, _ = run_cli(["explain", "--config", str(config), "--format", "json"], capsys)
     fields = json.loads(out)["fields"]
-    return {f["name"]: f["params"]["granularity"] for f in fields if f["kind"] == "real"}
+    points = {}
+    for f in fields:
+        if f["kind"] == "real":
+            assert f["mechanism"] == "hybrid" and f["params"]["pm_probability"] == 0, f
+            middle = (f["params"]["lower"] + f["params"]["upper"]) / 2
+            points[f["name"]] = [
+                middle - f["params"]["duchi_bound"],
+                middle + f["params"]["duchi_bound"],
+            ]
+    return points
 
 
 def assert_telemetry_shape(
-    records: list[dict[str, Any]], raw: list[dict[str, Any]], grid: dict[str, float]
+    records: list[dict[str, Any]], raw: list[dict[str, Any]], points: dict[str, list[float]]
 ) -> None:
     """What the sanitize page says of its output, for any run."""
     example = yaml.safe_load((ROOT / "examples" / "telemetry.yaml").read_text())
@@ -368,8 +380,8 @@ def assert_telemetry_shape(
     for out, src in zip(records, raw, strict=False):
         assert list(out) == ["ts", "seq", "battery_temp_c", "session_minutes", "country", "crashed"]
         assert (out["ts"], out["seq"]) == (src["ts"], src["seq"])
-        for name, step in grid.items():
-            assert isinstance(out[name], float) and (out[name] / step).is_integer()
+        for name, two in points.items():
+            assert any(math.isclose(out[name], value, rel_tol=1e-12) for value in two), name
         assert out["country"] in domain and isinstance(out["crashed"], bool)
 
 
@@ -378,12 +390,12 @@ def test_sanitize_page_example(tmp_path: Path, capsys: pytest.CaptureFixture[str
     shown_input, shown_output, shown_dead, _ = page_blocks("sanitize-a-file.md", "json")
     assert shown_input == source.read_text()
     raw = json_documents(shown_input)
-    grid = grid_of(ROOT / "examples" / "telemetry.yaml", capsys)
-    assert set(grid) == {"battery_temp_c", "session_minutes"}
+    points = two_points_of(ROOT / "examples" / "telemetry.yaml", capsys)
+    assert set(points) == {"battery_temp_c", "session_minutes"}
 
     records, _, letters = sanitize_example(tmp_path, capsys)
-    assert_telemetry_shape(records, raw, grid)
-    assert_telemetry_shape(json_documents(shown_output), raw, grid)
+    assert_telemetry_shape(records, raw, points)
+    assert_telemetry_shape(json_documents(shown_output), raw, points)
     # the dead letter has no noise in it: the documented one is exactly what a run writes
     assert letters == json_documents(shown_dead)
 
