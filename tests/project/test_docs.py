@@ -14,6 +14,7 @@ import argparse
 import json
 import math
 import re
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -523,3 +524,21 @@ def test_every_page_is_in_the_nav() -> None:
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     for page in PAGES:
         assert str(page.relative_to(DOCS)) in nav, page
+
+
+def test_references_to_readme_sections_name_sections_it_has() -> None:
+    """`README "Title"` in a comment or page names a `## Title` of README.md (the CHANGELOG
+    is history: the sections it names may have moved since)."""
+    headings = set(re.findall(r"^## (.+)$", README.read_text(encoding="utf-8"), re.M))
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    named = [
+        (path, title)
+        for path in tracked
+        if path not in ("CHANGELOG.md", "tests/project/test_docs.py") and (ROOT / path).is_file()
+        for title in re.findall(
+            r'README "([^"]+)"', (ROOT / path).read_text(encoding="utf-8", errors="replace")
+        )
+    ]
+    assert [(path, title) for path, title in named if title not in headings] == []
