@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING
 
+from aiokafka.errors import KafkaError
+
 from privstream.config.runtime import load_credentials
 from privstream.errors import SecretError, TopicError
 from privstream.worker.changelog import changelog_topic
+from privstream.worker.restart import describe
 from privstream.worker.topics import Survey, create, create_changelog, open_admin, survey
 
 if TYPE_CHECKING:
@@ -73,12 +77,23 @@ def run(args: argparse.Namespace, config: AppConfig) -> int:
         print(f"privstream: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     changelog = None if config.privacy.ledger is None else changelog_topic(config)
+    # aiokafka's own lines (no logging is set up: Python's last-resort handler would print
+    # each) add nothing to the one line said here when the broker does not answer
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     creating = args.action == "create" and not args.check
     try:
         return asyncio.run(_topics(kafka, credentials, changelog, args if creating else None))
     except TopicError as exc:  # a changelog it must not re-create, an input without a size
         print(f"privstream: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except (KafkaError, OSError) as exc:  # the broker: unreachable, or refusing this client
+        print(
+            f"privstream: topics: the broker at {kafka.bootstrap_servers} did not answer or "
+            f"refused ({describe(exc)}); check kafka.bootstrap_servers and "
+            "kafka.security, and that this client may describe and create topics (ACLs)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
 
 
 async def _topics(
@@ -131,7 +146,7 @@ async def _create_the_rest(
         raise TopicError(f"input topic {kafka.input_topic!r} disappeared: run it again")
     for spec in now.missing:
         if spec.role == "changelog":
-            await create_changelog(admin, kafka, spec, source)
+            await create_changelog(admin, kafka, spec, source, replication)
         else:
             await create(admin, spec, source.partitions, replication)
         print(f"created {spec.role} topic {spec.name} ({source.partitions} partitions)")

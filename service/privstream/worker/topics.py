@@ -156,11 +156,16 @@ def missing_topics(specs: list[TopicSpec], kafka: KafkaConfig) -> TopicError:
 
 
 async def create_changelog(
-    admin: AIOKafkaAdminClient, kafka: KafkaConfig, spec: TopicSpec, source: Found
+    admin: AIOKafkaAdminClient,
+    kafka: KafkaConfig,
+    spec: TopicSpec,
+    source: Found,
+    replication: int | None = None,
 ) -> None:
-    """Create a missing ledger changelog like the input, unless the group has consumed it."""
+    """Create a missing ledger changelog like the input (``replication``: the input's unless
+    given), unless the group has consumed the input already."""
     await _refuse_if_charged_before(admin, kafka, spec.name, source.partitions)
-    await create(admin, spec, source.partitions, source.replication)
+    await create(admin, spec, source.partitions, replication or source.replication)
     log.info("created ledger changelog %s (%d partitions)", spec.name, source.partitions)
 
 
