@@ -217,10 +217,11 @@ def _read_topic(
 ) -> dict[str, Any]:
     from privstream.estimate.source import run_topic_read
 
+    kafka = config.needs_kafka("estimate --topic")
     progress = Progress(enabled=args.progress, threshold=0)
     try:
         read = run_topic_read(
-            config.kafka,
+            kafka,
             topic,
             stream.add,
             expected_config=plan.config_sha256,
@@ -236,7 +237,7 @@ def _read_topic(
     return {
         "type": "topic",
         "topic": topic,
-        "bootstrap_servers": config.kafka.bootstrap_servers,
+        "bootstrap_servers": kafka.bootstrap_servers,
         "partitions": read.partitions,
         "offsets_at_start": read.expected,
         "records_without_config_header": read.without_config_header,
@@ -338,7 +339,7 @@ def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
             return EXIT_USAGE
     stream = StreamAggregate(plan, options, args.fields)
     if args.topic is not None:
-        topic = args.topic or config.kafka.output_topic
+        topic = args.topic or config.needs_kafka("estimate --topic").output_topic
         source = _read_topic(config, plan, topic, stream, args)
         try:
             check_topic_read(source, stream.skipped, plan, args.unchecked)

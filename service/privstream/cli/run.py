@@ -46,11 +46,12 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    kafka = config.needs_kafka("run")
     ledger = LedgerStore.from_config(config, plan, runtime, metrics)
-    worker = Worker(config.kafka, plan, runtime, metrics=metrics, health=health, ledger=ledger)
+    worker = Worker(kafka, plan, runtime, metrics=metrics, health=health, ledger=ledger)
     task = asyncio.create_task(worker.run(stop))
     try:
-        await _until_stopped(task, stop, config.kafka.drain_timeout_ms / 1000)
+        await _until_stopped(task, stop, kafka.drain_timeout_ms / 1000)
     finally:
         await endpoint.stop()
     log.info("stopped cleanly")

@@ -23,6 +23,7 @@ from privstream.config.ledger import (
 from privstream.config.missing import presence_problems
 from privstream.config.paths import path_problems, split_path
 from privstream.config.registry import SchemaRegistryConfig
+from privstream.errors import ConfigError
 
 
 class SecurityConfig(Strict):
@@ -183,13 +184,27 @@ class MetricsConfig(Strict):
 class AppConfig(Strict):
     """The whole privstream configuration."""
 
-    kafka: KafkaConfig
+    #: the topics and the broker: ``run``, ``topics`` and ``estimate --topic`` need it,
+    #: ``sanitize`` and ``explain`` (files, no broker) do not
+    kafka: KafkaConfig | None = None
     privacy: PrivacyConfig
     fields: tuple[FieldConfig, ...]
     #: noisy counts, histograms, sums and means per window (docs/aggregates.md)
     aggregates: tuple[AggregateConfig, ...] = ()
     http: HttpConfig = HttpConfig()
     metrics: MetricsConfig = MetricsConfig()
+
+    def needs_kafka(self, command: str) -> KafkaConfig:
+        """The ``kafka`` section, which ``command`` (one that talks to a broker) needs."""
+        if self.kafka is None:
+            raise ConfigError(
+                [
+                    f"kafka: required by `privstream {command}` (it talks to a broker) but the "
+                    "config has no kafka section; add one with at least input_topic, "
+                    "output_topic and dead_letter_topic (docs/reference/config.md)"
+                ]
+            )
+        return self.kafka
 
     @model_validator(mode="after")
     def _memoize_by_names_a_device_field(self) -> "AppConfig":

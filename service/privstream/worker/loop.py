@@ -68,6 +68,7 @@ from privstream.pipeline import RecordPlan
 from privstream.pipeline.results import DeadLetter
 from privstream.worker import charging
 from privstream.worker.assignment import Assignment
+from privstream.worker.client_logs import Reachability
 from privstream.worker.clients import (
     CLOSE_TIMEOUT_S,
     broker_answers,
@@ -150,6 +151,7 @@ class Worker:
         self._connected = False
         #: what a fencing is judged by (``clients.Fencing``)
         self._judge = FencingJudge(kafka.transaction_timeout_ms / 1000) if judge is None else judge
+        self._reach = Reachability(log)  # the WARNINGs about the broker's comings and goings
 
     async def run(self, stop: asyncio.Event) -> None:
         """Process batches until ``stop`` is set, reconnecting after broker trouble.
@@ -189,13 +191,13 @@ class Worker:
         if isinstance(exc, UndecodableBatchError):  # a changelog batch: no restore
             self._stalls.report(exc, f"restoring again in {delay:.1f} s")
             self._set_connected(self._connected)  # the broker answered: not ready
+        elif fencing is None:
+            self._set_connected(False)
+            ended = f"Kafka session ended ({describe(exc)}); reconnecting in {delay:.1f} s"
+            self._reach.unreachable(ended)
         else:
             self._set_connected(False)
-            why = (
-                f"Kafka session ended ({describe(exc)})"
-                if fencing is None
-                else fencing.explain(self._kafka, self._runtime)
-            )
+            why = fencing.explain(self._kafka, self._runtime)
             log.warning("%s; reconnecting in %.1f s", why, delay)
         return delay
 
@@ -215,7 +217,7 @@ class Worker:
         """
         self._judge.session_started()
         changelog = None if self._ledger is None else self._ledger.topic
-        partitions = await check_topics(self._kafka, self._runtime, changelog)
+        partitions = await check_topics(self._kafka, self._runtime.credentials, changelog)
         async with contextlib.AsyncExitStack() as stack:
             producer = AIOKafkaProducer(**producer_options(self._kafka, self._runtime))
             if self._kafka.transactions:
@@ -257,6 +259,7 @@ class Worker:
         next fetch waits for its transaction, so what arrives meanwhile goes out in
         the next transaction rather than waiting one more in a prefetched batch.
         """
+        self._reach.reachable()
         self._set_connected(True)
         inflight: asyncio.Task[None] | None = None
         behind = True
@@ -320,9 +323,12 @@ class Worker:
         """
         while True:
             if await broker_answers(producer.client, self._kafka.input_topic, PROBE_TIMEOUT_S):
+                self._reach.reachable()
                 self._set_connected(True)
             else:
                 self._judge.unreachable()
+                missed = f"no broker answered within {PROBE_TIMEOUT_S:.0f} s"
+                self._reach.unreachable(missed, again=logging.DEBUG)  # once a second
                 self._set_connected(False)
             await asyncio.sleep(PROBE_INTERVAL_S)
 
@@ -334,8 +340,6 @@ class Worker:
     def _set_connected(self, up: bool) -> None:
         """Readiness: the broker answers, no partition is stopped (``Stalls``) and the
         ledger accepts this replica's clock (``clock``)."""
-        if up != self._connected:
-            log.info("broker %s", "reachable" if up else "unreachable")
         self._connected = up
         self._metrics.broker_connected.set(1 if up else 0)
         clock_ok = self._ledger is None or self._ledger.clock.ok
