@@ -62,6 +62,5 @@ def codec(name: str, reads: Names) -> Codec:
     parse = module.parse_writer_schema
     if name == "json_schema":
         parse = functools.partial(parse, reads=tuple(reads))
-    return Codec(
-        name, schema_type, module.UNKNOWN_SCHEMA_ID, module.UNSUPPORTED_SCHEMA, parse, module.to_json
-    )
+    unknown, unsupported = module.UNKNOWN_SCHEMA_ID, module.UNSUPPORTED_SCHEMA
+    return Codec(name, schema_type, unknown, unsupported, parse, module.to_json)

@@ -144,8 +144,9 @@ class ShapeValidator:
     def _detail(self, error: Any) -> str:
         """The schema's location and keyword: never the record's path, whose keys are data
         (a map's key: ``$.purchases['alice@example.com']``)."""
-        where = "/".join(str(step).replace("~", "~0").replace("/", "~1") for step in
-                         error.absolute_schema_path)
+        where = "/".join(
+            str(step).replace("~", "~0").replace("/", "~1") for step in error.absolute_schema_path
+        )
         expected = json.dumps(error.validator_value)[:200]
         return (
             f"the record fails writer schema {self._sid} at #/{where[:200]}: "

@@ -79,7 +79,11 @@ def test_no_value_within_its_type_decides_the_verdict(document: str) -> None:
     [
         ('{"seq": 1, "state": "TX"}', "#/required", "required"),
         ('{"seq": "1", "state": "TX", "pattern": "x"}', "#/properties/seq/type", "type"),
-        ('{"seq": 1, "state": "TX", "pattern": "a@b", "tags": [7]}', "#/properties/tags/items/type", "type"),
+        (
+            '{"seq": 1, "state": "TX", "pattern": "a@b", "tags": [7]}',
+            "#/properties/tags/items/type",
+            "type",
+        ),
     ],
 )
 def test_a_record_of_another_shape_is_invalid_naming_the_schema_location_not_the_value(
