@@ -15,8 +15,9 @@ with ``integer`` read as ``number``. So whether a
 record is dead-lettered never depends on a value within its type
 (docs/protection.md, "Whether a record is released"): the field kinds clamp,
 round or map such values instead. A key no path reads (a map's key, an
-unconfigured field) is left out of what is validated, and a ``required`` name
-no path reads counts as present, so unread content never decides a release;
+unconfigured field) is left out of what is validated, and a name no path reads
+counts as present under ``required`` (and ``dependentRequired``,
+``dependencies``), so unread content never decides a release;
 the verdict's detail names the schema's location and keyword, never the
 record's. The shape also makes verdicts cacheable:
 a stream's records share a few shapes, and jsonschema costs ~100 µs a call.
@@ -171,17 +172,35 @@ def parse_writer_schema(sid: int, text: str, *, reads: Names) -> ShapeValidator 
 
 @functools.cache  # a few dialects: one class each
 def _reading(cls: Any) -> Any:
-    """``cls`` whose ``required`` asks of a ``_Read`` object only the names read there."""
-    base = cls.VALIDATORS.get("required")
-    if base is None:
-        return cls
+    """``cls`` whose keywords that name required keys (``required``, ``dependentRequired``,
+    ``dependencies``) ask of a ``_Read`` object only the names read there."""
+    wrapped = {
+        keyword: _read_names_only(base, keyword)
+        for keyword, base in cls.VALIDATORS.items()
+        if keyword in ("required", "dependentRequired", "dependencies")
+    }
+    return extend(cls, wrapped)
 
-    def required(validator: Any, names: Any, instance: Any, schema: Any) -> Any:
-        if isinstance(instance, _Read) and isinstance(names, list):
-            names = [name for name in names if name in instance.reads]
-        return base(validator, names, instance, schema)
 
-    return extend(cls, {"required": required})
+def _read_names_only(base: Any, keyword: str) -> Any:
+    def check(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        if isinstance(instance, _Read):
+            value = _read_only(value, instance.reads, keyword)
+        return base(validator, value, instance, schema)
+
+    return check
+
+
+def _read_only(value: Any, reads: frozenset[str], keyword: str) -> Any:
+    """A keyword's names (a list, or a map of lists) without those not in ``reads``."""
+    if keyword == "required":
+        return [name for name in value if name in reads] if isinstance(value, list) else value
+    if not isinstance(value, dict):
+        return value
+    return {
+        key: [name for name in names if name in reads] if isinstance(names, list) else names
+        for key, names in value.items()
+    }
 
 
 def shape_only(schema: Any) -> Any:
