@@ -87,7 +87,7 @@ def shape(value: Any) -> Shape:
 
 class _Read(dict[str, Any]):
     """An object on a read path, holding its read keys only: ``reads`` names them all, so
-    that a ``required`` name outside them counts as present (``_reading``)."""
+    that a required name outside them counts as present (``_reading``)."""
 
     reads: frozenset[str] = frozenset()
 
@@ -183,6 +183,8 @@ def _reading(cls: Any) -> Any:
 
 
 def _read_names_only(base: Any, keyword: str) -> Any:
+    """The keyword function ``base`` with its names cut to those read (``_read_only``)."""
+
     def check(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
         if isinstance(instance, _Read):
             value = _read_only(value, instance.reads, keyword)
