@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.pipeline import json_schema, protobuf
-from privstream.pipeline.batch import process_batch
+from privstream.pipeline.batch import process_batch, read_names
 from privstream.pipeline.noise import Replayable
 from privstream.pipeline.protobuf_schema import ProtoSchema
 
@@ -62,9 +62,10 @@ def main() -> None:
     reading = proto.message_class((0,))
     header = b"\x00\x00\x00\x00\x01"
     framed_pb = [header + b"\x00" + reading(**json.loads(t)).SerializeToString() for t in as_json]
-    validator = json_schema.parse_writer_schema(1, json.dumps(JSON_SCHEMA))
-    framed_js = [header + t for t in as_json]
     the_plan, keys = plan(), NoiseKeys(os.urandom(32), "bench.raw")
+    reads = read_names(the_plan, None)
+    validator = json_schema.parse_writer_schema(1, json.dumps(JSON_SCHEMA), reads=reads)
+    framed_js = [header + t for t in as_json]
     rows = np.arange(BATCH, dtype=np.int64)
 
     def sanitize() -> object:

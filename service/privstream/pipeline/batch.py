@@ -54,7 +54,7 @@ from privstream.pipeline.results import BatchResult, DeadLetter
 from privstream.pipeline.subjects import subject_column, subject_values
 
 
-def _read_names(plan: RecordPlan, subject: str | None) -> list[str | tuple[str, ...]]:
+def read_names(plan: RecordPlan, subject: str | None) -> list[str | tuple[str, ...]]:
     """Every field the fast path reads from a record: the handlers', memo and subject fields
     (a top-level name, or a nested field's path)."""
     paths = [source_path(handler) for handler in plan.handlers]
@@ -132,7 +132,7 @@ def _parse_batch(
     longest: int | None = None,
     subject: str | None = None,
 ) -> _Parsed:
-    records, where, slow = decode_batch(messages, longest, _read_names(plan, subject))
+    records, where, slow = decode_batch(messages, longest, read_names(plan, subject))
     subjects = None
     if subject is not None:
         subjects = subject_values(records, messages, subject, where)

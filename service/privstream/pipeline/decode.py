@@ -76,7 +76,7 @@ Decoded = tuple[list[dict[str, Any]], list[int], list[int]]
 #: what the decoder reads: top-level names, or paths into nested objects
 Names = Sequence[str | tuple[str, ...]]
 #: a decoder's members: key -> None (the whole value) or the members of the object under it
-_Tree = dict[str, "_Tree | None"]
+Tree = dict[str, "Tree | None"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -85,15 +85,15 @@ def _field_decoder(
 ) -> msgspec.json.Decoder[dict[str, Any]]:
     """A decoder of JSON objects into dicts of ``names`` only (absent ones left out); a
     path's objects hold its keys only, or are null."""
-    return msgspec.json.Decoder(_typed(_tree(names)))
+    return msgspec.json.Decoder(_typed(read_tree(names)))
 
 
-def _tree(names: Names) -> _Tree:
+def read_tree(names: Names) -> Tree:
     """The keys read at each level; a value read whole (None) covers any path under it."""
-    tree: _Tree = {}
+    tree: Tree = {}
     for name in names:
         keys = (name,) if isinstance(name, str) else name
-        node: _Tree | None = tree
+        node: Tree | None = tree
         for depth, key in enumerate(keys):
             if node is None:
                 break
@@ -104,7 +104,7 @@ def _tree(names: Names) -> _Tree:
     return tree
 
 
-def _typed(tree: _Tree) -> Any:
+def _typed(tree: Tree) -> Any:
     members = {key: Any if sub is None else Optional[_typed(sub)] for key, sub in tree.items()}  # noqa: UP045
     return TypedDict("fields", members, total=False)  # type: ignore[operator]
 

@@ -7,6 +7,7 @@ needed only where it is used; one missing fails the start-up, never a record.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Any
 
 from privstream.errors import ConfigError
 from privstream.pipeline.avro import Undecoded
+from privstream.pipeline.decode import Names
 
 Parse = Callable[[int, str], Any]
 ToJson = Callable[[Sequence[bytes | None], Mapping[int, Any]], list[bytes | Undecoded]]
@@ -39,8 +41,9 @@ _FORMATS = {
 }
 
 
-def codec(name: str) -> Codec:
-    """The codec of ``kafka.format`` ``name`` (not ``json``).
+def codec(name: str, reads: Names) -> Codec:
+    """The codec of ``kafka.format`` ``name`` (not ``json``) for a plan that reads the
+    paths ``reads`` (JSON Schema validates those only).
 
     Raises ``ConfigError`` if the packages the format needs are not installed.
     """
@@ -56,11 +59,8 @@ def codec(name: str) -> Codec:
                 f"pip install 'privstream[{extra}]'"
             ]
         ) from None
-    return Codec(
-        name,
-        schema_type,
-        module.UNKNOWN_SCHEMA_ID,
-        module.UNSUPPORTED_SCHEMA,
-        module.parse_writer_schema,
-        module.to_json,
-    )
+    parse = module.parse_writer_schema
+    if name == "json_schema":
+        parse = functools.partial(parse, reads=tuple(reads))
+    unknown, unsupported = module.UNKNOWN_SCHEMA_ID, module.UNSUPPORTED_SCHEMA
+    return Codec(name, schema_type, unknown, unsupported, parse, module.to_json)

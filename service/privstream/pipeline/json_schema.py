@@ -4,30 +4,39 @@ A framed value is a magic byte 0, the writer schema's registry id (4 bytes,
 big-endian) and JSON text; the text after the header is what the plan reads.
 Pure: the writer schemas come in parsed, by id (``privstream.worker.schemas``).
 
-The validation checks the record's **shape** only: what is validated is not
-the record but its shape's canonical record (every key kept, each array's
-distinct item shapes once, every string "", number 0, boolean false), against
+The validation checks the **shape** of the parts the plan reads only: what is
+validated is not the record but the canonical record of the shape of its
+projection onto the read paths (``reads``: the configured fields' paths; a
+read value kept whole with every key under it, each array's distinct item
+shapes once, every string "", number 0, boolean false), against
 the writer schema without its value keywords (``minimum``, ``enum``,
 ``pattern``, ``maxItems``, ``prefixItems``, ...; ``SHAPE_ONLY`` lists them) and
 with ``integer`` read as ``number``. So whether a
 record is dead-lettered never depends on a value within its type
 (docs/protection.md, "Whether a record is released"): the field kinds clamp,
-round or map such values instead. It also makes verdicts cacheable by shape:
+round or map such values instead. A key no path reads (a map's key, an
+unconfigured field) is left out of what is validated, and a name no path reads
+counts as present under ``required`` (and ``dependentRequired``,
+``dependencies``), so unread content never decides a release;
+the verdict's detail names the schema's location and keyword, never the
+record's. The shape also makes verdicts cacheable:
 a stream's records share a few shapes, and jsonschema costs ~100 µs a call.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 from jsonschema.exceptions import SchemaError, best_match
-from jsonschema.validators import validator_for
+from jsonschema.validators import extend, validator_for
 from referencing.exceptions import Unresolvable
 
 from privstream.pipeline.avro import HEADER_BYTES, Undecoded, schema_id
+from privstream.pipeline.decode import Names, Tree, read_tree
 
 #: dead-letter reasons
 NO_MAGIC_BYTE = "json_schema_no_magic_byte"
@@ -43,6 +52,7 @@ SHAPE_ONLY = frozenset(
         *("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
         *("enum", "const", "pattern", "format", "minLength", "maxLength", "propertyNames"),
         *("minItems", "maxItems", "uniqueItems", "contains", "minContains", "maxContains"),
+        *("minProperties", "maxProperties"),  # a map's size: its unread keys' number
         *("prefixItems", "additionalItems", "unevaluatedItems"),
         *("contentEncoding", "contentMediaType", "contentSchema"),
     }
@@ -75,31 +85,57 @@ def shape(value: Any) -> Shape:
     return _SCALARS[kind]
 
 
-def canonical(key: Shape) -> Any:
-    """The one record of a shape that is validated for all of its records."""
+class _Read(dict[str, Any]):
+    """An object on a read path, holding its read keys only: ``reads`` names them all, so
+    that a required name outside them counts as present (``_reading``)."""
+
+    reads: frozenset[str] = frozenset()
+
+
+def project(value: Any, tree: Tree | None) -> Any:
+    """The parts of ``value`` that ``tree`` reads: at each object on a path its read keys
+    only (a read value whole); an array or scalar where a path expects an object stays
+    (its shape fails the schema's ``type``), an array without its items."""
+    if tree is None:
+        return value
+    if type(value) is dict:
+        return {key: project(value[key], sub) for key, sub in tree.items() if key in value}
+    return [] if type(value) is list else value
+
+
+def canonical(key: Shape, tree: Tree | None = None) -> Any:
+    """The one record of a shape that is validated for all of its records; the objects on
+    ``tree``'s paths as ``_Read``."""
     if isinstance(key, str):
         return _CANONICAL[key]
-    if key[0] == "{":
+    if key[0] == "[":
+        return [canonical(v) for v in key[1]]
+    if tree is None:
         return dict(zip(key[1], map(canonical, key[2]), strict=True))
-    return [canonical(v) for v in key[1]]
+    found = _Read({k: canonical(v, tree[k]) for k, v in zip(key[1], key[2], strict=True)})
+    found.reads = frozenset(tree)
+    return found
 
 
 class ShapeValidator:
-    """A writer schema's verdicts on shapes: None (valid) or why not, cached by shape."""
+    """A writer schema's verdicts on the shapes of what a plan reads: None (valid) or why
+    not, cached by shape."""
 
-    def __init__(self, sid: int, validator: Any) -> None:
+    def __init__(self, sid: int, validator: Any, reads: Tree) -> None:
         self._sid = sid
         self._validator = validator
+        self._reads = reads
         self._verdicts: dict[Shape, str | None] = {}
 
-    def problem(self, key: Shape) -> str | None:
-        """Why a record of shape ``key`` fails the schema, or None.
+    def problem(self, record: Any) -> str | None:
+        """Why the read parts of a parsed record fail the schema, or None.
 
         Raises ``referencing.exceptions.Unresolvable`` for a reference out of the schema.
         """
+        key = shape(project(record, self._reads))
         if key in self._verdicts:
             return self._verdicts[key]
-        error = best_match(self._validator.iter_errors(canonical(key)))
+        error = best_match(self._validator.iter_errors(canonical(key, self._reads)))
         found = None if error is None else self._detail(error)
         if len(self._verdicts) >= SHAPES_CACHED:
             self._verdicts.clear()
@@ -107,25 +143,66 @@ class ShapeValidator:
         return found
 
     def _detail(self, error: Any) -> str:
+        """The schema's location and keyword: never the record's path, whose keys are data
+        (a map's key: ``$.purchases['alice@example.com']``)."""
+        where = "/".join(
+            str(step).replace("~", "~0").replace("/", "~1") for step in error.absolute_schema_path
+        )
         expected = json.dumps(error.validator_value)[:200]
         return (
-            f"the record fails writer schema {self._sid} at {error.json_path[:200]}: "
+            f"the record fails writer schema {self._sid} at #/{where[:200]}: "
             f"'{error.validator}' is {expected}"
         )
 
 
-def parse_writer_schema(sid: int, text: str) -> ShapeValidator | Undecoded:
-    """A validator of the shape of ``text``'s schema, or why it cannot be used."""
+def parse_writer_schema(sid: int, text: str, *, reads: Names) -> ShapeValidator | Undecoded:
+    """A validator of the shape of what ``reads`` reads under ``text``'s schema, or why the
+    schema cannot be used."""
     try:
         schema = json.loads(text)
         cls = validator_for(schema)
         cls.check_schema(schema)
-        return ShapeValidator(sid, cls(shape_only(schema)))
+        return ShapeValidator(sid, _reading(cls)(shape_only(schema)), read_tree(reads))
     except (ValueError, SchemaError, TypeError, RecursionError) as exc:
         return Undecoded(
             UNSUPPORTED_SCHEMA,
             f"writer schema {sid} is not a usable JSON Schema ({type(exc).__name__})",
         )
+
+
+@functools.cache  # a few dialects: one class each
+def _reading(cls: Any) -> Any:
+    """``cls`` whose keywords that name required keys (``required``, ``dependentRequired``,
+    ``dependencies``) ask of a ``_Read`` object only the names read there."""
+    wrapped = {
+        keyword: _read_names_only(base, keyword)
+        for keyword, base in cls.VALIDATORS.items()
+        if keyword in ("required", "dependentRequired", "dependencies")
+    }
+    return extend(cls, wrapped)
+
+
+def _read_names_only(base: Any, keyword: str) -> Any:
+    """The keyword function ``base`` with its names cut to those read (``_read_only``)."""
+
+    def check(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        if isinstance(instance, _Read):
+            value = _read_only(value, instance.reads, keyword)
+        return base(validator, value, instance, schema)
+
+    return check
+
+
+def _read_only(value: Any, reads: frozenset[str], keyword: str) -> Any:
+    """A keyword's names (a list, or a map of lists) without those not in ``reads``."""
+    if keyword == "required":
+        return [name for name in value if name in reads] if isinstance(value, list) else value
+    if not isinstance(value, dict):
+        return value
+    return {
+        key: [name for name in names if name in reads] if isinstance(names, list) else names
+        for key, names in value.items()
+    }
 
 
 def shape_only(schema: Any) -> Any:
@@ -195,8 +272,8 @@ def _one(
     if isinstance(validator, Undecoded):
         return validator
     payload = value[HEADER_BYTES:]
-    try:  # only the shape is read: no value decides (module docstring)
-        problem = validator.problem(shape(_parsed(payload)))
+    try:  # only the read parts' shape is validated: no value decides (module docstring)
+        problem = validator.problem(_parsed(payload))
     except (ValueError, RecursionError) as exc:
         return Undecoded(
             UNDECODABLE,

@@ -27,7 +27,7 @@ import msgspec
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError
 
-from privstream.pipeline.avro import HEADER_BYTES, Undecoded, schema_id
+from privstream.pipeline.avro import HEADER_BYTES, Undecoded, real, schema_id
 from privstream.pipeline.protobuf_schema import (
     UNSUPPORTED_SCHEMA,
     ProtoSchema,
@@ -164,20 +164,8 @@ def _scalar(field: Any) -> Convert:
     if field.type == FieldDescriptor.TYPE_BYTES:
         return lambda data: base64.b64encode(data).decode("ascii")
     if field.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
-        return _real
+        return real
     return _same
-
-
-_INFINITE = {True: msgspec.Raw(b"1e999"), False: msgspec.Raw(b"-1e999")}
-
-
-def _real(value: float) -> Any:
-    """An infinity as the JSON number beyond the double range (``1e999``), which the kinds
-    clamp to the bound of its sign as they do for JSON input, so that a record is released
-    at infinity as at 1e308; NaN, which has no sign, stays NaN (JSON null)."""
-    if value - value == 0.0 or value != value:
-        return value
-    return _INFINITE[value > 0]
 
 
 def _same(value: Any) -> Any:

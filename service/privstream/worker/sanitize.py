@@ -24,6 +24,7 @@ from privstream.config.runtime import Runtime
 from privstream.kafka.decode import UndecodableRecord
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.pipeline import BatchResult, RecordPlan, process_batch
+from privstream.pipeline.batch import read_names
 from privstream.pipeline.formats import codec
 from privstream.pipeline.noise import Replayable
 from privstream.pipeline.results import DeadLetter, Observation, merge_observations
@@ -64,7 +65,7 @@ class Sanitizer:
         keys = NoiseKeys(runtime.noise_secret, kafka.input_topic, kafka.noise_domain)
         registry, framed = kafka.schema_registry, kafka.format != "json"
         schemas = (
-            WriterSchemas(registry, codec(kafka.format))
+            WriterSchemas(registry, codec(kafka.format, read_names(plan, subject)))
             if framed and registry is not None
             else None
         )

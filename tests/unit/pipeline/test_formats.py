@@ -21,7 +21,7 @@ from privstream.pipeline.formats import codec
 def test_each_format_names_its_registry_type_and_its_own_reasons(
     name: str, schema_type: str, prefix: str
 ) -> None:
-    found = codec(name)
+    found = codec(name, ())
     assert (found.name, found.schema_type) == (name, schema_type)
     assert found.unknown_schema_id == f"{prefix}_unknown_schema_id"
     assert found.unsupported_schema == f"{prefix}_unsupported_schema"
@@ -41,4 +41,4 @@ def test_a_missing_package_is_a_config_error_naming_the_extra(
         monkeypatch.delitem(sys.modules, loaded)
     monkeypatch.setitem(sys.modules, package, None)  # import fails as if not installed
     with pytest.raises(ConfigError, match=rf"pip install 'privstream\[{name}\]'"):
-        codec(name)
+        codec(name, ())

@@ -37,7 +37,9 @@ SCHEMA: dict[str, Any] = {
     "required": ["seq", "state", "pattern"],
     "additionalProperties": False,
 }
-VALIDATOR = parse_writer_schema(4, json.dumps(SCHEMA))
+#: the paths the plan reads: every property but ``email``
+READS = ("seq", "salary", "state", "tags", "pattern")
+VALIDATOR = parse_writer_schema(4, json.dumps(SCHEMA), reads=READS)
 
 
 def framed(document: str, sid: int = 4) -> bytes:
@@ -75,13 +77,16 @@ def test_no_value_within_its_type_decides_the_verdict(document: str) -> None:
 @pytest.mark.parametrize(
     ("document", "where", "keyword"),
     [
-        ('{"seq": 1, "state": "TX"}', "$", "required"),
-        ('{"seq": "1", "state": "TX", "pattern": "x"}', "$.seq", "type"),
-        ('{"seq": 1, "state": "TX", "pattern": "x", "email": "a@b"}', "$", "additionalProperties"),
-        ('{"seq": 1, "state": "TX", "pattern": "x", "tags": [7]}', "$.tags[0]", "type"),
+        ('{"seq": 1, "state": "TX"}', "#/required", "required"),
+        ('{"seq": "1", "state": "TX", "pattern": "x"}', "#/properties/seq/type", "type"),
+        (
+            '{"seq": 1, "state": "TX", "pattern": "a@b", "tags": [7]}',
+            "#/properties/tags/items/type",
+            "type",
+        ),
     ],
 )
-def test_a_record_of_another_shape_is_invalid_naming_where_but_not_the_value(
+def test_a_record_of_another_shape_is_invalid_naming_the_schema_location_not_the_value(
     document: str, where: str, keyword: str
 ) -> None:
     [found] = verdicts(document)
@@ -89,6 +94,13 @@ def test_a_record_of_another_shape_is_invalid_naming_where_but_not_the_value(
     assert found.reason == INVALID
     assert f"writer schema 4 at {where}: '{keyword}'" in found.detail
     assert "a@b" not in found.detail
+
+
+def test_a_key_no_field_reads_is_not_validated() -> None:
+    """``additionalProperties: false`` holds for the read paths only: an unread key is not
+    released, and its presence must not decide the record's release either."""
+    text = '{"seq": 1, "state": "TX", "pattern": "x", "email": "a@b"}'
+    assert verdicts(text) == [text.encode()]
 
 
 def test_text_that_is_not_json_in_utf8_is_undecodable_and_unframed_values_are_named() -> None:
@@ -101,13 +113,13 @@ def test_text_that_is_not_json_in_utf8_is_undecodable_and_unframed_values_are_na
 
 @pytest.mark.parametrize("text", ["not json", '{"type": 5}', '{"minimum": "zero"}'])
 def test_a_schema_that_is_not_a_json_schema_is_unsupported(text: str) -> None:
-    found = parse_writer_schema(9, text)
+    found = parse_writer_schema(9, text, reads=READS)
     assert isinstance(found, Undecoded) and found.reason == UNSUPPORTED_SCHEMA
     assert "writer schema 9" in found.detail
 
 
 def test_a_reference_to_another_schema_is_unsupported_not_invalid() -> None:
-    validator = parse_writer_schema(5, '{"$ref": "https://example.com/other.json"}')
+    validator = parse_writer_schema(5, '{"$ref": "https://example.com/other.json"}', reads=READS)
     [found] = to_json([framed("{}", sid=5)], {5: validator})
     assert isinstance(found, Undecoded) and found.reason == UNSUPPORTED_SCHEMA
 
@@ -117,7 +129,7 @@ def test_a_set_is_released_whatever_its_size_even_under_a_tuple_schema() -> None
     draft7 = {"type": "array", "items": [{"type": "string"}], "additionalItems": False}
     for tuple_schema, dialect in ((pair, DRAFT_2020), (draft7, DRAFT_7)):
         top = {"$schema": dialect, "properties": {"s": tuple_schema}}
-        validator = parse_writer_schema(6, json.dumps(top))
+        validator = parse_writer_schema(6, json.dumps(top), reads=("s",))
         assert isinstance(validator, ShapeValidator), validator
         texts = ['{"s": []}', '{"s": ["a"]}', '{"s": ["a", "b", "c"]}']
         assert to_json([framed(t, sid=6) for t in texts], {6: validator}) == [
@@ -150,7 +162,7 @@ def test_a_shape_keeps_keys_lengths_and_types_and_its_canonical_record_no_value(
 def test_records_of_one_shape_are_validated_once() -> None:
     """The cache that makes a verdict cost a dict lookup: one validation per shape, dropped
     whole once ``SHAPES_CACHED`` shapes are held."""
-    validator = parse_writer_schema(4, json.dumps(SCHEMA))
+    validator = parse_writer_schema(4, json.dumps(SCHEMA), reads=READS)
     assert isinstance(validator, ShapeValidator)
     seen: list[Any] = []
     inner = validator._validator
@@ -167,6 +179,6 @@ def test_records_of_one_shape_are_validated_once() -> None:
     assert found[:50] == [t.encode() for t in texts[:50]]
     assert [f.reason for f in found[50:]] == [INVALID] * 2  # type: ignore[union-attr]
     assert seen == [{"seq": 0, "state": "", "pattern": ""}, {"seq": "", "state": "", "pattern": ""}]
-    for n in range(SHAPES_CACHED + 1):
-        validator.problem(shape({f"k{n}": 1}))
+    for n in range(SHAPES_CACHED + 1):  # shapes under a read path (tags: read whole)
+        validator.problem({"tags": [{f"k{n}": 1}]})
     assert 0 < len(validator._verdicts) <= SHAPES_CACHED

@@ -23,7 +23,7 @@ class Counting(WriterSchemas):
 
     def __init__(self, cache_size: int, known: set[int]) -> None:
         super().__init__(
-            SchemaRegistryConfig(url="http://127.0.0.1:1", cache_size=cache_size), codec("avro")
+            SchemaRegistryConfig(url="http://127.0.0.1:1", cache_size=cache_size), codec("avro", ())
         )
         self.known = known
         self.fetched: list[int] = []
