@@ -92,15 +92,28 @@ class KafkaConfig(Strict):
     drain_timeout_ms: int = Field(default=30_000, ge=0, le=600_000)
     security: SecurityConfig = SecurityConfig()
     #: how input values are encoded: JSON text, or Avro in the Confluent wire format
-    #: (docs/avro.md); the output is JSON either way
+    #: (docs/avro.md)
     format: Literal["json", "avro"] = "json"
-    #: where Avro writer schemas come from (required by ``format: avro``)
+    #: how sanitized values are encoded (default: as the input): ``avro`` is the Confluent
+    #: wire format with a schema derived from the fields, registered under
+    #: ``<output_topic>-value``
+    output_format: Literal["json", "avro"] | None = None
+    #: where Avro writer schemas come from and the output schema goes (required by Avro)
     schema_registry: SchemaRegistryConfig | None = None
+
+    @property
+    def avro_output(self) -> bool:
+        """Sanitized values are written as Avro (``output_format``, else the input's)."""
+        return (self.output_format or self.format) == "avro"
 
     @model_validator(mode="after")
     def _registry_for_avro(self) -> "KafkaConfig":
         if self.format == "avro" and self.schema_registry is None:
             raise ValueError("kafka.format avro needs kafka.schema_registry (its url at least)")
+        if self.avro_output and self.schema_registry is None:
+            raise ValueError(
+                "kafka.output_format avro needs kafka.schema_registry (its url at least)"
+            )
         return self
 
     @field_validator("input_topic", "output_topic", "dead_letter_topic")

@@ -78,15 +78,7 @@ class WriterSchemas:
     def __init__(self, config: SchemaRegistryConfig) -> None:
         self._config = config
         self._cache: OrderedDict[int, WriterSchema | Undecoded] = OrderedDict()
-        self._headers = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
-        if config.auth is not None:
-            password = SecretStr(_read_password(config.auth.password_file))
-            token = f"{config.auth.username}:{password.get_secret_value()}".encode()
-            self._headers["Authorization"] = "Basic " + base64.b64encode(token).decode()
-        self._tls: ssl.SSLContext | None = None
-        if config.url.startswith("https://"):
-            self._tls = ssl.create_default_context(cafile=config.tls.ca_file)
-            self._tls.check_hostname = config.tls.check_hostname
+        self._headers, self._tls = connection(config)
 
     def decode(self, records: Sequence[ConsumerRecord]) -> list[ConsumerRecord]:
         """The records with JSON values; those that cannot be read as ``AvroRejected``.
@@ -130,14 +122,28 @@ class WriterSchemas:
             if exc.code == 404:
                 log.warning("schema id %d is not in the registry %s", sid, self._config.url)
                 return Undecoded(UNKNOWN_SCHEMA_ID, f"schema id {sid} is not in the registry")
-            raise _unavailable(url, f"HTTP {exc.code} {exc.reason}") from None
+            raise unavailable(url, f"HTTP {exc.code} {exc.reason}") from None
         except (OSError, ValueError) as exc:  # refused, reset, timed out, TLS, not JSON
-            raise _unavailable(url, f"{type(exc).__name__}: {exc}") from None
+            raise unavailable(url, f"{type(exc).__name__}: {exc}") from None
         kind = body.get("schemaType", "AVRO")
         if kind != "AVRO":
             return Undecoded(UNSUPPORTED_SCHEMA, f"schema id {sid} is {kind}, not Avro")
         log.info("fetched writer schema %d from %s", sid, self._config.url)
         return parse_writer_schema(sid, str(body.get("schema", "")))
+
+
+def connection(config: SchemaRegistryConfig) -> tuple[dict[str, str], ssl.SSLContext | None]:
+    """The request headers (with the basic-auth password read now) and the TLS context."""
+    headers = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
+    if config.auth is not None:
+        password = SecretStr(_read_password(config.auth.password_file))
+        token = f"{config.auth.username}:{password.get_secret_value()}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(token).decode()
+    tls: ssl.SSLContext | None = None
+    if config.url.startswith("https://"):
+        tls = ssl.create_default_context(cafile=config.tls.ca_file)
+        tls.check_hostname = config.tls.check_hostname
+    return headers, tls
 
 
 def _fields(record: ConsumerRecord, **changed: object) -> dict[str, object]:
@@ -148,7 +154,7 @@ def _rejected(record: ConsumerRecord, why: Undecoded) -> AvroRejected:
     return AvroRejected(**_fields(record), problem=why.reason, detail=why.detail)
 
 
-def _unavailable(url: str, why: str) -> SchemaRegistryUnavailableError:
+def unavailable(url: str, why: str) -> SchemaRegistryUnavailableError:
     return SchemaRegistryUnavailableError(
         f"schema registry request {url} failed ({why}): the batch is retried once the "
         "registry answers; check kafka.schema_registry (url, auth, tls) if it never does"
