@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from aiokafka import AIOKafkaConsumer
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.avro_reference import framed
@@ -69,9 +71,36 @@ async def scenario(
     )
     worker = Worker(config, workdir, name, passthrough=False, script=CONTENDERS[contender])
     try:
-        return await drain(bootstrap, topics.group, total, [worker], within_s=1800)
+        result = await drain(bootstrap, topics.group, total, [worker], within_s=1800)
     finally:
         worker.stop()
+    # a drain counts committed offsets: every record must have come out, as Avro
+    written, dead = (
+        await messages_in(bootstrap, topics.out),
+        await messages_in(bootstrap, topics.dlq),
+    )
+    if (written, dead) != (total, 0):
+        raise RuntimeError(f"{name}: {written:,} outputs and {dead:,} dead letters of {total:,}")
+    return result
+
+
+async def messages_in(bootstrap: str, topic: str) -> int:
+    """Committed messages of ``topic`` in the Confluent wire format (magic byte 0)."""
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        count = 0
+        while batch := await consumer.getmany(timeout_ms=2000, max_records=50_000):
+            count += sum(r.value[:1] == b"\x00" for rs in batch.values() for r in rs)
+        return count
+    finally:
+        await consumer.stop()
 
 
 async def run_avro(total: int, rounds: int) -> int:
