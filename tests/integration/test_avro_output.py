@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tests.integration.test_avro_input import V1, reading
 from tests.support.avro import (
     AvroDeserializer,
@@ -166,3 +168,48 @@ async def test_a_restart_reuses_the_schema_id_and_an_incompatible_config_is_refu
         with SchemaRegistryClient({"url": url}) as client:
             assert client.get_versions(subject) == [1]
     assert len(out.records) == 40  # the refused worker released nothing
+
+
+async def example_script(name: str, *args: str) -> str:
+    """Run ``examples/<name>`` as docs/avro.md does; its stdout."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(REPO_ROOT / "examples" / name),
+        *args,
+        cwd=REPO_ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    return out.decode()
+
+
+async def test_the_worked_example_of_the_avro_page_runs_as_documented(
+    kafka_bootstrap: str, schema_registry: str, tmp_path: Path
+) -> None:
+    """docs/avro.md's example on the suite's broker and registry: avro_produce.py, `run`
+    with examples/avro-telemetry.yaml, avro_read.py prints the sanitized records."""
+    example = yaml.safe_load((REPO_ROOT / "examples" / "avro-telemetry.yaml").read_text())
+    kafka = unique_topics("avro-example")
+    await create_topics(kafka_bootstrap, list(kafka.values())[:3], partitions=1)
+    example["kafka"].update(kafka, schema_registry={"url": schema_registry})
+    body = {k: v for k, v in example.items() if k not in ("kafka", "http")}
+    config = write_config(tmp_path / "example.yaml", kafka_bootstrap, example["kafka"], body)
+    where = ["--bootstrap", kafka_bootstrap, "--registry", schema_registry]
+    await example_script(
+        "avro_produce.py", *where, "--topic", kafka["input_topic"], "--count", "200"
+    )
+    worker = WorkerProcess(config, tmp_path / "worker.log")
+    async with Collector(kafka_bootstrap, kafka["output_topic"]) as out, started(worker):
+        await wait_while_alive(out, 200, worker, within_s=120)
+        assert await worker.terminate() == 0, worker.log_text()[-3000:]
+    printed = await example_script(
+        "avro_read.py", *where, "--topic", kafka["output_topic"], "--count", "200"
+    )
+    records = [json.loads(line) for line in printed.splitlines()]
+    assert sorted(r["seq"] for r in records) == list(range(200))
+    assert {frozenset(r) for r in records} == {
+        frozenset({"seq", "battery_temp_c", "country", "crashed"})
+    }
+    assert {r["country"] for r in records} <= {"US", "DE", "FR", "IN", "BR", "JP", "other"}
