@@ -4,9 +4,9 @@ The pipeline releases JSON text (``privstream.pipeline.encode``); a batch's
 texts are decoded once more and written with fastavro's schemaless writer
 under the derived output schema (``privstream.pipeline.avro_schema``),
 framed with the magic byte 0 and the schema's registry id. A record the
-schema cannot hold (only a public field can carry one: an integer beyond 64
-bits is written as a double by fastavro, a value of another type fails) is
-dead-lettered, never released in part.
+schema cannot hold (only a public field can carry one: a string with a lone
+surrogate, which Avro's UTF-8 cannot write; an integer beyond 64 bits is
+written as a double by fastavro) is dead-lettered, never released in part.
 
 A local-hashing seed is an unsigned 64-bit number; Avro's ``long`` is signed,
 so the seed is written as the long with the same 64 bits and read back by
@@ -97,5 +97,6 @@ def _why(exc: Exception) -> str:
     # fastavro's messages quote the value: never put a raw value in a dead-letter header
     return (
         f"the sanitized record does not fit the output schema ({type(exc).__name__}): "
-        "a public field holds a value of a type Avro cannot write there"
+        "a public field holds a value Avro cannot write (a string with a lone surrogate, "
+        "which is no UTF-8)"
     )

@@ -204,6 +204,20 @@ def test_a_record_the_schema_cannot_hold_is_dead_lettered_without_its_value() ->
     assert "secret-text" not in dead.detail
 
 
+def test_a_public_string_with_a_lone_surrogate_is_dead_lettered_and_a_huge_integer_kept() -> None:
+    """JSON output escapes a lone surrogate, Avro's UTF-8 cannot hold one; an integer beyond
+    64 bits goes into the union's double (docs/avro.md says it loses digits)."""
+    encoder = AvroEncoder(1, schema_of([{"name": "p", "kind": "public"}]))
+    batch = BatchResult(
+        outputs=[b'{"p":"\\udc80x"}', b'{"p":' + b"9" * 30 + b"}"], output_index=[0, 1]
+    )
+    result = encoder.encode(batch)
+    assert [(d.index, d.reason) for d in result.dead_letters] == [(0, UNENCODABLE)]
+    assert result.output_index == [1]
+    parsed = parse_schema(encoder.schema)
+    assert schemaless_reader(io.BytesIO(result.outputs[0][5:]), parsed, None) == {"p": 1e30}
+
+
 def test_backward_problems_name_the_fields_that_break_old_records() -> None:
     old = schema_of(EVERY_KIND)
     assert backward_problems(old, old) == []
