@@ -193,7 +193,9 @@ async def test_the_worked_example_of_the_avro_page_runs_as_documented(
     example = yaml.safe_load((REPO_ROOT / "examples" / "avro-telemetry.yaml").read_text())
     kafka = unique_topics("avro-example")
     await create_topics(kafka_bootstrap, list(kafka.values())[:3], partitions=1)
-    example["kafka"].update(kafka, schema_registry={"url": schema_registry})
+    example["kafka"].update(
+        kafka, bootstrap_servers=kafka_bootstrap, schema_registry={"url": schema_registry}
+    )
     body = {k: v for k, v in example.items() if k not in ("kafka", "http")}
     config = write_config(tmp_path / "example.yaml", kafka_bootstrap, example["kafka"], body)
     where = ["--bootstrap", kafka_bootstrap, "--registry", schema_registry]
