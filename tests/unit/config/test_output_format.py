@@ -37,7 +37,9 @@ def test_the_output_follows_the_input_unless_output_format_is_set(
 
 
 def test_avro_output_without_a_registry_says_what_is_missing() -> None:
-    with pytest.raises(ConfigError, match="kafka.output_format avro needs kafka.schema_registry"):
+    with pytest.raises(
+        ConfigError, match=r"kafka\.output_format avro needs kafka\.schema_registry"
+    ):
         parse_config(with_kafka(output_format="avro"))
 
 
