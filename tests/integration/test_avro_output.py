@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from tests.integration.test_avro_input import V1, reading
+from tests.integration.test_avro_input import V1, readiness_becomes, reading
 from tests.support.avro import (
     AvroDeserializer,
     MessageField,
@@ -27,11 +27,15 @@ from tests.support.avro import (
     avro_writer,
 )
 from tests.support.broker import REPO_ROOT, create_topics
+from tests.support.faults import free_port, poll_until
+from tests.support.http_get import http_get
+from tests.support.registry import Registry
 from tests.support.worker_proc import (
     PRIVACY,
     Collector,
     WorkerProcess,
     produce,
+    read_all,
     started,
     unique_topics,
     wait_while_alive,
@@ -215,3 +219,39 @@ async def test_the_worked_example_of_the_avro_page_runs_as_documented(
         frozenset({"seq", "battery_temp_c", "country", "crashed"})
     }
     assert {r["country"] for r in records} <= {"US", "DE", "FR", "IN", "BR", "JP", "other"}
+
+
+async def test_a_registry_down_at_start_delays_the_output_and_loses_nothing(
+    kafka_bootstrap: str, schema_registry_server: Registry, tmp_path: Path
+) -> None:
+    """The output schema cannot be registered while the registry is down: the worker stays
+    up and not ready, retrying, and releases nothing (there is no id to frame a value with);
+    once the registry is back every record comes out once, as Avro, none dead-lettered."""
+    url = schema_registry_server.url
+    kafka, values = await topics_with_input(kafka_bootstrap, url, "avro-down", range(20))
+    await produce(kafka_bootstrap, kafka["input_topic"], [(b"k", v, []) for v in values])
+    port = free_port()
+    body = {**PRIVACY, "http": {"host": "127.0.0.1", "port": port}}
+    config = avro_config(tmp_path / "config.yaml", kafka_bootstrap, kafka, url, body)
+    worker = WorkerProcess(config, tmp_path / "worker.log")
+    async with Collector(kafka_bootstrap, kafka["output_topic"]) as out:
+        await asyncio.to_thread(schema_registry_server.stop)
+        try:
+            async with started(worker):
+
+                async def retrying() -> bool:
+                    assert worker.alive, worker.log_text()[-3000:]
+                    return worker.log_text().count("schema registry request") >= 2
+
+                await poll_until(retrying, 60, "two failed registrations")
+                code, _ = await http_get(port, "/readyz")
+                assert (code, len(out.records)) == (503, 0)
+                await asyncio.to_thread(schema_registry_server.start)
+                await readiness_becomes(port, 200, worker, within_s=120)
+                await wait_while_alive(out, 20, worker, within_s=120)
+                assert await worker.terminate() == 0, worker.log_text()[-3000:]
+        finally:
+            await asyncio.to_thread(schema_registry_server.start)  # a no-op once it runs
+    records = read_back(url, kafka["output_topic"], [r.value for r in out.records])
+    assert sorted(r["seq"] for r in records) == list(range(20))
+    assert await read_all(kafka_bootstrap, kafka["dead_letter_topic"], partitions=1) == []
