@@ -38,12 +38,20 @@ _CONTENT = "application/vnd.schemaregistry.v1+json"
 class OutputSchema:
     """The output schema of one config and the registry it goes to."""
 
-    def __init__(self, registry: SchemaRegistryConfig, subject: str, schema: dict[str, Any]):
+    def __init__(
+        self,
+        registry: SchemaRegistryConfig,
+        subject: str,
+        schema: dict[str, Any],
+        reports: tuple[str, ...] = (),
+    ) -> None:
         self.subject = subject
         self.schema = schema
         self.text = schema_text(schema)
         self._registry = registry
-        self._reports: tuple[str, ...] = ()
+        #: the local-hashing fields (``avro_schema.hash_report_fields``)
+        self._reports = reports
+        self._quoted = urllib.parse.quote(subject, safe="")
 
     @classmethod
     def of(cls, config: AppConfig, plan: RecordPlan) -> OutputSchema | None:
@@ -55,9 +63,8 @@ class OutputSchema:
         if not config.kafka.avro_output or registry is None:
             return None
         subject = f"{config.kafka.output_topic}-value"
-        found = cls(registry, subject, output_schema(config.fields, plan))
-        found._reports = hash_report_fields(plan)
-        return found
+        schema = output_schema(config.fields, plan)
+        return cls(registry, subject, schema, hash_report_fields(plan))
 
     def register(self) -> AvroEncoder:
         """Set BACKWARD on the subject, register the schema; the encoder of its id.
@@ -65,33 +72,35 @@ class OutputSchema:
         Raises ``OutputSchemaError`` if the registry refuses the schema and
         ``SchemaRegistryUnavailableError`` if it does not answer.
         """
-        quoted = urllib.parse.quote(self.subject, safe="")
-        self._call("PUT", f"/config/{quoted}", {"compatibility": "BACKWARD"})
-        answer = self._call("POST", f"/subjects/{quoted}/versions", {"schema": self.text})
+        self._call("PUT", f"/config/{self._quoted}", {"compatibility": "BACKWARD"})
+        answer = self._call("POST", f"/subjects/{self._quoted}/versions", {"schema": self.text})
         schema_id = int(answer["id"])
         log.info("output schema of %s is registry id %d", self.subject, schema_id)
         return AvroEncoder(schema_id, self.schema, self._reports)
 
     def _call(self, method: str, path: str, body: dict[str, Any]) -> Any:
         url = self._registry.url + path
-        headers, tls = connection(self._registry)
-        request = urllib.request.Request(  # noqa: S310 -- the config checks the scheme
-            url,
-            data=json.dumps(body).encode(),
-            method=method,
-            headers={**headers, "Content-Type": _CONTENT},
-        )
         try:
-            with urllib.request.urlopen(  # noqa: S310 -- http(s) only
-                request, timeout=self._registry.timeout_ms / 1000, context=tls
-            ) as response:
-                return json.loads(response.read())
+            return self._request(method, path, body)
         except urllib.error.HTTPError as exc:
             if exc.code in (409, 422):  # incompatible, or a schema the registry refuses
                 raise self._refused(exc.code, _message(exc)) from None
             raise unavailable(url, f"HTTP {exc.code} {exc.reason}") from None
         except (OSError, ValueError) as exc:  # refused, reset, timed out, TLS, not JSON
             raise unavailable(url, f"{type(exc).__name__}: {exc}") from None
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        headers, tls = connection(self._registry)
+        request = urllib.request.Request(  # noqa: S310 -- the config checks the scheme
+            self._registry.url + path,
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
+            headers={**headers, "Content-Type": _CONTENT},
+        )
+        with urllib.request.urlopen(  # noqa: S310 -- http(s) only
+            request, timeout=self._registry.timeout_ms / 1000, context=tls
+        ) as response:
+            return json.loads(response.read())
 
     def _refused(self, code: int, message: str) -> OutputSchemaError:
         if code != 409:
@@ -111,16 +120,12 @@ class OutputSchema:
         )
 
     def _latest(self) -> dict[str, Any] | None:
-        quoted = urllib.parse.quote(self.subject, safe="")
-        url = f"{self._registry.url}/subjects/{quoted}/versions/latest"
-        headers, tls = connection(self._registry)
-        request = urllib.request.Request(url, headers=headers)  # noqa: S310 -- http(s) only
+        """The latest registered schema; None if it cannot be had (the registry's message
+        then stands alone)."""
         try:
-            with urllib.request.urlopen(  # noqa: S310 -- http(s) only
-                request, timeout=self._registry.timeout_ms / 1000, context=tls
-            ) as response:
-                found = json.loads(json.loads(response.read())["schema"])
-        except (OSError, ValueError, KeyError, TypeError):  # the registry's own message stands
+            answer = self._request("GET", f"/subjects/{self._quoted}/versions/latest")
+            found = json.loads(answer["schema"])
+        except (OSError, ValueError, KeyError, TypeError):
             return None
         return found if isinstance(found, dict) else None
 
