@@ -155,9 +155,11 @@ def _rejected(record: ConsumerRecord, why: Undecoded) -> AvroRejected:
 
 
 def unavailable(url: str, why: str) -> SchemaRegistryUnavailableError:
+    """A registry that did not answer (input schemas, or the output schema's registration)."""
     return SchemaRegistryUnavailableError(
-        f"schema registry request {url} failed ({why}): the batch is retried once the "
-        "registry answers; check kafka.schema_registry (url, auth, tls) if it never does"
+        f"schema registry request {url} failed ({why}): retried, nothing released meanwhile, "
+        "once the registry answers; check kafka.schema_registry (url, auth, tls) if it "
+        "never does"
     )
 
 
