@@ -119,12 +119,15 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 # Each script prints its environment and ratios and exits 1 when a target is missed;
 # make goes on (-) so that one miss does not hide the other results, then fails at the
 # end. BENCH_ARGS=--quick gives a short smoke run of each.
-bench: $(BENCH_STAMP) ## benchmarks (ratios against baselines measured in the same run; minutes)
+# The Avro scenario of e2e.py needs the tests' schema registry (schema-registry).
+bench: $(BENCH_STAMP) schema-registry ## benchmarks (ratios against baselines measured in the same run; minutes)
 	@status=0; \
 	for script in samplers pipeline file_mode e2e latency memory ledger utility http_flood; do \
 		echo "== bench/$$script.py $(BENCH_ARGS)"; \
 		$(BIN)/python bench/$$script.py $(BENCH_ARGS) || status=1; \
 	done; \
+	echo "== bench/e2e.py --avro $(BENCH_ARGS)"; \
+	$(BIN)/python bench/e2e.py --avro $(BENCH_ARGS) || status=1; \
 	exit $$status
 
 kafka-start: ## start the local Kafka broker (127.0.0.1:9092; KAFKA_PORT moves it)

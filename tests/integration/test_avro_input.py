@@ -63,7 +63,8 @@ def reading(seq: int, **extra: Any) -> dict[str, Any]:
 def avro_config(
     tmp_path: Path, bootstrap: str, kafka: dict[str, str], url: str, **body: Any
 ) -> Path:
-    settings = {**kafka, "format": "avro", "schema_registry": {"url": url}}
+    # JSON output: these tests are about the input side (test_avro_output has the other)
+    settings = {**kafka, "format": "avro", "output_format": "json", "schema_registry": {"url": url}}
     return write_config(tmp_path / "config.yaml", bootstrap, settings, {**PRIVACY, **body})
 
 

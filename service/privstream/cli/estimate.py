@@ -17,7 +17,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -219,11 +219,17 @@ def _read_topic(
 
     kafka = config.needs_kafka("estimate --topic")
     progress = Progress(enabled=args.progress, threshold=0)
+    sink: Callable[[bytes], None] = stream.add
+    registry = config.kafka.schema_registry
+    if config.kafka.avro_output and registry is not None:  # read through the registry
+        from privstream.cli.avro_topic import AvroValues
+
+        sink = AvroValues(registry, plan, stream.add, stream.skip).add
     try:
         read = run_topic_read(
             kafka,
             topic,
-            stream.add,
+            sink,
             expected_config=plan.config_sha256,
             expected_release=plan.release_sha256,
             skip=stream.skip,

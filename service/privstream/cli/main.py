@@ -46,6 +46,7 @@ from privstream.errors import (
     ChangelogError,
     ConfigError,
     MechanismError,
+    OutputSchemaError,
     PrivstreamError,
     SecretError,
     TopicError,
@@ -416,7 +417,7 @@ def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     try:
         asyncio.run(serve(config, plan, runtime, args.http_port))
-    except (TopicError, ChangelogError) as exc:  # a topic to fix: before any record of it
+    except (TopicError, ChangelogError, OutputSchemaError) as exc:  # before any record
         _last_words(exc, args.log_format)
         return EXIT_CONFIG
     return EXIT_OK

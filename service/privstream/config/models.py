@@ -94,16 +94,30 @@ class KafkaConfig(Strict):
     drain_timeout_ms: int = Field(default=30_000, ge=0, le=600_000)
     security: SecurityConfig = SecurityConfig()
     #: how input values are encoded: JSON text, or Avro, Protobuf or JSON (JSON Schema) in
-    #: the Confluent wire format (docs/avro.md); the output is JSON either way
+    #: the Confluent wire format (docs/avro.md)
     format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
-    #: where writer schemas come from (required by every format but ``json``)
+    #: how sanitized values are encoded (default: Avro for Avro input, else JSON): ``avro``
+    #: is the Confluent wire format with a schema derived from the fields, registered under
+    #: ``<output_topic>-value``
+    output_format: Literal["json", "avro"] | None = None
+    #: where writer schemas come from and the Avro output schema goes (required by every
+    #: format but ``json``, and by Avro output)
     schema_registry: SchemaRegistryConfig | None = None
+
+    @property
+    def avro_output(self) -> bool:
+        """Sanitized values are written as Avro (``output_format``, else the input's)."""
+        return (self.output_format or self.format) == "avro"
 
     @model_validator(mode="after")
     def _registry_for_framed(self) -> "KafkaConfig":
         if self.format != "json" and self.schema_registry is None:
             raise ValueError(
                 f"kafka.format {self.format} needs kafka.schema_registry (its url at least)"
+            )
+        if self.avro_output and self.schema_registry is None:
+            raise ValueError(
+                "kafka.output_format avro needs kafka.schema_registry (its url at least)"
             )
         return self
 

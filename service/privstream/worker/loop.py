@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from itertools import chain
 
 from aiokafka import (
@@ -64,7 +65,8 @@ from privstream.errors import (
 )
 from privstream.kafka.decode import tolerate_undecodable_records
 from privstream.metrics import Metrics
-from privstream.pipeline import RecordPlan
+from privstream.pipeline import BatchResult, RecordPlan
+from privstream.pipeline.avro_encode import AvroEncoder
 from privstream.pipeline.results import DeadLetter
 from privstream.worker import charging
 from privstream.worker.assignment import Assignment
@@ -89,6 +91,7 @@ from privstream.worker.generation_fence import (
 )
 from privstream.worker.http import Health
 from privstream.worker.ledger_store import LedgerStore
+from privstream.worker.output_schema import OutputSchema
 from privstream.worker.produce import BatchSender
 from privstream.worker.rebalance import Rebalance, names
 from privstream.worker.restart import Backoff, describe, unless_failed
@@ -131,6 +134,7 @@ class Worker:
         ledger: LedgerStore | None = None,
         sanitizer: Sanitize | None = None,
         judge: FencingJudge | None = None,
+        output: OutputSchema | None = None,
     ) -> None:
         self._kafka = kafka
         self._ledger = ledger
@@ -144,6 +148,9 @@ class Worker:
         self._sanitize = sanitizer
         #: the partitions owned now, shared with the rebalance listener
         self.assignment = Assignment()
+        #: Avro output: its schema, and once registered its encoder (None: JSON output)
+        self._output = output
+        self._encoder: AvroEncoder | None = None
         self._backoff = Backoff()
         tolerate_undecodable_records()
         #: partitions stopped before a batch that cannot be decoded: not ready while any is
@@ -216,6 +223,8 @@ class Worker:
         before any client could read or write one.
         """
         self._judge.session_started()
+        if self._output is not None and self._encoder is None:  # before any record is read
+            self._encoder = await asyncio.to_thread(self._output.register)
         changelog = None if self._ledger is None else self._ledger.topic
         partitions = await check_topics(self._kafka, self._runtime.credentials, changelog)
         async with contextlib.AsyncExitStack() as stack:
@@ -302,7 +311,7 @@ class Worker:
         if not owned:  # an empty poll is normal: nothing to produce or commit
             return None
         records = list(chain.from_iterable(owned.values()))
-        result = await asyncio.to_thread(self._sanitize, records)
+        result = await asyncio.to_thread(self._sanitized, records)
         verdict = None
         if self._ledger is not None:  # None when voided: ``_commit`` drops it
             verdict = await charging.charge(
@@ -425,6 +434,11 @@ class Worker:
         if self._ledger is None:
             return await sender.send(batch.records, batch.result)
         return await charging.send(self._ledger, producer, sender, batch)
+
+    def _sanitized(self, records: Sequence[ConsumerRecord]) -> BatchResult:
+        """The batch sanitized, its outputs Avro once the output schema is registered."""
+        result = self._sanitize(records)
+        return result if self._encoder is None else self._encoder.encode(result)
 
     def _observe(self, count: int, out: int, dead: list[DeadLetter], seconds: float) -> None:
         m = self._metrics

@@ -73,15 +73,7 @@ class WriterSchemas:
         self._config = config
         self._codec = codec
         self._cache: OrderedDict[int, WriterSchema | Undecoded] = OrderedDict()
-        self._headers = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
-        if config.auth is not None:
-            password = SecretStr(_read_password(config.auth.password_file))
-            token = f"{config.auth.username}:{password.get_secret_value()}".encode()
-            self._headers["Authorization"] = "Basic " + base64.b64encode(token).decode()
-        self._tls: ssl.SSLContext | None = None
-        if config.url.startswith("https://"):
-            self._tls = ssl.create_default_context(cafile=config.tls.ca_file)
-            self._tls.check_hostname = config.tls.check_hostname
+        self._headers, self._tls = connection(config)
 
     def decode(self, records: Sequence[ConsumerRecord]) -> list[ConsumerRecord]:
         """The records with JSON values; those that cannot be read as ``FramedRejected``.
@@ -128,15 +120,29 @@ class WriterSchemas:
                 return Undecoded(
                     self._codec.unknown_schema_id, f"schema id {sid} is not in the registry"
                 )
-            raise _unavailable(url, f"HTTP {exc.code} {exc.reason}") from None
+            raise unavailable(url, f"HTTP {exc.code} {exc.reason}") from None
         except (OSError, ValueError) as exc:  # refused, reset, timed out, TLS, not JSON
-            raise _unavailable(url, f"{type(exc).__name__}: {exc}") from None
+            raise unavailable(url, f"{type(exc).__name__}: {exc}") from None
         kind, codec = body.get("schemaType", "AVRO"), self._codec
         if kind != codec.schema_type:
             why = f"schema id {sid} is {kind}, not {codec.schema_type} (kafka.format {codec.name})"
             return Undecoded(codec.unsupported_schema, why)
         log.info("fetched writer schema %d from %s", sid, self._config.url)
         return codec.parse(sid, str(body.get("schema", "")))
+
+
+def connection(config: SchemaRegistryConfig) -> tuple[dict[str, str], ssl.SSLContext | None]:
+    """The request headers (with the basic-auth password read now) and the TLS context."""
+    headers = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
+    if config.auth is not None:
+        password = SecretStr(_read_password(config.auth.password_file))
+        token = f"{config.auth.username}:{password.get_secret_value()}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(token).decode()
+    tls: ssl.SSLContext | None = None
+    if config.url.startswith("https://"):
+        tls = ssl.create_default_context(cafile=config.tls.ca_file)
+        tls.check_hostname = config.tls.check_hostname
+    return headers, tls
 
 
 def _fields(record: ConsumerRecord, **changed: object) -> dict[str, object]:
@@ -147,10 +153,12 @@ def _rejected(record: ConsumerRecord, why: Undecoded) -> FramedRejected:
     return FramedRejected(**_fields(record), problem=why.reason, detail=why.detail)
 
 
-def _unavailable(url: str, why: str) -> SchemaRegistryUnavailableError:
+def unavailable(url: str, why: str) -> SchemaRegistryUnavailableError:
+    """A registry that did not answer (input schemas, or the output schema's registration)."""
     return SchemaRegistryUnavailableError(
-        f"schema registry request {url} failed ({why}): the batch is retried once the "
-        "registry answers; check kafka.schema_registry (url, auth, tls) if it never does"
+        f"schema registry request {url} failed ({why}): retried, nothing released meanwhile, "
+        "once the registry answers; check kafka.schema_registry (url, auth, tls) if it "
+        "never does"
     )
 
 
