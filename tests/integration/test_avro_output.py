@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from tests.support.avro import (
     avro_writer,
 )
 from tests.support.broker import REPO_ROOT, create_topics
-from tests.support.faults import free_port, poll_until
+from tests.support.faults import fault_topics, free_port, poll_until
 from tests.support.http_get import http_get
 from tests.support.registry import Registry
 from tests.support.worker_proc import (
@@ -255,3 +256,38 @@ async def test_a_registry_down_at_start_delays_the_output_and_loses_nothing(
     records = read_back(url, kafka["output_topic"], [r.value for r in out.records])
     assert sorted(r["seq"] for r in records) == list(range(20))
     assert await read_all(kafka_bootstrap, kafka["dead_letter_topic"], partitions=1) == []
+
+
+async def test_avro_output_with_ledger_windows_from_the_event_time(
+    kafka_bootstrap: str, schema_registry: str, tmp_path: Path
+) -> None:
+    """``privacy.ledger.time`` reads the released time back from the JSON outputs, so the
+    worker charges a batch before it encodes it as Avro (red team 12: encoded first, every
+    batch failed to charge and the worker restarted into it forever). Three records of one
+    subject in one hour against a cap of two: two released as Avro, one dead-lettered."""
+    kafka = await fault_topics(kafka_bootstrap, "avro-time")
+    now = datetime.now(UTC).isoformat()
+    values = [json.dumps({"device_id": "a", "ts": now, "x": 1.0}).encode() for _ in range(3)]
+    await produce(kafka_bootstrap, kafka["input_topic"], [(b"a", v, []) for v in values])
+    fields = [
+        {"name": "device_id", "kind": "drop"},
+        {"name": "ts", "kind": "timestamp", "granularity": "1m"},
+        {"name": "x", "kind": "real", "bounds": [0, 10], "epsilon": 1.0},
+    ]
+    ledger = {"window": "1h", "epsilon": 2.0, "over_budget": "dead_letter", "time": "ts"}
+    body = {"privacy": {"epsilon": 1.0, "subject": "device_id", "ledger": ledger}, "fields": fields}
+    settings = {**kafka, "output_format": "avro", "schema_registry": {"url": schema_registry}}
+    config = write_config(tmp_path / "config.yaml", kafka_bootstrap, settings, body)
+    worker = WorkerProcess(config, tmp_path / "worker.log")
+    async with (
+        Collector(kafka_bootstrap, kafka["output_topic"]) as out,
+        Collector(kafka_bootstrap, kafka["dead_letter_topic"]) as dead,
+        started(worker),
+    ):
+        await wait_while_alive(out, 2, worker, within_s=120)
+        await wait_while_alive(dead, 1, worker, within_s=60)
+        assert await worker.terminate() == 0, worker.log_text()[-3000:]
+    assert "LedgerError" not in worker.log_text()
+    records = read_back(schema_registry, kafka["output_topic"], [r.value for r in out.records])
+    assert [sorted(r) for r in records] == [["ts", "x"], ["ts", "x"]]
+    assert [dict(r.headers)["privstream-reason"] for r in dead.records] == [b"budget_exhausted"]

@@ -44,7 +44,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
 from itertools import chain
 
 from aiokafka import (
@@ -311,12 +310,18 @@ class Worker:
         if not owned:  # an empty poll is normal: nothing to produce or commit
             return None
         records = list(chain.from_iterable(owned.values()))
-        result = await asyncio.to_thread(self._sanitized, records)
+        result = await asyncio.to_thread(self._sanitize, records)
         verdict = None
         if self._ledger is not None:  # None when voided: ``_commit`` drops it
+            # charged on the JSON outputs (``privacy.ledger.time`` reads them back), then
+            # encoded: the records a charge suppresses are never encoded
             verdict = await charging.charge(
                 self._ledger, self.assignment, owned, records, result, generation
             )
+            if verdict is not None:
+                verdict.result = await self._encoded(verdict.result)
+        else:
+            result = await self._encoded(result)
         return Prepared(owned, records, result, generation, started, verdict)
 
     async def probe(self, producer: AIOKafkaProducer) -> None:
@@ -435,10 +440,11 @@ class Worker:
             return await sender.send(batch.records, batch.result)
         return await charging.send(self._ledger, producer, sender, batch)
 
-    def _sanitized(self, records: Sequence[ConsumerRecord]) -> BatchResult:
-        """The batch sanitized, its outputs Avro once the output schema is registered."""
-        result = self._sanitize(records)
-        return result if self._encoder is None else self._encoder.encode(result)
+    async def _encoded(self, result: BatchResult) -> BatchResult:
+        """The outputs as Avro once the output schema is registered (in a thread: CPU)."""
+        if self._encoder is None:
+            return result
+        return await asyncio.to_thread(self._encoder.encode, result)
 
     def _observe(self, count: int, out: int, dead: list[DeadLetter], seconds: float) -> None:
         m = self._metrics
