@@ -74,8 +74,9 @@ def optimal_subset_size(k: int, epsilon: float) -> int:
     d = np.arange(1, k, dtype=np.float64)
     p = d / (d + (k - d) * exp_neg(epsilon))
     q = p * (d - 1) / (k - 1) + (1.0 - p) * d / (k - 1)
-    summed = (p * (1 - p) + (k - 1) * q * (1 - q)) / (p - q) ** 2
-    return int(np.argmin(summed)) + 1
+    with np.errstate(divide="ignore", invalid="ignore"):  # p == q in doubles at a tiny epsilon
+        summed = (p * (1 - p) + (k - 1) * q * (1 - q)) / (p - q) ** 2
+    return int(np.argmin(np.where(p > q, summed, np.inf))) + 1
 
 
 def pick_weights(size: int) -> tuple[int, int]:
