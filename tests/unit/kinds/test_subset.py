@@ -12,6 +12,8 @@ import pytest
 import yaml
 from privstream.audit import audit
 from privstream.audit.by_kind import audit_width, target_for
+from privstream.audit.sampling import PipelineSampler, RecordSpec
+from privstream.audit.scenarios import PlanAuditor
 from privstream.cli.main import main
 from privstream.cli.metadata import sidecar_path, write_sidecar
 from privstream.cli.sanitize import sanitize_stream
@@ -204,3 +206,22 @@ def test_the_audit_fails_a_threshold_calibrated_for_twice_the_epsilon() -> None:
     report = audit(config, plan, samples=10_000, self_check=False)
     (result,) = report.fields
     assert not result.passed and result.epsilon_lower_bound > 1.0
+
+
+def test_a_memoized_field_gives_one_answer_per_device_and_passes_the_audit() -> None:
+    fields = [
+        {"name": "device_id", "kind": "drop"},
+        _field(memoize_by="device_id", memo_identity_trusted=True),
+    ]
+    config = parse_config(config_dict(fields, epsilon=5.0))
+    plan = build_plan(config)
+    auditor = PlanAuditor(plan)
+    target = auditor.by_name["c"]
+    sampler = PipelineSampler(auditor.field_plan("c"))
+    same = sampler.sample(RecordSpec({"c": "red", "device_id": "one"}), 500, [target])
+    assert len(np.unique(same.columns["c"], axis=0)) == 1  # the same words: the same subset
+    varied = sampler.sample(RecordSpec({"c": "red"}, ("device_id",)), 500, [target])
+    assert len(np.unique(varied.columns["c"], axis=0)) > 1
+    report = audit(config, plan, samples=10_000, self_check=False, record=False)
+    (result,) = report.fields
+    assert result.passed and any("distinct memo value" in note for note in result.notes)
