@@ -11,8 +11,8 @@ frequency-vector variance at ``eps`` (``optimal_subset_size``); the output is
 the ``d`` values in canonical order (``privstream.kinds.subset``).
 
 Calibration: ``T``, the largest integer with ``(T / 2^64) A <= E (1 - T / 2^64) B``
-(``A``, ``B``: rational bounds on the realised pick laws, ``pick_bounds``);
-construction checks all four ratio cases exactly (``certify``).
+(``A``, ``B``: rational bounds on the realised pick laws, ``pick_spread``);
+construction checks all four ratio cases in integers (``certify``).
 
 Sampler contract: ``d + 1`` 64-bit words per record, one ``words`` call:
 include the true value iff ``w0 < T``; ``w_(1+i) mod (k - 1 - i)`` is step
@@ -85,48 +85,57 @@ def pick_weights(size: int) -> tuple[int, int]:
     return low, low + (1 if TWO_64 % size else 0)
 
 
-@functools.lru_cache(maxsize=64)
-def pick_bounds(others: int, picks: int) -> tuple[int, int, int]:
-    """``(lo, hi, scale)``: every ``picks``-subset of ``others`` values has probability in
-    ``[picks! lo / scale, picks! hi / scale]`` under the shuffle's first ``picks`` steps.
+#: ``pick_spread`` is a rational over this power of two, rounded up at every step
+SPREAD_SCALE = 1 << 128
 
-    Step ``i`` picks ``w mod (others - i)``; each ordering of the subset is one
-    draw vector, whose probability is a product of per-step word counts.
+
+@functools.lru_cache(maxsize=64)
+def pick_spread(others: int, picks: int) -> int:
+    """``rho * 2^128`` rounded up: an upper bound on ``prod_(i < picks) hi_i / lo_i``.
+
+    Step ``i`` picks ``w mod (others - i)``, whose likeliest and least likely
+    residues have ``hi_i`` and ``lo_i`` words (``pick_weights``). Each ordering of
+    a ``picks``-subset is one draw vector, so every subset's probability lies in
+    ``[picks! prod lo_i, picks! prod hi_i] / 2^(64 picks)``: their ratio is ``rho``.
     """
-    weights = [pick_weights(others - i) for i in range(picks)]
-    lo = math.prod(low for low, _ in weights)
-    hi = math.prod(high for _, high in weights)
-    return lo, hi, TWO_64**picks
+    spread = SPREAD_SCALE
+    for i in range(picks):
+        low, high = pick_weights(others - i)
+        if high != low:
+            spread = -(-spread * high // low)  # rounded up
+    return spread
 
 
 def include_threshold(k: int, d: int, epsilon: float) -> int:
-    """The largest ``T`` with ``(T / 2^64) A <= E (1 - T / 2^64) B``, ``A = max U_(d-1)``,
-    ``B = min U_d`` (``pick_bounds``), ``E <= e^eps`` rational."""
-    _, hi_a, scale_a = pick_bounds(k - 1, d - 1)
-    lo_b, _, scale_b = pick_bounds(k - 1, d)
-    # A / B = (hi_a / scale_a (d-1)!) / (lo_b d! / scale_b) = hi_a scale_b / (d lo_b scale_a)
-    r_num, r_den = hi_a * scale_b, d * lo_b * scale_a
+    """The largest ``T`` with ``(T / 2^64) A <= E (1 - T / 2^64) B`` (``E <= e^eps`` rational).
+
+    ``A = max U_(d-1)``, ``B = min U_d`` over subsets of the ``k - 1`` others:
+    ``A / B = rho_(d-1) 2^64 / (d lo_(d-1))`` (``pick_spread``, proof page step 3).
+    """
+    r_num = pick_spread(k - 1, d - 1) * TWO_64
+    r_den = SPREAD_SCALE * d * pick_weights(k - d)[0]
     e = exp_lower_bound(epsilon)
     threshold = (e.numerator * TWO_64 * r_den) // (r_num * e.denominator + e.numerator * r_den)
     return min(threshold, TWO_64 - 1)
 
 
 def certify(k: int, d: int, threshold: int, epsilon: float) -> bool:
-    """Whether every output's ratio between two inputs is at most ``E <= e^eps`` (exact).
+    """Whether every output's ratio between two inputs is at most ``E <= e^eps``.
 
-    The four cases of an output ``S`` and inputs ``v != v'``: ``v in S, v' not``;
-    ``v' in S, v not``; both in ``S``; neither (proof page, step 3).
+    Integer arithmetic on the four cases of an output ``S`` and inputs
+    ``v != v'``: ``v in S, v' not``; ``v' in S, v not``; both in ``S``;
+    neither (proof page, step 4), each bounded above through ``pick_spread``.
     """
-    lo_a, hi_a, scale_a = pick_bounds(k - 1, d - 1)
-    lo_b, hi_b, scale_b = pick_bounds(k - 1, d)
+    spread_a, spread_b = pick_spread(k - 1, d - 1), pick_spread(k - 1, d)
+    low, high = pick_weights(k - d)  # the d-th step's residues
     e = exp_lower_bound(epsilon)
     keep, drop = threshold, TWO_64 - threshold
-    # each case as (numerator, denominator) of the ratio; (d-1)! / d! = 1 / d
+    # each case as (numerator, denominator) of its largest ratio
     cases = (
-        (keep * hi_a * scale_b, drop * d * lo_b * scale_a),
-        (drop * d * hi_b * scale_a, keep * lo_a * scale_b),
-        (hi_a, lo_a),
-        (hi_b, lo_b),
+        (keep * spread_a * TWO_64, drop * d * low * SPREAD_SCALE),
+        (drop * d * high * spread_a, keep * TWO_64 * SPREAD_SCALE),
+        (spread_a, SPREAD_SCALE),
+        (spread_b, SPREAD_SCALE),
     )
     return all(num * e.denominator <= e.numerator * den for num, den in cases)
 
