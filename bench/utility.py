@@ -85,6 +85,8 @@ EPSILONS = (0.5, 1.0, 2.0, 4.0)
 FREQ_N = 100_000
 MEAN_N = 10_000
 UPPER = 100.0
+#: each cell is a new release over the last cell's files: its output and metadata sidecar
+OVERWRITE = ("--overwrite",)
 KAFKA = {"input_topic": "raw", "output_topic": "clean", "dead_letter_topic": "dlq"}
 
 
@@ -125,7 +127,17 @@ def privstream_run(work: Path, fields: list[dict[str, Any]], lines: list[bytes])
     clean.unlink(missing_ok=True)
     cli = [sys.executable, "-m", "privstream.cli.main"]
     subprocess.run(
-        [*cli, "sanitize", "--config", str(config), "--input", str(raw), "--output", str(clean)],
+        [
+            *cli,
+            "sanitize",
+            "--config",
+            str(config),
+            "--input",
+            str(raw),
+            "--output",
+            str(clean),
+            *OVERWRITE,
+        ],
         check=True,
         cwd=ROOT,
         stderr=subprocess.DEVNULL,
