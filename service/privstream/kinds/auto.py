@@ -4,10 +4,11 @@ The choice (``privstream.mechanisms.selection``) uses the domain size and the
 field's resolved (epsilon, delta) only. What a candidate cannot do narrows
 the candidates:
 
-* ``delta > 0``: randomized response only (local hashing and unary
-  encoding are pure epsilon-DP);
+* ``delta > 0``: randomized response only (local hashing, subset
+  selection and unary encoding are pure epsilon-DP);
 * a domain with integer values: no local hashing (it hashes strings);
-  unary encoding releases the values themselves, integers included.
+  subset selection and unary encoding release the values themselves,
+  integers included.
 
 Without a domain, ``auto`` is local hashing, the only mechanism for an open
 domain. With a domain, local hashing enforces it exactly as randomized
