@@ -47,6 +47,9 @@ from privstream.mechanisms.base import (
 from privstream.mechanisms.rng import NoiseSource
 from privstream.mechanisms.validation import check_domain, check_epsilon
 
+#: the most domain values (as unary encoding's universe): the shuffle touches ``k - 1``
+#: cells a record, about 0.4 s a record at k = 400,000
+MAX_DOMAIN = 2**17
 #: shuffle rows held at once: rows x (k - 1) cells of int32
 _SHUFFLE_CELLS = 1 << 22
 
@@ -150,6 +153,11 @@ class SubsetSelection(FiniteMechanism):
         super().__init__(epsilon=check_epsilon(epsilon), delta=0.0)
         self.domain = check_domain(domain)
         k = len(self.domain)
+        if k > MAX_DOMAIN:
+            raise MechanismError(
+                f"subset selection over {k} values; at most {MAX_DOMAIN} are supported (its "
+                "shuffle costs a cell per value per record): use local_hashing"
+            )
         self.subset_size = optimal_subset_size(k, self.epsilon)
         self.threshold = include_threshold(k, self.subset_size, self.epsilon)
         if self.threshold < 1 or not certify(k, self.subset_size, self.threshold, self.epsilon):
