@@ -22,6 +22,7 @@ from typing import Any
 
 from privstream.config import FieldConfig
 from privstream.errors import OutputSchemaError
+from privstream.mechanisms.selection import ARRAY_OUTPUTS
 from privstream.pipeline.plan import PlannedField, RecordPlan
 
 #: the record's full name in the registry
@@ -133,7 +134,7 @@ def _categorical(planned: PlannedField, domain: Sequence[str | int] | None) -> A
             "fields": [{"name": "seed", "type": "long"}, {"name": "bucket", "type": "long"}],
         }
     values = _domain(planned.name, domain)
-    if planned.mechanism == "unary_encoding":  # the domain values whose noisy bit is 1
+    if planned.mechanism in ARRAY_OUTPUTS:  # OUE's values whose noisy bit is 1, SS's subset
         return {"type": "array", "items": values}
     return values
 
