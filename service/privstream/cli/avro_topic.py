@@ -22,6 +22,8 @@ from privstream.pipeline import RecordPlan
 from privstream.pipeline.avro import HEADER_BYTES, Undecoded, schema_id
 from privstream.pipeline.avro_encode import plain
 from privstream.pipeline.avro_schema import hash_report_fields
+from privstream.pipeline.batch import read_names
+from privstream.pipeline.formats import codec
 from privstream.worker.schemas import WriterSchemas
 
 
@@ -35,7 +37,7 @@ class AvroValues:
         add: Callable[[bytes], None],
         skip: Callable[[str], None],
     ) -> None:
-        self._schemas = WriterSchemas(registry)
+        self._schemas = WriterSchemas(registry, codec("avro", read_names(plan, None)))
         self._reports = hash_report_fields(plan)
         self._add = add
         self._skip = skip

@@ -220,8 +220,8 @@ def _read_topic(
     kafka = config.needs_kafka("estimate --topic")
     progress = Progress(enabled=args.progress, threshold=0)
     sink: Callable[[bytes], None] = stream.add
-    registry = config.kafka.schema_registry
-    if config.kafka.avro_output and registry is not None:  # read through the registry
+    registry = kafka.schema_registry
+    if kafka.avro_output and registry is not None:  # read through the registry
         from privstream.cli.avro_topic import AvroValues
 
         sink = AvroValues(registry, plan, stream.add, stream.skip).add

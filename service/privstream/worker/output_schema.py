@@ -59,10 +59,11 @@ class OutputSchema:
 
         Raises ``OutputSchemaError`` naming a field Avro cannot hold.
         """
-        registry = config.kafka.schema_registry
-        if not config.kafka.avro_output or registry is None:
+        kafka = config.needs_kafka("run")
+        registry = kafka.schema_registry
+        if not kafka.avro_output or registry is None:
             return None
-        subject = f"{config.kafka.output_topic}-value"
+        subject = f"{kafka.output_topic}-value"
         schema = output_schema(config.fields, plan)
         return cls(registry, subject, schema, hash_report_fields(plan))
 
