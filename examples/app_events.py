@@ -8,9 +8,10 @@ config's domain), the device it came from as a nested object (its `os` and
 `app_version`; the whole object absent in about 3% of the events and null in
 about 2%, its `app_version` missing in about 4% of the rest), a latency in
 milliseconds that is null in about 3% of the events and absent in about 2%, a
-cart value on purchases only, and a list of tags (absent in about 1%). The standard library only, so it runs with any
-Python 3.11+; the same seed gives the same file. docs/real-event-data.md
-sanitizes it with examples/app-events.yaml.
+cart value on purchases only, and a list of tags (absent in about 1%). The
+standard library only, so it runs with any Python 3.11+; the same seed gives
+the same file. docs/real-event-data.md sanitizes it with
+examples/app-events.yaml.
 """
 
 from __future__ import annotations
