@@ -8,8 +8,8 @@ object absent, null or without ``app_version`` on some) sanitize with no dead
 letter, the output keeps the nesting, and the estimates (over the present
 values, and the nested fields' shares with a missing one counted as
 ``unknown``) cover the truth at 5 stderrs (a false failure below 6e-7 per
-check for a random seed). The documented outputs must have the shape of a fresh run's; deterministic lines
-must match exactly.
+check for a random seed). The documented outputs must have the shape of a
+fresh run's; deterministic lines must match exactly.
 """
 
 from __future__ import annotations
