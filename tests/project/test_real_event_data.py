@@ -3,11 +3,13 @@
 The page's shell commands run as written, in a fresh directory: the
 generator as a subprocess, ``privstream`` through its entry point with the
 noise source replaced by a seeded one (the estimates are deterministic).
-5,000 events with null, absent and partial fields sanitize with no dead
-letter, and the estimates over the present values cover the truth at 5
-stderrs (a false failure below 6e-7 per check for a random seed). The
-documented outputs must have the shape of a fresh run's; deterministic lines
-must match exactly.
+5,000 events with null, absent and partial fields (a nested ``device``
+object absent, null or without ``app_version`` on some) sanitize with no dead
+letter, the output keeps the nesting, and the estimates (over the present
+values, and the nested fields' shares with a missing one counted as
+``unknown``) cover the truth at 5 stderrs (a false failure below 6e-7 per
+check for a random seed). The documented outputs must have the shape of a
+fresh run's; deterministic lines must match exactly.
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "real-event-data.md"
 EXAMPLE = ROOT / "examples" / "app-events.yaml"
 Z = 5.0
+KEYS = [
+    "ts", "event", "country", "device", "latency_ms", "latency_ms_present", "cart_value",
+    "cart_value_present", "tags",
+]  # fmt: skip
+OSES = {"android", "ios", "web", "unknown"}
+VERSIONS = {"5.2.1", "5.2.0", "5.1.3", "5.0.9", "unknown"}
 
 
 def blocks(lang: str) -> list[str]:
@@ -77,22 +85,37 @@ def test_the_page_runs_end_to_end_with_no_dead_letter(ran: dict[str, Any]) -> No
     assert 50 < sum(1 for r in raw if "latency_ms" not in r) < 150
     assert all(("cart_value" in r) == (r["event"] == "purchase") for r in raw)
     assert any(r["country"] == "BR" for r in raw) and any("tags" not in r for r in raw)
+    # the nested object: absent on some events, null on some, without app_version on some
+    assert 100 < sum(1 for r in raw if "device" not in r) < 200
+    assert 50 < sum(1 for r in raw if "device" in r and r["device"] is None) < 150
+    assert 100 < sum(1 for r in raw if r.get("device") and "app_version" not in r["device"]) < 300
     assert not (here / "dead-letters.jsonl").exists()
     assert "5000 records in, 5000 sanitized, 0 dead-lettered" in ran["sanitize"][2]
-    out = (here / "sanitized.jsonl").read_text().splitlines()
+    out = [json.loads(line) for line in (here / "sanitized.jsonl").read_text().splitlines()]
     assert len(out) == 5000
+    for released in out:  # every output has the nested shape, whatever its input lacked
+        assert list(released) == KEYS and list(released["device"]) == ["os", "app_version"]
+        assert released["device"]["os"] in OSES
+        assert released["device"]["app_version"] in VERSIONS
     explained = " ".join(ran["explain"][1].split())
     for said in (
         "latency_ms absent or null is noised as 0; whether it was present is released only "
         "by latency_ms_present (randomized response, epsilon=0.5)",
         "NOT PRIVATE: ts is truncated to 1h and released as is",
-        "per record (event level, basic composition): epsilon=6",
+        'device.os absent or null is noised as "unknown"; its value never shows whether it '
+        "was present",
+        "per record (event level, basic composition): epsilon=8",
     ):
         assert said in explained
 
 
 def covers(block: dict[str, Any], truth: float) -> bool:
     return bool(abs(block["estimate"] - truth) <= Z * block["stderr"])
+
+
+def device_value(record: dict[str, Any], key: str) -> Any:
+    """``device.<key>`` of a raw event, ``unknown`` (the imputed value) where it is missing."""
+    return (record.get("device") or {}).get(key, "unknown")
 
 
 def test_the_estimates_cover_the_truth(
@@ -111,8 +134,22 @@ def test_the_estimates_cover_the_truth(
         block = fields[name]["present"]
         assert covers(block["share"], len(present) / 5000), name
         assert covers(block["mean"], sum(min(v, upper) for v in present) / len(present)), name
+    for name, key in (("device.os", "os"), ("device.app_version", "app_version")):
+        rows = fields[name]["frequencies"]
+        assert {row["value"] for row in rows} == (OSES if key == "os" else VERSIONS)
+        for row in rows:
+            truth = sum(device_value(r, key) == row["value"] for r in raw) / 5000
+            assert row["true"] == pytest.approx(truth), row  # --truth reads the nested path
+            assert covers(row, truth), row
     for row in fields["tags"]["frequencies"]:
         assert covers(row, sum(row["value"] in r.get("tags", []) for r in raw) / 5000), row
+
+
+def shown_lines() -> list[int]:
+    """The line numbers the page gives for the events it shows ("lines 1, 9 ... and 157")."""
+    found = re.search(r"lines ([\d, ]+) and (\d+) of the file", " ".join(PAGE.read_text().split()))
+    assert found, "the page names the lines of the events it shows"
+    return [int(n) for n in found[1].split(",")] + [int(found[2])]
 
 
 def test_the_page_shows_the_generators_events_and_outputs_of_their_shape(
@@ -121,13 +158,19 @@ def test_the_page_shows_the_generators_events_and_outputs_of_their_shape(
     here: Path = ran["dir"]
     shown_in, shown_out = (json_documents(body) for body in blocks("json"))
     generated = (here / "app-events.jsonl").read_text().splitlines()
-    assert shown_in == [json.loads(line) for line in generated[: len(shown_in)]]
+    lines = shown_lines()
+    assert shown_in == [json.loads(generated[n - 1]) for n in lines]
+    # the shown events hold each case the page names: no device, a null one, no app_version
+    assert [n for n, r in zip(lines, shown_in, strict=True) if "device" not in r] == [9]
+    assert [n for n, r in zip(lines, shown_in, strict=True) if r.get("device", 0) is None] == [157]
+    assert [n for n, r in zip(lines, shown_in, strict=True) if r.get("device") and
+            "app_version" not in r["device"]] == [25]  # fmt: skip
     fresh = [json.loads(line) for line in (here / "sanitized.jsonl").read_text().splitlines()]
-    for shown, run_out, src in zip(shown_out, fresh, shown_in, strict=False):
-        assert list(shown) == list(run_out) == [
-            "ts", "event", "country", "latency_ms", "latency_ms_present", "cart_value",
-            "cart_value_present", "tags",
-        ]  # fmt: skip
+    assert len(shown_out) == len(lines)
+    for shown, n, src in zip(shown_out, lines, shown_in, strict=True):
+        run_out = fresh[n - 1]
+        assert list(shown) == list(run_out) == KEYS
+        assert list(shown["device"]) == list(run_out["device"]) == ["os", "app_version"]
         hour = datetime.fromisoformat(src["ts"]).astimezone(UTC).strftime("%Y-%m-%dT%H:00:00Z")
         assert shown["ts"] == run_out["ts"] == hour  # the input's hour in UTC: no noise
 
