@@ -103,7 +103,7 @@ def test_the_wheel_has_the_four_compiled_extensions(installed: Installed) -> Non
         assert any(re.fullmatch(rf"{extension}\.cpython-\d+-.*\.so", n) for n in names), extension
     assert f"Version: {version}" in metadata.splitlines()
     extras = set(re.findall(r"^Provides-Extra: (\S+)$", metadata, re.M))
-    assert extras == {"plot", "bench", "dev"}
+    assert extras == {"plot", "protobuf", "json-schema", "bench", "dev"}
     assert re.search(r'^Requires-Dist: matplotlib\S*; extra == "plot"$', metadata, re.M)
 
 
