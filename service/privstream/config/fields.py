@@ -158,14 +158,15 @@ class RealField(_NoisedField):
     ``auto`` (the default) picks laplace, piecewise or hybrid by their
     worst-case estimator variance at the field's resolved (epsilon, delta)
     (``privstream.kinds.auto_real``); piecewise and hybrid (Wang et al. 2019)
-    are pure epsilon-DP local mechanisms for means.
+    and duchi (Duchi et al. 2018) are pure epsilon-DP local mechanisms for means.
     """
 
     kind: Literal["real"]
     bounds: Bounds
-    mechanism: Literal["auto", "laplace", "gaussian", "piecewise", "hybrid"] = "auto"
+    mechanism: Literal["auto", "laplace", "gaussian", "piecewise", "hybrid", "duchi"] = "auto"
     #: laplace (and auto, if it picks laplace): tight (default) | thesis;
-    #: gaussian: analytic (default) | classical; piecewise, hybrid: none (tight, the default)
+    #: gaussian: analytic (default) | classical; piecewise, hybrid, duchi: none (tight, the
+    #: default)
     calibration: Literal["tight", "thesis", "analytic", "classical"]
 
     @model_validator(mode="before")
@@ -183,7 +184,7 @@ class RealField(_NoisedField):
             "laplace": ("tight", "thesis"),
             "gaussian": ("analytic", "classical"),
         }
-        if self.mechanism in ("piecewise", "hybrid"):
+        if self.mechanism in ("piecewise", "hybrid", "duchi"):
             if self.calibration != "tight":
                 raise ValueError(
                     f"calibration {self.calibration!r} does not apply to {self.mechanism}, "

@@ -1,7 +1,7 @@
-"""Registrations of the local mechanisms for bounded reals: piecewise and hybrid.
+"""Registrations of the local mechanisms for bounded reals: piecewise, hybrid, duchi.
 
 Both report an unbiased estimate of the clamped value on a fixed output
-set (``privstream.mechanisms.piecewise``, ``hybrid``); ``estimate`` gives the
+set (``privstream.mechanisms.piecewise``, ``hybrid``, ``duchi``); ``estimate`` gives the
 mean with an interval (``privstream.estimate.unit_mean``), the audit tests
 ``lo`` against ``hi`` on half-lines, as for the Laplace real field. Reals are
 never memoized (``memo=None``: ``RealField`` has no ``memo_identity`` or ``memoize_by``).
@@ -16,6 +16,7 @@ from privstream.kinds.base import (
     calibrated,
     describe,
 )
+from privstream.mechanisms.duchi import DuchiMechanism
 from privstream.mechanisms.hybrid import HybridMechanism
 from privstream.mechanisms.piecewise import PiecewiseMechanism
 from privstream.mechanisms.unit_interval import UnitIntervalMechanism
@@ -25,6 +26,7 @@ from privstream.pipeline.handlers import RealHandler
 MECHANISMS: dict[str, type[UnitIntervalMechanism]] = {
     "piecewise": PiecewiseMechanism,
     "hybrid": HybridMechanism,
+    "duchi": DuchiMechanism,
 }
 
 
@@ -49,4 +51,4 @@ def _registration(mechanism: str) -> FieldKind[RealHandler]:
     )
 
 
-REGISTRATIONS = (_registration("piecewise"), _registration("hybrid"))
+REGISTRATIONS = tuple(_registration(name) for name in MECHANISMS)
