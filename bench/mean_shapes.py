@@ -12,10 +12,11 @@ mechanism over the same columns: ``auto`` (what a field without
 * ``near_bound``: Beta(0.3, 6), values bunched at the lower bound;
 * ``bimodal``: 0 or 100 exactly, 30% / 70% (``t^2`` = 1).
 
-Anchors (``bench/ldp_anchors.py``): numpy Duchi, PM and HM on the same
-data; reported is each privstream mechanism's measured MSE over the least
-*exact* expected MSE of the three on that very data (``exact_mean_mse``,
-free of the anchors' draw noise), the best anchor's name, and the coverage
+Anchors: numpy Duchi, PM and HM (``bench/ldp_anchors.py``) and PM-SUB
+(Zhao et al. 2020, here: ``pm_sub``, ``pm_sub_variance``) on the same data;
+reported is each privstream mechanism's measured MSE over the least *exact*
+expected MSE of the four on that very data (``exact_mean_mse``, free of the
+anchors' draw noise), the best anchor's name, and the coverage
 of privstream's 95% intervals; beside each measured ratio, in brackets, the
 same ratio from the mechanism's own variance law on the data (no draw
 noise; none for Laplace). Nothing is enforced: this records the table
@@ -53,6 +54,42 @@ SHAPES: dict[str, Shape] = {
 }
 
 
+def pm_sub(t: Floats, eps: float, rng: np.random.Generator) -> Floats:
+    """PM-SUB: uniform on [L, R] w.p. e^eps / (e^(eps/3) + e^eps), else on the rest of [-A, A]."""
+    e, e3 = np.exp(eps), np.exp(eps / 3)
+    half = (e + e3) / (e3 * (e - 1))
+    a = (e + e3) * (e3 + 1) / (e3 * (e - 1))
+    left, right = half * (t * e3 - 1), half * (t * e3 + 1)
+    inside = rng.random(len(t)) < e / (e3 + e)
+    centre = left + rng.random(len(t)) * (right - left)
+    u = rng.random(len(t)) * (2 * a - (right - left))  # the two outer pieces
+    outer = np.where(u < left + a, -a + u, right + (u - (left + a)))
+    return np.where(inside, centre, outer)
+
+
+def pm_sub_variance(t: Floats, eps: float) -> Floats:
+    """``Var[y | t]`` of PM-SUB, exact, from the two uniform pieces' second moments."""
+    e, e3 = np.exp(eps), np.exp(eps / 3)
+    half = (e + e3) / (e3 * (e - 1))
+    a = (e + e3) * (e3 + 1) / (e3 * (e - 1))
+    left, right = half * (t * e3 - 1), half * (t * e3 + 1)
+    cubes = right**3 - left**3
+    second_in = cubes / (3 * (right - left))
+    second_out = (2 * a**3 - cubes) / (3 * (2 * a - (right - left)))
+    p_in = e / (e3 + e)
+    result: Floats = p_in * second_in + (1 - p_in) * second_out - t**2
+    return result
+
+
+def exact_mse(name: str, data: Floats, eps: float) -> float:
+    """``exact_mean_mse`` of ``bench/utility.py``, with PM-SUB beside its three anchors."""
+    if name != "PM-SUB":
+        return exact_mean_mse(name, data, eps)
+    t = data / (UPPER / 2) - 1
+    per_rep = pm_sub_variance(t, eps).mean(axis=1) / data.shape[1]
+    return float((UPPER / 2) ** 2 * per_rep.mean())
+
+
 def law_mse(name: str, data: Floats, eps: float) -> float:
     """The expected squared error of the mean by the mechanism's own variance law (nan: none)."""
     if name not in MECHANISMS:
@@ -81,7 +118,7 @@ def shape_cell(
         for row in data.T.tolist()
     ]
     report = {entry["name"]: entry for entry in privstream_run(work, fields, lines)}
-    exact = {name: exact_mean_mse(name, data, eps) for name in BEST_OF}
+    exact = {name: exact_mse(name, data, eps) for name in (*BEST_OF, "PM-SUB")}
     out: dict[str, Any] = {"exact": exact, "mechanisms": {}}
     for m in mechanisms:
         entries = [report[f"{m}{r}"] for r in range(reps)]

@@ -157,16 +157,19 @@ class RealField(_NoisedField):
 
     ``auto`` (the default) picks laplace, piecewise or hybrid by their
     worst-case estimator variance at the field's resolved (epsilon, delta)
-    (``privstream.kinds.auto_real``); piecewise and hybrid (Wang et al. 2019)
-    and duchi (Duchi et al. 2018) are pure epsilon-DP local mechanisms for means.
+    (``privstream.kinds.auto_real``); piecewise and hybrid (Wang et al. 2019),
+    duchi (Duchi et al. 2018) and pm_sub (Zhao et al. 2020) are pure epsilon-DP
+    local mechanisms for means.
     """
 
     kind: Literal["real"]
     bounds: Bounds
-    mechanism: Literal["auto", "laplace", "gaussian", "piecewise", "hybrid", "duchi"] = "auto"
+    mechanism: Literal["auto", "laplace", "gaussian", "piecewise", "hybrid", "duchi", "pm_sub"] = (
+        "auto"
+    )
     #: laplace (and auto, if it picks laplace): tight (default) | thesis;
-    #: gaussian: analytic (default) | classical; piecewise, hybrid, duchi: none (tight, the
-    #: default)
+    #: gaussian: analytic (default) | classical; piecewise, hybrid, duchi, pm_sub: none (tight,
+    #: the default)
     calibration: Literal["tight", "thesis", "analytic", "classical"]
 
     @model_validator(mode="before")
@@ -184,7 +187,7 @@ class RealField(_NoisedField):
             "laplace": ("tight", "thesis"),
             "gaussian": ("analytic", "classical"),
         }
-        if self.mechanism in ("piecewise", "hybrid", "duchi"):
+        if self.mechanism in ("piecewise", "hybrid", "duchi", "pm_sub"):
             if self.calibration != "tight":
                 raise ValueError(
                     f"calibration {self.calibration!r} does not apply to {self.mechanism}, "

@@ -92,10 +92,10 @@ def timestamp_releases(handler: Any, kind: str, options: Options) -> Accumulator
 
 
 def unit_mean_releases(handler: Any, kind: str, options: Options) -> Accumulator:
-    """Piecewise, hybrid and duchi reals."""
+    """Piecewise, PM-SUB, hybrid and duchi reals."""
     mech = handler.mechanism
     if not isinstance(mech, UnitIntervalMechanism):  # the registry builds these only
-        raise TypeError(f"{handler.name}: expected piecewise, hybrid or duchi, got {mech.name}")
+        raise TypeError(f"{handler.name}: expected a unit-interval mechanism, got {mech.name}")
     return UnitMeanReleases(handler.name, kind, mech)
 
 
@@ -176,6 +176,7 @@ ESTIMATORS: dict[tuple[str, str | None], Estimator] = {
     ("real", "piecewise"): unit_mean_releases,
     ("real", "hybrid"): unit_mean_releases,
     ("real", "duchi"): unit_mean_releases,
+    ("real", "pm_sub"): unit_mean_releases,
     ("integer", "discrete_laplace"): integer_releases,
     ("categorical", "randomized_response"): category_counts,
     ("boolean", "randomized_response"): category_counts,

@@ -1,7 +1,7 @@
-"""Registrations of the local mechanisms for bounded reals: piecewise, hybrid, duchi.
+"""Registrations of the local mechanisms for bounded reals: PM, PM-SUB, hybrid, duchi.
 
 Both report an unbiased estimate of the clamped value on a fixed output
-set (``privstream.mechanisms.piecewise``, ``hybrid``, ``duchi``); ``estimate`` gives the
+set (``privstream.mechanisms.piecewise``, ``pm_sub``, ``hybrid``, ``duchi``); ``estimate`` gives the
 mean with an interval (``privstream.estimate.unit_mean``), the audit tests
 ``lo`` against ``hi`` on half-lines, as for the Laplace real field. Reals are
 never memoized (``memo=None``: ``RealField`` has no ``memo_identity`` or ``memoize_by``).
@@ -19,6 +19,7 @@ from privstream.kinds.base import (
 from privstream.mechanisms.duchi import DuchiMechanism
 from privstream.mechanisms.hybrid import HybridMechanism
 from privstream.mechanisms.piecewise import PiecewiseMechanism
+from privstream.mechanisms.pm_sub import PiecewiseSubMechanism
 from privstream.mechanisms.unit_interval import UnitIntervalMechanism
 from privstream.pipeline import canary, columns, encode
 from privstream.pipeline.handlers import RealHandler
@@ -27,6 +28,7 @@ MECHANISMS: dict[str, type[UnitIntervalMechanism]] = {
     "piecewise": PiecewiseMechanism,
     "hybrid": HybridMechanism,
     "duchi": DuchiMechanism,
+    "pm_sub": PiecewiseSubMechanism,
 }
 
 
