@@ -38,9 +38,10 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from privstream.kinds.real_ldp import MECHANISMS  # noqa: E402
+
 from bench.ldp_anchors import BEST_OF, Floats  # noqa: E402
 from bench.utility import MEAN_N, UPPER, covered, exact_mean_mse, privstream_run  # noqa: E402
-from privstream.kinds.real_ldp import MECHANISMS  # noqa: E402
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
 Shape = Callable[[np.random.Generator, tuple[int, int]], Floats]

@@ -1,4 +1,4 @@
-"""``real`` with ``mechanism: duchi``: parse, release, explain, estimate, audit."""
+"""``real`` with ``mechanism: duchi`` or ``pm_sub``: parse, release, explain, estimate, audit."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from privstream.errors import ConfigError
 from privstream.kinds import build_plan
 from privstream.mechanisms.duchi import DuchiMechanism
 from privstream.mechanisms.hybrid import duchi_coin
+from privstream.mechanisms.piecewise import calibrate
+from privstream.mechanisms.pm_sub import PiecewiseSubMechanism
 from privstream.pipeline.plan import PlannedField
 from privstream.testing import SeededSource
 
@@ -54,11 +56,13 @@ def test_the_release_is_one_of_two_values_around_the_middle() -> None:
     assert set(np.round(column.values, 6).tolist()) == {round(250 - b, 6), round(250 + b, 6)}
 
 
-def test_duchi_refuses_delta_and_calibration() -> None:
-    with pytest.raises(ConfigError, match="duchi is pure epsilon-DP"):
-        parse_config(config_dict([_field(delta=1e-6)], epsilon=5.0, delta=1e-5))
-    with pytest.raises(ConfigError, match="does not apply to duchi"):
-        parse_config(config_dict([_field(calibration="thesis")], epsilon=5.0))
+@pytest.mark.parametrize("mechanism", ["duchi", "pm_sub"])
+def test_refuses_delta_and_calibration(mechanism: str) -> None:
+    with pytest.raises(ConfigError, match=f"{mechanism} is pure epsilon-DP"):
+        fields = [_field(mechanism=mechanism, delta=1e-6)]
+        parse_config(config_dict(fields, epsilon=5.0, delta=1e-5))
+    with pytest.raises(ConfigError, match=f"does not apply to {mechanism}"):
+        parse_config(config_dict([_field(mechanism=mechanism, calibration="thesis")], epsilon=5.0))
 
 
 def test_explain_reports_the_bound_and_the_error(
@@ -78,16 +82,18 @@ ESTIMATE_CONFIG = """\
 kafka: {input_topic: raw, output_topic: clean, dead_letter_topic: dlq}
 privacy: {epsilon: 2}
 fields:
-  - {name: latency, kind: real, mechanism: duchi, bounds: [0, 500], epsilon: 2}
+  - {name: latency, kind: real, mechanism: MECHANISM, bounds: [0, 500], epsilon: 2}
 """
 
 
+@pytest.mark.parametrize("mechanism", ["duchi", "pm_sub"])
 def test_estimate_end_to_end_covers_the_truth(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    mechanism: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "config.yaml"
-    config.write_text(ESTIMATE_CONFIG, encoding="utf-8")
-    plan = build_plan(parse_config(yaml.safe_load(ESTIMATE_CONFIG)))
+    text = ESTIMATE_CONFIG.replace("MECHANISM", mechanism)
+    config.write_text(text, encoding="utf-8")
+    plan = build_plan(parse_config(yaml.safe_load(text)))
     rng = np.random.default_rng(35)
     values = np.where(rng.random(8000) < 0.7, 5.0, 480.0) + rng.random(8000)  # near the bounds
     lines = [json.dumps({"latency": float(v)}).encode() for v in values]
@@ -100,7 +106,7 @@ def test_estimate_end_to_end_covers_the_truth(
     args = ["estimate", "--config", str(config), "--input", str(tmp_path / "clean.jsonl")]
     assert main([*args, "--truth", str(raw), "--format", "json"]) == 0
     (latency,) = json.loads(capsys.readouterr().out)["fields"]
-    assert latency["mechanism"] == "duchi" and latency["records"] == 8000
+    assert latency["mechanism"] == mechanism and latency["records"] == 8000
     text = json.dumps(latency)
     assert "histogram" not in latency or not latency["histogram"], text
     mean, truth = latency["mean"], float(np.mean(values))
@@ -108,15 +114,17 @@ def test_estimate_end_to_end_covers_the_truth(
     assert abs(mean["estimate"] - truth) < 5 * mean["stderr"], text
 
 
-def test_the_audit_passes_and_comes_close() -> None:
-    config = parse_config(config_dict([_field()], epsilon=5.0))
+@pytest.mark.parametrize(("mechanism", "width"), [("duchi", 2), ("pm_sub", 4)])
+def test_the_audit_passes_and_comes_close(mechanism: str, width: int) -> None:
+    config = parse_config(config_dict([_field(mechanism=mechanism)], epsilon=5.0))
     plan = build_plan(config)
     assert target_for(plan.fields[0]).inputs == (0.0, 500.0)
-    assert audit_width(plan.fields[0]) == 2  # one word, one output
+    assert audit_width(plan.fields[0]) == width  # words, and one output
     report = audit(config, plan, samples=10_000, self_check=False)
     (result,) = report.fields
     assert result.passed
-    # {y > mid} has probability ~0.88 vs ~0.12 at the bounds: the bound comes near eps
+    # duchi: {y > mid} has probability ~0.88 vs ~0.12 at the bounds; pm_sub: the windows at
+    # the bounds hold ~0.8 of the mass: the bound comes near eps
     assert result.epsilon_lower_bound > 0.6 * result.claimed_epsilon
 
 
@@ -128,6 +136,18 @@ def test_the_audit_fails_a_coin_calibrated_for_twice_the_epsilon() -> None:
     mech = plan.fields[0].handler.mechanism
     assert isinstance(mech, DuchiMechanism)
     mech.coin = duchi_coin(4.0)
+    report = audit(config, plan, samples=10_000, self_check=False)
+    (result,) = report.fields
+    assert not result.passed and result.epsilon_lower_bound > 2.0
+
+
+def test_the_audit_fails_a_pm_sub_grid_calibrated_for_twice_the_epsilon() -> None:
+    config = parse_config(config_dict([_field(mechanism="pm_sub")], epsilon=5.0))
+    plan = build_plan(config)
+    mech = plan.fields[0].handler.mechanism
+    assert isinstance(mech, PiecewiseSubMechanism)
+    mech.grid = calibrate(4.0, split=3)
+    mech._outputs = mech.grid.outputs()
     report = audit(config, plan, samples=10_000, self_check=False)
     (result,) = report.fields
     assert not result.passed and result.epsilon_lower_bound > 2.0
