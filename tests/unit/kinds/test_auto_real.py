@@ -14,7 +14,7 @@ from privstream.config import Guarantee, parse_config
 from privstream.config.fields import RealField
 from privstream.errors import ConfigError
 from privstream.kinds import build_plan
-from privstream.kinds.auto_real import auto_real_choice, real_regrets
+from privstream.kinds.auto_real import auto_real_choice, explain_auto_real, real_regrets
 from privstream.mechanisms.hybrid import HybridMechanism
 
 from tests.support.configs import config_dict, laplace_tight_scale
@@ -216,6 +216,8 @@ def test_a_declared_spread_picks_the_least_variance_there(
     laws = paper_laws(epsilon)
     at_q = {name: law(q) for name, law in laws.items()}
     assert at_q[chosen] == pytest.approx(min(at_q.values()), rel=0.01)
+    entry = explain_auto_real(real(epsilon=epsilon, spread=spread), share(epsilon), 1.5)["auto"]
+    assert entry["chosen"] == chosen and f"at spread {spread}" in entry["criterion"]
 
 
 def test_spread_is_refused_beside_a_declared_mechanism_and_keeps_release_ids() -> None:
