@@ -205,7 +205,8 @@ def explain_auto_real(
         "auto": {
             "declared": spec.mechanism,
             "chosen": choice.mechanism,
-            "criterion": "least regret over every data spread"
+            "criterion": "worst-case variance of the mean",
+            "rule": "least regret over every data spread"
             if spec.spread is None
             else f"least variance of the mean at spread {spec.spread} (mean t^2 "
             f"{SPREAD_Q[spec.spread]:.3g})",

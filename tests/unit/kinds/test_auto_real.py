@@ -187,7 +187,7 @@ def test_explain_shows_the_candidates_and_warns_of_a_losing_declaration(
         "pm_sub",
         "duchi",
     }
-    assert a["auto"]["criterion"] == "least regret over every data spread"
+    assert a["auto"]["rule"] == "least regret over every data spread"
     assert a["auto_warning"] is None
     # laplace at eps 1 has 8 / 4.29 = 1.87x hybrid's variance at the bounds: past 1.5x
     assert b["auto_warning"] is not None and "laplace has up to 1.8" in b["auto_warning"]
@@ -217,7 +217,7 @@ def test_a_declared_spread_picks_the_least_variance_there(
     at_q = {name: law(q) for name, law in laws.items()}
     assert at_q[chosen] == pytest.approx(min(at_q.values()), rel=0.01)
     entry = explain_auto_real(real(epsilon=epsilon, spread=spread), share(epsilon), 1.5)["auto"]
-    assert entry["chosen"] == chosen and f"at spread {spread}" in entry["criterion"]
+    assert entry["chosen"] == chosen and f"at spread {spread}" in entry["rule"]
 
 
 def test_spread_is_refused_beside_a_declared_mechanism_and_keeps_release_ids() -> None:
