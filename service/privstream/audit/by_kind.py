@@ -156,6 +156,8 @@ TARGETS: dict[tuple[str, str | None], Callable[[Any], Target]] = {
     ("real", "gaussian"): real_target,
     ("real", "piecewise"): real_target,
     ("real", "hybrid"): real_target,
+    ("real", "duchi"): real_target,
+    ("real", "pm_sub"): real_target,
     ("integer", "discrete_laplace"): integer_target,
     ("categorical", "randomized_response"): domain_target,
     ("boolean", "randomized_response"): boolean_target,
@@ -174,6 +176,8 @@ check_table("privstream.audit.by_kind", TARGETS)
 WIDTHS: dict[tuple[str, str | None], Callable[[Any], int]] = {
     ("real", "piecewise"): lambda h: h.mechanism.words_per_value + 1,  # words, and one output
     ("real", "hybrid"): lambda h: h.mechanism.words_per_value + 1,
+    ("real", "duchi"): lambda h: h.mechanism.words_per_value + 1,
+    ("real", "pm_sub"): lambda h: h.mechanism.words_per_value + 1,
     ("categorical", "unary_encoding"): lambda h: len(h.mechanism.domain),
     ("categorical", "subset_selection"): lambda h: h.mechanism.words_per_value,
     ("set", "unary_encoding"): lambda h: int(h.mechanism.universe_size),

@@ -7,9 +7,9 @@ hardest to keep (the mechanisms' own derivations say where the worst case
 is):
 
 * ``real``: the bounds ``lo`` and ``hi`` (clamping makes them the farthest
-  apart; the sensitivity on the grid is attained there). Piecewise and
-  hybrid too: their windows (and Duchi's coin) are farthest apart there,
-  and every cell's probability ratio is bounded by the same ``p_max /
+  apart; the sensitivity on the grid is attained there). Piecewise,
+  PM-SUB, hybrid and duchi too: their windows (and Duchi's coin) are farthest
+  apart there, and every cell's probability ratio is bounded by the same ``p_max /
   p_min`` for every input (``privstream.mechanisms.piecewise``).
 * ``integer``: ``lo`` and ``hi``.
 * ``boolean``: ``false`` and ``true``.
@@ -118,7 +118,7 @@ class Target(ABC):
 
 
 class RealTarget(Target):
-    """``real`` (Laplace, Gaussian, piecewise, hybrid): ``lo`` vs ``hi``, half-lines."""
+    """``real`` (Laplace, Gaussian and the local mechanisms): ``lo`` vs ``hi``, half-lines."""
 
     needs_pilot = True
 

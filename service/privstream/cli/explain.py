@@ -222,7 +222,8 @@ def _auto_lines(fields: list[dict[str, Any]]) -> list[str]:
                 regrets = ", ".join(
                     f"{name} {v:.3g}" for name, v in auto["candidate_regrets"].items()
                 )
-                why += f"; picked by the least regret over every data spread: {regrets}"
+                rule = auto.get("rule", "least regret over every data spread")
+                why += f"; picked by the {rule}; regrets {regrets}"
             lines.append(
                 f"auto: {f['name']} uses {auto['chosen']} "
                 f"({auto.get('criterion', 'frequency-vector variance')} at "

@@ -169,17 +169,25 @@ class _NoisedField(_NamedField):
 class RealField(_NoisedField):
     """A bounded real: clamped into ``bounds``, then noised on a fixed grid.
 
-    ``auto`` (the default) picks laplace, piecewise or hybrid by their
-    worst-case estimator variance at the field's resolved (epsilon, delta)
-    (``privstream.kinds.auto_real``); piecewise and hybrid (Wang et al. 2019)
+    ``auto`` (the default) picks the mechanism of least regret over every data
+    spread at the field's resolved (epsilon, delta), or of least variance at a
+    declared ``spread`` (``privstream.kinds.auto_real``); piecewise and hybrid
+    (Wang et al. 2019), duchi (Duchi et al. 2018) and pm_sub (Zhao et al. 2020)
     are pure epsilon-DP local mechanisms for means.
     """
 
     kind: Literal["real"]
     bounds: Bounds
-    mechanism: Literal["auto", "laplace", "gaussian", "piecewise", "hybrid"] = "auto"
+    mechanism: Literal["auto", "laplace", "gaussian", "piecewise", "hybrid", "duchi", "pm_sub"] = (
+        "auto"
+    )
+    #: what is known of the data, for ``auto`` only: ``wide`` (spread over the bounds, taken
+    #: as a mean t^2 of 1/3) or ``near_bounds`` (at or near them, t^2 = 1); ``auto`` then
+    #: picks the least variance there instead of the least regret over every spread
+    spread: Literal["wide", "near_bounds"] | None = None
     #: laplace (and auto, if it picks laplace): tight (default) | thesis;
-    #: gaussian: analytic (default) | classical; piecewise, hybrid: none (tight, the default)
+    #: gaussian: analytic (default) | classical; piecewise, hybrid, duchi, pm_sub: none (tight,
+    #: the default)
     calibration: Literal["tight", "thesis", "analytic", "classical"]
 
     @model_validator(mode="before")
@@ -192,12 +200,17 @@ class RealField(_NoisedField):
 
     @model_validator(mode="after")
     def _calibration_fits_mechanism(self) -> "RealField":
+        if self.spread is not None and self.mechanism != "auto":
+            raise ValueError(
+                f"spread {self.spread!r} guides mechanism: auto only, and this field declares "
+                f"{self.mechanism}; remove spread or mechanism"
+            )
         allowed = {
             "auto": ("tight", "thesis"),
             "laplace": ("tight", "thesis"),
             "gaussian": ("analytic", "classical"),
         }
-        if self.mechanism in ("piecewise", "hybrid"):
+        if self.mechanism in ("piecewise", "hybrid", "duchi", "pm_sub"):
             if self.calibration != "tight":
                 raise ValueError(
                     f"calibration {self.calibration!r} does not apply to {self.mechanism}, "

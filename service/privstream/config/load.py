@@ -120,11 +120,11 @@ def _grid_problems(config: AppConfig) -> list[str]:
 def _real_scale(spec: RealField, share: Guarantee) -> float | None:
     """The continuous noise scale the field's mechanism picks its grid from (None: no grid).
 
-    ``auto`` is checked as laplace (what it may pick); piecewise and hybrid
+    ``auto`` is checked as laplace (what it may pick); the local mechanisms
     report on a fixed grid of their own and check their reach when built.
     """
     width, eps, dlt = spec.bounds[1] - spec.bounds[0], share.epsilon, share.delta
-    if spec.mechanism in ("piecewise", "hybrid"):
+    if spec.mechanism in ("piecewise", "hybrid", "duchi", "pm_sub"):
         return None
     if spec.mechanism in ("laplace", "auto"):
         return laplace_scale(width, eps, dlt, "thesis" if spec.calibration == "thesis" else "tight")

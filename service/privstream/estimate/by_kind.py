@@ -96,10 +96,10 @@ def timestamp_releases(handler: Any, kind: str, options: Options) -> Accumulator
 
 
 def unit_mean_releases(handler: Any, kind: str, options: Options) -> Accumulator:
-    """Piecewise and hybrid reals."""
+    """Piecewise, PM-SUB, hybrid and duchi reals."""
     mech = handler.mechanism
     if not isinstance(mech, UnitIntervalMechanism):  # the registry builds these only
-        raise TypeError(f"{handler.name}: expected piecewise or hybrid, got {mech.name}")
+        raise TypeError(f"{handler.name}: expected a unit-interval mechanism, got {mech.name}")
     return UnitMeanReleases(handler.name, kind, mech)
 
 
@@ -230,6 +230,8 @@ ESTIMATORS: dict[tuple[str, str | None], Estimator] = {
     ("real", "gaussian"): gaussian_releases,
     ("real", "piecewise"): unit_mean_releases,
     ("real", "hybrid"): unit_mean_releases,
+    ("real", "duchi"): unit_mean_releases,
+    ("real", "pm_sub"): unit_mean_releases,
     ("integer", "discrete_laplace"): integer_releases,
     ("categorical", "randomized_response"): category_counts,
     ("boolean", "randomized_response"): category_counts,

@@ -1,4 +1,4 @@
-r"""The mean of a real field released by piecewise or hybrid, with a 95% interval.
+r"""The mean of a real field released by piecewise, hybrid or duchi, with a 95% interval.
 
 Each release is ``mid + half y`` with ``E[y | t] = t`` (``t`` the clamped
 value in ``[-1, 1]``, ``privstream.mechanisms.piecewise``), so the mean of
@@ -15,10 +15,12 @@ mechanisms give their exact variance law ``Var[y | t] = s t^2 + c``, and
 
 is an unbiased estimate of ``sum_i Var[y_i | t_i] / n`` (clipped to the
 law's range ``[c + min(s, 0), c + max(s, 0)]``). Duchi's mechanism alone
-(hybrid below eps*) has ``s = -1``: its reports are ``+-B``, ``y^2`` is
-constant, and ``c - mean(y)^2`` takes the place of ``V_hat`` (an upper
-bound up to the noise of ``mean(y)``: ``mean(t^2) >= mean(t)^2``; the
-difference, at most 1, is small beside ``c = B^2``). Why not the alternatives:
+(``duchi``, and hybrid below eps*) has ``s = -1``: its reports are ``+-B``,
+``y^2`` is constant, and ``c - mean(y)^2`` takes the place of ``V_hat`` (an
+upper bound up to the noise of ``mean(y)``: ``mean(t^2) >= mean(t)^2``; the
+difference, at most 1, is small beside ``c = B^2 >= 11`` below eps*, not
+above: there the interval is conservative for data spread towards both
+bounds, exact for data at one value). Why not the alternatives:
 the worst-case bound (``estimator_variance``, shown as
 ``stderr_worst_case``) over-covers wherever the values sit inside the
 bounds (PM's variance at ``t = 0`` is a third of its worst case at
@@ -74,7 +76,7 @@ def law_variance(mechanism: UnitIntervalMechanism, mean: float, second: float) -
 
 
 class UnitMeanReleases(BaseAccumulator):
-    """Released numbers of a piecewise or hybrid real field: the mean and its intervals."""
+    """Released numbers of a piecewise, hybrid or duchi real field: the mean and intervals."""
 
     def __init__(self, name: str, kind: str, mechanism: UnitIntervalMechanism) -> None:
         super().__init__(name, kind, mechanism)

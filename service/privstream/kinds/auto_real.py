@@ -2,19 +2,20 @@ r"""Resolve ``mechanism: auto`` of a real field: the least regret over every dat
 
 The candidates are Laplace (``privstream.mechanisms.laplace``, with the
 field's calibration and delta: ``tight`` by default, ``thesis`` when
-declared), the Piecewise Mechanism and the Hybrid Mechanism
-(``piecewise``, ``hybrid``), each built at the field's resolved (epsilon,
-delta). Gaussian is not a candidate: it is chosen for its composition, not
-its one-shot variance.
+declared), the Piecewise Mechanism, the Hybrid Mechanism, PM-SUB and
+Duchi et al.'s mechanism (``piecewise``, ``hybrid``, ``pm_sub``,
+``duchi``), each built at the field's resolved (epsilon, delta). Gaussian
+is not a candidate: it is chosen for its composition, not its one-shot
+variance.
 
 The criterion. With ``t`` a value mapped to ``[-1, 1]``, every candidate's
 per-record variance is linear in ``t^2``: ``Var[y | t] = s t^2 + c``
-(Laplace: ``s = 0``; PM: ``s > 0``, the window moves out with ``t``; HM:
-a mix of PM and Duchi et al.'s ``s = -1``). The variance of the mean of
+(Laplace: ``s = 0``; PM, PM-SUB: ``s > 0``, the window moves out with
+``t``; Duchi et al.: ``s = -1``; HM: a mix of PM and Duchi). The variance of the mean of
 ``n`` reports is therefore ``(s q + c) / n`` with ``q`` the mean of ``t^2``
 over the data, and ``q`` is the only thing about the data that matters.
-No single mechanism is best for every ``q``: HM has the least worst case
-(``q = 1``), PM is better for data off the bounds from eps ~1 on. ``auto``
+No single mechanism is best for every ``q``: Duchi's is the least at
+``q = 1``, PM-SUB's for data off the bounds from eps ~1 on. ``auto``
 picks the candidate whose largest ratio to the best candidate *at the same
 q*, over every ``q`` in ``[0, 1]``, is the least (minimax regret). The ratio
 of two linear functions is monotone between the points where the best
@@ -23,9 +24,12 @@ crossing points, all computed exactly from the laws. The choice depends on
 (epsilon, delta, calibration) only, never on the bounds (all laws scale
 with ``diam^2``) nor on the data, and is deterministic from the config.
 
-Where it lands at delta 0 (regret of each, eps 0.5 / 1 / 2 / 4): HM at eps
-0.5 and 1, PM from about eps 2 on (``explain`` prints the numbers).
-Piecewise and hybrid are pure epsilon-DP: a delta > 0 only helps Laplace
+Where it lands at delta 0: HM up to eps ~1.5, PM-SUB from eps 2 on
+(``explain`` prints the regrets). A field that declares ``spread``
+(``wide``: ``q = 1/3``, values spread over the bounds; ``near_bounds``:
+``q = 1``) gets the least variance at that ``q`` instead (Duchi's at
+``near_bounds`` from eps ~0.6, where it parts from HM; ties to HM below).
+The local mechanisms are pure epsilon-DP: a delta > 0 only helps Laplace
 (``b = diam / (eps - 2 ln(1 - delta))`` tight, ``diam / (eps - ln(1 -
 delta))`` thesis), which wins once delta is large enough to pay for its
 heavier tail (``explain`` says so). Ties go to the first of ``CANDIDATES``.
@@ -48,7 +52,11 @@ from privstream.mechanisms.base import Mechanism
 from privstream.mechanisms.selection import VARIANCE_N
 
 #: candidates in tie-break order
-CANDIDATES = ("laplace", "piecewise", "hybrid")
+CANDIDATES = ("laplace", "piecewise", "hybrid", "pm_sub", "duchi")
+#: the local mechanisms among them (pure epsilon-DP)
+LOCAL = CANDIDATES[1:]
+#: the mean of ``t^2`` a declared ``spread`` stands for
+SPREAD_Q = {"wide": 1.0 / 3.0, "near_bounds": 1.0}
 
 
 #: a candidate's variance law ``(s, c)`` and its worst-case variance of the mean at ``VARIANCE_N``
@@ -126,12 +134,12 @@ def _worst_variance(mechanism: Mechanism, n: int) -> float:
 
 def _why(variances: dict[str, float], share: Guarantee) -> str | None:
     """Why Laplace beats the local mechanisms, when it does."""
-    local = [variances[name] for name in ("piecewise", "hybrid") if name in variances]
+    local = [variances[name] for name in LOCAL if name in variances]
     if "laplace" not in variances or not local or variances["laplace"] > min(local):
         return None
     if share.delta > 0.0:
         return (
-            f"laplace spends delta {share.delta:g} (piecewise and hybrid are pure epsilon-DP), "
+            f"laplace spends delta {share.delta:g} (the local mechanisms are pure epsilon-DP), "
             "which narrows its noise below theirs"
         )
     return "laplace's variance is the least at this epsilon"
@@ -146,8 +154,15 @@ def _assess(
     ranked = [name for name in CANDIDATES if name in variances]
     if not ranked:  # pragma: no cover - Laplace runs at every epsilon the config accepts
         return AutoChoice(mechanism="laplace", variances={}, restricted="no candidate"), {}
-    regret = regrets({name: law for name, (law, _) in built.items()})
-    chosen = min(ranked, key=lambda name: (regret[name], ranked.index(name)))
+    laws = {name: law for name, (law, _) in built.items()}
+    regret = regrets(laws)
+    if spec.spread is None:
+        chosen = min(ranked, key=lambda name: (regret[name], ranked.index(name)))
+    else:
+        q = SPREAD_Q[spec.spread]
+        chosen = min(
+            ranked, key=lambda name: (laws[name][0] * q + laws[name][1], ranked.index(name))
+        )
     choice = AutoChoice(mechanism=chosen, variances=variances, restricted=_why(variances, share))
     return choice, regret
 
@@ -191,6 +206,10 @@ def explain_auto_real(
             "declared": spec.mechanism,
             "chosen": choice.mechanism,
             "criterion": "worst-case variance of the mean",
+            "rule": "least regret over every data spread"
+            if spec.spread is None
+            else f"least variance of the mean at spread {spec.spread} (mean t^2 "
+            f"{SPREAD_Q[spec.spread]:.3g})",
             "candidate_regrets": regret,
             "variances_n": choice.n,
             "candidate_variances": choice.variances,

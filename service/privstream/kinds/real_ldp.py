@@ -1,7 +1,7 @@
-"""Registrations of the local mechanisms for bounded reals: piecewise and hybrid.
+"""Registrations of the local mechanisms for bounded reals: PM, PM-SUB, hybrid, duchi.
 
 Both report an unbiased estimate of the clamped value on a fixed output
-set (``privstream.mechanisms.piecewise``, ``hybrid``); ``estimate`` gives the
+set (``privstream.mechanisms.piecewise``, ``pm_sub``, ``hybrid``, ``duchi``); ``estimate`` gives the
 mean with an interval (``privstream.estimate.unit_mean``), the audit tests
 ``lo`` against ``hi`` on half-lines, as for the Laplace real field. Reals are
 never memoized (``memo=None``: ``RealField`` has no ``memo_identity`` or ``memoize_by``).
@@ -16,8 +16,10 @@ from privstream.kinds.base import (
     calibrated,
     describe,
 )
+from privstream.mechanisms.duchi import DuchiMechanism
 from privstream.mechanisms.hybrid import HybridMechanism
 from privstream.mechanisms.piecewise import PiecewiseMechanism
+from privstream.mechanisms.pm_sub import PiecewiseSubMechanism
 from privstream.mechanisms.unit_interval import UnitIntervalMechanism
 from privstream.pipeline import canary, columns, encode
 from privstream.pipeline.handlers import RealHandler
@@ -25,6 +27,8 @@ from privstream.pipeline.handlers import RealHandler
 MECHANISMS: dict[str, type[UnitIntervalMechanism]] = {
     "piecewise": PiecewiseMechanism,
     "hybrid": HybridMechanism,
+    "duchi": DuchiMechanism,
+    "pm_sub": PiecewiseSubMechanism,
 }
 
 
@@ -49,4 +53,4 @@ def _registration(mechanism: str) -> FieldKind[RealHandler]:
     )
 
 
-REGISTRATIONS = (_registration("piecewise"), _registration("hybrid"))
+REGISTRATIONS = tuple(_registration(name) for name in MECHANISMS)

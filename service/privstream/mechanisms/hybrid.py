@@ -84,13 +84,13 @@ class DuchiCoin:
         return out
 
 
-def duchi_coin(epsilon: float) -> DuchiCoin:
+def duchi_coin(epsilon: float, mechanism: str = "hybrid") -> DuchiCoin:
     """The least ``L`` with ``L (1 + E) >= 2^64``; refuses epsilons it cannot resolve."""
     low = math.ceil(Fraction(TWO_64) / (1 + exp_lower_bound(epsilon)))
     coin = DuchiCoin(max(low, 1))
     if epsilon < SMALLEST_EPSILON or coin.width < 2**16:
         raise MechanismError(
-            f"epsilon {epsilon:.3g} is too small for the hybrid mechanism's 64-bit thresholds "
+            f"epsilon {epsilon:.3g} is too small for the {mechanism} mechanism's 64-bit thresholds "
             f"(use at least {SMALLEST_EPSILON:.3g}, or laplace)"
         )
     return coin

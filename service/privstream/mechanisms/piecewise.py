@@ -156,9 +156,14 @@ class PiecewiseGrid:
         return result
 
 
-def calibrate(epsilon: float, cells: int = GRID_CELLS) -> PiecewiseGrid:
-    """The grid for ``epsilon``: PM's window share, the largest safe inside threshold."""
-    half = math.exp(min(epsilon, 600.0) / 2.0)
+def calibrate(epsilon: float, cells: int = GRID_CELLS, split: int = 2) -> PiecewiseGrid:
+    """The grid for ``epsilon``: the window share, the largest safe inside threshold.
+
+    The share is ``1 / (e^{eps/split} + 1)``: PM's at ``split = 2``, PM-SUB's
+    (``privstream.mechanisms.pm_sub``) at 3; the threshold makes the inside
+    and outside densities differ by at most ``E <= e^eps`` for either.
+    """
+    half = math.exp(min(epsilon, 600.0) / split)
     c = (half + 1.0) / (half - 1.0) if half > 1.0 else math.inf
     share = (c - 1.0) / (2.0 * c) if math.isfinite(c) else 0.5
     window = min(max(1, round(cells * share)), cells - 1)
@@ -182,10 +187,12 @@ class PiecewiseMechanism(UnitIntervalMechanism):
 
     name: ClassVar[str] = "piecewise"
     words_per_value: ClassVar[int] = 3
+    #: the window share is ``1 / (e^{eps/split} + 1)`` (``calibrate``)
+    split: ClassVar[int] = 2
 
     def __init__(self, *, bounds: tuple[float, float], epsilon: float, delta: float = 0.0) -> None:
         super().__init__(bounds=bounds, epsilon=epsilon, delta=delta)
-        self.grid = calibrate(self.epsilon)
+        self.grid = calibrate(self.epsilon, split=self.split)
         self._outputs = self.grid.outputs()
         self.check_reach()
 

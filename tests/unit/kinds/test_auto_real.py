@@ -14,7 +14,7 @@ from privstream.config import Guarantee, parse_config
 from privstream.config.fields import RealField
 from privstream.errors import ConfigError
 from privstream.kinds import build_plan
-from privstream.kinds.auto_real import auto_real_choice, real_regrets
+from privstream.kinds.auto_real import auto_real_choice, explain_auto_real, real_regrets
 from privstream.mechanisms.hybrid import HybridMechanism
 
 from tests.support.configs import config_dict, laplace_tight_scale
@@ -40,23 +40,48 @@ def hm_paper(epsilon: float) -> float:
     return (a + 3.0) / (3.0 * a * (a - 1.0)) + (e + 1.0) ** 2 / (a * (e - 1.0) ** 2)
 
 
+def pm_sub_paper(epsilon: float, t: float) -> float:
+    """Zhao et al. 2020, PM-SUB: uniform on [L, R] w.p. e^eps / (e^(eps/3) + e^eps), else on
+    the rest of [-A, A]; the variance from the two pieces' second moments."""
+    e, e3 = math.exp(epsilon), math.exp(epsilon / 3.0)
+    half = (e + e3) / (e3 * (e - 1.0))
+    a = (e + e3) * (e3 + 1.0) / (e3 * (e - 1.0))
+    left, right = half * (t * e3 - 1.0), half * (t * e3 + 1.0)
+    cubes = right**3 - left**3
+    inside = cubes / (3.0 * (right - left))
+    outside = (2.0 * a**3 - cubes) / (3.0 * (2.0 * a - (right - left)))
+    p_in = e / (e3 + e)
+    return p_in * inside + (1.0 - p_in) * outside - t * t
+
+
 def paper_laws(epsilon: float) -> dict[str, Callable[[float], float]]:
-    """Variance of one report at mean t^2 = q: Laplace (b = 2 / eps), PM, HM (Wang et al. 2019)."""
+    """Variance of one report at mean t^2 = q: Laplace (b = 2 / eps), PM, HM (Wang et al. 2019),
+    PM-SUB (Zhao et al. 2020; its variance is linear in t^2) and Duchi et al."""
     a, e = math.exp(epsilon / 2.0), math.exp(epsilon)
     mix = 1.0 - 1.0 / a if epsilon > 0.61 else 0.0  # HM: PM with this probability, else Duchi
+    sub0, sub1 = pm_sub_paper(epsilon, 0.0), pm_sub_paper(epsilon, 1.0)
 
     def pm(q: float) -> float:
         return q / (a - 1.0) + (a + 3.0) / (3.0 * (a - 1.0) ** 2)
 
-    def hm(q: float) -> float:
-        return mix * pm(q) + (1.0 - mix) * (((e + 1.0) / (e - 1.0)) ** 2 - q)
+    def duchi(q: float) -> float:
+        return ((e + 1.0) / (e - 1.0)) ** 2 - q
 
-    return {"laplace": lambda q: 8.0 / epsilon**2, "piecewise": pm, "hybrid": hm}
+    def hm(q: float) -> float:
+        return mix * pm(q) + (1.0 - mix) * duchi(q)
+
+    return {
+        "laplace": lambda q: 8.0 / epsilon**2,
+        "piecewise": pm,
+        "hybrid": hm,
+        "pm_sub": lambda q: sub0 + (sub1 - sub0) * q,
+        "duchi": duchi,
+    }
 
 
 @pytest.mark.parametrize(
     ("epsilon", "chosen"),
-    [(0.5, "hybrid"), (1.0, "hybrid"), (2.0, "piecewise"), (4.0, "piecewise")],
+    [(0.5, "hybrid"), (1.0, "hybrid"), (2.0, "pm_sub"), (4.0, "pm_sub")],
 )
 def test_the_worst_cases_are_the_papers_and_the_choice_minimises_the_regret(
     epsilon: float, chosen: str
@@ -155,7 +180,14 @@ def test_explain_shows_the_candidates_and_warns_of_a_losing_declaration(
     fields = {f["name"]: f for f in json.loads(capsys.readouterr().out)["fields"]}
     a, b, c = fields["a"], fields["b"], fields["c"]
     assert a["mechanism"] == "hybrid" and a["auto"]["chosen"] == "hybrid"
-    assert set(a["auto"]["candidate_variances"]) == {"laplace", "piecewise", "hybrid"}
+    assert set(a["auto"]["candidate_variances"]) == {
+        "laplace",
+        "piecewise",
+        "hybrid",
+        "pm_sub",
+        "duchi",
+    }
+    assert a["auto"]["rule"] == "least regret over every data spread"
     assert a["auto_warning"] is None
     # laplace at eps 1 has 8 / 4.29 = 1.87x hybrid's variance at the bounds: past 1.5x
     assert b["auto_warning"] is not None and "laplace has up to 1.8" in b["auto_warning"]
@@ -164,3 +196,36 @@ def test_explain_shows_the_candidates_and_warns_of_a_losing_declaration(
     table = capsys.readouterr().out
     assert "auto: a uses hybrid" in table
     assert "auto: c uses laplace" in table and "WARNING: b: laplace" in table
+
+
+@pytest.mark.parametrize(
+    ("spread", "epsilon", "chosen"),
+    [
+        ("near_bounds", 0.5, "hybrid"),  # Duchi alone either way: the tie goes to hybrid
+        ("near_bounds", 2.0, "duchi"),
+        ("wide", 1.0, "pm_sub"),
+        ("wide", 4.0, "pm_sub"),
+    ],
+)
+def test_a_declared_spread_picks_the_least_variance_there(
+    spread: str, epsilon: float, chosen: str
+) -> None:
+    q = {"wide": 1.0 / 3.0, "near_bounds": 1.0}[spread]
+    choice = auto_real_choice(real(epsilon=epsilon, spread=spread), share(epsilon))
+    assert choice.mechanism == chosen
+    laws = paper_laws(epsilon)
+    at_q = {name: law(q) for name, law in laws.items()}
+    assert at_q[chosen] == pytest.approx(min(at_q.values()), rel=0.01)
+    entry = explain_auto_real(real(epsilon=epsilon, spread=spread), share(epsilon), 1.5)["auto"]
+    assert entry["chosen"] == chosen and f"at spread {spread}" in entry["rule"]
+
+
+def test_spread_is_refused_beside_a_declared_mechanism_and_keeps_release_ids() -> None:
+    field = {"name": "x", "kind": "real", "bounds": [0, 1], "epsilon": 2.0}
+    with pytest.raises(ConfigError, match="spread 'wide' guides mechanism: auto only"):
+        parse_config(config_dict([{**field, "mechanism": "piecewise", "spread": "wide"}]))
+    (declared,) = build_plan(parse_config(config_dict([{**field, "spread": "near_bounds"}]))).fields
+    (plain,) = build_plan(parse_config(config_dict([{**field, "mechanism": "duchi"}]))).fields
+    assert declared.mechanism == plain.mechanism == "duchi"
+    # spread is in the id when declared (the config changed), absent at its default
+    assert declared.release_id != plain.release_id

@@ -17,6 +17,7 @@ from privstream.config import Guarantee
 from privstream.config.fields import RealField
 from privstream.kinds import auto_real
 from privstream.kinds.auto import WARN_RATIO
+from privstream.kinds.real_ldp import MECHANISMS
 from privstream.mechanisms.base import Mechanism
 from privstream.mechanisms.gaussian import GaussianMechanism
 from privstream.mechanisms.hybrid import HybridMechanism
@@ -53,8 +54,7 @@ def _fresh(name: str, spec: RealField, share: Guarantee) -> Mechanism:
         return LaplaceMechanism(
             bounds=bounds, epsilon=share.epsilon, delta=share.delta, calibration=calibration
         )
-    local = PiecewiseMechanism if name == "piecewise" else HybridMechanism
-    return local(bounds=bounds, epsilon=share.epsilon, delta=share.delta)
+    return MECHANISMS[name](bounds=bounds, epsilon=share.epsilon, delta=share.delta)
 
 
 @pytest.mark.parametrize(("extra", "share"), CASES)
@@ -81,8 +81,8 @@ def test_the_plan_mechanism_stands_in_for_its_candidate() -> None:
     spec, share = real(bounds=[-20, 60], mechanism="laplace"), Guarantee(1.0, 0.0)
     planned = _fresh("laplace", spec, share)
     with_plan = auto_real.explain_auto_real(spec, share, WARN_RATIO, planned)
-    # piecewise and hybrid built, laplace taken from the plan
-    assert auto_real._candidate_measures.cache_info().misses == 2
+    # the four local mechanisms built, laplace taken from the plan
+    assert auto_real._candidate_measures.cache_info().misses == 4
     auto_real._candidate_measures.cache_clear()
     assert auto_real.explain_auto_real(spec, share, WARN_RATIO) == with_plan
     assert with_plan["auto_warning"] is not None and "1.87x" in with_plan["auto_warning"]
@@ -100,7 +100,7 @@ def test_a_mechanism_built_at_another_share_or_of_another_kind_is_not_reused() -
     for other in others:
         auto_real._candidate_measures.cache_clear()
         auto_real.explain_auto_real(spec, share, WARN_RATIO, other)
-        assert auto_real._candidate_measures.cache_info().misses == 3
+        assert auto_real._candidate_measures.cache_info().misses == 5
 
 
 @pytest.mark.parametrize("mechanism", [PiecewiseMechanism, HybridMechanism])
