@@ -1,0 +1,271 @@
+"""``privstream run``'s aggregates: windows closed and released exactly once over Kafka.
+
+Beside the record worker, in the same process, with its own consumer group
+(``<group_id>.aggregates``) and transactional id (``<prefix>-<replica>-aggregates``),
+so its input offsets move only when windows close, never held back by or
+holding back the record path. Each step:
+
+1. fetch a batch and add it to the open windows (``OpenWindows``);
+2. close what each owned partition's watermark passed: its partials and
+   progress go to the internal topic in ONE transaction with the input
+   offsets up to the oldest open window's first record;
+3. the owner of input partition 0 (the releaser) merges the partials of
+   every partition of each due window, noises it once with keyed noise and
+   writes its rows to the aggregate's topic in ONE transaction with the
+   window's ``released`` marker and its partials' tombstones (its offset
+   commit of partition 0 fences a releaser that lost the partition).
+
+A session starts (and every rebalance restarts) from the committed state:
+the internal topic read up to its stable end (``changelog.read_partitions``)
+and the input from the committed offsets. Proof: docs/proofs/aggregates.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+
+from privstream.aggregates import AggregatePlan, KeyedCells, build_aggregates
+from privstream.aggregates.stream import OpenWindows, Release, Write, releases
+from privstream.aggregates.windows import View, epoch_record
+from privstream.config import AppConfig
+from privstream.config.runtime import Runtime
+from privstream.metrics import Metrics
+from privstream.worker.changelog import read_partitions
+from privstream.worker.clients import (
+    close_client,
+    common_options,
+    consumer_options,
+    open_transaction_wait_s,
+    producer_options,
+    transactional_id,
+)
+from privstream.worker.generation_fence import GroupId, fence, member_of
+from privstream.worker.loop import RETRIABLE
+from privstream.worker.restart import Backoff, describe
+from privstream.worker.topics import check_aggregate_topics
+
+log = logging.getLogger("privstream.aggregates")
+
+#: a releaser that does not own every input partition reads the others' progress this often
+REFRESH_S = 2.0
+
+
+def aggregates_topic(input_topic: str) -> str:
+    return f"{input_topic}-privstream-aggregates"
+
+
+class _Moved(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    def __init__(self) -> None:
+        self.moved = True
+
+    async def on_partitions_revoked(self, revoked: object) -> None:
+        self.moved = True
+
+    async def on_partitions_assigned(self, assigned: object) -> None:
+        self.moved = True
+
+
+class AggregateWorker:
+    """Runs the config's aggregates over the input topic until ``stop``."""
+
+    def __init__(self, config: AppConfig, runtime: Runtime, metrics: Metrics) -> None:
+        self._kafka = config.kafka
+        self._runtime = runtime
+        self._metrics = metrics
+        self._plans: tuple[AggregatePlan, ...] = build_aggregates(config)
+        kafka = config.kafka
+        self._noise = KeyedCells(runtime.noise_secret, kafka.input_topic, kafka.noise_domain)
+        self.topic = aggregates_topic(kafka.input_topic)
+        self._group = f"{kafka.group_id}.aggregates"
+        self._backoff = Backoff()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self._session(stop)
+            except RETRIABLE as exc:
+                delay = self._backoff.next_delay()
+                log.warning("aggregates session ended (%s); again in %.1f s", describe(exc), delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+
+    async def _session(self, stop: asyncio.Event) -> None:
+        outputs = sorted({p.spec.output_topic or "" for p in self._plans})
+        partitions = await check_aggregate_topics(self._kafka, self._runtime, self.topic, outputs)
+        async with contextlib.AsyncExitStack() as stack:
+            options = producer_options(self._kafka, self._runtime)
+            options["transactional_id"] = (
+                f"{transactional_id(self._kafka, self._runtime)}-aggregates"
+            )
+            producer = AIOKafkaProducer(**options)
+            fence(producer)
+            stack.push_async_callback(close_client, producer)
+            await producer.start()  # aborts a killed predecessor's open transaction
+            consumer = AIOKafkaConsumer(
+                **{**consumer_options(self._kafka, self._runtime), "group_id": self._group}
+            )
+            stack.push_async_callback(close_client, consumer)
+            moved = _Moved()
+            consumer.subscribe([self._kafka.input_topic], listener=moved)
+            await consumer.start()
+            step = _Step(self, consumer, producer, partitions)
+            while not stop.is_set():
+                if moved.moved:
+                    moved.moved = False
+                    await step.restart()
+                    continue
+                await step.run()
+                self._backoff.reset()
+
+    async def read_view(self) -> View:
+        """The internal topic up to its stable end."""
+        view = View()
+        base = common_options(self._kafka, self._runtime)
+        reader = AIOKafkaConsumer(
+            **base, isolation_level="read_committed", enable_auto_commit=False
+        )
+        highwater = AIOKafkaConsumer(**base, enable_auto_commit=False)
+        await reader.start()
+        await highwater.start()
+        try:
+            await read_partitions(
+                reader,
+                highwater,
+                self.topic,
+                [0],
+                within_s=open_transaction_wait_s(self._kafka),
+                fold=lambda _p, keys, values: view.fold(keys, values),
+            )
+        finally:
+            await reader.stop()
+            await highwater.stop()
+        return view
+
+
+class _Step:
+    """One session's state: the view, the open windows and the group member."""
+
+    def __init__(
+        self,
+        owner: AggregateWorker,
+        consumer: AIOKafkaConsumer,
+        producer: AIOKafkaProducer,
+        partitions: int,
+    ) -> None:
+        self._owner = owner
+        self._consumer = consumer
+        self._producer = producer
+        self._partitions = partitions
+        self._view = View()
+        self._windows = OpenWindows(owner._plans, self._view)
+        self._pending: list[Write] = []
+        self._refreshed = 0.0
+
+    async def restart(self) -> None:
+        """After an assignment: the committed state, the input from its committed offsets."""
+        consumer = self._consumer
+        for tp in consumer.assignment():
+            committed = await consumer.committed(tp)
+            if committed is None:
+                await consumer.seek_to_beginning(tp)
+            else:
+                consumer.seek(tp, committed)
+        self._view = await self._owner.read_view()
+        self._pending = []
+        if self._view.epoch_ms is None:  # the first transaction ever writes it
+            now = _now_ms()
+            self._view.epoch_ms = now
+            self._pending.append(epoch_record(now))
+        self._windows = OpenWindows(self._owner._plans, self._view)
+        self._refreshed = time.monotonic()
+
+    async def run(self) -> None:
+        batches = await self._consumer.getmany(timeout_ms=500, max_records=5000)
+        for tp, messages in batches.items():
+            for m in messages:
+                self._windows.add(tp.partition, m.offset, m.timestamp, m.value)
+        for name, count in self._windows.take_late().items():
+            self._owner._metrics.aggregate_late_records.labels(name).inc(count)
+        await self._close()
+        await self._release()
+
+    async def _close(self) -> None:
+        consumer, now = self._consumer, _now_ms()
+        writes = list(self._pending)
+        offsets: dict[TopicPartition, int] = {}
+        for tp in sorted(consumer.assignment()):
+            position = await consumer.position(tp)
+            end = consumer.last_stable_offset(tp) or consumer.highwater(tp)
+            writes += self._windows.close(tp.partition, now, end is not None and position >= end)
+            offsets[tp] = self._windows.held(tp.partition, position)
+        if writes:
+            await self._transaction(writes, [], offsets)
+
+    async def _release(self) -> None:
+        input0 = TopicPartition(self._owner._kafka.input_topic, 0)
+        assigned = self._consumer.assignment()
+        if input0 not in assigned:
+            return
+        stale = time.monotonic() - self._refreshed > REFRESH_S
+        if len(assigned) < self._partitions and stale and not self._pending:
+            self._view = await self._owner.read_view()  # the other workers' progress
+            self._windows = _rebased(self._windows, self._view)
+            self._refreshed = time.monotonic()
+        due = releases(self._owner._plans, self._view, self._owner._noise, self._partitions)
+        if not due:
+            return
+        position = await self._consumer.position(input0)
+        offsets = {input0: self._windows.held(0, position)}
+        await self._transaction([w for r in due for w in r.writes], due, offsets)
+        for done in due:
+            self._owner._metrics.observe_window(done.plan.name, done.end_ms, done.rows)
+            log.info("released %s window %s: %d rows", done.plan.name, done.label, len(done.rows))
+
+    async def _transaction(
+        self, writes: list[Write], due: list[Release], offsets: dict[TopicPartition, int]
+    ) -> None:
+        """The writes, the rows and the offsets, committed together or not at all."""
+        producer = self._producer
+        group = GroupId(self._owner._group, member_of(self._consumer))
+        await producer.begin_transaction()
+        try:
+            for done in due:
+                topic = done.plan.spec.output_topic or ""
+                for row in done.rows:
+                    key = {
+                        "aggregate": row["aggregate"],
+                        "window": row["window"],
+                        "group": row["group"],
+                    }
+                    await producer.send(topic, _json(row), key=_json(key))
+            for key, value in writes:
+                await producer.send(self._owner.topic, value, key=key, partition=0)
+            await producer.send_offsets_to_transaction(offsets, group)
+            await producer.commit_transaction()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.abort_transaction(), 5.0)
+            raise
+        self._pending = []
+        for key, value in writes:  # committed: the view follows the topic
+            self._view.apply(key, value)
+        self._owner._metrics.transactions.labels("committed").inc()
+
+
+def _rebased(windows: OpenWindows, view: View) -> OpenWindows:
+    windows.rebase(view)
+    return windows
+
+
+def _json(value: object) -> bytes:
+    return orjson.dumps(value)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
