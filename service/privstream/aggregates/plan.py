@@ -85,7 +85,7 @@ class AggregatePlan:
             total = self.query.total(part)
             scale, step = total.noise.t, total.step
         payload = {
-            "aggregate": self.spec.model_dump(mode="json", exclude=_UNSET_STREAM & unset),
+            "aggregate": self.spec.model_dump(mode="json", exclude=set(unset)),
             "part": part,
             "t": scale.hex(),
             "step": step.hex(),

@@ -238,12 +238,12 @@ class _Step:
             for done in due:
                 topic = done.plan.spec.output_topic or ""
                 for row in done.rows:
-                    key = {
+                    names = {
                         "aggregate": row["aggregate"],
                         "window": row["window"],
                         "group": row["group"],
                     }
-                    await producer.send(topic, _json(row), key=_json(key))
+                    await producer.send(topic, _json(row), key=_json(names))
             for key, value in writes:
                 await producer.send(self._owner.topic, value, key=key, partition=0)
             await producer.send_offsets_to_transaction(offsets, group)
