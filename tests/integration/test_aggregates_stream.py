@@ -1,0 +1,115 @@
+"""`privstream run` with aggregates, on a real broker: every window released once.
+
+The input has two partitions; records go to partition 0 only, so partition 1
+is idle and closes its windows by the wall clock alone (its watermark falls
+back to it). Windows of 2 s with 1 s of grace. Records carry Kafka
+timestamps a few seconds ahead of the wall clock, ascending, so they are
+never late by the clock; one record is then written into a window already
+closed (past its grace) and must be dropped and counted. Every window from
+the epoch's to the last record's is released exactly once, and its rows are
+byte for byte what the file-mode pieces make of the same records with the
+same noise key (``tests.support.aggregate_stream.expected``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from pathlib import Path
+
+from aiokafka import AIOKafkaProducer
+from privstream.aggregates.windows import window_label, window_start
+
+from tests.support import aggregate_stream as agg
+from tests.support.aggregate_stream import running
+from tests.support.faults import free_port, poll_until, scrape_until
+from tests.support.worker_proc import Collector, WorkerProcess, read_all
+
+SIZE_S, GRACE_S, IDLE_S = 2, 1, 1
+SIZE = SIZE_S * 1000
+RECORDS = 120
+
+
+async def test_windows_released_once_matching_file_mode(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    kafka, out, config = await agg.setup(
+        kafka_bootstrap, tmp_path, "aggstream", SIZE_S, GRACE_S, IDLE_S
+    )
+    worker, port = WorkerProcess(config, tmp_path / "worker.log"), free_port()
+    await worker.start("--http-port", str(port))
+    async with running(worker), Collector(kafka_bootstrap, out) as rows:
+        epoch = await poll_until(
+            lambda: _epoch(kafka_bootstrap, kafka),
+            60,
+            "the epoch committed",
+            every_s=0.2,
+            why=lambda: worker.log_text()[-3000:],
+        )
+        base = window_start(int(time.time() * 1000), SIZE) + 2 * SIZE
+        stamps = [base + i * (3 * SIZE) // RECORDS for i in range(RECORDS)]
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+        await producer.start()
+        try:
+            for i, ts in enumerate(stamps):
+                await producer.send(
+                    kafka["input_topic"], agg.record(i), partition=0, timestamp_ms=ts
+                )
+            await producer.flush()
+            first = window_start(stamps[0], SIZE)
+            # the first window is closed on partition 0 by the records' own timestamps
+            await poll_until(
+                lambda: _closed(kafka_bootstrap, kafka, first + SIZE), 60, "window closed"
+            )
+            late = await producer.send_and_wait(
+                kafka["input_topic"], agg.record(RECORDS), partition=0, timestamp_ms=first + 10
+            )
+        finally:
+            await producer.stop()
+        last = window_start(stamps[-1], SIZE)
+        starts = list(range(window_start(epoch, SIZE), last + SIZE, SIZE))
+        want = len(starts) * 4  # three os rows and one mean row per window
+        await poll_until(
+            lambda: _released_through(rows, last),
+            90,
+            "the last window released",
+            why=lambda: worker.log_text()[-3000:],
+        )
+        got = await scrape_until(port, lambda s: _late(s) >= 2)
+        assert _late(got) == 2  # the late record, once per aggregate
+    inputs = [m for m in await read_all(kafka_bootstrap, kafka["input_topic"], 2)]
+    kept = [m for m in inputs if m.offset != late.offset]
+    expected = agg.expected(config, kept, starts, SIZE_S)
+    copies = agg.released(rows.records)
+    released = {k: v for k, v in copies.items() if _start(k[1]) <= last}
+    assert len(expected) == want
+    assert set(released) == set(expected)
+    assert all(len(v) == 1 for v in released.values()), "a window released twice"
+    assert {k: v[0] for k, v in released.items()} == expected
+
+
+async def _epoch(bootstrap: str, kafka: dict[str, str]) -> int | None:
+    return (await agg.view(bootstrap, kafka)).epoch_ms
+
+
+async def _closed(bootstrap: str, kafka: dict[str, str], end: int) -> bool:
+    view = await agg.view(bootstrap, kafka)
+    return all(view.progress.get((name, 0), 0) >= end for name in ("by_os", "mean_latency"))
+
+
+def _released_through(rows: Collector, last: int) -> bool:
+    labels = {agg.released([m]).popitem()[0][1] for m in rows.records}
+    return window_label(last, SIZE) in labels
+
+
+def _start(label: str) -> int:
+    stamp = datetime.datetime.strptime(label.split("/")[0], "%Y-%m-%dT%H:%M:%S.%fZ")
+    return int(stamp.replace(tzinfo=datetime.UTC).timestamp() * 1000)
+
+
+def _late(samples: dict) -> float:
+    return sum(
+        v
+        for (name, _labels), v in samples.items()
+        if name == "privstream_aggregate_late_records_total"
+    )
