@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 from aiokafka import ConsumerRecord
+from aiokafka.admin import AIOKafkaAdminClient
 from privstream.aggregates import KeyedCells, Partial, build_aggregates, merge, release
 from privstream.aggregates.windows import View, window_label, window_start
 from privstream.config import load_config
@@ -77,10 +78,18 @@ def internal_topic(kafka: dict[str, str]) -> str:
 
 
 async def view(bootstrap: str, kafka: dict[str, str]) -> View:
-    """The internal topic's committed state."""
+    """The internal topic's committed state (empty before the worker created it: asked
+    without auto-creation, which would make it with the broker's defaults)."""
     state = View()
-    for record in await read_all(bootstrap, internal_topic(kafka), 1):
-        state.apply(record.key, record.value)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:  # a request for every topic: it creates none
+        exists = internal_topic(kafka) in await admin.list_topics()
+    finally:
+        await admin.close()
+    if exists:
+        for record in await read_all(bootstrap, internal_topic(kafka), 1):
+            state.apply(record.key, record.value)
     return state
 
 

@@ -51,6 +51,8 @@ from privstream.worker.restart import Backoff, describe
 from privstream.worker.topics import check_aggregate_topics
 
 log = logging.getLogger("privstream.aggregates")
+#: the internal topic's readers: read_committed, read_uncommitted
+_Readers = tuple[AIOKafkaConsumer, AIOKafkaConsumer]
 
 #: a releaser that does not own every input partition reads the others' progress this often
 REFRESH_S = 2.0
@@ -114,7 +116,8 @@ class AggregateWorker:
             moved = _Moved()
             consumer.subscribe([self._kafka.input_topic], listener=moved)
             await consumer.start()
-            step = _Step(self, consumer, producer, partitions)
+            readers = await self.readers(stack)
+            step = _Step(self, consumer, producer, readers, partitions)
             while not stop.is_set():
                 if moved.moved:
                     moved.moved = False
@@ -123,28 +126,33 @@ class AggregateWorker:
                 await step.run()
                 self._backoff.reset()
 
-    async def read_view(self) -> View:
+    async def readers(self, stack: contextlib.AsyncExitStack) -> _Readers:
+        """The internal topic's readers, kept for the session (read_committed, and
+        read_uncommitted for the high watermarks: ``changelog.stable_ends``)."""
+        made = []
+        for isolation in ("read_committed", "read_uncommitted"):
+            reader = AIOKafkaConsumer(
+                **common_options(self._kafka, self._runtime),
+                group_id=None,
+                enable_auto_commit=False,
+                isolation_level=isolation,
+                auto_offset_reset="earliest",
+            )
+            stack.push_async_callback(close_client, reader)
+            await reader.start()
+            made.append(reader)
+        return made[0], made[1]
+
+    async def read_view(self, readers: _Readers) -> View:
         """The internal topic up to its stable end."""
         view = View()
-        base = common_options(self._kafka, self._runtime)
-        reader = AIOKafkaConsumer(
-            **base, isolation_level="read_committed", enable_auto_commit=False
+        await read_partitions(
+            *readers,
+            self.topic,
+            [0],
+            within_s=open_transaction_wait_s(self._kafka),
+            fold=lambda _p, keys, values: view.fold(keys, values),
         )
-        highwater = AIOKafkaConsumer(**base, enable_auto_commit=False)
-        await reader.start()
-        await highwater.start()
-        try:
-            await read_partitions(
-                reader,
-                highwater,
-                self.topic,
-                [0],
-                within_s=open_transaction_wait_s(self._kafka),
-                fold=lambda _p, keys, values: view.fold(keys, values),
-            )
-        finally:
-            await reader.stop()
-            await highwater.stop()
         return view
 
 
@@ -156,8 +164,10 @@ class _Step:
         owner: AggregateWorker,
         consumer: AIOKafkaConsumer,
         producer: AIOKafkaProducer,
+        readers: _Readers,
         partitions: int,
     ) -> None:
+        self._readers = readers
         self._owner = owner
         self._consumer = consumer
         self._producer = producer
@@ -176,7 +186,8 @@ class _Step:
                 await consumer.seek_to_beginning(tp)
             else:
                 consumer.seek(tp, committed)
-        self._view = await self._owner.read_view()
+        self._view = await self._owner.read_view(self._readers)
+        log.debug("restored the aggregates' state: epoch %s", self._view.epoch_ms)
         self._pending = []
         if self._view.epoch_ms is None:  # the first transaction ever writes it
             now = _now_ms()
@@ -205,6 +216,7 @@ class _Step:
             writes += self._windows.close(tp.partition, now, end is not None and position >= end)
             offsets[tp] = self._windows.held(tp.partition, position)
         if writes:
+            log.debug("closing: %d internal records, offsets %s", len(writes), offsets)
             await self._transaction(writes, [], offsets)
 
     async def _release(self) -> None:
@@ -214,7 +226,7 @@ class _Step:
             return
         stale = time.monotonic() - self._refreshed > REFRESH_S
         if len(assigned) < self._partitions and stale and not self._pending:
-            self._view = await self._owner.read_view()  # the other workers' progress
+            self._view = await self._owner.read_view(self._readers)  # the other workers' progress
             self._windows = _rebased(self._windows, self._view)
             self._refreshed = time.monotonic()
         due = releases(self._owner._plans, self._view, self._owner._noise, self._partitions)
