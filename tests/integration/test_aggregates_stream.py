@@ -97,7 +97,7 @@ async def _closed(bootstrap: str, kafka: dict[str, str], end: int) -> bool:
     return all(view.progress.get((name, 0), 0) >= end for name in ("by_os", "mean_latency"))
 
 
-def _released_through(rows: Collector, last: int) -> bool:
+async def _released_through(rows: Collector, last: int) -> bool:
     labels = {agg.released([m]).popitem()[0][1] for m in rows.records}
     return window_label(last, SIZE) in labels
 
