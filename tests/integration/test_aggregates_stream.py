@@ -14,6 +14,7 @@ same noise key (``tests.support.aggregate_stream.expected``).
 from __future__ import annotations
 
 import datetime
+import functools
 import time
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from privstream.aggregates.windows import window_label, window_start
 
 from tests.support import aggregate_stream as agg
 from tests.support.aggregate_stream import running
-from tests.support.faults import free_port, poll_until, scrape_until
+from tests.support.faults import Tail, free_port, poll_until, scrape_until
 from tests.support.worker_proc import Collector, WorkerProcess, read_all
 
 SIZE_S, GRACE_S, IDLE_S = 2, 1, 1
@@ -113,3 +114,82 @@ def _late(samples: dict) -> float:
         for (name, _labels), v in samples.items()
         if name == "privstream_aggregate_late_records_total"
     )
+
+
+KILLS = 5
+KILL_WINDOWS = 8  # windows of records; a kill after each of the first ``KILLS``
+PER_WINDOW = 40
+AHEAD_MS = 300_000
+
+
+async def test_kill_nine_during_window_closes(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """kill -9 right after a release transaction became visible to read_uncommitted, five
+    times: each window is released exactly once (read_committed), every copy ever written
+    (aborted ones too) is byte-identical to the expected rows.
+
+    The records' timestamps are 300 s ahead of the wall clock and ascending, so windows
+    close by event time only (each window's records close the one before; one record a
+    partition in the window after the last closes it): no record is ever late, whatever
+    the kills do to the timing, and the expected rows are a function of the input alone.
+    """
+    kafka, out, config = await agg.setup(kafka_bootstrap, tmp_path, "aggkill", 1, 0, 2)
+    extra = {"session_timeout_ms": 6000}
+    config = agg.with_kafka(config, extra)
+    workers: list[WorkerProcess] = []
+
+    async def start() -> WorkerProcess:
+        worker = WorkerProcess(config, tmp_path / f"worker{len(workers)}.log")
+        await worker.start()
+        workers.append(worker)
+        return worker
+
+    worker = await start()
+    async with (
+        Tail(kafka_bootstrap, out) as rows,
+        Tail(kafka_bootstrap, out, isolation_level="read_uncommitted") as unc,
+    ):
+        try:
+            epoch = await poll_until(
+                lambda: _epoch(kafka_bootstrap, kafka), 60, "the epoch committed", every_s=0.2
+            )
+            base = window_start(int(time.time() * 1000) + AHEAD_MS, 1000)
+            for k in range(KILL_WINDOWS + 1):
+                count = PER_WINDOW if k < KILL_WINDOWS else 2  # the last: one per partition
+                stamps = [base + k * 1000 + j * (1000 // PER_WINDOW) for j in range(count)]
+                index = range(k * PER_WINDOW, k * PER_WINDOW + count)
+                mark = len(unc.records)
+                await agg.produce_to(kafka_bootstrap, kafka["input_topic"], index, stamps)
+                if 1 <= k <= KILLS:  # window k - 1 closes now: kill inside its release
+                    grown = functools.partial(_grew, unc, mark)
+                    await unc.wait_until(grown, 90, "a release")
+                    await worker.kill()
+                    worker = await start()
+            last = base + (KILL_WINDOWS - 1) * 1000
+            await poll_until(
+                lambda: _released_through(rows, last),
+                120,
+                "the last window released",
+                why=lambda: worker.log_text()[-3000:],
+            )
+        finally:
+            for w in workers:
+                if w.alive:
+                    await w.kill()
+    starts = list(range(window_start(epoch, 1000), last + 1000, 1000))
+    inputs = await read_all(kafka_bootstrap, kafka["input_topic"], agg.PARTITIONS)
+    expected = agg.expected(config, inputs, starts, 1)
+    committed = agg.released(rows.records)
+    committed = {k: v for k, v in committed.items() if _start(k[1]) <= last}
+    assert set(committed) == set(expected)
+    assert all(len(v) == 1 for v in committed.values()), "a window released twice"
+    assert {k: v[0] for k, v in committed.items()} == expected
+    every_copy = agg.released(unc.records)
+    for key, copies in every_copy.items():
+        if key in expected:
+            assert set(copies) == {expected[key]}, f"a replay released other bytes: {key}"
+    # the kills landed inside release transactions: their aborted copies are there too
+    assert sum(len(v) for v in every_copy.values()) > sum(len(v) for v in committed.values())
+
+
+def _grew(tail: Tail, mark: int) -> bool:
+    return len(tail.records) > mark

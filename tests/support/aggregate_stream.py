@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from functools import reduce
 from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
 from aiokafka import ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient
 from privstream.aggregates import KeyedCells, Partial, build_aggregates, merge, release
@@ -25,6 +26,7 @@ from tests.support.broker import create_topics
 from tests.support.worker_proc import (
     TEST_SECRET,
     WorkerProcess,
+    produce,
     read_all,
     unique_topics,
     write_config,
@@ -71,6 +73,22 @@ async def running(worker: WorkerProcess) -> AsyncIterator[None]:
     finally:
         if worker.alive:
             await worker.kill()
+
+
+def with_kafka(config: Path, extra: dict[str, Any]) -> Path:
+    """The config with these ``kafka:`` settings added."""
+    body = yaml.safe_load(config.read_text())
+    body["kafka"].update(extra)
+    config.write_text(yaml.safe_dump(body))
+    return config
+
+
+async def produce_to(
+    bootstrap: str, topic: str, index: Iterable[int], stamps: Sequence[int]
+) -> None:
+    """``record(i)`` for each i, keyed by its user, with these Kafka timestamps, in order."""
+    messages = [(f"u{i % 37}".encode(), record(i), []) for i in index]
+    await produce(bootstrap, topic, messages, list(stamps))
 
 
 def internal_topic(kafka: dict[str, str]) -> str:
