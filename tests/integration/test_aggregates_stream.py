@@ -129,8 +129,9 @@ async def test_kill_nine_during_window_closes(kafka_bootstrap: str, tmp_path: Pa
 
     The records' timestamps are 300 s ahead of the wall clock and ascending, so windows
     close by event time only (each window's records close the one before; one record a
-    partition in the window after the last closes it): no record is ever late, whatever
-    the kills do to the timing, and the expected rows are a function of the input alone.
+    partition in the window after the last closes it: ``produce_each``): no record is ever
+    late, whatever the kills do to the timing, and the expected rows are a function of the
+    input alone.
     """
     kafka, out, config = await agg.setup(kafka_bootstrap, tmp_path, "aggkill", 1, 0, 2)
     extra = {"session_timeout_ms": 6000}
@@ -154,11 +155,13 @@ async def test_kill_nine_during_window_closes(kafka_bootstrap: str, tmp_path: Pa
             )
             base = window_start(int(time.time() * 1000) + AHEAD_MS, 1000)
             for k in range(KILL_WINDOWS + 1):
-                count = PER_WINDOW if k < KILL_WINDOWS else 2  # the last: one per partition
-                stamps = [base + k * 1000 + j * (1000 // PER_WINDOW) for j in range(count)]
-                index = range(k * PER_WINDOW, k * PER_WINDOW + count)
+                stamps = [base + k * 1000 + j * (1000 // PER_WINDOW) for j in range(PER_WINDOW)]
+                index = range(k * PER_WINDOW, (k + 1) * PER_WINDOW)
                 mark = len(unc.records)
-                await agg.produce_to(kafka_bootstrap, kafka["input_topic"], index, stamps)
+                if k == KILL_WINDOWS:  # one record a partition closes the last window
+                    await agg.produce_each(kafka_bootstrap, kafka["input_topic"], k, stamps[0])
+                else:
+                    await agg.produce_to(kafka_bootstrap, kafka["input_topic"], index, stamps)
                 if 1 <= k <= KILLS:  # window k - 1 closes now: kill inside its release
                     grown = functools.partial(_grew, unc, mark)
                     await unc.wait_until(grown, 90, "a release")

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 import yaml
-from aiokafka import ConsumerRecord
+from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient
 from privstream.aggregates import KeyedCells, Partial, build_aggregates, merge, release
 from privstream.aggregates.windows import View, window_label, window_start
@@ -89,6 +89,17 @@ async def produce_to(
     """``record(i)`` for each i, keyed by its user, with these Kafka timestamps, in order."""
     messages = [(f"u{i % 37}".encode(), record(i), []) for i in index]
     await produce(bootstrap, topic, messages, list(stamps))
+
+
+async def produce_each(bootstrap: str, topic: str, i: int, stamp: int) -> None:
+    """``record(i)`` to each input partition, with this timestamp."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        for partition in range(PARTITIONS):
+            await producer.send_and_wait(topic, record(i), partition=partition, timestamp_ms=stamp)
+    finally:
+        await producer.stop()
 
 
 def internal_topic(kafka: dict[str, str]) -> str:
