@@ -113,10 +113,8 @@ class OpenWindows:
             )
             until = window_start(mark, timing.size)
             before = self._view.progress.get((plan.name, partition))
-            if until < self._view.first_window(timing.size) or (
-                before is not None and until <= before
-            ):
-                continue
+            if until <= max(self._view.first_window(timing.size), before or 0):
+                continue  # no window newly closed
             for where in sorted(w for w in self._open if w[0] == index and w[2] == partition):
                 start = where[1]
                 if start + timing.size <= until:
