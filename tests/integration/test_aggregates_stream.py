@@ -98,9 +98,9 @@ async def _closed(bootstrap: str, kafka: dict[str, str], end: int) -> bool:
     return all(view.progress.get((name, 0), 0) >= end for name in ("by_os", "mean_latency"))
 
 
-async def _released_through(rows: Collector, last: int) -> bool:
+async def _released_through(rows: Collector, last: int, size: int = SIZE) -> bool:
     labels = {agg.released([m]).popitem()[0][1] for m in rows.records}
-    return window_label(last, SIZE) in labels
+    return window_label(last, size) in labels
 
 
 def _start(label: str) -> int:
@@ -169,7 +169,7 @@ async def test_kill_nine_during_window_closes(kafka_bootstrap: str, tmp_path: Pa
                     worker = await start()
             last = base + (KILL_WINDOWS - 1) * 1000
             await poll_until(
-                lambda: _released_through(rows, last),
+                lambda: _released_through(rows, last, 1000),
                 120,
                 "the last window released",
                 why=lambda: worker.log_text()[-3000:],
