@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import json
 import time
 from pathlib import Path
 
@@ -78,6 +79,17 @@ async def test_windows_released_once_matching_file_mode(
         )
         got = await scrape_until(port, lambda s: _late(s) >= 2)
         assert _late(got) == 2  # the late record, once per aggregate
+        # the gauges: the latest released window's values, as released
+        end = got["privstream_aggregate_window_end_seconds", (("aggregate", "by_os"),)]
+        assert end * 1000 >= last + SIZE
+        label = window_label(int(end * 1000) - SIZE, SIZE)
+        latest = await poll_until(lambda: _rows_of(rows, "by_os", label), 30, "its rows")
+        gauges = {
+            labels[1][1]: value
+            for (name, labels), value in got.items()
+            if name == "privstream_aggregate_value" and labels[0] == ("aggregate", "by_os")
+        }
+        assert gauges == {json.dumps(r["group"], separators=(",", ":")): r["value"] for r in latest}
     inputs = [m for m in await read_all(kafka_bootstrap, kafka["input_topic"], 2)]
     kept = [m for m in inputs if m.offset != late.offset]
     expected = agg.expected(config, kept, starts, SIZE_S)
@@ -196,3 +208,9 @@ async def test_kill_nine_during_window_closes(kafka_bootstrap: str, tmp_path: Pa
 
 def _grew(tail: Tail, mark: int) -> bool:
     return len(tail.records) > mark
+
+
+async def _rows_of(rows: Collector, aggregate: str, label: str) -> list[dict] | None:
+    found = [json.loads(m.value) for m in rows.records]
+    mine = [r for r in found if r["aggregate"] == aggregate and r["window"] == label]
+    return mine or None

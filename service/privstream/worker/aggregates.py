@@ -198,7 +198,6 @@ class _Step:
 
     async def run(self) -> None:
         batches = await self._consumer.getmany(timeout_ms=500, max_records=5000)
-        log.debug("step: %d records", sum(len(m) for m in batches.values()))
         for tp, messages in batches.items():
             for m in messages:
                 self._windows.add(tp.partition, m.offset, m.timestamp, m.value)
@@ -231,7 +230,6 @@ class _Step:
             self._windows = _rebased(self._windows, self._view)
             self._refreshed = time.monotonic()
         due = releases(self._owner._plans, self._view, self._owner._noise, self._partitions)
-        log.debug("due: %d windows", len(due))
         if not due:
             return
         position = await self._consumer.position(input0)
