@@ -158,7 +158,8 @@ class View:
         closed = self.closed_until(aggregate, partitions)
         if closed is None or self.epoch_ms is None:
             return []
-        start = self.released.get(aggregate, self.first_window(size_ms))
+        released = self.released.get(aggregate, self.first_window(size_ms))
+        start = -(-released // size_ms) * size_ms  # aligned, should the size have changed
         starts: list[int] = []
         while start + size_ms <= closed and len(starts) < MAX_DUE:
             starts.append(start)
