@@ -24,6 +24,7 @@ from privstream.aggregates.windows import window_label, window_start
 
 from tests.support import aggregate_stream as agg
 from tests.support.aggregate_stream import running
+from tests.support.broker import create_topics
 from tests.support.faults import Tail, free_port, poll_until, scrape_until
 from tests.support.worker_proc import Collector, WorkerProcess, read_all
 
@@ -214,3 +215,15 @@ async def _rows_of(rows: Collector, aggregate: str, label: str) -> list[dict] | 
     found = [json.loads(m.value) for m in rows.records]
     mine = [r for r in found if r["aggregate"] == aggregate and r["window"] == label]
     return mine or None
+
+
+async def test_an_internal_topic_that_would_forget_releases_is_refused(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A `delete` internal topic would forget its release markers: exit 2, naming the fix."""
+    kafka, _out, config = await agg.setup(kafka_bootstrap, tmp_path, "aggtopic", 2, 0, 1)
+    await create_topics(kafka_bootstrap, [agg.internal_topic(kafka)])  # cleanup.policy=delete
+    worker = WorkerProcess(config, tmp_path / "worker.log")
+    await worker.start()
+    assert await worker.wait(60) == 2
+    assert "cleanup.policy='delete'; it must have 1 partition and 'compact'" in worker.log_text()
