@@ -117,7 +117,7 @@ class AggregateWorker:
             consumer.subscribe([self._kafka.input_topic], listener=moved)
             await consumer.start()
             readers = await self.readers(stack)
-            step = _Step(self, consumer, producer, readers, partitions)
+            step = _Step(self, consumer, producer, readers, partitions, moved)
             while not stop.is_set():
                 if moved.moved:
                     moved.moved = False
@@ -166,8 +166,11 @@ class _Step:
         producer: AIOKafkaProducer,
         readers: _Readers,
         partitions: int,
+        moved: _Moved,
     ) -> None:
         self._readers = readers
+        self._moved = moved
+        self._member = member_of(consumer)
         self._owner = owner
         self._consumer = consumer
         self._producer = producer
@@ -178,8 +181,13 @@ class _Step:
         self._refreshed = 0.0
 
     async def restart(self) -> None:
-        """After an assignment: the committed state, the input from its committed offsets."""
+        """After an assignment: the committed state, the input from its committed offsets.
+
+        Every transaction until the next one commits as this generation's member: after
+        another rebalance the broker refuses its offsets, and the session starts again.
+        """
         consumer = self._consumer
+        self._member = member_of(consumer)
         for tp in consumer.assignment():
             committed = await consumer.committed(tp)
             if committed is None:
@@ -198,6 +206,8 @@ class _Step:
 
     async def run(self) -> None:
         batches = await self._consumer.getmany(timeout_ms=500, max_records=5000)
+        if self._moved.moved:  # fetched across a rebalance: read again from the commits
+            return
         for tp, messages in batches.items():
             for m in messages:
                 self._windows.add(tp.partition, m.offset, m.timestamp, m.value)
@@ -215,7 +225,7 @@ class _Step:
             end = consumer.last_stable_offset(tp) or consumer.highwater(tp)
             writes += self._windows.close(tp.partition, now, end is not None and position >= end)
             offsets[tp] = self._windows.held(tp.partition, position)
-        if writes:
+        if writes and offsets:  # a worker without partitions leaves the epoch to another
             log.debug("closing: %d internal records, offsets %s", len(writes), offsets)
             await self._transaction(writes, [], offsets)
 
@@ -244,7 +254,7 @@ class _Step:
     ) -> None:
         """The writes, the rows and the offsets, committed together or not at all."""
         producer = self._producer
-        group = GroupId(self._owner._group, member_of(self._consumer))
+        group = GroupId(self._owner._group, self._member)
         await producer.begin_transaction()
         try:
             for done in due:
