@@ -38,6 +38,7 @@ from privstream.config.runtime import Runtime
 from privstream.metrics import Metrics
 from privstream.worker.changelog import read_partitions
 from privstream.worker.clients import (
+    CLOSE_TIMEOUT_S,
     close_client,
     common_options,
     consumer_options,
@@ -77,14 +78,14 @@ class AggregateWorker:
     """Runs the config's aggregates over the input topic until ``stop``."""
 
     def __init__(self, config: AppConfig, runtime: Runtime, metrics: Metrics) -> None:
-        self._kafka = config.kafka
+        self.kafka = config.kafka
         self._runtime = runtime
-        self._metrics = metrics
-        self._plans: tuple[AggregatePlan, ...] = build_aggregates(config)
+        self.metrics = metrics
+        self.plans: tuple[AggregatePlan, ...] = build_aggregates(config)
         kafka = config.kafka
-        self._noise = KeyedCells(runtime.noise_secret, kafka.input_topic, kafka.noise_domain)
+        self.noise = KeyedCells(runtime.noise_secret, kafka.input_topic, kafka.noise_domain)
         self.topic = aggregates_topic(kafka.input_topic)
-        self._group = f"{kafka.group_id}.aggregates"
+        self.group = f"{kafka.group_id}.aggregates"
         self._backoff = Backoff()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -98,23 +99,23 @@ class AggregateWorker:
                     await asyncio.wait_for(stop.wait(), delay)
 
     async def _session(self, stop: asyncio.Event) -> None:
-        outputs = sorted({p.spec.output_topic or "" for p in self._plans})
-        partitions = await check_aggregate_topics(self._kafka, self._runtime, self.topic, outputs)
+        outputs = sorted({p.spec.output_topic or "" for p in self.plans})
+        partitions = await check_aggregate_topics(self.kafka, self._runtime, self.topic, outputs)
         async with contextlib.AsyncExitStack() as stack:
-            options = producer_options(self._kafka, self._runtime)
+            options = producer_options(self.kafka, self._runtime)
             options["transactional_id"] = (
-                f"{transactional_id(self._kafka, self._runtime)}-aggregates"
+                f"{transactional_id(self.kafka, self._runtime)}-aggregates"
             )
             producer = AIOKafkaProducer(**options)
             fence(producer)
             stack.push_async_callback(close_client, producer)
             await producer.start()  # aborts a killed predecessor's open transaction
             consumer = AIOKafkaConsumer(
-                **{**consumer_options(self._kafka, self._runtime), "group_id": self._group}
+                **{**consumer_options(self.kafka, self._runtime), "group_id": self.group}
             )
             stack.push_async_callback(close_client, consumer)
             moved = _Moved()
-            consumer.subscribe([self._kafka.input_topic], listener=moved)
+            consumer.subscribe([self.kafka.input_topic], listener=moved)
             await consumer.start()
             readers = await self.readers(stack)
             step = _Step(self, consumer, producer, readers, partitions, moved)
@@ -132,7 +133,7 @@ class AggregateWorker:
         made = []
         for isolation in ("read_committed", "read_uncommitted"):
             reader = AIOKafkaConsumer(
-                **common_options(self._kafka, self._runtime),
+                **common_options(self.kafka, self._runtime),
                 group_id=None,
                 enable_auto_commit=False,
                 isolation_level=isolation,
@@ -150,7 +151,7 @@ class AggregateWorker:
             *readers,
             self.topic,
             [0],
-            within_s=open_transaction_wait_s(self._kafka),
+            within_s=open_transaction_wait_s(self.kafka),
             fold=lambda _p, keys, values: view.fold(keys, values),
         )
         return view
@@ -176,7 +177,7 @@ class _Step:
         self._producer = producer
         self._partitions = partitions
         self._view = View()
-        self._windows = OpenWindows(owner._plans, self._view)
+        self._windows = OpenWindows(owner.plans, self._view)
         self._pending: list[Write] = []
         self._refreshed = 0.0
 
@@ -201,7 +202,7 @@ class _Step:
             now = _now_ms()
             self._view.epoch_ms = now
             self._pending.append(epoch_record(now))
-        self._windows = OpenWindows(self._owner._plans, self._view)
+        self._windows = OpenWindows(self._owner.plans, self._view)
         self._refreshed = time.monotonic()
 
     async def run(self) -> None:
@@ -212,7 +213,7 @@ class _Step:
             for m in messages:
                 self._windows.add(tp.partition, m.offset, m.timestamp, m.value)
         for name, count in self._windows.take_late().items():
-            self._owner._metrics.aggregate_late_records.labels(name).inc(count)
+            self._owner.metrics.aggregate_late_records.labels(name).inc(count)
         await self._close()
         await self._release()
 
@@ -230,23 +231,23 @@ class _Step:
             await self._transaction(writes, [], offsets)
 
     async def _release(self) -> None:
-        input0 = TopicPartition(self._owner._kafka.input_topic, 0)
+        input0 = TopicPartition(self._owner.kafka.input_topic, 0)
         assigned = self._consumer.assignment()
         if input0 not in assigned:
             return
         stale = time.monotonic() - self._refreshed > REFRESH_S
         if len(assigned) < self._partitions and stale and not self._pending:
             self._view = await self._owner.read_view(self._readers)  # the other workers' progress
-            self._windows = _rebased(self._windows, self._view)
+            self._windows.rebase(self._view)
             self._refreshed = time.monotonic()
-        due = releases(self._owner._plans, self._view, self._owner._noise, self._partitions)
+        due = releases(self._owner.plans, self._view, self._owner.noise, self._partitions)
         if not due:
             return
         position = await self._consumer.position(input0)
         offsets = {input0: self._windows.held(0, position)}
         await self._transaction([w for r in due for w in r.writes], due, offsets)
         for done in due:
-            self._owner._metrics.observe_window(done.plan.name, done.end_ms, done.rows)
+            self._owner.metrics.observe_window(done.plan.name, done.end_ms, done.rows)
             log.info("released %s window %s: %d rows", done.plan.name, done.label, len(done.rows))
 
     async def _transaction(
@@ -254,7 +255,7 @@ class _Step:
     ) -> None:
         """The writes, the rows and the offsets, committed together or not at all."""
         producer = self._producer
-        group = GroupId(self._owner._group, self._member)
+        group = GroupId(self._owner.group, self._member)
         await producer.begin_transaction()
         try:
             for done in due:
@@ -272,17 +273,12 @@ class _Step:
             await producer.commit_transaction()
         except BaseException:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(producer.abort_transaction(), 5.0)
+                await asyncio.wait_for(producer.abort_transaction(), CLOSE_TIMEOUT_S)
             raise
         self._pending = []
         for key, value in writes:  # committed: the view follows the topic
             self._view.apply(key, value)
-        self._owner._metrics.transactions.labels("committed").inc()
-
-
-def _rebased(windows: OpenWindows, view: View) -> OpenWindows:
-    windows.rebase(view)
-    return windows
+        self._owner.metrics.transactions.labels("committed").inc()
 
 
 def _json(value: object) -> bytes:
