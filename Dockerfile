@@ -23,9 +23,11 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY service ./service
-RUN pip wheel --wheel-dir /wheels . \
+# the extras: kafka.format protobuf (protoc lands in the venv's bin) and json_schema
+RUN pip wheel --wheel-dir /wheels '.[protobuf,json_schema]' \
     && python -m venv /opt/privstream \
-    && /opt/privstream/bin/pip install --no-index --find-links /wheels privstream
+    && /opt/privstream/bin/pip install --no-index --find-links /wheels \
+        'privstream[protobuf,json_schema]'
 
 FROM python:3.11-slim
 LABEL org.opencontainers.image.title="privstream" \

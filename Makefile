@@ -81,6 +81,7 @@ CSAN_TESTS := tests/unit/pipeline/test_columns_hostile.py tests/unit/test_extens
 	tests/unit/test_extensions_fuzz.py tests/unit/pipeline/test_direct_columns.py \
 	tests/unit/pipeline/test_columns_redteam.py tests/unit/pipeline/test_encode.py \
 	tests/unit/pipeline/test_only.py tests/unit/pipeline/test_decode_redteam.py \
+	tests/unit/pipeline/test_columns_nested.py tests/unit/pipeline/test_nested_paths.py \
 	tests/unit/worker/test_partitioner.py tests/unit/worker/test_ledger_columns.py \
 	tests/unit/ledger/test_slots.py tests/unit/mechanisms/test_thresholds.py
 CSAN_ENV := LD_PRELOAD="$$($(CSAN_CC) -print-file-name=libasan.so)" \
@@ -118,12 +119,15 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 # Each script prints its environment and ratios and exits 1 when a target is missed;
 # make goes on (-) so that one miss does not hide the other results, then fails at the
 # end. BENCH_ARGS=--quick gives a short smoke run of each.
-bench: $(BENCH_STAMP) ## benchmarks (ratios against baselines measured in the same run; minutes)
+# The Avro scenario of e2e.py needs the tests' schema registry (schema-registry).
+bench: $(BENCH_STAMP) schema-registry ## benchmarks (ratios against baselines measured in the same run; minutes)
 	@status=0; \
 	for script in samplers pipeline file_mode e2e latency memory ledger utility http_flood; do \
 		echo "== bench/$$script.py $(BENCH_ARGS)"; \
 		$(BIN)/python bench/$$script.py $(BENCH_ARGS) || status=1; \
 	done; \
+	echo "== bench/e2e.py --avro $(BENCH_ARGS)"; \
+	$(BIN)/python bench/e2e.py --avro $(BENCH_ARGS) || status=1; \
 	exit $$status
 
 kafka-start: ## start the local Kafka broker (127.0.0.1:9092; KAFKA_PORT moves it)

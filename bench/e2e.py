@@ -17,6 +17,9 @@ are left out) and the CPU seconds its processes spent over the same span:
 
 ``--ledger`` runs the per-subject ledger's scenario instead (``bench/ledger.py``):
 `privstream run` with ``privacy.ledger`` on and off, target on / off >= 0.75x.
+``--avro`` runs the Avro scenario instead (``bench/avro_e2e.py``): `privstream run`
+on Avro against a confluent-kafka AvroDeserializer/AvroSerializer pass-through,
+target >= 1.0x.
 
 The contenders alternate, round after round (``--rounds``), each keeping its
 best drain. Targets: privstream >= 0.8x the librdkafka pass-through and >= 3x
@@ -139,7 +142,19 @@ def main() -> None:
         help="the per-subject ledger scenario instead: privstream run with it on vs off "
         "(bench/ledger.py without its memory part)",
     )
+    parser.add_argument(
+        "--avro",
+        action="store_true",
+        help="the Avro scenario instead: privstream run on Avro vs a confluent-kafka Avro "
+        "pass-through, under a local schema registry (bench/avro_e2e.py)",
+    )
     args = parser.parse_args()
+    if args.avro:
+        from bench.avro_e2e import run_avro
+
+        print_environment("aiokafka", "confluent-kafka", "fastavro")
+        total = 100_000 if args.quick else args.records
+        sys.exit(asyncio.run(run_avro(total, 1 if args.quick else args.rounds)))
     if args.ledger:
         print_environment("aiokafka")
         targets = Targets()

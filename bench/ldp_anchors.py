@@ -1,8 +1,10 @@
 """The local protocols ``bench/utility.py`` measures privstream against, in numpy.
 
-Frequencies: GRR (k-ary randomized response), OUE (every bit drawn) and OLH
+Frequencies: GRR (k-ary randomized response), OUE (every bit drawn), OLH
 (a pairwise-independent hash ``((a v + b) mod (2^31 - 1)) mod g`` per
-record), with their unbiased estimators and exact expected MSE; pure-ldp's
+record) and SS (Subset Selection, Wang et al. 2016: ``d`` values by random
+keys, ``d`` the best for the summed variance), with their unbiased
+estimators and exact expected MSE; pure-ldp's
 clients and servers as a check of them. Means: Duchi et al.'s mechanism, the
 Piecewise and Hybrid Mechanisms (Wang et al. 2019, Sec. III-B/C) and numpy
 Laplace, with each report's exact variance.
@@ -62,6 +64,34 @@ def olh(x: Ints, k: int, eps: float, rng: np.random.Generator) -> Floats:
     return (support / len(x) - 1 / g) / (keep - 1 / g)  # type: ignore[no-any-return]
 
 
+def ss_size(k: int, eps: float) -> int:
+    """The ``d`` in ``1..k-1`` with the least exact MSE (searched, not privstream's code)."""
+    return min(range(1, k), key=lambda d: _summed(*ss_probabilities(k, eps, d), k))
+
+
+def ss_probabilities(k: int, eps: float, d: int) -> tuple[float, float]:
+    """SS's chance that a record holding the value, and one holding another, report it."""
+    e = float(np.exp(eps))
+    keep = d * e / (d * e + k - d)
+    return keep, (keep * (d - 1) + (1 - keep) * d) / (k - 1)
+
+
+def ss(x: Ints, k: int, eps: float, rng: np.random.Generator) -> Floats:
+    d = ss_size(k, eps)
+    keep, other = ss_probabilities(k, eps, d)
+    counts = np.zeros(k)
+    for start in range(0, len(x), 10_000):  # a random key per value of every record
+        chunk = x[start : start + 10_000]
+        rows = np.arange(len(chunk))
+        keys = rng.random((len(chunk), k))
+        # the true value first when it is included, never when it is not; then the d
+        # smallest keys are it and d - 1 uniform others, or d uniform others
+        keys[rows, chunk] = np.where(rng.random(len(chunk)) < keep, -1.0, 2.0)
+        chosen = np.argpartition(keys, d - 1, axis=1)[:, :d]
+        counts += np.bincount(chosen.ravel(), minlength=k)
+    return (counts / len(x) - other) / (keep - other)  # type: ignore[no-any-return]
+
+
 def pure_ldp(kind: str) -> Protocol:
     """pure-ldp's client and server over the records (1-based items, its default mapping)."""
 
@@ -85,7 +115,7 @@ def pure_ldp(kind: str) -> Protocol:
     return run
 
 
-NUMPY: dict[str, Protocol] = {"GRR": grr, "OUE": oue, "OLH": olh}
+NUMPY: dict[str, Protocol] = {"GRR": grr, "OUE": oue, "OLH": olh, "SS": ss}
 PURE_LDP = {"GRR": "DE", "OUE": "UE", "OLH": "LH"}
 
 
@@ -102,11 +132,16 @@ def exact_mse(protocol: str, k: int, eps: float, n: int) -> float:
         keep, other = e / (e + k - 1), 1 / (e + k - 1)
     elif protocol == "OUE":
         keep, other = 0.5, 1 / (e + 1)
+    elif protocol == "SS":
+        keep, other = ss_probabilities(k, eps, ss_size(k, eps))
     else:  # OLH, with an ideal hash: a record holding another value supports it w.p. 1/g
         g = round(e) + 1
         keep, other = e / (e + g - 1), 1 / g
-    spread = keep * (1 - keep) + (k - 1) * other * (1 - other)
-    return spread / (n * (keep - other) ** 2)
+    return _summed(keep, other, k) / n
+
+
+def _summed(keep: float, other: float, k: int) -> float:
+    return (keep * (1 - keep) + (k - 1) * other * (1 - other)) / (keep - other) ** 2
 
 
 # --- mean anchors (numpy, Wang et al. 2019) -------------------------------------------------

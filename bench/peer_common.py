@@ -27,6 +27,8 @@ class PeerConfig:
     group: str
     transactional_id: str
     fields: list[dict[str, Any]]
+    #: ``kafka.schema_registry.url`` (the Avro peer's registry), None without one
+    registry_url: str | None = None
 
 
 def parse_args() -> PeerConfig:
@@ -46,6 +48,7 @@ def parse_args() -> PeerConfig:
         group=kafka["group_id"],
         transactional_id=f"{kafka['transactional_id_prefix']}-{args.replica_id}",
         fields=config["fields"],
+        registry_url=(kafka.get("schema_registry") or {}).get("url"),
     )
 
 

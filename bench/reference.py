@@ -89,6 +89,61 @@ def messages(n: int = BATCH, seed: int = 7, start: int = 0) -> list[bytes]:
     return [json.dumps(record(rng, start + i), separators=(",", ":")).encode() for i in range(n)]
 
 
+#: the reference record plus two nested fields and two optional ones (10% absent or null):
+#: issue 32's measure of nested paths and ``on_missing`` on the fast path
+SYSTEMS = ("ios", "android", "web")
+NESTED_FIELDS: list[dict[str, Any]] = [
+    {"name": "device.os", "kind": "categorical", "domain": list(SYSTEMS), "epsilon": EPSILON},
+    {"name": "device.app_version", "kind": "public"},
+    {
+        "name": "latency_ms",
+        "kind": "real",
+        "mechanism": "laplace",
+        "bounds": [0.0, 500.0],
+        "epsilon": EPSILON,
+        "on_missing": "impute",
+        "impute": 500.0,
+    },
+    {
+        "name": "cart_value",
+        "kind": "real",
+        "mechanism": "laplace",
+        "bounds": [0.0, 200.0],
+        "epsilon": EPSILON,
+        "on_missing": "null",
+    },
+]
+
+
+def nested_config() -> dict[str, Any]:
+    """The reference config with ``NESTED_FIELDS``."""
+    config = config_dict()
+    config["fields"] += json.loads(json.dumps(NESTED_FIELDS))
+    config["privacy"]["epsilon"] += 3 * EPSILON
+    return config
+
+
+def nested_record(rng: random.Random, i: int) -> dict[str, Any]:
+    """A reference record with a ``device`` object (and a key no field names) and the two
+    optional fields, each absent in 5% of the records and null in 5%."""
+    out = record(rng, i)
+    out["device"] = {"os": rng.choice(SYSTEMS), "app_version": f"3.{i % 7}", "model": "x"}
+    for name, value in (("latency_ms", round(rng.gammavariate(4, 40), 1)), ("cart_value", 9.5)):
+        gap = rng.random()
+        if gap >= 0.1:
+            out[name] = value
+        elif gap >= 0.05:
+            out[name] = None
+    return out
+
+
+def nested_messages(n: int, seed: int = 7, start: int = 0) -> list[bytes]:
+    rng = random.Random(seed)
+    return [
+        json.dumps(nested_record(rng, start + i), separators=(",", ":")).encode() for i in range(n)
+    ]
+
+
 def plan() -> Any:
     from privstream.config import parse_config
     from privstream.kinds import build_plan

@@ -10,18 +10,19 @@ categorical fields get ``mechanism: auto``, reals their default.
 Anchors, at the same epsilon, n and data, against the same truth (the
 sample's own frequencies or mean, which is what the estimators target):
 
-* frequencies (k in {48, 1000}, eps in {0.5, 1, 2, 4}, n = 100,000, a Zipf
-  (s = 1.1) truth): numpy implementations of GRR (k-ary randomized
-  response), OUE (every bit drawn) and OLH (a pairwise-independent hash
-  ``((a v + b) mod (2^31 - 1)) mod g`` per record, g = round(e^eps) + 1),
-  with their unbiased estimators; "best" is the one with the least measured
-  MSE over the same repetitions. Beside it, privstream over the exact
-  expected MSE of the best protocol (``exact_mse``), free of the anchors'
-  sampling noise. pure-ldp's ``DEClient``/``UEClient`` (OUE) and, at k = 48,
-  ``LHClient`` (OLH; its server hashes every report for every value in
-  Python, 10^8 calls at k = 1000) run on one or two repetitions, as a check
-  of the numpy implementations: their MSE over the exact one should be near
-  1. multi-freq-ldpy is not used: its aggregators project onto the simplex
+* frequencies (k in {5, 8, 16, 48, 1000}, eps in {0.1, 0.5, 1, 2, 4},
+  n = 100,000, a Zipf (s = 1.1) truth): numpy implementations of GRR (k-ary
+  randomized response), OUE (every bit drawn), OLH (a pairwise-independent
+  hash ``((a v + b) mod (2^31 - 1)) mod g`` per record, g = round(e^eps) + 1)
+  and SS (Subset Selection by random keys), with their unbiased estimators;
+  "best" is the one with the least measured MSE over the same repetitions.
+  Beside it, privstream over the exact expected MSE of the best protocol
+  (``exact_mse``), free of the anchors' sampling noise. pure-ldp's
+  ``DEClient``/``UEClient`` (OUE) and, at k <= 48, ``LHClient`` (OLH; its
+  server hashes every report for every value in Python, 10^8 calls at
+  k = 1000) run on one or two repetitions, as a check of the numpy
+  implementations: their MSE over the exact one should be near 1.
+  multi-freq-ldpy is not used: its aggregators project onto the simplex
   (biased, not comparable with unbiased estimates) and its LH aggregator is
   the same O(n k) Python loop.
 * means (a Beta(2, 5) truth on [0, 100], n = 10,000, eps in {0.5, 1, 2, 4}):
@@ -40,8 +41,10 @@ intervals, standard deviation 0.0011; means: about 1,200, 0.006). The
 mean-MSE target (1.1x the best of Duchi, PM and HM) is printed, not enforced
 while reals default to Laplace (``auto`` for reals is another change).
 
-Repetitions (``Reps``): 100 at k = 48, 5 at k = 1000, 300 per mean cell;
-``--quick``: 20, 2 and 50. Exit status 1 if an enforced target is missed.
+Repetitions (``Reps``): 100 up to k = 48, 5 at k = 1000, 300 per mean cell;
+``--quick``: 20, 2 and 50. ``--domains`` and ``--epsilons`` pick frequency
+cells, ``--no-means`` skips the means. Exit status 1 if an enforced target
+is missed.
 """
 
 from __future__ import annotations
@@ -76,11 +79,14 @@ from bench.ldp_anchors import (  # noqa: E402
 )
 from bench.reference import Targets, print_environment  # noqa: E402
 
-DOMAINS = (48, 1000)
+DOMAINS = (5, 8, 16, 48, 1000)
+FREQ_EPSILONS = (0.1, 0.5, 1.0, 2.0, 4.0)
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 FREQ_N = 100_000
 MEAN_N = 10_000
 UPPER = 100.0
+#: each cell is a new release over the last cell's files: its output and metadata sidecar
+OVERWRITE = ("--overwrite",)
 KAFKA = {"input_topic": "raw", "output_topic": "clean", "dead_letter_topic": "dlq"}
 
 
@@ -121,7 +127,17 @@ def privstream_run(work: Path, fields: list[dict[str, Any]], lines: list[bytes])
     clean.unlink(missing_ok=True)
     cli = [sys.executable, "-m", "privstream.cli.main"]
     subprocess.run(
-        [*cli, "sanitize", "--config", str(config), "--input", str(raw), "--output", str(clean)],
+        [
+            *cli,
+            "sanitize",
+            "--config",
+            str(config),
+            "--input",
+            str(raw),
+            "--output",
+            str(clean),
+            *OVERWRITE,
+        ],
         check=True,
         cwd=ROOT,
         stderr=subprocess.DEVNULL,
@@ -239,20 +255,21 @@ def best(anchors_mse: dict[str, float], among: tuple[str, ...] | None = None) ->
     return name, anchors_mse[name]
 
 
-def frequencies(work: Path, reps: Reps, targets: Targets) -> None:
-    print(f"\n## frequencies: n = {FREQ_N:,}, Zipf(1.1), {reps.small_domain} repetitions at "
-          f"k = 48, {reps.large_domain} at k = 1,000")  # fmt: skip
+def frequencies(work: Path, reps: Reps, targets: Targets, cells: list[tuple[int, float]]) -> None:
+    print(f"\n## frequencies: n = {FREQ_N:,}, Zipf(1.1), {reps.small_domain} repetitions up "
+          f"to k = 48, {reps.large_domain} at k = 1,000")  # fmt: skip
     print("| k | eps | auto chose | privstream / best | best protocol | privstream / exact best "
           "| coverage | pure-ldp / exact (GRR, OUE, OLH) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
     hits = total = 0
-    for i, (k, eps) in enumerate((k, e) for k in DOMAINS for e in EPSILONS):
+    for k, eps in cells:
+        i = DOMAINS.index(k) * len(FREQ_EPSILONS) + FREQ_EPSILONS.index(eps)
         cell = frequency_cell(work, k, eps, reps, seed=1000 + i)
         name, low = best(cell["measured"])
         ratio = cell["privstream"] / low
         exact = cell["privstream"] / min(cell["exact"].values())
         checks = ", ".join(
-            f"{cell['pure_ldp'][p]:.2f}" if p in cell["pure_ldp"] else "-" for p in NUMPY
+            f"{cell['pure_ldp'][p]:.2f}" if p in cell["pure_ldp"] else "-" for p in PURE_LDP
         )
         hits, total = hits + cell["hits"], total + cell["total"]
         print(
@@ -295,14 +312,26 @@ def means(work: Path, reps: Reps, targets: Targets) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions per cell")
+    parser.add_argument("--domains", type=_numbers, default=DOMAINS, help="e.g. 5,8,16")
+    parser.add_argument("--epsilons", type=_numbers, default=FREQ_EPSILONS, help="e.g. 0.5,1")
+    parser.add_argument("--no-means", action="store_true", help="frequency cells only")
     args = parser.parse_args()
     reps = QUICK if args.quick else FULL
+    cells = [(int(k), float(e)) for k in args.domains for e in args.epsilons]
+    unknown = [c for c in cells if c[0] not in DOMAINS or c[1] not in FREQ_EPSILONS]
+    if unknown:
+        parser.error(f"cells {unknown} are outside k in {DOMAINS}, eps in {FREQ_EPSILONS}")
     print_environment("pure-ldp", "scikit-learn")
     targets = Targets()
     with tempfile.TemporaryDirectory() as tmp:
-        frequencies(Path(tmp), reps, targets)
-        means(Path(tmp), reps, targets)
+        frequencies(Path(tmp), reps, targets, cells)
+        if not args.no_means:
+            means(Path(tmp), reps, targets)
     return targets.report()
+
+
+def _numbers(text: str) -> tuple[float, ...]:
+    return tuple(float(part) for part in text.split(","))
 
 
 def _coverage(targets: Targets, what: str, hits: int, total: int) -> None:

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTRIES = ["US", "DE", "FR", "IN", "BR", "JP", "NZ"]  # NZ is outside the domain -> "other"
@@ -42,17 +41,6 @@ def telemetry(seq: int) -> dict[str, object]:
         "crashed": rnd.random() < 0.05,
         "os_build": "internal-build-7731",  # not in the config: must be dropped
     }
-
-
-async def create_topics(bootstrap: str, names: list[str]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics(
-            [NewTopic(n, num_partitions=3, replication_factor=1) for n in names]
-        )
-    finally:
-        await admin.close()
 
 
 async def produce(bootstrap: str, topic: str, records: list[dict[str, object]]) -> None:
@@ -122,7 +110,9 @@ async def privstream(*args: str) -> asyncio.subprocess.Process:
 async def main(bootstrap: str, records: int, config_path: str, kafka: dict[str, str]) -> int:
     topics = [kafka["input_topic"], kafka["output_topic"], kafka["dead_letter_topic"]]
     print(f"== topics {topics[0]} -> {topics[1]} (+ {topics[2]})")
-    await create_topics(bootstrap, topics)
+    created = await privstream("topics", "create", "--config", config_path, "--partitions", "3")
+    if await created.wait() != 0:
+        return 1
     raw = [telemetry(seq) for seq in range(records)]
     # a production key lives in a Secret; the demo makes a throwaway one, deleted at the end
     # with its folder (whoever holds the key can recompute the noise and undo it)
@@ -161,9 +151,10 @@ async def main(bootstrap: str, records: int, config_path: str, kafka: dict[str, 
         print("raw      ", json.dumps(rec))
         print("sanitized", json.dumps(by_seq.get(rec["seq"])))
     print(
-        "   One sanitized record is meant to be useless: noise as large as the field's whole\n"
-        "   range hides each value (a temperature of 300 C is noise). Aggregates over many\n"
-        "   records are the point: see the mean at the end."
+        "   One sanitized record is meant to be useless: each temperature comes out as one of\n"
+        "   two values far outside its range (183.3 C or -143.3 C), the upper one a little more\n"
+        "   likely the hotter the device. Aggregates over many records are the point: see the\n"
+        "   mean at the end."
     )
     print("\n== dead letters (the raw message is kept in the dead-letter topic, with the reason)")
     for value, headers in dead:

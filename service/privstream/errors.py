@@ -138,3 +138,12 @@ class SchemaRegistryUnavailableError(PrivstreamError):
     unreleased, the worker is not ready, and the session is retried with backoff
     from the committed offsets.
     """
+
+
+class OutputSchemaError(PrivstreamError):
+    """The Avro output schema cannot be derived from the config, or the registry refuses it.
+
+    Raised at start-up, before any record is read: a field Avro cannot name or type, or a
+    config change whose derived schema is not BACKWARD compatible with the latest version
+    registered under ``<output_topic>-value``. The worker exits non-zero.
+    """

@@ -14,8 +14,7 @@ from typing import Any
 
 from tests.support.avro import SchemaRegistryClient, avro_writer
 from tests.support.broker import create_topics
-from tests.support.faults import free_port, poll_until
-from tests.support.http_get import http_get
+from tests.support.faults import free_port, readiness_becomes
 from tests.support.registry import Registry
 from tests.support.worker_proc import (
     PRIVACY,
@@ -64,7 +63,8 @@ def reading(seq: int, **extra: Any) -> dict[str, Any]:
 def avro_config(
     tmp_path: Path, bootstrap: str, kafka: dict[str, str], url: str, **body: Any
 ) -> Path:
-    settings = {**kafka, "format": "avro", "schema_registry": {"url": url}}
+    # JSON output: these tests are about the input side (test_avro_output has the other)
+    settings = {**kafka, "format": "avro", "output_format": "json", "schema_registry": {"url": url}}
     return write_config(tmp_path / "config.yaml", bootstrap, settings, {**PRIVACY, **body})
 
 
@@ -103,20 +103,6 @@ async def test_v1_and_v2_records_sanitize_under_one_config_and_unreadable_ones_a
     assert [r.value for r in dead.records] == poison
     reasons = [dict(r.headers)["privstream-reason"] for r in dead.records]
     assert reasons == [b"avro_no_magic_byte", b"avro_unknown_schema_id", b"avro_undecodable"]
-
-
-async def readiness_becomes(port: int, status: int, worker: WorkerProcess, within_s: float) -> None:
-    seen: list[int] = []
-
-    async def answers() -> bool:
-        assert worker.alive, f"worker exited:\n{worker.log_text()[-5000:]}"
-        code, _ = await http_get(port, "/readyz")
-        seen.append(code)
-        return code == status
-
-    await poll_until(
-        answers, within_s, f"/readyz {status}", every_s=0.2, why=lambda: f"last seen {seen[-1:]}"
-    )
 
 
 async def test_a_registry_outage_mid_stream_loses_nothing_and_dead_letters_nothing(

@@ -145,7 +145,8 @@ async def test_restored_ledger_equals_the_ledger_before(
         return store
 
     creator = new_store()
-    await creator.open(await check_topics(config.kafka, runtime, creator.topic))  # creates it
+    # check_topics creates it
+    await creator.open(await check_topics(config.kafka, runtime.credentials, creator.topic))
     await creator.close()
     # charged with the committed steps only
     reference = SubjectLedger(policy=creator.policy, deployment=config.kafka.group_id)

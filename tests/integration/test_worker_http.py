@@ -35,7 +35,7 @@ BODY = {
         },
         {"name": "tier", "kind": "categorical", "domain": ["a", "b", "c"], "epsilon": 0.5},
     ],
-    "metrics": {"dead_letter_reasons": True},  # off by default (README "Metrics")
+    "metrics": {"dead_letter_reasons": True},  # off by default (docs/metrics.md)
 }
 GOOD, BAD = (
     500,

@@ -42,7 +42,7 @@ GRAFANA = ROOT / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "privstream.json"
 
 SERVICES = {"kafka", "topics", "keygen", "privstream", "producer", "prometheus", "grafana"}
-#: what the service exports (README "Metrics"), as queried: counters with _total,
+#: what the service exports (docs/metrics.md), as queried: counters with _total,
 #: histograms by their _bucket series
 EXPORTED_METRICS = {
     "privstream_records_in_total",

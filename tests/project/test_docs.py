@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -106,9 +108,19 @@ def test_json_block_parses(name: str, body: str) -> None:
 EXTERNAL = {"kcat", "chmod", "kafka-topics.sh", "python3", "pip", "helm"}
 
 
+def subparsers_of(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(found[0].choices) if found else {}
+
+
 def subcommand_options() -> dict[str, set[str]]:
-    subparsers = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return {name: set(sub._option_string_actions) for name, sub in subparsers.choices.items()}
+    """Each subcommand's options; those of its own subcommands too (``topics create``)."""
+    return {
+        name: set(sub._option_string_actions).union(
+            *(set(nested._option_string_actions) for nested in subparsers_of(sub).values())
+        )
+        for name, sub in subparsers_of(_parser()).items()
+    }
 
 
 def commands(body: str) -> list[str]:
@@ -342,14 +354,25 @@ def sanitize_example(
     return records, err.replace(str(out), "sanitized.jsonl"), letters
 
 
-def grid_of(config: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, float]:
+def two_points_of(config: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, list[float]]:
+    """The two values each real field can be released as: hybrid at epsilon 0.5 is Duchi's
+    binary report, the middle of the bounds plus or minus ``duchi_bound``."""
     _, out, _ = run_cli(["explain", "--config", str(config), "--format", "json"], capsys)
     fields = json.loads(out)["fields"]
-    return {f["name"]: f["params"]["granularity"] for f in fields if f["kind"] == "real"}
+    points = {}
+    for f in fields:
+        if f["kind"] == "real":
+            assert f["mechanism"] == "hybrid" and f["params"]["pm_probability"] == 0, f
+            middle = (f["params"]["lower"] + f["params"]["upper"]) / 2
+            points[f["name"]] = [
+                middle - f["params"]["duchi_bound"],
+                middle + f["params"]["duchi_bound"],
+            ]
+    return points
 
 
 def assert_telemetry_shape(
-    records: list[dict[str, Any]], raw: list[dict[str, Any]], grid: dict[str, float]
+    records: list[dict[str, Any]], raw: list[dict[str, Any]], points: dict[str, list[float]]
 ) -> None:
     """What the sanitize page says of its output, for any run."""
     example = yaml.safe_load((ROOT / "examples" / "telemetry.yaml").read_text())
@@ -358,8 +381,8 @@ def assert_telemetry_shape(
     for out, src in zip(records, raw, strict=False):
         assert list(out) == ["ts", "seq", "battery_temp_c", "session_minutes", "country", "crashed"]
         assert (out["ts"], out["seq"]) == (src["ts"], src["seq"])
-        for name, step in grid.items():
-            assert isinstance(out[name], float) and (out[name] / step).is_integer()
+        for name, two in points.items():
+            assert any(math.isclose(out[name], value, rel_tol=1e-12) for value in two), name
         assert out["country"] in domain and isinstance(out["crashed"], bool)
 
 
@@ -368,12 +391,12 @@ def test_sanitize_page_example(tmp_path: Path, capsys: pytest.CaptureFixture[str
     shown_input, shown_output, shown_dead, _ = page_blocks("sanitize-a-file.md", "json")
     assert shown_input == source.read_text()
     raw = json_documents(shown_input)
-    grid = grid_of(ROOT / "examples" / "telemetry.yaml", capsys)
-    assert set(grid) == {"battery_temp_c", "session_minutes"}
+    points = two_points_of(ROOT / "examples" / "telemetry.yaml", capsys)
+    assert set(points) == {"battery_temp_c", "session_minutes"}
 
     records, _, letters = sanitize_example(tmp_path, capsys)
-    assert_telemetry_shape(records, raw, grid)
-    assert_telemetry_shape(json_documents(shown_output), raw, grid)
+    assert_telemetry_shape(records, raw, points)
+    assert_telemetry_shape(json_documents(shown_output), raw, points)
     # the dead letter has no noise in it: the documented one is exactly what a run writes
     assert letters == json_documents(shown_dead)
 
@@ -501,3 +524,21 @@ def test_every_page_is_in_the_nav() -> None:
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     for page in PAGES:
         assert str(page.relative_to(DOCS)) in nav, page
+
+
+def test_references_to_readme_sections_name_sections_it_has() -> None:
+    """`README "Title"` in a comment or page names a `## Title` of README.md (the CHANGELOG
+    is history: the sections it names may have moved since)."""
+    headings = set(re.findall(r"^## (.+)$", README.read_text(encoding="utf-8"), re.M))
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    named = [
+        (path, title)
+        for path in tracked
+        if path not in ("CHANGELOG.md", "tests/project/test_docs.py") and (ROOT / path).is_file()
+        for title in re.findall(
+            r'README "([^"]+)"', (ROOT / path).read_text(encoding="utf-8", errors="replace")
+        )
+    ]
+    assert [(path, title) for path, title in named if title not in headings] == []

@@ -50,7 +50,9 @@ class Seeded:
     def __init__(self, seed: int) -> None:
         self._source = SeededSource(seed)
 
-    def source(self, release_id: bytes, window: str, cells: Sequence[bytes]) -> NoiseSource:
+    def source(
+        self, release_id: bytes, window: str, data: bytes, cells: Sequence[bytes]
+    ) -> NoiseSource:
         return self._source
 
 

@@ -39,7 +39,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.broker import create_topics
 from tests.support.http_get import http_get
-from tests.support.worker_proc import Collector, Message, read_partitions, unique_topics
+from tests.support.worker_proc import (
+    Collector,
+    Message,
+    WorkerProcess,
+    read_partitions,
+    unique_topics,
+)
 
 T = TypeVar("T")
 
@@ -300,3 +306,18 @@ async def group_assignment(bootstrap: str, group_id: str) -> tuple[str, list[lis
         assignment = ConsumerProtocolMemberAssignment.decode(member[-1]) if member[-1] else None
         shares.append(sorted(tp.partition for tp in assignment.partitions()) if assignment else [])
     return str(state), shares
+
+
+async def readiness_becomes(port: int, status: int, worker: WorkerProcess, within_s: float) -> None:
+    """Poll the worker's /readyz until it answers ``status``; fail if the worker exits."""
+    seen: list[int] = []
+
+    async def answers() -> bool:
+        assert worker.alive, f"worker exited:\n{worker.log_text()[-5000:]}"
+        code, _ = await http_get(port, "/readyz")
+        seen.append(code)
+        return code == status
+
+    await poll_until(
+        answers, within_s, f"/readyz {status}", every_s=0.2, why=lambda: f"last seen {seen[-1:]}"
+    )

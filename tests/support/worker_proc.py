@@ -296,9 +296,10 @@ async def read_partitions(
 
 
 @contextlib.asynccontextmanager
-async def started(worker: WorkerProcess) -> AsyncIterator[int]:
-    """Start ``worker``, yield its pid; on the way out, kill it if a failed test left it running."""
-    await worker.start()
+async def started(worker: WorkerProcess, *extra: str) -> AsyncIterator[int]:
+    """Start ``worker`` (``extra``: more ``run`` options), yield its pid; on the way out,
+    kill it if a failed test left it running."""
+    await worker.start(*extra)
     assert worker.proc is not None
     try:
         yield worker.proc.pid

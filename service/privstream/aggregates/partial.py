@@ -23,10 +23,13 @@ releases (``privstream.aggregates.release``).
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from privstream.aggregates.read import Cell, RecordReader
 from privstream.errors import MisuseError
@@ -43,6 +46,16 @@ class Partial:
     window: str
     counts: Mapping[Cell, int] = field(default_factory=dict)
     sums: Mapping[Cell, int] = field(default_factory=dict)
+
+    def digest(self) -> bytes:
+        """SHA-256 of the exact totals (canonical: sorted cells, zeros left out), so equal
+        totals give equal digests however they were accumulated."""
+        parts = [
+            sorted((orjson.dumps(list(cell)), value) for cell, value in totals.items() if value)
+            for totals in (self.counts, self.sums)
+        ]
+        text = orjson.dumps([[[c.decode(), v] for c, v in part] for part in parts])
+        return hashlib.sha256(text).digest()
 
 
 def merge(first: Partial, second: Partial) -> Partial:

@@ -90,6 +90,10 @@ class AggregatePlan:
             "t": scale.hex(),
             "step": step.hex(),
             "cells": len(self.cells),
+            # what bounds the unit's records: another subject keeps other records
+            "subject": self.reader.subject,
+            "correlated_by": self.reader.correlated_by,
+            "unit_records": self.unit_records,
         }
         canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).digest()

@@ -5,7 +5,8 @@ a group value that is not a declared key (or a boolean: ``True == 1`` in
 Python), a histogram value outside the domain, a sum or mean value that is
 not a number (a boolean, NaN; an infinity or an integer beyond the doubles
 is clamped like any value past a bound), or a missing subject or
-correlation value. Which records are left out is a function of each record
+correlation value. Fields are read by their paths (``device.os``, as the
+record path reads them: ``read``). Which records are left out is a function of each record
 alone, so it is part of the query, covered by its sensitivity.
 """
 
@@ -21,6 +22,7 @@ import orjson
 from numpy.typing import NDArray
 
 from privstream.config.fields import DomainValue
+from privstream.config.paths import split_path
 
 #: one cell: its group keys in group-by order, then the histogram bin
 Cell = tuple[DomainValue, ...]
@@ -47,7 +49,7 @@ class RecordReader:
     def cell(self, record: Mapping[str, Any]) -> Cell | None:
         keys: list[DomainValue] = []
         for name, allowed in zip(self.cell_fields, self.cell_keys, strict=True):
-            key: Any = record.get(name)
+            key: Any = read(record, name)
             # exact types: a JSON boolean is no key (``True == 1``), nor a float
             kind = type(key)
             if (kind is not str and kind is not int) or (
@@ -59,7 +61,7 @@ class RecordReader:
 
     def number(self, record: Mapping[str, Any]) -> float | None:
         """The value field as a float (an infinity past a bound), or None if it is none."""
-        raw = record.get(self.value_field) if self.value_field is not None else None
+        raw = read(record, self.value_field) if self.value_field is not None else None
         if isinstance(raw, bool) or not isinstance(raw, int | float):
             return None
         try:
@@ -81,8 +83,19 @@ class RecordReader:
         """The canonical JSON of a field's raw value (``"1"`` and ``1`` differ), or None."""
         if name is None:
             return b""
-        raw = record.get(name)
+        raw = read(record, name)
         return None if raw is None else orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)
+
+
+def read(record: Mapping[str, Any], name: str) -> Any:
+    """The value a field name's path leads to (``device.os``: the key ``os`` of the object
+    under ``device``), None where an object on the way is absent or not an object."""
+    value: Any = record
+    for key in split_path(name):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
 
 
 def cell_labels(fields: Sequence[str], cell: Cell) -> dict[str, DomainValue]:

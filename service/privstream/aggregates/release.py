@@ -5,8 +5,10 @@ that a group is empty). With ``select_groups`` the cells are those the
 window's records reached, and a row is released only when its noisy count
 passes the threshold (``privstream.aggregates.selection``). Each total draws
 one noise integer per cell from ``CellNoise.source(release_id, window,
-cells)``: keyed sources make the rows a pure function of (secret, partial,
-plan), so a replay gives identical bytes. Rows: ``{aggregate, window, group,
+data, cells)`` (``data``: the partial's digest): keyed sources make the rows
+a pure function of (secret, partial, plan), so a replay gives identical
+bytes, and two releases of one window over different totals draw
+independent noise. Rows: ``{aggregate, window, group,
 value, std_error, ci95, epsilon, delta, bounds}``; the value and interval are
 post-processing of the noisy totals (``Query.answer``). Proof:
 docs/proofs/aggregates.md.
@@ -54,8 +56,9 @@ def noisy_totals(
     chosen = plan.cells if cells is None else cells
     ids = plan.cell_ids(chosen)
     out: dict[str, list[int]] = {}
+    data = partial.digest()
     for total in plan.query.totals:
-        source = noise.source(plan.release_id(total.part), partial.window, ids)
+        source = noise.source(plan.release_id(total.part), partial.window, data, ids)
         drawn = total.draw(source, len(ids))
         exact = partial.counts if total.part == "count" else partial.sums
         pairs = zip(chosen, drawn.tolist(), strict=True)
@@ -122,7 +125,9 @@ def density_rows(plan: AggregatePlan, partial: Partial, noise: CellNoise, count:
         raise MisuseError(f"aggregate {plan.name!r} is no density")
     (cell,) = plan.cells
     totals = [[partial.sums.get((*cell, j), 0) for j in range(len(density.grid))]]
-    source = noise.source(plan.release_id("density"), partial.window, plan.cell_ids())
+    source = noise.source(
+        plan.release_id("density"), partial.window, partial.digest(), plan.cell_ids()
+    )
     sums = density.noisy_sums(totals, source)[0].tolist()
     norm, top = density.normaliser, 1.0 / density.normaliser
     n = max(count, 1)

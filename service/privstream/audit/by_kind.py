@@ -9,10 +9,15 @@ listed). The table is checked against the registry when this module loads
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
+from privstream.audit.events import BitPattern, Event, Sample
 from privstream.audit.targets import (
     FiniteTarget,
     HashedTarget,
@@ -27,6 +32,7 @@ from privstream.audit.targets import (
 from privstream.audit.timestamps import TimestampTarget
 from privstream.errors import AuditError
 from privstream.kinds import check_table
+from privstream.mechanisms.subset_selection import SubsetSelection
 from privstream.mechanisms.unary_categorical import UnaryCategorical
 from privstream.pipeline.plan import PlannedField
 
@@ -92,6 +98,58 @@ def unary_categorical_target(handler: Any) -> Target:
     return UnaryCategoricalTarget(handler.name, handler.mechanism)
 
 
+class SubsetTarget(Target):
+    """Subset selection: the first and last domain values (canonical order) as inputs.
+
+    The column keeps one bit per watched value: the two inputs ``a``, ``b``
+    and, for ``k >= 3``, a middle value ``c`` held by neither. Every output
+    holding ``a`` but not ``b`` has the ratio ``e^eps`` (the binding case), so
+    the events are every pattern of the watched bits (``{a in S, b not in S}``
+    among them) and each bit alone.
+    """
+
+    def __init__(self, name: str, mechanism: SubsetSelection) -> None:
+        super().__init__(name, mechanism)
+        self.domain = mechanism.domain
+        k = len(self.domain)
+        self.watched = (0, k - 1) if k < 3 else (0, k - 1, k // 2)
+        self._column = {
+            (type(self.domain[j]), self.domain[j]): c for c, j in enumerate(self.watched)
+        }
+
+    @property
+    def inputs(self) -> tuple[Any, ...]:
+        return (self.domain[self.watched[0]], self.domain[self.watched[1]])
+
+    def convert(self, values: list[Any]) -> NDArray[Any]:
+        bits = np.zeros((len(values), len(self.watched)), dtype=np.bool_)
+        for row, items in enumerate(values):
+            for item in items:
+                column = self._column.get((type(item), item))
+                if column is not None:
+                    bits[row, column] = True
+        return bits
+
+    def events(self, pilot: Sequence[Sample] | None, audited: Sequence[int]) -> list[Event]:
+        names = [json.dumps(self.domain[j], ensure_ascii=True) for j in self.watched]
+        columns = tuple(range(len(self.watched)))
+        events: list[Event] = []
+        for c, value in enumerate(names):
+            for held in (True, False):
+                text = f"{value} {'in' if held else 'not in'} {self.name}"
+                events.append(BitPattern(self.name, (c,), (held,), False, text))
+        for pattern in itertools.product((True, False), repeat=len(columns)):
+            shown = ", ".join(
+                f"{v}{'' if held else ' not'} in" for v, held in zip(names, pattern, strict=True)
+            )
+            events.append(BitPattern(self.name, columns, pattern, False, f"{shown} {self.name}"))
+        return events
+
+
+def subset_target(handler: Any) -> Target:
+    return SubsetTarget(handler.name, handler.mechanism)
+
+
 #: (kind, mechanism) of a registration -> its audit target
 TARGETS: dict[tuple[str, str | None], Callable[[Any], Target]] = {
     ("real", "laplace"): real_target,
@@ -104,6 +162,7 @@ TARGETS: dict[tuple[str, str | None], Callable[[Any], Target]] = {
     ("categorical", "exponential"): domain_target,
     ("categorical", "local_hashing"): hashed_target,
     ("categorical", "unary_encoding"): unary_categorical_target,
+    ("categorical", "subset_selection"): subset_target,
     ("set", "unary_encoding"): set_target,
     ("vector", "gaussian"): vector_field_target,
     ("functional", "gaussian_process"): functional_field_target,
@@ -116,6 +175,7 @@ WIDTHS: dict[tuple[str, str | None], Callable[[Any], int]] = {
     ("real", "piecewise"): lambda h: h.mechanism.words_per_value + 1,  # words, and one output
     ("real", "hybrid"): lambda h: h.mechanism.words_per_value + 1,
     ("categorical", "unary_encoding"): lambda h: len(h.mechanism.domain),
+    ("categorical", "subset_selection"): lambda h: h.mechanism.words_per_value,
     ("set", "unary_encoding"): lambda h: int(h.mechanism.universe_size),
     ("vector", "gaussian"): lambda h: 3 * int(h.mechanism.dimension),
     ("functional", "gaussian_process"): lambda h: 3 * int(h.mechanism.dimension),

@@ -37,10 +37,12 @@ from numpy.typing import NDArray
 from privstream.audit.by_kind import audit_width
 from privstream.audit.events import Sample
 from privstream.audit.targets import Target
+from privstream.config.paths import split_path
 from privstream.errors import AuditError
 from privstream.mechanisms import OsEntropy
 from privstream.mechanisms.rng import derive_memo_key
 from privstream.pipeline import RecordPlan, process_batch
+from privstream.pipeline.nesting import nest, released
 from privstream.pipeline.noise import Fresh
 
 #: records per ``process_batch`` call
@@ -64,17 +66,31 @@ class RecordSpec:
     unique: tuple[str, ...] = ()
 
     def messages(self, start: int, count: int, nonce: int) -> list[bytes]:
-        """JSON bytes of draws ``start .. start + count - 1``."""
-        body = json.dumps(dict(self.fixed), separators=(",", ":"))
+        """JSON bytes of draws ``start .. start + count - 1``; a field named by a path
+        (``device.os``) nested as the pipeline reads it (``privstream.pipeline.nesting``)."""
+        body = json.dumps(_nested(self.fixed), separators=(",", ":"))
         if not self.unique:
             return [body.encode()] * count
+        if any(len(split_path(name)) > 1 for name in self.unique):
+            return [
+                json.dumps(_nested({**self.fixed, **self._ids(nonce, i)})).encode()
+                for i in range(start, start + count)
+            ]
         head = body[:-1] + ("," if self.fixed else "")
-        keys = [json.dumps(name) for name in self.unique]
+        keys = [json.dumps(split_path(name)[0]) for name in self.unique]
         out: list[bytes] = []
         for i in range(start, start + count):
             parts = [f'{key}:"audit-{nonce:x}-{i}"' for key in keys]
             out.append((head + ",".join(parts) + "}").encode())
         return out
+
+    def _ids(self, nonce: int, draw: int) -> dict[str, str]:
+        return {name: f"audit-{nonce:x}-{draw}" for name in self.unique}
+
+
+def _nested(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A record from values by field name, each under its path."""
+    return nest([split_path(name) for name in values], list(values.values()))
 
 
 class PipelineSampler:
@@ -103,6 +119,7 @@ class PipelineSampler:
             decoded = [json.loads(raw) for raw in result.outputs]
             for target in targets:
                 name = target.name
-                parts[name].append(target.convert([record[name] for record in decoded]))
+                keys = split_path(name)
+                parts[name].append(target.convert([released(r, keys, None) for r in decoded]))
             self.records += size
         return Sample({t.name: np.concatenate(parts[t.name]) for t in targets})

@@ -17,7 +17,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -217,12 +217,19 @@ def _read_topic(
 ) -> dict[str, Any]:
     from privstream.estimate.source import run_topic_read
 
+    kafka = config.needs_kafka("estimate --topic")
     progress = Progress(enabled=args.progress, threshold=0)
+    sink: Callable[[bytes], None] = stream.add
+    registry = config.kafka.schema_registry
+    if config.kafka.avro_output and registry is not None:  # read through the registry
+        from privstream.cli.avro_topic import AvroValues
+
+        sink = AvroValues(registry, plan, stream.add, stream.skip).add
     try:
         read = run_topic_read(
-            config.kafka,
+            kafka,
             topic,
-            stream.add,
+            sink,
             expected_config=plan.config_sha256,
             expected_release=plan.release_sha256,
             skip=stream.skip,
@@ -236,7 +243,7 @@ def _read_topic(
     return {
         "type": "topic",
         "topic": topic,
-        "bootstrap_servers": config.kafka.bootstrap_servers,
+        "bootstrap_servers": kafka.bootstrap_servers,
         "partitions": read.partitions,
         "offsets_at_start": read.expected,
         "records_without_config_header": read.without_config_header,
@@ -338,7 +345,7 @@ def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
             return EXIT_USAGE
     stream = StreamAggregate(plan, options, args.fields)
     if args.topic is not None:
-        topic = args.topic or config.kafka.output_topic
+        topic = args.topic or config.needs_kafka("estimate --topic").output_topic
         source = _read_topic(config, plan, topic, stream, args)
         try:
             check_topic_read(source, stream.skipped, plan, args.unchecked)

@@ -1,4 +1,4 @@
-"""The ``privstream`` command: run | sanitize | explain | keygen | estimate | audit.
+"""The ``privstream`` command: run | sanitize | explain | topics | estimate | audit | ....
 
 Exit codes: 0 success, 1 runtime failure, 2 invalid config or usage.
 
@@ -46,6 +46,7 @@ from privstream.errors import (
     ChangelogError,
     ConfigError,
     MechanismError,
+    OutputSchemaError,
     PrivstreamError,
     SecretError,
     TopicError,
@@ -83,6 +84,13 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("--config", required=True, help="YAML config file")
     run.add_argument("--http-port", type=int, help="override http.port (0 = any free port)")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="json: one object per line with the keys ts, level, logger, message "
+        "(default: %(default)s)",
+    )
     run.add_argument(
         "--noise-key-file",
         help="file holding the noise key as hex (default: $PRIVSTREAM_NOISE_KEY_FILE, "
@@ -148,6 +156,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         "each field's params on indented lines under its row when needed)",
     )
 
+    top = sub.add_parser("topics", help="create or check the topics a config needs")
     sub.add_parser("keygen", help="print a fresh noise key (hex) for --noise-key-file")
     sub.add_parser("schema", help="print the config's JSON Schema (for editors and CI checks)")
 
@@ -162,6 +171,10 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         from privstream.cli import estimate
 
         estimate.configure(est)
+    if command in (None, "topics"):
+        from privstream.cli import topics
+
+        topics.configure(top)
     if command in (None, "audit"):
         from privstream.cli import audit
 
@@ -191,6 +204,16 @@ def _load(path: str) -> tuple[AppConfig, RecordPlan]:
             except MechanismError as exc:
                 raise ConfigError([str(exc)]) from None
         return config, plan
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"privstream: config error: {problem}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+
+
+def _needs_kafka(config: AppConfig, command: str) -> None:
+    """Exit 2 before anything starts when a broker command's config has no kafka section."""
+    try:
+        config.needs_kafka(command)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"privstream: config error: {problem}", file=sys.stderr)
@@ -256,6 +279,8 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
 
         tune_allocator()
     config, plan = _load(args.config)
+    if args.command in ("run", "topics"):
+        _needs_kafka(config, args.command if args.command == "run" else f"topics {args.action}")
     if args.command != "sanitize":
         _startup_done(args.command, owns_process)
     try:
@@ -324,25 +349,44 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
             from privstream.cli import estimate
 
             return estimate.run(args, config, plan)
+        elif args.command == "topics":
+            from privstream.cli import topics
+
+            return topics.run(args, config)
         elif args.command == "audit":
             from privstream.cli import audit
 
             return audit.run(args, config, plan)
         else:
             return _run(config, plan, args)
+    except ConfigError as exc:  # a setting a command needs (estimate --topic: kafka)
+        for problem in exc.problems:
+            print(f"privstream: config error: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
     except PrivstreamError as exc:
         print(f"privstream: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    except BrokenPipeError:  # `privstream explain | head`: the reader has what it wanted
+        _quiet_stdout()
+        return EXIT_FAILURE
     except OSError as exc:
-        print(f"privstream: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"privstream: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's last flush of what is still buffered
+    would hit the closed pipe again and print a traceback (Python's docs, SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
     from privstream.config.aggregates import stream_problems
 
-    problems = stream_problems(config.aggregates, config.kafka.transactions)
+    problems = stream_problems(config.aggregates, config.kafka is None or config.kafka.transactions)
     for problem in problems:  # refused rather than silently not answered
         print(f"privstream: config error: {problem}", file=sys.stderr)
     if problems:
@@ -350,39 +394,42 @@ def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
     import asyncio  # imported here: a tenth of a second that the other commands never need
     import logging
 
-    from privstream.cli.logs import OnceFilter, transient_coordinator
+    from privstream.cli import logs
     from privstream.cli.run import serve
     from privstream.config.runtime import load_runtime
 
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
-    # aiokafka's DEBUG lines print the first bytes of every fetched and produced
-    # batch (raw keys and values) and the SCRAM exchange: never below INFO
-    logging.getLogger("aiokafka").setLevel(max(logging.INFO, logging.getLevelName(args.log_level)))
-    logging.getLogger("aiokafka.consumer.group_coordinator").addFilter(transient_coordinator)
-    logging.getLogger("aiokafka").addFilter(OnceFilter())
+    logs.configure(args.log_level, args.log_format)
     from privstream.cli.explain import declared_warnings
 
     for warning in declared_warnings(config, plan):
         logging.getLogger("privstream").warning("%s", warning)
     try:
         runtime = load_runtime(
-            config.kafka,
+            config.needs_kafka("run"),
             os.environ,
             key_file=args.noise_key_file,
             insecure_ephemeral_key=args.insecure_ephemeral_key,
             replica_id=args.replica_id,
         )
     except SecretError as exc:
-        print(f"privstream: {exc}", file=sys.stderr)
+        _last_words(exc, args.log_format)
         return EXIT_CONFIG
     try:
         asyncio.run(serve(config, plan, runtime, args.http_port))
-    except (TopicError, ChangelogError) as exc:  # a topic to fix: before any record of it
-        print(f"privstream: {exc}", file=sys.stderr)
+    except (TopicError, ChangelogError, OutputSchemaError) as exc:  # before any record
+        _last_words(exc, args.log_format)
         return EXIT_CONFIG
     return EXIT_OK
+
+
+def _last_words(exc: Exception, log_format: str) -> None:
+    """Why ``run`` exits 2: a JSON line like every other in ``--log-format json``."""
+    if log_format == "json":
+        import logging
+
+        logging.getLogger("privstream").error("%s", exc)
+    else:
+        print(f"privstream: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":

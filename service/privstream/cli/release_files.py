@@ -34,6 +34,8 @@ import os
 import signal
 import stat
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, TextIO
 
@@ -193,27 +195,29 @@ def check_paths(paths: FilePaths) -> None:
 
 
 class AtomicFile:
-    """A temporary file beside ``target``, created at once or on the first write (``lazy``).
+    """A temporary file beside ``target``, created on the first use of ``stream``.
 
     ``commit`` fsyncs it and renames it over ``target`` (then fsyncs the
     directory, so that the rename survives a crash); ``discard`` removes it.
-    The first of them ends it; the other is then a no-op.
+    The first of them ends it; the other is then a no-op. Nothing exists on
+    disk before the caller holds the object, so a caller that arranges the
+    ``discard`` first leaves no temporary file behind whenever a SIGTERM
+    lands (``exit_cleanly_on_sigterm``).
     """
 
-    def __init__(self, target: str, mode: int, *, lazy: bool = False) -> None:
+    def __init__(self, target: str, mode: int) -> None:
         self.target = target
         self._mode = mode
         self._fh: BinaryIO | None = None
         self.temporary: str | None = None
         self._done = False
-        if not lazy:
-            self._open()
 
     def _open(self) -> BinaryIO:
         head, name = os.path.split(self.target)
         for attempt in range(100):  # O_EXCL: never a name another run is writing
             temporary = os.path.join(head, f".{name}.privstream-{os.getpid()}-{attempt}.tmp")
-            with contextlib.suppress(FileExistsError):
+            with contextlib.suppress(FileExistsError), _sigterm_deferred():
+                # created and recorded with SIGTERM held, so ``discard`` knows every file
                 fd = os.open(temporary, _NEW, self._mode)
                 self.temporary, self._fh = temporary, os.fdopen(fd, "wb")
                 return self._fh
@@ -224,7 +228,7 @@ class AtomicFile:
 
     @property
     def stream(self) -> BinaryIO:
-        """The temporary file (created now if lazy)."""
+        """The temporary file (created now if it is not yet)."""
         return self._fh if self._fh is not None else self._open()
 
     def write(self, data: bytes) -> int:
@@ -267,6 +271,20 @@ def exit_cleanly_on_sigterm() -> None:
     for a process ``main`` owns: a handler is process-wide.
     """
     signal.signal(signal.SIGTERM, _terminated)
+
+
+@contextlib.contextmanager
+def _sigterm_deferred() -> Iterator[None]:
+    """SIGTERM held until the block ends (then delivered): in the main thread only, where
+    Python runs signal handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _terminated(signum: int, frame: object) -> None:

@@ -17,6 +17,7 @@ from privstream.metrics import Metrics
 from privstream.pipeline import RecordPlan
 from privstream.worker import Health, HttpEndpoint, Worker
 from privstream.worker.ledger_store import LedgerStore
+from privstream.worker.output_schema import OutputSchema
 
 log = logging.getLogger("privstream.run")
 
@@ -30,6 +31,7 @@ async def serve(
     is abandoned: its transaction is aborted by the broker or by this
     replica's next start, and the batch is replayed with the same noise.
     """
+    output = OutputSchema.of(config, plan)  # a field Avro cannot hold stops us here
     tune_collector()
     registry = CollectorRegistry()
     metrics = Metrics(registry, dead_letter_reasons=config.metrics.dead_letter_reasons)
@@ -48,11 +50,14 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    kafka = config.needs_kafka("run")
     ledger = LedgerStore.from_config(config, plan, runtime, metrics)
-    worker = Worker(config.kafka, plan, runtime, metrics=metrics, health=health, ledger=ledger)
+    worker = Worker(
+        kafka, plan, runtime, metrics=metrics, health=health, ledger=ledger, output=output
+    )
     task = asyncio.create_task(_workers(worker.run(stop), config, runtime, metrics, stop))
     try:
-        await _until_stopped(task, stop, config.kafka.drain_timeout_ms / 1000)
+        await _until_stopped(task, stop, kafka.drain_timeout_ms / 1000)
     finally:
         await endpoint.stop()
     log.info("stopped cleanly")
@@ -72,7 +77,7 @@ async def _workers(
         return
     from privstream.worker.aggregates import AggregateWorker
 
-    aggregates = AggregateWorker(config, runtime, metrics)
+    aggregates = AggregateWorker(config, config.needs_kafka("run"), runtime, metrics)
     await asyncio.gather(records, aggregates.run(stop))
 
 

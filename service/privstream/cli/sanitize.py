@@ -44,6 +44,11 @@ BLOCK_BYTES = 2**20
 Chunk = tuple[int, list[bytes]]
 
 
+def counted(number: int, noun: str) -> str:
+    """``1 record``, ``2 records``: a count and its noun, in the plural unless one."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 @dataclass
 class Summary:
     records_in: int = 0
@@ -66,7 +71,7 @@ class Summary:
         """What exit 1 says when ``share`` exceeds ``max_share``: each reason's count and first
         dead letter, where the records went, and what to do next."""
         lines = [
-            f"{self.dead_lettered} of {self.records_in} records ({self.share:.1%}) were "
+            f"{self.dead_lettered} of {counted(self.records_in, 'record')} ({self.share:.1%}) were "
             f"dead-lettered, more than --max-dead-letter-share {max_share:g} ({max_share:.1%}):"
         ]
         for reason, count in sorted(self.reasons.items(), key=lambda rc: (-rc[1], rc[0])):
@@ -94,14 +99,15 @@ class Summary:
     def render(self, dead_letter_path: str) -> str:
         dead = self.dead_lettered
         text = (
-            f"privstream sanitize: {self.records_in} records in, {self.records_out} sanitized, "
+            f"privstream sanitize: {counted(self.records_in, 'record')} in, "
+            f"{self.records_out} sanitized, "
             f"{dead} dead-lettered"
         )
         if dead:
             reasons = ", ".join(f"{r} {n}" for r, n in sorted(self.reasons.items()))
             text += f" ({reasons}) -> {dead_letter_path}"
         if self.blank_lines:
-            text += f"; {self.blank_lines} blank lines skipped"
+            text += f"; {counted(self.blank_lines, 'blank line')} skipped"
         return text
 
 
@@ -188,7 +194,7 @@ def sanitize_stream(
     """
     chunks = _block_chunks(lines) if isinstance(lines, io.BufferedIOBase) else _line_chunks(lines)
     summary = Summary()
-    dead_file = AtomicFile(dead_letter_path, PRIVATE_MODE, lazy=True)
+    dead_file = AtomicFile(dead_letter_path, PRIVATE_MODE)  # created at the first dead letter
     try:
         for first, chunk in chunks:
             released = _sanitize_chunk(plan, first, chunk, out, dead_file, source, summary)

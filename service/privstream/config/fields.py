@@ -28,6 +28,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from privstream.config import timestamps
 from privstream.config.missing import OnMissing, missing_problem
+from privstream.config.paths import name_from_path, split_path
 from privstream.errors import MechanismError
 from privstream.mechanisms import validation
 
@@ -93,7 +94,20 @@ class Strict(BaseModel):
 
 
 class _NamedField(Strict):
+    #: a path into the record: keys joined by dots (``device.os``), ``\.`` for a dot inside
+    #: a key; or give ``path: [device, os]`` instead (``privstream.config.paths``)
     name: str = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _path_as_name(cls, data: Any) -> Any:
+        return name_from_path(data)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_path(cls, name: str) -> str:
+        split_path(name)  # a ValueError naming the name and the fix
+        return name
 
 
 class DropField(_NamedField):
@@ -212,21 +226,27 @@ class IntegerField(_NoisedField):
 
 
 class CategoricalField(_NoisedField):
-    """A value from a finite domain (randomized response, exponential, unary encoding) or an
-    open one (hashing).
+    """A value from a finite domain (randomized response, exponential, unary encoding, subset
+    selection) or an open one (hashing).
 
     ``exponential`` uses the domain's declared order (``privstream.mechanisms.exponential``);
     ``unary_encoding`` releases the array of domain values whose noisy bit is 1
-    (``privstream.mechanisms.unary_categorical``). ``auto`` (the default) picks randomized
-    response, local hashing or unary encoding by their estimator variance at the field's
-    resolved epsilon (``privstream.mechanisms.selection``); without a domain it is local
-    hashing.
+    (``privstream.mechanisms.unary_categorical``), ``subset_selection`` the array of the ``d``
+    chosen values (``privstream.mechanisms.subset_selection``). ``auto`` (the default) picks
+    among randomized response, local hashing, unary encoding and subset selection by their
+    estimator variance at the field's resolved epsilon (``privstream.mechanisms.selection``);
+    without a domain it is local hashing.
     """
 
     kind: Literal["categorical"]
     domain: Domain | None = None
     mechanism: Literal[
-        "auto", "randomized_response", "local_hashing", "exponential", "unary_encoding"
+        "auto",
+        "randomized_response",
+        "local_hashing",
+        "exponential",
+        "unary_encoding",
+        "subset_selection",
     ] = "auto"
     #: map a value outside the domain to this domain value instead of dead-lettering
     unknown_as: DomainValue | None = None
@@ -247,7 +267,7 @@ class CategoricalField(_NoisedField):
                 "auto without a domain is local_hashing, which is pure epsilon-DP; "
                 "set delta to 0 or list the domain"
             )
-        if self.mechanism in ("exponential", "unary_encoding") and self.delta != 0.0:
+        if self.mechanism in ("exponential", "unary_encoding", "subset_selection") and self.delta:
             raise ValueError(f"{self.mechanism} is pure epsilon-DP; set delta to 0")
         if self.mechanism == "local_hashing" and (self.domain is not None or self.unknown_as):
             raise ValueError("local_hashing takes any string; remove domain and unknown_as")

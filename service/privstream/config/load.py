@@ -30,6 +30,7 @@ from privstream.config.fields import FIELD_KINDS, FIELD_MODELS, RealField
 from privstream.config.ledger import changelog_problems
 from privstream.config.missing import MISSING_DEFAULTS
 from privstream.config.models import AppConfig
+from privstream.config.paths import name_from_path
 from privstream.errors import ConfigError, MechanismError
 from privstream.mechanisms.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
 from privstream.mechanisms.laplace import laplace_scale
@@ -56,7 +57,9 @@ def load_config(path: str | Path) -> AppConfig:
 def parse_config(data: Any) -> AppConfig:
     """Validate already-parsed YAML/JSON data into an AppConfig."""
     if not isinstance(data, dict):
-        raise ConfigError(["config: the top level must be a mapping with kafka, privacy, fields"])
+        raise ConfigError(
+            ["config: the top level must be a mapping with privacy and fields (and kafka)"]
+        )
     problems = _duplicate_names(data)
     try:
         config = AppConfig.model_validate(data)
@@ -141,6 +144,8 @@ def _release_problems(config: AppConfig) -> list[str]:
 
 def _changelog_problems(config: AppConfig) -> list[str]:
     kafka = config.kafka
+    if kafka is None:  # file mode: no topics to clash with (a ledger is refused there)
+        return []
     topics = {
         "input_topic": kafka.input_topic,
         "output_topic": kafka.output_topic,
@@ -153,13 +158,22 @@ def _duplicate_names(data: dict[str, Any]) -> list[str]:
     fields = data.get("fields")
     if not isinstance(fields, list):
         return []
-    names = [f.get("name") if isinstance(f, dict) else None for f in fields]
+    names = [_name_of(f) for f in fields]
     counts = Counter(n for n in names if isinstance(n, str))
     return [
         f"fields[{position}] ({name}).name: field named {counts[name]} times; name each field once"
         for position, name in enumerate(names)
         if isinstance(name, str) and counts[name] > 1
     ]
+
+
+def _name_of(field: object) -> object:
+    """The name a raw field entry spells (its ``path`` joined), or None if it spells none."""
+    try:
+        entry = name_from_path(field)
+    except ValueError:  # the field's own validation reports it
+        return None
+    return entry.get("name") if isinstance(entry, dict) else None
 
 
 def record_budget(config: AppConfig) -> tuple[float, float]:
@@ -286,7 +300,7 @@ def _field_entry(data: dict[str, Any], index: int) -> dict[str, Any]:
 
 
 def _field_name(data: dict[str, Any], index: int) -> str:
-    name = _field_entry(data, index).get("name")
+    name = _name_of(_field_entry(data, index))
     return f" ({name})" if isinstance(name, str) else ""
 
 

@@ -21,7 +21,9 @@ from privstream.config.ledger import (
     topic_name_problem,
 )
 from privstream.config.missing import presence_problems
+from privstream.config.paths import path_problems, split_path
 from privstream.config.registry import SchemaRegistryConfig
+from privstream.errors import ConfigError
 
 
 class SecurityConfig(Strict):
@@ -91,16 +93,32 @@ class KafkaConfig(Strict):
     #: how long SIGTERM waits for the batch in flight before abandoning it
     drain_timeout_ms: int = Field(default=30_000, ge=0, le=600_000)
     security: SecurityConfig = SecurityConfig()
-    #: how input values are encoded: JSON text, or Avro in the Confluent wire format
-    #: (docs/avro.md); the output is JSON either way
-    format: Literal["json", "avro"] = "json"
-    #: where Avro writer schemas come from (required by ``format: avro``)
+    #: how input values are encoded: JSON text, or Avro, Protobuf or JSON (JSON Schema) in
+    #: the Confluent wire format (docs/avro.md)
+    format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
+    #: how sanitized values are encoded (default: Avro for Avro input, else JSON): ``avro``
+    #: is the Confluent wire format with a schema derived from the fields, registered under
+    #: ``<output_topic>-value``
+    output_format: Literal["json", "avro"] | None = None
+    #: where writer schemas come from and the Avro output schema goes (required by every
+    #: format but ``json``, and by Avro output)
     schema_registry: SchemaRegistryConfig | None = None
 
+    @property
+    def avro_output(self) -> bool:
+        """Sanitized values are written as Avro (``output_format``, else the input's)."""
+        return (self.output_format or self.format) == "avro"
+
     @model_validator(mode="after")
-    def _registry_for_avro(self) -> "KafkaConfig":
-        if self.format == "avro" and self.schema_registry is None:
-            raise ValueError("kafka.format avro needs kafka.schema_registry (its url at least)")
+    def _registry_for_framed(self) -> "KafkaConfig":
+        if self.format != "json" and self.schema_registry is None:
+            raise ValueError(
+                f"kafka.format {self.format} needs kafka.schema_registry (its url at least)"
+            )
+        if self.avro_output and self.schema_registry is None:
+            raise ValueError(
+                "kafka.output_format avro needs kafka.schema_registry (its url at least)"
+            )
         return self
 
     @field_validator("input_topic", "output_topic", "dead_letter_topic")
@@ -180,7 +198,9 @@ class MetricsConfig(Strict):
 class AppConfig(Strict):
     """The whole privstream configuration."""
 
-    kafka: KafkaConfig
+    #: the topics and the broker: ``run``, ``topics`` and ``estimate --topic`` need it,
+    #: ``sanitize`` and ``explain`` (files, no broker) do not
+    kafka: KafkaConfig | None = None
     privacy: PrivacyConfig
     fields: tuple[FieldConfig, ...]
     #: noisy counts, histograms, sums and means per window (docs/aggregates.md)
@@ -188,12 +208,25 @@ class AppConfig(Strict):
     http: HttpConfig = HttpConfig()
     metrics: MetricsConfig = MetricsConfig()
 
+    def needs_kafka(self, command: str) -> KafkaConfig:
+        """The ``kafka`` section, which ``command`` (one that talks to a broker) needs."""
+        if self.kafka is None:
+            raise ConfigError(
+                [
+                    f"kafka: required by `privstream {command}` (it talks to a broker) but the "
+                    "config has no kafka section; add one with at least input_topic, "
+                    "output_topic and dead_letter_topic (docs/reference/config.md)"
+                ]
+            )
+        return self.kafka
+
     @model_validator(mode="after")
     def _memoize_by_names_a_device_field(self) -> "AppConfig":
         # cross-field: memoize_by must name another field that can hold a device id
         from privstream.config.fields import check_memo_references
 
         check_memo_references(self.fields)
+        self._check_paths()
         self._check_subject()
         self._check_presence()
         self._check_aggregates()
@@ -212,6 +245,26 @@ class AppConfig(Strict):
                     input=self.aggregates[position].name,
                 )
                 for position, setting, message in problems
+            ]
+            raise ValidationError.from_exception_data("AppConfig", details)
+
+    def _check_paths(self) -> None:
+        problems = path_problems(self.fields)
+        subject = self.privacy.subject
+        if subject is not None and split_path(subject) != (subject,):
+            raise ValueError(
+                f"privacy.subject {subject!r} is a path into a nested object or holds an "
+                "escape; the subject must be a top-level key written as is: name a top-level "
+                "field, or have the producer put the subject id at the top level"
+            )
+        if problems:
+            details = [
+                InitErrorDetails(
+                    type=PydanticCustomError("path", message),
+                    loc=("fields", position, "name"),
+                    input=self.fields[position].name,
+                )
+                for position, message in problems
             ]
             raise ValidationError.from_exception_data("AppConfig", details)
 

@@ -23,4 +23,20 @@ def config_schema() -> dict[str, Any]:
     # which pydantic's schema cannot say: it is optional in the file
     real = schema["$defs"]["RealField"]
     real["required"] = [name for name in real["required"] if name != "calibration"]
+    for definition in schema["$defs"].values():
+        _name_or_path(definition)
     return {"$schema": SCHEMA_DIALECT, **schema, "title": "privstream config"}
+
+
+#: ``path: [device, os]``, which a before-validator turns into ``name`` (``config.paths``)
+_PATH = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}
+
+
+def _name_or_path(definition: dict[str, Any]) -> None:
+    """A field entry names its value by ``name`` or by ``path``, exactly one of them."""
+    properties = definition.get("properties", {})
+    if "name" not in properties or "kind" not in properties:
+        return
+    properties["path"] = dict(_PATH)
+    definition["required"] = [key for key in definition["required"] if key != "name"]
+    definition["oneOf"] = [{"required": ["name"]}, {"required": ["path"]}]

@@ -14,11 +14,14 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from privstream.config.paths import split_path
 from privstream.estimate.accumulators import MISSING, Accumulator, Options, Truth
 from privstream.estimate.by_kind import estimator_of
 from privstream.pipeline import RecordPlan
+from privstream.pipeline.columns import MISSING as ABSENT
 from privstream.pipeline.handlers import Rejected
-from privstream.pipeline.missing import MissingHandler, source_of
+from privstream.pipeline.missing import MissingHandler
+from privstream.pipeline.nesting import lookup, released, source_path
 from privstream.pipeline.parse import parse_field
 from privstream.pipeline.plan import PlannedField
 
@@ -120,7 +123,11 @@ class StreamAggregate:
         if not chunk:
             return
         for acc in self.fields:
-            acc.add([record.get(acc.name, MISSING) for record in chunk])
+            keys = split_path(acc.name)
+            if len(keys) == 1:
+                acc.add([record.get(acc.name, MISSING) for record in chunk])
+            else:
+                acc.add([released(record, keys, MISSING) for record in chunk])
 
     def consume(self, lines: Iterable[bytes]) -> None:
         for line in lines:
@@ -158,8 +165,9 @@ class TruthAggregate:
                 value = parse_field(handler, obj)
                 # a null release is no value of the field: the truth skips it as the estimate does
                 if handler.name in self.truths and value is not None:
-                    given = obj.get(source_of(handler))
-                    stood = getattr(handler, "stand_in", given) if given is None else given
+                    given = lookup(obj, source_path(handler), handler.name)
+                    absent = given is None or given is ABSENT
+                    stood = getattr(handler, "stand_in", given) if absent else given
                     parsed[handler.name] = (value, stood)
         except Rejected as rejected:
             self.skipped[rejected.reason] += 1

@@ -9,11 +9,12 @@ table is checked against the registry when this module loads
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from privstream.estimate.accumulators import Accumulator, Options, Truth
 from privstream.estimate.frequency import (
+    CONSISTENT_CAVEAT,
     CategoryCounts,
     DomainCounts,
     HashedReports,
@@ -27,11 +28,14 @@ from privstream.estimate.timestamps import TimestampReleases
 from privstream.estimate.unit_mean import UnitMeanReleases
 from privstream.kinds import check_table
 from privstream.mechanisms import gaussian, integer_laplace, laplace
+from privstream.mechanisms.consistency import project_to_simplex
 from privstream.mechanisms.exponential import OrdinalExponential, estimate_frequencies
 from privstream.mechanisms.functional import FunctionalMechanism, estimate_mean_curve
 from privstream.mechanisms.gaussian import GaussianMechanism
 from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from privstream.mechanisms.laplace import LaplaceMechanism
+from privstream.mechanisms.subset_selection import SubsetSelection
+from privstream.mechanisms.subset_selection import estimate_frequencies as subset_frequencies
 from privstream.mechanisms.unit_interval import UnitIntervalMechanism
 from privstream.mechanisms.vector_gaussian import VectorGaussianMechanism, estimate_vector_mean
 from privstream.pipeline.plan import PlannedField
@@ -133,6 +137,57 @@ def unary_category_counts(handler: Any, kind: str, options: Options) -> Accumula
     return UnaryCategoryCounts(handler.name, kind, handler.mechanism)
 
 
+class SubsetCounts(DomainCounts):
+    """Released arrays of a subset-selection field, counted per domain value they hold.
+
+    A release is a JSON array of exactly ``d`` distinct domain values; anything
+    else is skipped. ``records`` counts arrays.
+    """
+
+    def __init__(self, name: str, kind: str, mechanism: SubsetSelection) -> None:
+        super().__init__(name, kind, mechanism)
+        self.subset = mechanism
+
+    def add(self, values: Sequence[Any]) -> None:
+        for value in values:
+            found = self._positions(value)
+            if found is None:
+                self._skip(value)
+            else:
+                self.counts[found] += 1
+                self.records += 1
+
+    def _positions(self, value: object) -> list[int] | None:
+        """The positions of an array of ``d`` distinct domain values; None for anything else."""
+        if not isinstance(value, list) or len(value) != self.subset.subset_size:
+            return None
+        try:
+            found = [self.index.get((type(item), item)) for item in value]
+        except TypeError:  # an unhashable item: an array or object
+            return None
+        known = [position for position in found if position is not None]
+        return known if len(set(known)) == len(value) else None
+
+    def report(self, options: Options, truth: Truth | None) -> dict[str, Any]:
+        entry = self._header()
+        entry["estimator"] = "subset selection inversion (c/n - q) / (p - q)"
+        if self.records == 0:
+            entry["frequencies"] = []
+            return entry
+        estimates, stderr = subset_frequencies(self.counts, self.records, self.subset)
+        entry["frequencies"] = domain_rows(self, estimates, stderr, options, true_share(truth))
+        if options.consistent:
+            shares = project_to_simplex(estimates)
+            for row, share in zip(entry["frequencies"], shares, strict=True):
+                row["consistent"] = float(share)
+            entry["notes"].append(CONSISTENT_CAVEAT)
+        return entry
+
+
+def subset_counts(handler: Any, kind: str, options: Options) -> Accumulator:
+    return SubsetCounts(handler.name, kind, handler.mechanism)
+
+
 def vector_releases(name: str, kind: str, mechanism: VectorGaussianMechanism) -> CurveReleases:
     """The accumulator of a vector field: per-coordinate means."""
     return CurveReleases(
@@ -181,6 +236,7 @@ ESTIMATORS: dict[tuple[str, str | None], Estimator] = {
     ("categorical", "exponential"): ordinal_counts,
     ("categorical", "local_hashing"): hashed_reports,
     ("categorical", "unary_encoding"): unary_category_counts,
+    ("categorical", "subset_selection"): subset_counts,
     ("set", "unary_encoding"): set_reports,
     ("vector", "gaussian"): vector_field_releases,
     ("functional", "gaussian_process"): functional_field_releases,

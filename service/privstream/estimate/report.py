@@ -117,7 +117,8 @@ def _source_line(report: dict[str, Any]) -> str:
         if source.get("type") == "topic"
         else str(source.get("path", "stdin"))
     )
-    text = f"privstream estimate: {report['records_read']:,} records from {where}"
+    read = report["records_read"]
+    text = f"privstream estimate: {read:,} record{'' if read == 1 else 's'} from {where}"
     if source.get("records_without_config_header"):
         text += (
             f" ({source['records_without_config_header']:,} without a "

@@ -4,10 +4,16 @@ The choice (``privstream.mechanisms.selection``) uses the domain size and the
 field's resolved (epsilon, delta) only. What a candidate cannot do narrows
 the candidates:
 
-* ``delta > 0``: randomized response only (local hashing and unary
-  encoding are pure epsilon-DP);
+* ``delta > 0``: randomized response only (local hashing, subset
+  selection and unary encoding are pure epsilon-DP);
 * a domain with integer values: no local hashing (it hashes strings);
-  unary encoding releases the values themselves, integers included.
+  subset selection and unary encoding release the values themselves,
+  integers included;
+* a memoized field: no subset selection. ``auto``'s menu for memoized
+  fields is the one it had before subset selection came, so that an
+  unchanged config keeps its release id: a new id would make every device
+  report its value a second time, with independent noise (the epsilons
+  add). docs/mechanisms.md advises naming the mechanism of a memoized field.
 
 Without a domain, ``auto`` is local hashing, the only mechanism for an open
 domain. With a domain, local hashing enforces it exactly as randomized
@@ -36,9 +42,13 @@ def auto_choice(spec: CategoricalField, share: Guarantee) -> AutoChoice:
     restricted = None
     if share.delta > 0.0:
         restricted = "delta > 0: randomized_response only"
-    elif any(not isinstance(value, str) for value in spec.domain):
-        restricted = "integer domain values: no local_hashing"
-        variances.pop("local_hashing")
+    else:
+        if spec.memoize_by is not None or spec.memo_identity is not None:
+            restricted = "memoized: no subset_selection (auto's memo menu is fixed)"
+            variances.pop("subset_selection", None)
+        if any(not isinstance(value, str) for value in spec.domain):
+            restricted = "integer domain values: no local_hashing"
+            variances.pop("local_hashing")
     return AutoChoice(
         mechanism=least_variance(variances), variances=variances, restricted=restricted
     )

@@ -7,7 +7,16 @@ from typing import Any
 
 from privstream.config.fields import FIELD_KINDS, FIELD_MODELS, mechanisms_of
 from privstream.errors import RegistryError
-from privstream.kinds import finite, ordinal, real_ldp, scalar, structured, timestamp, unary
+from privstream.kinds import (
+    finite,
+    ordinal,
+    real_ldp,
+    scalar,
+    structured,
+    subset,
+    timestamp,
+    unary,
+)
 from privstream.kinds.base import FieldKind
 from privstream.pipeline.plan import PlannedField
 
@@ -60,7 +69,7 @@ def check_registry(registry: dict[tuple[str, str | None], FieldKind[Any]]) -> No
 
 
 #: the modules whose ``REGISTRATIONS`` make up the registry
-_MODULES = (scalar, real_ldp, finite, ordinal, structured, unary, timestamp)
+_MODULES = (scalar, real_ldp, finite, ordinal, structured, unary, subset, timestamp)
 REGISTRY = _index(entry for module in _MODULES for entry in module.REGISTRATIONS)
 check_registry(REGISTRY)
 

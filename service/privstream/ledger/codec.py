@@ -14,12 +14,12 @@ are signed 64-bit big-endian (``>q``)::
     01 'E'                                       closed_ms:q
     01 'N'                                       canonical JSON {"released": n, <reason>: n}
     01 'D' deployment                            01
+    01 'K'                                       01
 
 * ``W``: what a subject spent in the UTC window ``[start_ms, start_ms +
   window_ms)``, in units of ``1e-9`` epsilon and ``1e-18`` delta
   (``privstream.config.ledger``). Tombstoned once the window has expired.
-* ``L``: what a subject spent over its lifetime (kept with or without a
-  lifetime cap, so a cap set later counts what was released before it;
+* ``L``: what a subject spent over its lifetime (only with a lifetime cap;
   never tombstoned: the cap holds for as long as the changelog lives).
 * ``C``: the partition's clock, the largest wall-clock time any replica
   charged the partition at. A replica charges at ``max(now, clock)``, so a
@@ -35,6 +35,10 @@ are signed 64-bit big-endian (``>q``)::
   restore that meets another deployment's marker refuses the changelog: two
   deployments sharing one would each restore the other's spending
   (``replay.Replay.finish``).
+* ``K``: every charge of the partition was made under a lifetime cap, so its
+  ``L`` records hold every release. Written with the first charge under a
+  cap, tombstoned by the first charge without one; a restore under a cap
+  refuses a charged partition without it (``core.SubjectLedger.restored``).
 
 ``subject`` is the subject's canonical bytes (``privstream.pipeline.subjects``).
 A reader meeting another version byte refuses the changelog (``ChangelogError``)
@@ -56,9 +60,10 @@ CLOCK_KEY = _V + b"C"
 CLOSED_KEY = _V + b"E"
 COUNTS_KEY = _V + b"N"
 DEPLOYMENT = _V + b"D"
+LIFETIME_KEPT = _V + b"K"
 #: the value of a ``D`` record (its key says it all; a non-empty value is not a tombstone)
 MARK = b"\x01"
-_KINDS = (b"W", b"L", b"C", b"E", b"N", b"D")
+_KINDS = (b"W", b"L", b"C", b"E", b"N", b"D", b"K")
 _WINDOW_HEAD = struct.Struct(">qq")
 #: bytes before the subject in a window key
 WINDOW_PREFIX_LEN = len(WINDOW) + _WINDOW_HEAD.size
@@ -104,7 +109,8 @@ def decode_counts(value: bytes) -> dict[str, int]:
 
 
 def kind_of(key: bytes) -> bytes:
-    """The type byte (``W``, ``L``, ``C``, ``E``, ``N`` or ``D``); ChangelogError otherwise."""
+    """The type byte (``W``, ``L``, ``C``, ``E``, ``N``, ``D`` or ``K``); ChangelogError
+    otherwise."""
     if len(key) < 2 or key[0] != VERSION:
         found = key[0] if key else None
         raise ChangelogError(

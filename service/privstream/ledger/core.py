@@ -12,11 +12,12 @@ passes rather than one Python call per record:
    and the group's allowance ``min((cap - spent) // cost, (delta_cap -
    delta_spent) // delta_cost)`` -- a record is within its window's budget
    iff ``rank <= allowance``;
-3. group by subject: a record is over the lifetime cap iff the subject's
-   records *within their windows' budgets* before it in the batch number at
-   least the lifetime allowance. Lifetime spending is kept without a cap
-   too (an unlimited one), so a cap set later counts what was released
-   before it.
+3. with a lifetime cap, group by subject: a record is over the lifetime cap
+   iff the subject's records *within their windows' budgets* before it in
+   the batch number at least the lifetime allowance. Lifetime spending is
+   kept only under a cap, so a partition whose changelog was charged
+   without one refuses a cap set later (``restored``): it could not count
+   what was released before it.
 
 Step 3 gives exactly what charging one record at a time gives, checking the
 lifetime first and the window second (``tests/unit/ledger/test_charge.py``
@@ -37,10 +38,10 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from privstream.errors import MisuseError
+from privstream.errors import ChangelogError, MisuseError
 from privstream.ledger import codec
 from privstream.ledger import groups as g
-from privstream.ledger.policy import MAX_SUBJECT_BYTES, REASONS, UNLIMITED, LedgerPolicy
+from privstream.ledger.policy import MAX_SUBJECT_BYTES, REASONS, LedgerPolicy
 from privstream.ledger.replay import Replay
 from privstream.ledger.spending import Spending, hashes
 from privstream.ledger.state import PartitionState
@@ -93,8 +94,19 @@ class SubjectLedger:
         return Replay(partition, self.policy.window_ms, self.deployment)
 
     def restored(self, replay: Replay) -> None:
-        """Take a replayed partition as its ledger (LedgerError if the changelog is refused)."""
-        self._partitions[replay.partition] = replay.finish()
+        """Take a replayed partition as its ledger (ChangelogError if it is refused)."""
+        state = replay.finish()
+        capped = self.policy.lifetime_cap_units is not None
+        if capped and state.clock is not None and not state.lifetime_kept:
+            raise ChangelogError(
+                f"ledger changelog partition {replay.partition}: charged without "
+                "privacy.ledger.lifetime_epsilon (or while it was unset), so it holds no "
+                "lifetime spending and a cap now would not count the records released "
+                "before it. Remove lifetime_epsilon, or give "
+                "privacy.ledger.changelog_topic a new topic (every budget starts afresh: "
+                "docs/ledger.md, Settings)"
+            )
+        self._partitions[replay.partition] = state
 
     def forget(self, partition: int) -> None:
         """Drop a partition's state (revoked: its next owner restores it from the changelog)."""
@@ -106,6 +118,8 @@ class SubjectLedger:
         snap = state.snapshot()
         if state.marked:
             snap[codec.deployment_key(self.deployment)] = codec.MARK
+        if state.lifetime_kept:
+            snap[codec.LIFETIME_KEPT] = codec.MARK
         return snap
 
     def counts(self, partition: int) -> dict[str, int]:
@@ -153,6 +167,10 @@ class SubjectLedger:
         if not state.marked:
             updates.put(codec.deployment_key(self.deployment), codec.MARK)
             state.marked = True
+        kept = self.policy.lifetime_cap_units is not None
+        if kept != state.lifetime_kept:  # a charge without a cap voids the lifetime rows
+            updates.put(codec.LIFETIME_KEPT, codec.MARK if kept else None)
+            state.lifetime_kept = kept
         clock = now_ms if state.clock is None else max(now_ms, state.clock)
         if clock != state.clock:
             state.clock = clock
@@ -233,10 +251,11 @@ class SubjectLedger:
             within[at] = g.within(inverse, allowed)
             windows.append((start, at, firsts, inverse, spent))
         codes = np.where(within, 0, _CODE["budget_exhausted"]).astype(np.intp)
-        # one window in the batch (the usual case): its groups are the subjects
-        grouped = windows[0][2:4] if len(windows) == 1 else g.group(keys)
-        over = _lifetime_over(state, policy, (keys, subjects), grouped, within, updates)
-        codes[over] = _CODE["lifetime_exhausted"]
+        if policy.lifetime_cap_units is not None:
+            # one window in the batch (the usual case): its groups are the subjects
+            grouped = windows[0][2:4] if len(windows) == 1 else g.group(keys)
+            over = _lifetime_over(state, policy, (keys, subjects), grouped, within, updates)
+            codes[over] = _CODE["lifetime_exhausted"]
         costs = np.array([policy.cost_units, policy.delta_cost_units], dtype=np.int64)
         for start, at, firsts, inverse, spent in windows:
             admitted = np.bincount(inverse, weights=codes[at] == 0, minlength=len(firsts))
@@ -264,10 +283,8 @@ def _lifetime_over(
     updates: Updates,
 ) -> g.Bools:
     """Records over the lifetime cap (``batch``: each record's key and subject; ``grouped``:
-    each subject's first record and each record's subject); charges the admitted ones.
-    Without a cap the lifetime is still charged, under an unlimited one."""
-    cap, cost = policy.lifetime_cap_units, policy.cost_units
-    cap = UNLIMITED if cap is None else cap
+    each subject's first record and each record's subject); charges the admitted ones."""
+    cap, cost = cast(int, policy.lifetime_cap_units), policy.cost_units
     keys, subjects = batch
     firsts, inverse = grouped
     spent = _spent(state.lifetime, keys[firsts], width=1)[:, 0]

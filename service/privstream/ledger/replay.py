@@ -41,7 +41,7 @@ from privstream.ledger.spending import Int64s, Spending, hashes
 from privstream.ledger.state import PartitionState
 
 #: the value length of each record type (``codec``)
-_VALUE_BYTES = {b"W": 16, b"L": 8, b"C": 8, b"E": 8, b"D": len(codec.MARK)}
+_VALUE_BYTES = {b"W": 16, b"L": 8, b"C": 8, b"E": 8, b"D": len(codec.MARK), b"K": len(codec.MARK)}
 _Values = Sequence[bytes | None]
 Bools = npt.NDArray[np.bool_]
 
@@ -65,6 +65,8 @@ class Replay:
         self.deployment = deployment
         #: the deployments whose markers the changelog holds
         self._deployments: set[str] = set()
+        #: the ``K`` record: every charge was made under a lifetime cap
+        self._lifetime_kept = False
         #: (window start, window length) -> its table; windows of another length than
         #: ``window_ms`` are kept only to refuse the changelog if any is live at the end
         self._windows: dict[tuple[int, int], _Table] = {}
@@ -120,6 +122,7 @@ class Replay:
             closed=self._closed,
             counts=self._counts,
             marked=self.deployment in self._deployments,
+            lifetime_kept=self._lifetime_kept,
         )
 
     def _refuse_shared(self) -> None:
@@ -154,6 +157,8 @@ class Replay:
                 self._deployments.discard(name)
             else:
                 self._deployments.add(name)
+        elif kind == b"K":
+            self._lifetime_kept = value is not None
         elif kind == b"C":
             self._clock = None if value is None else codec.decode_int(value)
         elif kind == b"E":  # only moves forward: a stale lower one never reopens a window

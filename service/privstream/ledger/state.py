@@ -29,6 +29,8 @@ class PartitionState:
     counts: dict[str, int] = field(default_factory=dict)
     #: the changelog holds this deployment's marker (``codec``, record ``D``)
     marked: bool = False
+    #: every charge since the partition's first was made under a lifetime cap (``K``)
+    lifetime_kept: bool = False
 
     def prefix(self, start: int) -> bytes:
         return codec.window_prefix(start, self.window_ms)

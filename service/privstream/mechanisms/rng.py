@@ -300,7 +300,7 @@ class MemoSource:
     The words are a fixed function of the token, so whoever can make a row
     with a victim's identity can query the victim's answers: the identity
     must come from something writers cannot forge (the Kafka message key set
-    by an authenticated collector, README "Repeated reports").
+    by an authenticated collector, docs/protection.md, "Repeated reports").
     """
 
     _PERSON = b"privstream-memo1"  # BLAKE2b personalisation: 16 bytes

@@ -1,18 +1,19 @@
 """``mechanism: auto`` for categorical fields: the least estimator variance.
 
-Claim: the choice among k-ary randomized response, optimal local hashing and
-optimized unary encoding is a function of the domain size ``k``,
+Claim: the choice among k-ary randomized response, optimal local hashing,
+subset selection and optimized unary encoding is a function of the domain size ``k``,
 ``(epsilon, delta)`` and the candidates the field allows only, never of the
 domain's values, their order or any record; so choosing releases nothing.
 
 Criterion: the summed variance of the debiased frequency vector,
 ``A + (k - 1) B`` (``A``, ``B`` a value's variance at ``f = 1`` and ``f = 0``),
 exact for every true distribution and independent of ``n``. Rule: the least,
-except that OLH is chosen where OUE is least and OLH is within ``OLH_MARGIN``
-(5%); only RR when ``delta > 0``; OUE only up to ``MAX_UNIVERSE`` values; ties
+except that OLH is chosen where OUE or SS (array outputs) is least and OLH is
+within ``OLH_MARGIN`` (5%); only RR when ``delta > 0``; OUE and SS only up to
+``MAX_UNIVERSE`` values, SS only where its ``d >= 2`` (``d = 1`` is RR); ties
 to the first in ``CANDIDATES``.
 
-Proof, step by step, with the function each step proves, and the three
+Proof, step by step, with the function each step proves, and the four
 variances (Wang et al. 2017, Sec. 4-5): docs/proofs/selection.md.
 """
 
@@ -23,11 +24,12 @@ from typing import Protocol
 
 from privstream.mechanisms.local_hashing import OptimalLocalHashing
 from privstream.mechanisms.randomized_response import RandomizedResponse
+from privstream.mechanisms.subset_selection import SubsetSelection, optimal_subset_size
 from privstream.mechanisms.unary_encoding import MAX_UNIVERSE, UnaryEncoding
 
 
 class FrequencyOracle(Protocol):
-    """A mechanism with an exact per-value frequency variance (RR, OLH, OUE)."""
+    """A mechanism with an exact per-value frequency variance (RR, OLH, SS, OUE)."""
 
     def frequency_variance(self, n: int, frequency: float) -> float: ...
 
@@ -35,8 +37,11 @@ class FrequencyOracle(Protocol):
 #: the records at which ``explain`` shows the variances (the choice does not depend on it)
 VARIANCE_N = 1000
 #: candidates in tie-break order
-CANDIDATES = ("randomized_response", "local_hashing", "unary_encoding")
-#: OLH is preferred to a less-variance OUE up to this ratio (output size and noise words)
+CANDIDATES = ("randomized_response", "local_hashing", "subset_selection", "unary_encoding")
+#: candidates whose output is an array of domain values; OLH is preferred to them within
+#: ``OLH_MARGIN``
+ARRAY_OUTPUTS = ("subset_selection", "unary_encoding")
+#: OLH is preferred to a less-variance array output up to this ratio (output size, noise words)
 OLH_MARGIN = 1.05
 
 
@@ -58,6 +63,9 @@ def frequency_variances(
         variances["local_hashing"] = vector_variance(olh, domain_size, n)
         if domain_size <= MAX_UNIVERSE:
             variances["unary_encoding"] = vector_variance(unary_oue(epsilon), domain_size, n)
+            if optimal_subset_size(domain_size, epsilon) > 1:
+                ss = SubsetSelection(domain=range(domain_size), epsilon=epsilon)
+                variances["subset_selection"] = vector_variance(ss, domain_size, n)
     return variances
 
 
@@ -74,11 +82,11 @@ def unary_oue(epsilon: float) -> UnaryEncoding:
 def least_variance(variances: Mapping[str, float]) -> str:
     """The candidate with the least variance (ties: the earlier one in ``CANDIDATES``).
 
-    OUE only wins over an OLH candidate by more than ``OLH_MARGIN``.
+    An array output (SS, OUE) only wins over an OLH candidate by more than ``OLH_MARGIN``.
     """
     ranked = [name for name in CANDIDATES if name in variances]
     best = min(ranked, key=lambda name: (variances[name], ranked.index(name)))
     olh = variances.get("local_hashing")
-    if best == "unary_encoding" and olh is not None and olh <= OLH_MARGIN * variances[best]:
+    if best in ARRAY_OUTPUTS and olh is not None and olh <= OLH_MARGIN * variances[best]:
         return "local_hashing"
     return best

@@ -2,6 +2,8 @@
  *
  * fill: one field of a batch of decoded records, straight into an array;
  * assemble: each record's output text from its columns' texts;
+ * column, descend: one field of a batch of records as a list; one level down a nested
+ * field's path; replace_absent: a column's absent and null values replaced;
  * only, longest, utf8: a batch's type check, its longest message, its UTF-8 check.
  *
  * fill(records, key, kind, out, table) -> bool
@@ -385,6 +387,166 @@ done:
     return result;
 }
 
+/* column(records, key, missing) -> list: record.get(key, missing) of each record (an exact
+ * dict; TypeError otherwise), the raw column the fast path's parsers see. */
+static PyObject *
+column(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *records, *key, *missing;
+    if (!PyArg_ParseTuple(args, "O!OO", &PyList_Type, &records, &key, &missing)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    PyObject *values = PyList_New(n);
+    if (values == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* Invariant: as in fill(), a key's __eq__ may change the list: checked each time */
+        if (PyList_GET_SIZE(records) != n) {
+            PyErr_Format(PyExc_RuntimeError, "column: the records changed size during the call");
+            goto fail;
+        }
+        PyObject *record = PyList_GET_ITEM(records, i);
+        if (!PyDict_CheckExact(record)) {
+            PyErr_Format(PyExc_TypeError, "column: record %zd is not a dict", i);
+            goto fail;
+        }
+        Py_INCREF(record);
+        PyObject *value = PyDict_GetItemWithError(record, key);
+        Py_XINCREF(value);
+        Py_DECREF(record);
+        if (value == NULL) {
+            if (PyErr_Occurred()) {
+                goto fail;
+            }
+            Py_INCREF(missing);
+            value = missing;
+        }
+        PyList_SET_ITEM(values, i, value);
+    }
+    return values;
+fail:
+    Py_DECREF(values);
+    return NULL;
+}
+
+/* replace_absent(values, missing, replacement) -> (replaced, positions)
+ *
+ * The values (a sequence) with each one that is None or ``missing`` replaced by
+ * ``replacement``, and the positions replaced: the column an ``on_missing``
+ * field's parser sees (privstream.pipeline.missing), without a Python loop. Only
+ * identity is compared: no Python code runs on a value.
+ */
+static PyObject *
+replace_absent(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *values, *missing, *replacement;
+    if (!PyArg_ParseTuple(args, "OOO", &values, &missing, &replacement)) {
+        return NULL;
+    }
+    PyObject *fast = PySequence_Fast(values, "replace_absent: values must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject *replaced = PyList_New(n), *positions = PyList_New(0), *result = NULL;
+    if (replaced == NULL || positions == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* a list's size may change only through Python code, and none runs here except
+         * the position's allocation (a collection's finalisers): read it afresh */
+        if (PySequence_Fast_GET_SIZE(fast) != n) {
+            PyErr_Format(PyExc_RuntimeError, "replace_absent: the values changed size");
+            goto done;
+        }
+        PyObject *value = PySequence_Fast_GET_ITEM(fast, i);
+        if (value == Py_None || value == missing) {
+            PyObject *at = PyLong_FromSsize_t(i);
+            if (at == NULL || PyList_Append(positions, at) < 0) {
+                Py_XDECREF(at);
+                goto done;
+            }
+            Py_DECREF(at);
+            value = replacement;
+        }
+        Py_INCREF(value);
+        PyList_SET_ITEM(replaced, i, value);
+    }
+    result = PyTuple_Pack(2, replaced, positions);
+done:
+    Py_XDECREF(replaced);
+    Py_XDECREF(positions);
+    Py_DECREF(fast);
+    return result;
+}
+
+/* descend(holders, key, empty) -> (children, wrong)
+ *
+ * One level down a field's path (privstream.pipeline.nesting): for each holder
+ * (an exact dict), the object under ``key``; ``empty`` (an empty dict the caller
+ * owns) where the key is absent or its value null, so that the next level
+ * finds the field missing; ``empty`` too where the value is neither an
+ * object nor null, with its position in ``wrong`` (the reference rejects
+ * that record). A holder that is not a dict is refused (TypeError).
+ */
+static PyObject *
+descend(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *holders, *key, *empty;
+    if (!PyArg_ParseTuple(args, "O!OO!", &PyList_Type, &holders, &key, &PyDict_Type, &empty)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(holders);
+    PyObject *children = PyList_New(n), *wrong = PyList_New(0);
+    if (children == NULL || wrong == NULL) {
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* Invariant: as in fill(), a key's __eq__ may change the list: checked each time */
+        if (PyList_GET_SIZE(holders) != n) {
+            PyErr_Format(PyExc_RuntimeError, "descend: the holders changed size during the call");
+            goto fail;
+        }
+        PyObject *holder = PyList_GET_ITEM(holders, i);
+        if (!PyDict_CheckExact(holder)) {
+            PyErr_Format(PyExc_TypeError, "descend: holder %zd is not a dict", i);
+            goto fail;
+        }
+        Py_INCREF(holder);
+        PyObject *child = PyDict_GetItemWithError(holder, key);
+        Py_XINCREF(child);
+        Py_DECREF(holder);
+        if (child == NULL && PyErr_Occurred()) {
+            goto fail;
+        }
+        if (child == NULL || child == Py_None || !PyDict_CheckExact(child)) {
+            if (child != NULL && child != Py_None) {
+                PyObject *at = PyLong_FromSsize_t(i);
+                int failed = at == NULL || PyList_Append(wrong, at) < 0;
+                Py_XDECREF(at);
+                if (failed) {
+                    Py_DECREF(child);
+                    goto fail;
+                }
+            }
+            Py_XDECREF(child);
+            Py_INCREF(empty);
+            child = empty;
+        }
+        PyList_SET_ITEM(children, i, child);
+    }
+    PyObject *result = PyTuple_Pack(2, children, wrong);
+    Py_DECREF(children);
+    Py_DECREF(wrong);
+    return result;
+fail:
+    Py_XDECREF(children);
+    Py_XDECREF(wrong);
+    return NULL;
+}
+
 /* only(values, kinds) -> bool: whether every value's type is exactly one of the tuple
  * ``kinds`` (no subclass: bool is not int); True for no values. */
 static PyObject *
@@ -507,6 +669,13 @@ static PyMethodDef methods[] = {
     {"assemble", assemble, METH_VARARGS,
      "assemble(parts, count, joined=False) -> list of bytes (or one bytes): each record's "
      "text from its parts' texts."},
+    {"column", column, METH_VARARGS,
+     "column(records, key, missing) -> list: record.get(key, missing) of each record."},
+    {"descend", descend, METH_VARARGS,
+     "descend(holders, key, empty) -> (children, wrong): each holder's object under key."},
+    {"replace_absent", replace_absent, METH_VARARGS,
+     "replace_absent(values, missing, replacement) -> (replaced, positions): None and "
+     "missing replaced."},
     {"only", only, METH_VARARGS,
      "only(values, kinds) -> bool: every value's type is exactly one of kinds."},
     {"utf8", utf8, METH_O,

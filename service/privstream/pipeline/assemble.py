@@ -1,7 +1,8 @@
 """Records put together from their columns' texts (``privstream.pipeline.encode``).
 
 ``encode_records`` gives, for each row, exactly the bytes of
-``json.dumps({name: value, ...}, separators=(",", ":")).encode()``; the
+``json.dumps(nest(paths, values), separators=(",", ":")).encode()``
+(``privstream.pipeline.nesting``: a nested field's value under its object); the
 per-record cost and the fallbacks are described in ``encode``.
 """
 
@@ -11,7 +12,6 @@ import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from json.encoder import encode_basestring_ascii
 from typing import cast
 
 import numpy as np
@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from privstream.pipeline import _columns
 from privstream.pipeline.encode import Choices, Numbers, Piece, orjson_exact
 from privstream.pipeline.handlers import Column
+from privstream.pipeline.nesting import key_texts, layout, output_path
 from privstream.pipeline.plan import PlannedField
 
 #: combined tables of consecutive finite columns hold at most this many entries
@@ -30,7 +31,7 @@ COMBINED_TEXTS_MAX = 1024
 def encode_records(
     fields: Sequence[PlannedField], columns: Sequence[Column], count: int
 ) -> list[bytes]:
-    """``json.dumps({name: column.values[i] ...}, separators=(",", ":")).encode()`` for every row.
+    """``json.dumps(nest(paths, values), separators=(",", ":")).encode()`` for every row.
 
     Each column is written from its encoded form, or else by its kind's ``texts``
     (``privstream.kinds``), which knows the types its release gives. The records are
@@ -54,10 +55,13 @@ def encode_block(fields: Sequence[PlannedField], columns: Sequence[Column], coun
 
 
 def _pieces(fields: Sequence[PlannedField], columns: Sequence[Column]) -> list[Piece]:
-    segments = _segments(fields, columns)
+    paths = [output_path(planned.handler) for planned in fields]
+    order = layout(paths)
+    texts = key_texts(paths, order)
+    segments = _segments([fields[p] for p in order], [columns[p] for p in order], texts)
     pieces: list[Piece] = []
     for at, (prefix, part) in enumerate(segments):
-        suffix = b"}" if at == len(segments) - 1 else b""
+        suffix = texts[-1] if at == len(segments) - 1 else b""
         pieces += _render(prefix, part, suffix)
     return pieces
 
@@ -78,12 +82,14 @@ _Part = _Group | tuple[Numbers, "PlannedField", "Column"] | list[bytes]
 
 
 def _segments(
-    fields: Sequence[PlannedField], columns: Sequence[Column]
+    fields: Sequence[PlannedField], columns: Sequence[Column], texts: Sequence[bytes]
 ) -> list[tuple[bytes, _Part]]:
-    """(text before the segment's first value, its content), consecutive finite columns merged."""
+    """(text before the segment's first value, its content), consecutive finite columns merged.
+
+    ``texts``: the keys' text before each value, in the order written (``nesting.key_texts``).
+    """
     segments: list[tuple[bytes, _Part]] = []
-    for j, (planned, column) in enumerate(zip(fields, columns, strict=True)):
-        key = (("{" if j == 0 else ",") + encode_basestring_ascii(planned.name) + ":").encode()
+    for planned, column, key in zip(fields, columns, texts[: len(fields)], strict=True):
         form = column.encoded
         if isinstance(form, Choices) and _in_domain(form):
             last = segments[-1][1] if segments else None

@@ -5,7 +5,8 @@ big-endian) and the Avro binary payload. Pure: the writer schemas come in
 parsed, by id (``privstream.worker.schemas`` fetches them). The decoded record
 is handed to the plan as JSON, so every field rule (names, ``on_missing``, an
 Avro ``null`` read as JSON ``null``) applies to it as to a JSON message; the
-cost of that seam is in docs/avro.md.
+cost of that seam is in docs/avro.md. An infinite float or double is the JSON
+number ``1e999`` of its sign and NaN is null, as in Protobuf input (``real``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,41 @@ WriterSchema = Any
 # more than one record alone (bench/avro_decode.py). Avro bytes and fixed become base64
 # strings, decimals strings, timestamps and dates RFC 3339 strings.
 _ENCODE = msgspec.json.Encoder().encode
+_INFINITE = {True: msgspec.Raw(b"1e999"), False: msgspec.Raw(b"-1e999")}
+
+
+def real(value: float) -> Any:
+    """A float as the plan reads it: an infinity as the JSON number beyond the double range
+    (``1e999``), which the kinds clamp to the bound of its sign as they do for JSON input,
+    so that a record is released at infinity as at 1e308; NaN, which has no sign, stays
+    NaN (JSON null: an absent value, which ``on_missing`` decides, docs/protection.md)."""
+    if value - value == 0.0 or value != value:
+        return value
+    return _INFINITE[value > 0]
+
+
+def _infinite(value: Any) -> bool:
+    """Whether a decoded record holds an infinity."""
+    kind = type(value)
+    if kind is float:
+        return bool(value - value != 0.0 and value == value)
+    if kind is dict:
+        return any(map(_infinite, value.values()))
+    if kind is list:
+        return any(map(_infinite, value))
+    return False
+
+
+def _reals(value: Any) -> Any:
+    """A decoded record with its infinities as ``real`` gives them."""
+    kind = type(value)
+    if kind is float:
+        return real(value)
+    if kind is dict:
+        return {key: _reals(item) for key, item in value.items()}
+    if kind is list:
+        return [_reals(item) for item in value]
+    return value
 
 
 def schema_id(value: bytes | None) -> int | None:
@@ -92,7 +128,9 @@ def _one(value: bytes | None, schemas: Mapping[int, WriterSchema | Undecoded]) -
         left = len(value) - buffer.tell()
         if left:
             raise ValueError(f"{left} bytes left after the record")
-        return _ENCODE(record)
+        text = _ENCODE(record)
+        # msgspec writes an infinity as null: a record with a null may hold one
+        return _ENCODE(_reals(record)) if b"null" in text and _infinite(record) else text
     except Exception as exc:  # a payload that does not match its schema
         return Undecoded(
             UNDECODABLE,

@@ -33,17 +33,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from operator import itemgetter
 from typing import Any, cast
 
 import numpy as np
 
+from privstream.config.paths import split_path
 from privstream.mechanisms import NoiseSource
+from privstream.pipeline import _columns
 from privstream.pipeline.assemble import encode_block, encode_records
 from privstream.pipeline.columns import MISSING, Values, direct_column
-from privstream.pipeline.decode import decode_batch
+from privstream.pipeline.decode import collector_paused, decode_batch
 from privstream.pipeline.handlers import Rejected
-from privstream.pipeline.missing import direct_parts, source_of
+from privstream.pipeline.missing import direct_parts
+from privstream.pipeline.nesting import holders, source_path
 from privstream.pipeline.noise import Fresh, NoiseProvider, Replayable
 from privstream.pipeline.parse import parse_row, with_keys
 from privstream.pipeline.plan import RecordPlan, field_identity
@@ -52,11 +54,13 @@ from privstream.pipeline.results import BatchResult, DeadLetter
 from privstream.pipeline.subjects import subject_column, subject_values
 
 
-def _read_names(plan: RecordPlan, subject: str | None) -> list[str]:
-    """Every field the fast path reads from a record: the handlers', memo and subject fields."""
-    names = [source_of(handler) for handler in plan.handlers]
+def read_names(plan: RecordPlan, subject: str | None) -> list[str | tuple[str, ...]]:
+    """Every field the fast path reads from a record: the handlers', memo and subject fields
+    (a top-level name, or a nested field's path)."""
+    paths = [source_path(handler) for handler in plan.handlers]
     memos = (f.memo for f in plan.fields if f.memo is not None)
-    names.extend(memo.field for memo in memos if memo.field is not None)
+    paths.extend(split_path(memo.field) for memo in memos if memo.field is not None)
+    names: list[str | tuple[str, ...]] = [keys[0] if len(keys) == 1 else keys for keys in paths]
     if subject is not None:
         names.append(subject)
     return names
@@ -75,28 +79,30 @@ def _own_keys(records: list[dict[str, Any]], names: Sequence[str]) -> list[str]:
 
 def _column(records: list[dict[str, Any]], key: str) -> Sequence[Any]:
     """The field's raw values (``MISSING`` where a record lacks it)."""
-    try:  # one C loop
-        return list(map(itemgetter(key), records))
-    except KeyError:
-        return [record.get(key, MISSING) for record in records]
+    return _columns.column(records, key, MISSING)  # one C loop
 
 
 def _parse_columns(
-    plan: RecordPlan, records: list[dict[str, Any]]
+    plan: RecordPlan, records: list[dict[str, Any]], cache: dict[tuple[str, ...], Any]
 ) -> tuple[list[Values], set[int]]:
     """Each field's parsed column, and the rows left to the reference.
 
     A column is read straight into its array where every record holds the
     common kind of value (``direct_column``); else its parser sees the raw values.
+    A nested field is read from the objects holding its last key (``nesting.holders``).
     """
     columns: list[Values] = []
     bad: set[int] = set()
-    keys = _own_keys(records, [source_of(handler) for handler in plan.handlers])
-    for planned, key in zip(plan.fields, keys, strict=True):
+    paths = [source_path(handler) for handler in plan.handlers]
+    tops = _own_keys(records, [keys[0] for keys in paths])
+    for planned, path, top in zip(plan.fields, paths, tops, strict=True):
         parser, handler = planned.codec.column, planned.handler
-        values = direct_column(*direct_parts(parser, handler), records, key)
+        held, wrong = holders(records, path, cache)
+        bad.update(wrong)
+        key = top if len(path) == 1 else path[-1]
+        values = direct_column(*direct_parts(parser, handler), held, key)
         if values is None:
-            values, rejected = parser(handler, _column(records, key))
+            values, rejected = parser(handler, _column(held, key))
             bad.update(rejected)
         columns.append(values)
     return columns, bad
@@ -126,11 +132,12 @@ def _parse_batch(
     longest: int | None = None,
     subject: str | None = None,
 ) -> _Parsed:
-    records, where, slow = decode_batch(messages, longest, _read_names(plan, subject))
+    records, where, slow = decode_batch(messages, longest, read_names(plan, subject))
     subjects = None
     if subject is not None:
         subjects = subject_values(records, messages, subject, where)
-    columns, bad = _parse_columns(plan, records)
+    cache: dict[tuple[str, ...], Any] = {}
+    columns, bad = _parse_columns(plan, records, cache)
     memo_values: list[list[bytes] | None] = []
     for memo in (f.memo for f in plan.fields):
         if memo is None:
@@ -140,7 +147,10 @@ def _parse_batch(
             bad.update(p for p, key in enumerate(identities) if not key)
             memo_values.append(identities)
         else:
-            col = [record.get(memo.field, MISSING) for record in records]
+            path = split_path(memo.field)
+            held, wrong = holders(records, path, cache)
+            bad.update(wrong)
+            col = _column(held, path[-1])
             bad.update(p for p, value in enumerate(col) if type(value) not in (str, int))
             memo_values.append([b"" if p in bad else field_identity(v) for p, v in enumerate(col)])
     if bad:  # leave those records to the reference
@@ -236,7 +246,8 @@ def _process(
     plan, keys = with_keys(plan, messages, keys)
     # the worker's provider measured every message for the row seeds: reuse its lengths
     longest = provider.longest(messages) if isinstance(provider, Replayable) else None
-    parsed = _parse_batch(plan, messages, keys, longest, subject)
+    with collector_paused():  # the decoded records live (and die) in there
+        parsed = _parse_batch(plan, messages, keys, longest, subject)
     result = BatchResult(
         output_index=parsed.output_index,
         dead_letters=parsed.dead_letters,

@@ -43,7 +43,7 @@ from privstream.mechanisms import Mechanism, NoiseSource
 from privstream.pipeline.handlers import FieldHandler
 from privstream.pipeline.plan import RecordPlan
 
-#: default canaries per measured field per round (README "Error versus the gamma bound")
+#: default canaries per measured field per round (docs/metrics.md, "Error versus the gamma bound")
 DEFAULT_COUNT = 32
 
 

@@ -154,8 +154,8 @@ class PublicHandler:
     """Copies the value unchanged (the config declared it non-personal).
 
     Only a JSON scalar (string, number, boolean, null) unless ``allow_nested``:
-    the allow-list names top-level fields only, so an object or array under
-    a public name would release whatever upstream nests in it.
+    the allow-list names each released value (a nested one by its path), so an
+    object or array under a public name would release whatever upstream nests in it.
     """
 
     name: str

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from privstream.mechanisms import Mechanism, NoiseSource
+from privstream.pipeline import _columns
 from privstream.pipeline.columns import MISSING, ColumnParser, Values
 from privstream.pipeline.handlers import BooleanHandler, Column, FieldHandler
 from privstream.pipeline.plan import FieldCodec
@@ -80,12 +81,9 @@ class MissingHandler:
         # a parsed array (the fast path's) holds no None
         if self.mode != "null" or isinstance(values, np.ndarray):
             return self.inner.release(values, source)
-        nulls = [row for row, value in enumerate(values) if value is None]
+        filled, nulls = _columns.replace_absent(values, None, self._parsed)  # one C loop
         if not nulls:
             return self.inner.release(values, source)
-        filled = list(values)
-        for row in nulls:
-            filled[row] = self._parsed
         released = self.inner.release(filled, source)
         written = list(released.values)
         for row in nulls:
@@ -110,14 +108,10 @@ class PresenceHandler(BooleanHandler):
 
 def presence_column(handler: PresenceHandler, col: Sequence[Any]) -> tuple[Values, list[int]]:
     """The presence bit of every row; no row is left to the reference."""
-    bits = [value is not None and value is not MISSING for value in col]
-    return np.array(bits, dtype=np.int64), []
-
-
-def source_of(handler: FieldHandler) -> str:
-    """The record key a handler reads: its name, except for a presence bit."""
-    source: str = getattr(handler, "source", handler.name)
-    return source
+    _, absent = _columns.replace_absent(col, MISSING, None)  # one C loop
+    bits = np.ones(len(col), dtype=np.int64)
+    bits[absent] = 0
+    return bits, []
 
 
 def takes_missing(handler: FieldHandler) -> bool:
@@ -132,12 +126,9 @@ class _MissingColumn:
     inner: ColumnParser
 
     def __call__(self, handler: MissingHandler, col: Sequence[Any]) -> tuple[Values, list[int]]:
-        absent = [row for row, value in enumerate(col) if value is None or value is MISSING]
+        filled, absent = _columns.replace_absent(col, MISSING, handler.stand_in)  # one C loop
         if not absent:
             return self.inner(handler.inner, col)
-        filled = list(col)
-        for row in absent:
-            filled[row] = handler.stand_in
         values, bad = self.inner(handler.inner, filled)
         if handler.mode != "null":
             return values, bad
@@ -159,14 +150,16 @@ def direct_parts(parser: ColumnParser, handler: FieldHandler) -> tuple[ColumnPar
 
 def _texts(inner: FieldCodec) -> Any:
     def texts(handler: MissingHandler, values: list[Any]) -> list[bytes]:
-        present = [row for row, value in enumerate(values) if value is not None]
-        if len(present) == len(values):
-            return inner.texts(handler.inner, values)
-        written = inner.texts(handler.inner, [values[row] for row in present]) if present else []
-        out = [b"null"] * len(values)
-        for row, text in zip(present, written, strict=True):
-            out[row] = text
-        return out
+        # the null rows hold a present row's value while the kind writes the column (its
+        # texts are value by value), then "null"
+        present = next((value for value in values if value is not None), None)
+        if present is None:
+            return [b"null"] * len(values)
+        filled, nulls = _columns.replace_absent(values, None, present)  # one C loop
+        written = inner.texts(handler.inner, filled)
+        for row in nulls:
+            written[row] = b"null"
+        return written
 
     return texts
 

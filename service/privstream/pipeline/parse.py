@@ -12,11 +12,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from privstream.config.paths import split_path
 from privstream.errors import MisuseError
 from privstream.pipeline.columns import MISSING
 from privstream.pipeline.handlers import FieldHandler, Rejected, json_type
 from privstream.pipeline.long_integers import digit_bound, parse_int
-from privstream.pipeline.missing import source_of, takes_missing
+from privstream.pipeline.missing import takes_missing
+from privstream.pipeline.nesting import lookup, source_path
 from privstream.pipeline.plan import MemoPlan, RecordPlan, field_identity, unkeyed
 
 
@@ -52,9 +54,9 @@ def decode_record(raw: bytes) -> dict[str, Any]:
 
 def _memo_value(record: dict[str, Any], memo: str, of: str) -> str | int:
     """The raw memo value (a device id): a JSON string or integer, never quoted in errors."""
-    if memo not in record:
+    value = lookup(record, split_path(memo), memo)
+    if value is MISSING:
         raise Rejected("missing_field", f"field {memo!r} (memoize_by of {of!r}): missing")
-    value = record[memo]
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise Rejected(
             "wrong_type",
@@ -82,9 +84,10 @@ def _identity(memo: MemoPlan, record: dict[str, Any], key: bytes | None, of: str
 
 
 def parse_field(handler: FieldHandler, record: dict[str, Any]) -> Any:
-    """The handler's parse of the record's value; an absent field is dead-lettered unless
-    the field takes absent values (``on_missing``: ``privstream.pipeline.missing``)."""
-    value = record.get(source_of(handler), MISSING)
+    """The handler's parse of the record's value at its path (``nesting.lookup``); an absent
+    field is dead-lettered unless the field takes absent values (``on_missing``:
+    ``privstream.pipeline.missing``)."""
+    value = lookup(record, source_path(handler), handler.name)
     if value is MISSING and not takes_missing(handler):
         raise Rejected("missing_field", f"field {handler.name!r}: missing")
     return handler.parse(value)

@@ -17,6 +17,7 @@ import numpy as np
 
 from privstream.mechanisms import NoiseSource
 from privstream.pipeline.handlers import Rejected
+from privstream.pipeline.nesting import nest, output_path
 from privstream.pipeline.noise import Fresh, NoiseProvider
 from privstream.pipeline.parse import parse_row, with_keys
 from privstream.pipeline.plan import RecordPlan
@@ -70,9 +71,9 @@ def process_batch_reference(
         result.observations,
     )
     columns = [column.values for column in released]
-    names = [handler.name for handler in plan.handlers]
+    paths = [output_path(handler) for handler in plan.handlers]
     for i in range(len(rows)):
-        record = {name: column[i] for name, column in zip(names, columns, strict=True)}
+        record = nest(paths, [column[i] for column in columns])
         text = json.dumps(record, separators=(",", ":"), default=_as_list)
         result.outputs.append(text.encode())
     return result

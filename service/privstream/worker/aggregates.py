@@ -33,7 +33,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from privstream.aggregates import AggregatePlan, KeyedCells, build_aggregates
 from privstream.aggregates.stream import OpenWindows, Release, Write, releases
 from privstream.aggregates.windows import View, epoch_record
-from privstream.config import AppConfig
+from privstream.config import AppConfig, KafkaConfig
 from privstream.config.runtime import Runtime
 from privstream.metrics import Metrics
 from privstream.worker.changelog import read_partitions
@@ -77,12 +77,13 @@ class _Moved(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is un
 class AggregateWorker:
     """Runs the config's aggregates over the input topic until ``stop``."""
 
-    def __init__(self, config: AppConfig, runtime: Runtime, metrics: Metrics) -> None:
-        self.kafka = config.kafka
+    def __init__(
+        self, config: AppConfig, kafka: KafkaConfig, runtime: Runtime, metrics: Metrics
+    ) -> None:
+        self.kafka = kafka
         self._runtime = runtime
         self.metrics = metrics
         self.plans: tuple[AggregatePlan, ...] = build_aggregates(config)
-        kafka = config.kafka
         self.noise = KeyedCells(runtime.noise_secret, kafka.input_topic, kafka.noise_domain)
         self.topic = aggregates_topic(kafka.input_topic)
         self.group = f"{kafka.group_id}.aggregates"
@@ -100,7 +101,9 @@ class AggregateWorker:
 
     async def _session(self, stop: asyncio.Event) -> None:
         outputs = sorted({p.spec.output_topic or "" for p in self.plans})
-        partitions = await check_aggregate_topics(self.kafka, self._runtime, self.topic, outputs)
+        partitions = await check_aggregate_topics(
+            self.kafka, self._runtime.credentials, self.topic, outputs
+        )
         async with contextlib.AsyncExitStack() as stack:
             options = producer_options(self.kafka, self._runtime)
             options["transactional_id"] = (

@@ -31,7 +31,7 @@ Fold = Callable[[int, list[bytes], list[bytes | None]], None]
 def changelog_topic(config: AppConfig) -> str:
     ledger = config.privacy.ledger
     named = None if ledger is None else ledger.changelog_topic
-    return named or f"{config.kafka.input_topic}{CHANGELOG_SUFFIX}"
+    return named or f"{config.needs_kafka('run').input_topic}{CHANGELOG_SUFFIX}"
 
 
 async def read_partitions(

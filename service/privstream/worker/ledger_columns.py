@@ -12,7 +12,8 @@ writer put on another partition than their key's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
+from functools import reduce
+from operator import attrgetter, getitem
 from typing import Any, cast
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy.typing as npt
 import orjson
 from aiokafka import ConsumerRecord
 
+from privstream.config.paths import split_path
 from privstream.errors import LedgerError
 from privstream.kinds.timestamp import TimestampHandler
 from privstream.pipeline import BatchResult, RecordPlan
@@ -94,11 +96,12 @@ class EventTime:
 
     def __init__(self, handler: TimestampHandler) -> None:
         self.field = handler.name
+        self._keys = split_path(handler.name)  # a nested time: its path (``device.seen_at``)
         self._handler = handler
 
     def __call__(self, outputs: Sequence[bytes]) -> npt.NDArray[np.int64]:
         try:
-            values = [orjson.loads(output)[self.field] for output in outputs]
+            values = [reduce(getitem, self._keys, orjson.loads(output)) for output in outputs]
             return self._handler.starts_ms(values)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise LedgerError(

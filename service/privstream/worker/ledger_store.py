@@ -153,10 +153,11 @@ class LedgerStore:
             return None
         policy = LedgerPolicy.from_config(config, plan)
         time_field = config.privacy.ledger.time
+        kafka = config.needs_kafka("run")
         return cls(
-            ledger=SubjectLedger(policy=policy, deployment=config.kafka.group_id),
+            ledger=SubjectLedger(policy=policy, deployment=kafka.group_id),
             topic=changelog_topic(config),
-            kafka=config.kafka,
+            kafka=kafka,
             runtime=runtime,
             metrics=metrics,
             subject_field=subject,

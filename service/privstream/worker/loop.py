@@ -64,10 +64,12 @@ from privstream.errors import (
 )
 from privstream.kafka.decode import tolerate_undecodable_records
 from privstream.metrics import Metrics
-from privstream.pipeline import RecordPlan
+from privstream.pipeline import BatchResult, RecordPlan
+from privstream.pipeline.avro_encode import AvroEncoder
 from privstream.pipeline.results import DeadLetter
 from privstream.worker import charging
 from privstream.worker.assignment import Assignment
+from privstream.worker.client_logs import Reachability
 from privstream.worker.clients import (
     CLOSE_TIMEOUT_S,
     broker_answers,
@@ -88,6 +90,7 @@ from privstream.worker.generation_fence import (
 )
 from privstream.worker.http import Health
 from privstream.worker.ledger_store import LedgerStore
+from privstream.worker.output_schema import OutputSchema
 from privstream.worker.produce import BatchSender
 from privstream.worker.rebalance import Rebalance, names
 from privstream.worker.restart import Backoff, describe, unless_failed
@@ -130,6 +133,7 @@ class Worker:
         ledger: LedgerStore | None = None,
         sanitizer: Sanitize | None = None,
         judge: FencingJudge | None = None,
+        output: OutputSchema | None = None,
     ) -> None:
         self._kafka = kafka
         self._ledger = ledger
@@ -143,6 +147,9 @@ class Worker:
         self._sanitize = sanitizer
         #: the partitions owned now, shared with the rebalance listener
         self.assignment = Assignment()
+        #: Avro output: its schema, and once registered its encoder (None: JSON output)
+        self._output = output
+        self._encoder: AvroEncoder | None = None
         self._backoff = Backoff()
         tolerate_undecodable_records()
         #: partitions stopped before a batch that cannot be decoded: not ready while any is
@@ -150,6 +157,7 @@ class Worker:
         self._connected = False
         #: what a fencing is judged by (``clients.Fencing``)
         self._judge = FencingJudge(kafka.transaction_timeout_ms / 1000) if judge is None else judge
+        self._reach = Reachability(log)  # the WARNINGs about the broker's comings and goings
 
     async def run(self, stop: asyncio.Event) -> None:
         """Process batches until ``stop`` is set, reconnecting after broker trouble.
@@ -189,13 +197,13 @@ class Worker:
         if isinstance(exc, UndecodableBatchError):  # a changelog batch: no restore
             self._stalls.report(exc, f"restoring again in {delay:.1f} s")
             self._set_connected(self._connected)  # the broker answered: not ready
+        elif fencing is None:
+            self._set_connected(False)
+            ended = f"Kafka session ended ({describe(exc)}); reconnecting in {delay:.1f} s"
+            self._reach.unreachable(ended)
         else:
             self._set_connected(False)
-            why = (
-                f"Kafka session ended ({describe(exc)})"
-                if fencing is None
-                else fencing.explain(self._kafka, self._runtime)
-            )
+            why = fencing.explain(self._kafka, self._runtime)
             log.warning("%s; reconnecting in %.1f s", why, delay)
         return delay
 
@@ -214,8 +222,10 @@ class Worker:
         before any client could read or write one.
         """
         self._judge.session_started()
+        if self._output is not None and self._encoder is None:  # before any record is read
+            self._encoder = await asyncio.to_thread(self._output.register)
         changelog = None if self._ledger is None else self._ledger.topic
-        partitions = await check_topics(self._kafka, self._runtime, changelog)
+        partitions = await check_topics(self._kafka, self._runtime.credentials, changelog)
         async with contextlib.AsyncExitStack() as stack:
             producer = AIOKafkaProducer(**producer_options(self._kafka, self._runtime))
             if self._kafka.transactions:
@@ -257,6 +267,7 @@ class Worker:
         next fetch waits for its transaction, so what arrives meanwhile goes out in
         the next transaction rather than waiting one more in a prefetched batch.
         """
+        self._reach.reachable()
         self._set_connected(True)
         inflight: asyncio.Task[None] | None = None
         behind = True
@@ -302,9 +313,15 @@ class Worker:
         result = await asyncio.to_thread(self._sanitize, records)
         verdict = None
         if self._ledger is not None:  # None when voided: ``_commit`` drops it
+            # charged on the JSON outputs (``privacy.ledger.time`` reads them back), then
+            # encoded: the records a charge suppresses are never encoded
             verdict = await charging.charge(
                 self._ledger, self.assignment, owned, records, result, generation
             )
+            if verdict is not None:
+                verdict.result = await self._encoded(verdict.result)
+        else:
+            result = await self._encoded(result)
         return Prepared(owned, records, result, generation, started, verdict)
 
     async def probe(self, producer: AIOKafkaProducer) -> None:
@@ -320,9 +337,12 @@ class Worker:
         """
         while True:
             if await broker_answers(producer.client, self._kafka.input_topic, PROBE_TIMEOUT_S):
+                self._reach.reachable()
                 self._set_connected(True)
             else:
                 self._judge.unreachable()
+                missed = f"no broker answered within {PROBE_TIMEOUT_S:.0f} s"
+                self._reach.unreachable(missed, again=logging.DEBUG)  # once a second
                 self._set_connected(False)
             await asyncio.sleep(PROBE_INTERVAL_S)
 
@@ -334,8 +354,6 @@ class Worker:
     def _set_connected(self, up: bool) -> None:
         """Readiness: the broker answers, no partition is stopped (``Stalls``) and the
         ledger accepts this replica's clock (``clock``)."""
-        if up != self._connected:
-            log.info("broker %s", "reachable" if up else "unreachable")
         self._connected = up
         self._metrics.broker_connected.set(1 if up else 0)
         clock_ok = self._ledger is None or self._ledger.clock.ok
@@ -421,6 +439,12 @@ class Worker:
         if self._ledger is None:
             return await sender.send(batch.records, batch.result)
         return await charging.send(self._ledger, producer, sender, batch)
+
+    async def _encoded(self, result: BatchResult) -> BatchResult:
+        """The outputs as Avro once the output schema is registered (in a thread: CPU)."""
+        if self._encoder is None:
+            return result
+        return await asyncio.to_thread(self._encoder.encode, result)
 
     def _observe(self, count: int, out: int, dead: list[DeadLetter], seconds: float) -> None:
         m = self._metrics

@@ -24,6 +24,8 @@ from privstream.config.runtime import Runtime
 from privstream.kafka.decode import UndecodableRecord
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.pipeline import BatchResult, RecordPlan, process_batch
+from privstream.pipeline.batch import read_names
+from privstream.pipeline.formats import codec
 from privstream.pipeline.noise import Replayable
 from privstream.pipeline.results import DeadLetter, Observation, merge_observations
 from privstream.worker.produce import source_of
@@ -45,11 +47,12 @@ Sanitize = Callable[[Sequence[ConsumerRecord]], BatchResult]
 
 @dataclass(frozen=True)
 class Sanitizer:
-    """A worker's ``Sanitize``: Avro input decoded with its writer schemas, then ``sanitize``."""
+    """A worker's ``Sanitize``: framed input (Avro, Protobuf, JSON Schema) decoded with its
+    writer schemas, then ``sanitize``."""
 
     plan: RecordPlan
     keys: NoiseKeys
-    #: Avro input's writer schemas (None: the input is JSON)
+    #: framed input's writer schemas (None: the input is JSON)
     schemas: WriterSchemas | None = None
     #: the subject field (``privacy.subject``) when there is a ledger
     subject: str | None = None
@@ -60,13 +63,16 @@ class Sanitizer:
     ) -> Sanitizer:
         """The sanitizer of ``kafka.input_topic``'s records, keyed on ``runtime``'s secret."""
         keys = NoiseKeys(runtime.noise_secret, kafka.input_topic, kafka.noise_domain)
-        registry = kafka.schema_registry
-        avro = kafka.format == "avro" and registry is not None
-        schemas = WriterSchemas(registry) if avro and registry is not None else None
+        registry, framed = kafka.schema_registry, kafka.format != "json"
+        schemas = (
+            WriterSchemas(registry, codec(kafka.format, read_names(plan, subject)))
+            if framed and registry is not None
+            else None
+        )
         return cls(plan, keys, schemas, subject)
 
     def __call__(self, records: Sequence[ConsumerRecord]) -> BatchResult:
-        if self.schemas is not None:  # Avro input: the plan reads it as JSON
+        if self.schemas is not None:  # framed input: the plan reads it as JSON
             records = self.schemas.decode(records)
         return sanitize(self.plan, self.keys, records, self.subject)
 

@@ -1,5 +1,6 @@
-"""Avro input: writer schemas fetched by id from the schema registry, cached; a batch's
-values turned into the JSON the plan reads (``privstream.pipeline.avro``).
+"""Avro, Protobuf and JSON Schema input: writer schemas fetched by id from the schema
+registry, cached; a batch's values turned into the JSON the plan reads (the format's
+module in ``privstream.pipeline``, through ``privstream.pipeline.formats``).
 
 One registry request per schema id the cache lacks, never one per record:
 ids are collected over the batch first. The cache is bounded (least
@@ -33,73 +34,59 @@ from pydantic import SecretStr
 from privstream.config.registry import SchemaRegistryConfig
 from privstream.errors import SchemaRegistryUnavailableError, SecretError
 from privstream.kafka.decode import UndecodableRecord
-from privstream.pipeline.avro import (
-    UNKNOWN_SCHEMA_ID,
-    UNSUPPORTED_SCHEMA,
-    Undecoded,
-    WriterSchema,
-    parse_writer_schema,
-    schema_id,
-    to_json,
-)
+from privstream.pipeline.avro import Undecoded, WriterSchema, schema_id
+from privstream.pipeline.formats import Codec
 
 log = logging.getLogger("privstream.worker")
 _RECORD_FIELDS = fields(ConsumerRecord)
 
 
 @dataclass
-class AvroRejected(UndecodableRecord):
-    """A framed Avro value that cannot be read: dead-lettered with ``problem`` and ``detail``."""
+class FramedRejected(UndecodableRecord):
+    """A framed value that cannot be read: dead-lettered with ``problem`` and ``detail``."""
 
     detail: str = ""
 
 
 @dataclass
-class AvroDecoded(ConsumerRecord):  # type: ignore[misc]
-    """A record whose ``value`` is the JSON of its Avro value ``raw``, as received."""
+class FramedDecoded(ConsumerRecord):  # type: ignore[misc]
+    """A record whose ``value`` is the JSON of its framed value ``raw``, as received."""
 
     raw: bytes | None = None
 
 
 def as_received(records: Sequence[ConsumerRecord], values: Sequence[bytes]) -> Sequence[bytes]:
-    """The bytes each record's noise is keyed on: an Avro record's as received, never its
+    """The bytes each record's noise is keyed on: a framed record's as received, never its
     JSON (whose text a library upgrade between a crash and its replay might change)."""
-    if not any(isinstance(r, AvroDecoded) for r in records):
+    if not any(isinstance(r, FramedDecoded) for r in records):
         return values
     return [
-        (r.raw or b"") if isinstance(r, AvroDecoded) else v
+        (r.raw or b"") if isinstance(r, FramedDecoded) else v
         for r, v in zip(records, values, strict=True)
     ]
 
 
 class WriterSchemas:
-    """Writer schemas by id from one registry, cached."""
+    """Writer schemas of one format by id from one registry, cached."""
 
-    def __init__(self, config: SchemaRegistryConfig) -> None:
+    def __init__(self, config: SchemaRegistryConfig, codec: Codec) -> None:
         self._config = config
+        self._codec = codec
         self._cache: OrderedDict[int, WriterSchema | Undecoded] = OrderedDict()
-        self._headers = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
-        if config.auth is not None:
-            password = SecretStr(_read_password(config.auth.password_file))
-            token = f"{config.auth.username}:{password.get_secret_value()}".encode()
-            self._headers["Authorization"] = "Basic " + base64.b64encode(token).decode()
-        self._tls: ssl.SSLContext | None = None
-        if config.url.startswith("https://"):
-            self._tls = ssl.create_default_context(cafile=config.tls.ca_file)
-            self._tls.check_hostname = config.tls.check_hostname
+        self._headers, self._tls = connection(config)
 
     def decode(self, records: Sequence[ConsumerRecord]) -> list[ConsumerRecord]:
-        """The records with JSON values; those that cannot be read as ``AvroRejected``.
+        """The records with JSON values; those that cannot be read as ``FramedRejected``.
 
         Raises ``SchemaRegistryUnavailableError`` if the registry does not answer.
         """
         values = [r.value for r in records]
         ids = {sid for sid in map(schema_id, values) if sid is not None}
-        decoded = to_json(values, {sid: self.get(sid) for sid in ids})
+        decoded = self._codec.to_json(values, {sid: self.get(sid) for sid in ids})
         return [
             record
             if isinstance(record, UndecodableRecord)  # already a dead letter (its headers)
-            else AvroDecoded(**_fields(record, value=value), raw=record.value)
+            else FramedDecoded(**_fields(record, value=value), raw=record.value)
             if isinstance(value, bytes)
             else _rejected(record, value)
             for record, value in zip(records, decoded, strict=True)
@@ -107,12 +94,13 @@ class WriterSchemas:
 
     def get(self, sid: int) -> WriterSchema | Undecoded:
         """The parsed writer schema of ``sid``, from the cache or the registry."""
+        unknown = self._codec.unknown_schema_id
         cached = self._cache.get(sid)
         if cached is not None:
             self._cache.move_to_end(sid)
             return cached
         found = self._fetch(sid)
-        if not (isinstance(found, Undecoded) and found.reason == UNKNOWN_SCHEMA_ID):
+        if not (isinstance(found, Undecoded) and found.reason == unknown):
             self._cache[sid] = found
             if len(self._cache) > self._config.cache_size:
                 self._cache.popitem(last=False)
@@ -129,29 +117,48 @@ class WriterSchemas:
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 log.warning("schema id %d is not in the registry %s", sid, self._config.url)
-                return Undecoded(UNKNOWN_SCHEMA_ID, f"schema id {sid} is not in the registry")
-            raise _unavailable(url, f"HTTP {exc.code} {exc.reason}") from None
+                return Undecoded(
+                    self._codec.unknown_schema_id, f"schema id {sid} is not in the registry"
+                )
+            raise unavailable(url, f"HTTP {exc.code} {exc.reason}") from None
         except (OSError, ValueError) as exc:  # refused, reset, timed out, TLS, not JSON
-            raise _unavailable(url, f"{type(exc).__name__}: {exc}") from None
-        kind = body.get("schemaType", "AVRO")
-        if kind != "AVRO":
-            return Undecoded(UNSUPPORTED_SCHEMA, f"schema id {sid} is {kind}, not Avro")
+            raise unavailable(url, f"{type(exc).__name__}: {exc}") from None
+        kind, codec = body.get("schemaType", "AVRO"), self._codec
+        if kind != codec.schema_type:
+            why = f"schema id {sid} is {kind}, not {codec.schema_type} (kafka.format {codec.name})"
+            return Undecoded(codec.unsupported_schema, why)
         log.info("fetched writer schema %d from %s", sid, self._config.url)
-        return parse_writer_schema(sid, str(body.get("schema", "")))
+        return codec.parse(sid, str(body.get("schema", "")))
+
+
+def connection(config: SchemaRegistryConfig) -> tuple[dict[str, str], ssl.SSLContext | None]:
+    """The request headers (with the basic-auth password read now) and the TLS context."""
+    headers = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
+    if config.auth is not None:
+        password = SecretStr(_read_password(config.auth.password_file))
+        token = f"{config.auth.username}:{password.get_secret_value()}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(token).decode()
+    tls: ssl.SSLContext | None = None
+    if config.url.startswith("https://"):
+        tls = ssl.create_default_context(cafile=config.tls.ca_file)
+        tls.check_hostname = config.tls.check_hostname
+    return headers, tls
 
 
 def _fields(record: ConsumerRecord, **changed: object) -> dict[str, object]:
     return {f.name: changed.get(f.name, getattr(record, f.name)) for f in _RECORD_FIELDS}
 
 
-def _rejected(record: ConsumerRecord, why: Undecoded) -> AvroRejected:
-    return AvroRejected(**_fields(record), problem=why.reason, detail=why.detail)
+def _rejected(record: ConsumerRecord, why: Undecoded) -> FramedRejected:
+    return FramedRejected(**_fields(record), problem=why.reason, detail=why.detail)
 
 
-def _unavailable(url: str, why: str) -> SchemaRegistryUnavailableError:
+def unavailable(url: str, why: str) -> SchemaRegistryUnavailableError:
+    """A registry that did not answer (input schemas, or the output schema's registration)."""
     return SchemaRegistryUnavailableError(
-        f"schema registry request {url} failed ({why}): the batch is retried once the "
-        "registry answers; check kafka.schema_registry (url, auth, tls) if it never does"
+        f"schema registry request {url} failed ({why}): retried, nothing released meanwhile, "
+        "once the registry answers; check kafka.schema_registry (url, auth, tls) if it "
+        "never does"
     )
 
 

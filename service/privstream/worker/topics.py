@@ -1,12 +1,13 @@
-"""The topics a worker uses, checked before its first record (a future ``topics create --check``).
+"""The broker's side of the topics: looked at before a worker's first record, and by ``topics``.
 
 A worker never lets a topic come into being by accident: its clients ask
 for metadata with auto-creation off (``clients``), and before a session
-reads or writes anything ``check_topics`` looks at every topic it names.
-The input, output and dead-letter topics must exist. The ledger's
-changelog is created when missing, like the input (partitions,
-replication) with ``CHANGELOG_CONFIGS``; one that exists must have them.
-What would go wrong otherwise:
+reads or writes anything ``check_topics`` looks at every topic it names,
+judged by the rules of ``topic_plan`` (the same ones ``privstream topics
+check`` applies and ``privstream topics create`` creates by). The input,
+output and dead-letter topics must exist. The ledger's changelog is
+created when missing, like the input (partitions, replication); one that
+exists must have ``topic_plan.CHANGELOG_CONFIGS``. What would go wrong otherwise:
 
 * an input that does not exist yet has no partition count to
   co-partition the changelog with, and a broker with
@@ -28,57 +29,120 @@ and the command that fixes it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
+from aiokafka.errors import (
+    CoordinatorLoadInProgressError,
+    GroupCoordinatorNotAvailableError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
 
 from privstream.errors import TopicError
 from privstream.kafka.compat import ConfigResource, ConfigResourceType, MetadataRequest
-from privstream.worker.clients import batch_bytes, common_options
+from privstream.kafka.options import connection_options
+from privstream.worker.topic_plan import (
+    Found,
+    TopicSpec,
+    config_names,
+    notes,
+    problems,
+    topic_specs,
+)
 
 if TYPE_CHECKING:
     from privstream.config import KafkaConfig
-    from privstream.config.runtime import Runtime
+    from privstream.config.runtime import Credentials
 
 log = logging.getLogger("privstream.worker")
 
 ADMIN_TIMEOUT_MS = 30_000
-#: what a changelog must have (``max.message.bytes`` is checked against the batches)
-CHANGELOG_CONFIGS = {"cleanup.policy": "compact", "message.timestamp.type": "LogAppendTime"}
-#: Kafka's defaults, for a broker that does not report a config
-_DEFAULTS = {"cleanup.policy": "delete", "message.timestamp.type": "CreateTime"}
+#: waits between asks for a topic just created (about 15 s in all)
+VISIBLE_RETRIES_S = (0.02, 0.05, 0.1, 0.2, 0.5, *[1.0] * 14)
+#: waits between asks while a fresh cluster elects the group coordinator (about 30 s in all)
+COORDINATOR_RETRIES_S = (0.1, 0.2, 0.5, 1.0, 2.0, *[4.0] * 6)
 
 
-async def check_topics(kafka: KafkaConfig, runtime: Runtime, changelog: str | None) -> int:
-    """Refuse missing or misconfigured topics (``TopicError``); create a missing changelog.
+@dataclass
+class Survey:
+    """What the broker has of a config's topics, judged by ``topic_plan``."""
 
-    Returns the input topic's partition count.
-    """
-    admin = AIOKafkaAdminClient(
-        **common_options(kafka, runtime), request_timeout_ms=ADMIN_TIMEOUT_MS
-    )
+    specs: list[TopicSpec]
+    found: dict[str, Found | None]
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def missing(self) -> list[TopicSpec]:
+        return [spec for spec in self.specs if self.found[spec.name] is None]
+
+    @property
+    def source(self) -> Found | None:
+        return self.found[self.specs[0].name]
+
+
+async def open_admin(kafka: KafkaConfig, credentials: Credentials | None) -> AIOKafkaAdminClient:
+    """A started admin client of ``kafka`` (the caller closes it)."""
+    options = connection_options(kafka, credentials, kafka.client_id)
+    admin = AIOKafkaAdminClient(**options, request_timeout_ms=ADMIN_TIMEOUT_MS)
     await admin.start()
+    return admin
+
+
+async def survey(admin: AIOKafkaAdminClient, kafka: KafkaConfig, changelog: str | None) -> Survey:
+    """Describe every topic of ``kafka`` (and ``changelog``) and judge the ones that exist."""
+    specs = topic_specs(kafka, changelog)
+    found = {spec.name: await _found(admin, spec) for spec in specs}
+    result = Survey(specs, found)
+    source = result.source
+    if source is None:
+        return result
+    for spec in specs:
+        existing = found[spec.name]
+        if existing is not None:
+            result.problems += problems(spec, existing, source, kafka)
+            result.notes += notes(spec, existing, source)
+    return result
+
+
+async def _found(admin: AIOKafkaAdminClient, spec: TopicSpec) -> Found | None:
+    shape = await describe(admin, spec.name)
+    if shape is None:
+        return None
+    return Found(*shape, await topic_configs(admin, spec.name, config_names(spec)))
+
+
+async def check_topics(
+    kafka: KafkaConfig, credentials: Credentials | None, changelog: str | None
+) -> int:
+    """The worker's start-up check: refuse missing or misconfigured topics (``TopicError``),
+    create a missing changelog, log the advice. Returns the input's partition count."""
+    admin = await open_admin(kafka, credentials)
     try:
-        described = {t: await describe(admin, t) for t in _named(kafka)}
-        source = described[kafka.input_topic]
-        missing = [topic for topic, shape in described.items() if shape is None]
-        if missing or source is None:
-            raise _missing(missing, kafka)
-        if changelog is not None:
-            await _check_changelog(admin, kafka, changelog, source)
-        return source[0]
+        found = await survey(admin, kafka, changelog)
+        absent = [s for s in found.missing if s.role != "changelog"]
+        if absent or found.source is None:
+            raise missing_topics(absent, kafka)
+        if found.problems:
+            raise TopicError("; ".join(found.problems))
+        for note in found.notes:
+            log.warning("%s (`privstream topics check` lists what differs)", note)
+        source = found.source
+        for spec in found.missing:  # the changelog: the only one left
+            await create_changelog(admin, kafka, spec, source)
+        return source.partitions
     finally:
         await admin.close()
 
 
-def _named(kafka: KafkaConfig) -> list[str]:
-    return [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic]
-
-
-def _missing(topics: list[str], kafka: KafkaConfig) -> TopicError:
+def missing_topics(specs: list[TopicSpec], kafka: KafkaConfig) -> TopicError:
+    topics = [spec.name for spec in specs]
     creates = "; ".join(
         f"kafka-topics.sh --bootstrap-server {kafka.bootstrap_servers} --create --topic {t}"
         for t in topics
@@ -86,34 +150,23 @@ def _missing(topics: list[str], kafka: KafkaConfig) -> TopicError:
     return TopicError(
         f"topic {', '.join(map(repr, topics))} does not exist; the worker never creates "
         f"its input, output or dead-letter topic (nor lets a broker auto-create one): "
-        f"create it, then start the worker: {creates}"
+        f"create them with `privstream topics create --config <this config>` (or by hand: "
+        f"{creates}), then start the worker"
     )
 
 
-async def _check_changelog(
-    admin: AIOKafkaAdminClient, kafka: KafkaConfig, topic: str, source: tuple[int, int]
+async def create_changelog(
+    admin: AIOKafkaAdminClient,
+    kafka: KafkaConfig,
+    spec: TopicSpec,
+    source: Found,
+    replication: int | None = None,
 ) -> None:
-    partitions, replicas = source
-    existing = await describe(admin, topic)
-    if existing is None:
-        await _refuse_if_charged_before(admin, kafka, topic, partitions)
-        await _create(admin, topic, partitions, replicas)
-        log.info("created ledger changelog %s (%d partitions)", topic, partitions)
-        return
-    if existing[0] != partitions:
-        raise TopicError(
-            f"ledger changelog {topic!r} has {existing[0]} partitions but the input "
-            f"{kafka.input_topic!r} has {partitions}: the changelog must be co-partitioned "
-            "with the input. Give privacy.ledger.changelog_topic a new topic (which restarts "
-            "every subject's budget) or repartition it"
-        )
-    configs = await topic_configs(admin, topic, [*CHANGELOG_CONFIGS, "max.message.bytes"])
-    for name, wanted in CHANGELOG_CONFIGS.items():
-        if configs.get(name, _DEFAULTS[name]) != wanted:
-            raise _wrong_config(topic, name, configs.get(name, _DEFAULTS[name]), wanted)
-    limit = int(configs.get("max.message.bytes", batch_bytes(kafka)))
-    if limit < batch_bytes(kafka):
-        raise _wrong_config(topic, "max.message.bytes", str(limit), str(batch_bytes(kafka)))
+    """Create a missing ledger changelog like the input (``replication``: the input's unless
+    given), unless the group has consumed the input already."""
+    await _refuse_if_charged_before(admin, kafka, spec.name, source.partitions)
+    await create(admin, spec, source.partitions, replication or source.replication)
+    log.info("created ledger changelog %s (%d partitions)", spec.name, source.partitions)
 
 
 async def _refuse_if_charged_before(
@@ -127,7 +180,7 @@ async def _refuse_if_charged_before(
     the deliberate way to accept that (a ledger added to a running deployment).
     """
     wanted = [TopicPartition(kafka.input_topic, p) for p in range(partitions)]
-    committed = await admin.list_consumer_group_offsets(kafka.group_id, partitions=wanted)
+    committed = await _committed(admin, kafka.group_id, wanted)
     if not any(meta.offset >= 0 for meta in committed.values()):
         return
     raise TopicError(
@@ -141,19 +194,20 @@ async def _refuse_if_charged_before(
     )
 
 
-def _wrong_config(topic: str, name: str, found: str, wanted: str) -> TopicError:
-    why = {
-        "cleanup.policy": "deletion would forget spending and reopen budgets",
-        "message.timestamp.type": "the broker's append time is the clock the worker's "
-        "own is checked against",
-        "max.message.bytes": "the worker's changelog record batches are up to "
-        "min(kafka.max_message_bytes, 1 MiB)",
-    }[name]
-    return TopicError(
-        f"ledger changelog {topic!r} has {name}={found!r}; it must be {wanted!r} ({why}): "
-        f"kafka-configs.sh --bootstrap-server <servers> --alter --entity-type topics "
-        f"--entity-name {topic} --add-config {name}={wanted}"
-    )
+async def _committed(
+    admin: AIOKafkaAdminClient, group: str, partitions: list[TopicPartition]
+) -> dict[TopicPartition, Any]:
+    """The group's committed offsets, waiting out a coordinator still being elected.
+
+    A fresh cluster creates its offsets topic on the first group request and
+    answers "coordinator not available" until it has: for a few seconds.
+    """
+    for delay in COORDINATOR_RETRIES_S:
+        try:
+            return dict(await admin.list_consumer_group_offsets(group, partitions=partitions))
+        except (GroupCoordinatorNotAvailableError, CoordinatorLoadInProgressError):
+            await asyncio.sleep(delay)
+    return dict(await admin.list_consumer_group_offsets(group, partitions=partitions))
 
 
 async def describe(admin: AIOKafkaAdminClient, topic: str) -> tuple[int, int] | None:
@@ -186,13 +240,36 @@ async def topic_configs(admin: AIOKafkaAdminClient, topic: str, names: list[str]
     return found
 
 
-async def _create(admin: AIOKafkaAdminClient, topic: str, partitions: int, replicas: int) -> None:
-    new = NewTopic(topic, partitions, replicas, topic_configs=dict(CHANGELOG_CONFIGS))
+async def create(
+    admin: AIOKafkaAdminClient, spec: TopicSpec, partitions: int, replication: int
+) -> None:
+    """Create ``spec`` with ``topic_plan``'s configs (one that appeared meanwhile is kept);
+    return once the broker's metadata has it."""
+    configs = spec.create_configs(replication)
+    new = NewTopic(spec.name, partitions, replication, topic_configs=configs)
     response = await admin.create_topics([new], timeout_ms=ADMIN_TIMEOUT_MS)
     for name, code, *rest in response.topic_errors:
         error = for_code(code)
         if code != 0 and error is not TopicAlreadyExistsError:  # a second replica was faster
-            raise error(f"creating ledger changelog {name!r}: {rest[0] if rest else ''}")
+            raise error(f"creating {spec.role} topic {name!r}: {rest[0] if rest else ''}")
+    await _visible(admin, spec)
+
+
+async def _visible(admin: AIOKafkaAdminClient, spec: TopicSpec) -> None:
+    """Wait until a created topic is in the metadata the broker answers with.
+
+    The controller has created it when CreateTopics answers; the broker
+    asked next learns it a moment later, and until then describes it as
+    missing (the next topic would be made without the input's count).
+    """
+    for delay in VISIBLE_RETRIES_S:
+        if await describe(admin, spec.name) is not None:
+            return
+        await asyncio.sleep(delay)
+    raise TopicError(
+        f"{spec.role} topic {spec.name!r} was created but the broker has not listed it "
+        f"within {sum(VISIBLE_RETRIES_S):.0f} s; run the command again once it does"
+    )
 
 
 #: what the aggregates' internal topic must have: one partition (one total order of
@@ -201,20 +278,21 @@ AGGREGATES_CONFIGS = {"cleanup.policy": "compact"}
 
 
 async def check_aggregate_topics(
-    kafka: KafkaConfig, runtime: Runtime, internal: str, outputs: list[str]
+    kafka: KafkaConfig, credentials: Credentials | None, internal: str, outputs: list[str]
 ) -> int:
     """The aggregates' topics: the outputs must exist, the internal topic is created when
     missing (one partition, compacted); returns the input topic's partition count."""
-    admin = AIOKafkaAdminClient(
-        **common_options(kafka, runtime), request_timeout_ms=ADMIN_TIMEOUT_MS
-    )
-    await admin.start()
+    admin = await open_admin(kafka, credentials)
     try:
         described = {t: await describe(admin, t) for t in [kafka.input_topic, *outputs]}
         missing = [topic for topic, shape in described.items() if shape is None]
         source = described[kafka.input_topic]
         if missing or source is None:
-            raise _missing(missing, kafka)
+            raise TopicError(
+                f"topic {', '.join(map(repr, missing))} does not exist; the worker never "
+                "creates its input or an aggregate's output_topic: create it, then start "
+                "the worker (privstream topics create creates the record path's topics)"
+            )
         existing = await describe(admin, internal)
         if existing is None:
             await _refuse_if_released_before(admin, kafka, internal, source[0])
@@ -226,7 +304,7 @@ async def check_aggregate_topics(
             log.info("created the aggregates' internal topic %s", internal)
             return source[0]
         configs = await topic_configs(admin, internal, ["cleanup.policy"])
-        policy = configs.get("cleanup.policy", _DEFAULTS["cleanup.policy"])
+        policy = configs.get("cleanup.policy", "delete")  # Kafka's default
         if existing[0] != 1 or policy != "compact":
             raise TopicError(
                 f"the aggregates' topic {internal!r} has {existing[0]} partitions and "

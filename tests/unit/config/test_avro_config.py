@@ -40,8 +40,16 @@ def test_avro_takes_a_registry_url_and_its_defaults() -> None:
     assert (kafka.schema_registry.cache_size, kafka.schema_registry.timeout_ms) == (1000, 5000)
 
 
-def test_avro_without_a_registry_says_what_is_missing() -> None:
-    assert "kafka.format avro needs kafka.schema_registry" in problems(with_kafka(format="avro"))
+@pytest.mark.parametrize("framed", ["avro", "protobuf", "json_schema"])
+def test_a_framed_format_without_a_registry_says_what_is_missing(framed: str) -> None:
+    expected = f"kafka.format {framed} needs kafka.schema_registry"
+    assert expected in problems(with_kafka(format=framed))
+
+
+@pytest.mark.parametrize("framed", ["protobuf", "json_schema"])
+def test_protobuf_and_json_schema_take_a_registry(framed: str) -> None:
+    kafka = parse_config(with_kafka(format=framed, schema_registry={"url": "http://r"})).kafka
+    assert kafka.format == framed
 
 
 @pytest.mark.parametrize(
@@ -57,4 +65,4 @@ def test_a_wrong_registry_section_is_refused(registry: dict[str, Any], expected:
 
 
 def test_an_unknown_format_is_refused() -> None:
-    assert "format" in problems(with_kafka(format="protobuf"))
+    assert "format" in problems(with_kafka(format="thrift"))

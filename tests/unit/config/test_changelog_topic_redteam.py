@@ -2,7 +2,7 @@
 
 ``privacy.ledger.changelog_topic`` equal to the output topic was accepted. The
 worker then asks for that topic to be ``compact`` with ``LogAppendTime``
-(``topics._wrong_config`` prints the ``kafka-configs.sh --alter`` command); an
+(``topic_plan.wrong_config`` prints the ``kafka-configs.sh --alter`` command); an
 operator who runs it has compaction delete sanitized records by key, and every
 ledger record (its key: the subject's raw message key, its value: the
 subject's spending per window) lands in the analysts' topic. As the input or

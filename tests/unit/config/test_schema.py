@@ -52,3 +52,21 @@ def test_the_schema_refuses_what_the_loader_refuses(change: dict[str, Any], wher
     errors = list(validator().iter_errors(config))
     assert errors, f"schema accepted {change}"
     assert any(where in json.dumps(list(e.path)) + e.message for e in errors)
+
+
+def test_the_schema_takes_a_name_or_a_path_and_not_both() -> None:
+    """``path: [device, os]`` in place of ``name: device.os`` (docs/configuration.md)."""
+    entry = {"kind": "real", "bounds": [0, 1], "epsilon": 1.0}
+    base = {
+        "kafka": {"input_topic": "a", "output_topic": "b", "dead_letter_topic": "c"},
+        "privacy": {"epsilon": 1.0},
+    }
+    for spelling, valid in (
+        ({"name": "device.os"}, True),
+        ({"path": ["device", "os"]}, True),
+        ({"name": "device.os", "path": ["device", "os"]}, False),
+        ({}, False),
+        ({"path": []}, False),
+    ):
+        config = {**base, "fields": [{**spelling, **entry}]}
+        assert validator().is_valid(config) is valid, spelling

@@ -3,8 +3,10 @@
 The variances are written here from the formulas (randomized response:
 Jazbec Ex. 4.10 with Warner's debiasing; local hashing: Wang et al. 2017,
 Sec. 4, ``g = round(e^eps) + 1``; optimized unary encoding: ``p = 1/2``,
-``q = 1/(e^eps + 1)``), independently of the mechanism modules, and the
-choice is checked against them and against the issue's table.
+``q = 1/(e^eps + 1)``; subset selection: ``p = d e^eps / (d e^eps + k - d)``,
+``q = (p (d - 1) + (1 - p) d) / (k - 1)``, Wang et al. 2016), independently of
+the mechanism modules, and the choice is checked against them and against
+issue 16's and issue 35's tables.
 """
 
 from __future__ import annotations
@@ -55,20 +57,34 @@ def oue_variance(k: int, eps: float) -> float:
     return _vector(0.5, 1.0 / (math.exp(eps) + 1.0), k, N)
 
 
+def ss_variance(k: int, eps: float, d: int) -> float:
+    keep = d * math.exp(eps) / (d * math.exp(eps) + k - d)
+    return _vector(keep, (keep * (d - 1) + (1 - keep) * d) / (k - 1), k, N)
+
+
+def ss_best(k: int, eps: float) -> float:
+    """The least SS variance over ``d = 2 .. k - 1`` (``d = 1`` is randomized response)."""
+    return min((ss_variance(k, eps, d) for d in range(2, k)), default=math.inf)
+
+
 def formula_choice(k: int, eps: float) -> str:
-    """Least variance; OUE only if OLH's is more than 5% above it."""
-    rr, olh, oue = rr_variance(k, eps), olh_variance(k, eps), oue_variance(k, eps)
-    if rr <= min(olh, oue):
+    """Least variance; an array output (SS, OUE) only if OLH's is more than 5% above it."""
+    rr, olh = rr_variance(k, eps), olh_variance(k, eps)
+    array = min(oue_variance(k, eps), ss_best(k, eps))
+    if rr <= min(olh, array):
         return "randomized_response"
-    return "unary_encoding" if oue < olh / 1.05 else "local_hashing"
+    if array < olh / 1.05:
+        return "subset_selection" if ss_best(k, eps) <= oue_variance(k, eps) else "unary_encoding"
+    return "local_hashing"
 
 
-# the issue's table: the best protocol at each point; where the issue names OUE, OLH is
-# within 5% of it (1.0094 at eps 0.5, 1.0001 at eps 4): auto takes the smaller output
+# issue 16's table: the best protocol at each point; where it names OUE, OLH is within 5%
+# of it (1.0094 at eps 0.5, 1.0001 at eps 4): auto takes the smaller output. Issue 35 adds
+# subset selection, 5.7-10% below OLH at k = 48 up to eps 2
 TABLE = {
-    (48, 0.5): "local_hashing",
-    (48, 1.0): "local_hashing",
-    (48, 2.0): "local_hashing",
+    (48, 0.5): "subset_selection",
+    (48, 1.0): "subset_selection",
+    (48, 2.0): "subset_selection",
     (48, 4.0): "randomized_response",
     (1000, 0.5): "local_hashing",
     (1000, 1.0): "local_hashing",
@@ -85,8 +101,8 @@ def test_choice_at_the_issue_table_points(k: int, eps: float) -> None:
     assert variances["unary_encoding"] == pytest.approx(oue_variance(k, eps), rel=1e-9)
     assert least_variance(variances) == TABLE[(k, eps)] == formula_choice(k, eps)
     # Wang et al.'s rule: randomized response only when k < 3 e^eps + 2
-    wang = "randomized_response" if k < 3 * math.exp(eps) + 2 else "local_hashing"
-    assert TABLE[(k, eps)] == wang
+    rr = k < 3 * math.exp(eps) + 2
+    assert (TABLE[(k, eps)] == "randomized_response") == rr
 
 
 @pytest.mark.parametrize("eps", [0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0])
@@ -95,12 +111,12 @@ def test_choice_follows_the_variances_across_domain_sizes(eps: float) -> None:
     for k in range(2, int(3 * boundary)):
         chosen = least_variance(frequency_variances(k, eps))
         assert chosen == formula_choice(k, eps), (k, eps)
-        # Wang's boundary is the f = 0 approximation; the exact A term (f = 1) and the
-        # integer g pull it down, at most to 0.8 of it from eps 0.25 to 4 (134 of 166 at eps 4)
-        if k <= 0.75 * boundary:
+        # Wang's boundary is RR against OLH; subset selection's d = k / (e^eps + 1) passes
+        # 1.5 well below it (79 of 166 at eps 4): RR up to e^eps + 1 values, where d <= 1
+        if k <= math.exp(eps) + 1:
             assert chosen == "randomized_response", (k, eps)
         if k >= boundary:
-            assert chosen == "local_hashing", (k, eps)
+            assert chosen in ("local_hashing", "subset_selection"), (k, eps)
 
 
 def test_delta_keeps_randomized_response_only() -> None:
@@ -112,6 +128,8 @@ def _plan(field: dict[str, Any], epsilon: float = 5.0) -> RecordPlan:
 
 
 DOMAIN = [f"v{i:02d}" for i in range(48)]
+#: a domain where local hashing is within 5% of subset selection at eps 1 and 2: auto's OLH
+WIDE = [f"v{i:03d}" for i in range(1000)]
 
 
 def test_auto_is_the_default_and_picks_by_domain_size_and_epsilon() -> None:
@@ -119,8 +137,10 @@ def test_auto_is_the_default_and_picks_by_domain_size_and_epsilon() -> None:
     large = _plan({"name": "c", "kind": "categorical", "domain": DOMAIN, "epsilon": 1})
     (s,), (g,) = small.fields, large.fields
     assert s.mechanism == "randomized_response"
-    assert g.mechanism == "local_hashing"
-    assert g.handler.mechanism is not None and g.handler.mechanism.name == "local_hashing"
+    assert g.mechanism == "subset_selection"
+    assert g.handler.mechanism is not None and g.handler.mechanism.name == "subset_selection"
+    wide = _plan({"name": "c", "kind": "categorical", "domain": WIDE, "epsilon": 1}).fields[0]
+    assert wide.mechanism == "local_hashing"
 
 
 def test_choice_is_deterministic_and_stable_under_domain_reordering() -> None:
@@ -140,20 +160,24 @@ def test_release_id_names_the_resolved_mechanism() -> None:
     explicit_rr = {**auto_rr, "mechanism": "randomized_response"}
     # the same release (same mechanism, same parameters) keeps its id and its noise
     assert _plan(auto_rr).fields[0].release_id == _plan(explicit_rr).fields[0].release_id
-    auto_olh = {**auto_rr, "domain": DOMAIN}
-    rr_over_domain = {**auto_olh, "mechanism": "randomized_response"}
-    assert _plan(auto_olh).fields[0].release_id != _plan(rr_over_domain).fields[0].release_id
+    auto_ss = {**auto_rr, "domain": DOMAIN}
+    rr_over_domain = {**auto_ss, "mechanism": "randomized_response"}
+    assert _plan(auto_ss).fields[0].release_id != _plan(rr_over_domain).fields[0].release_id
 
 
-def test_integer_domains_choose_between_randomized_response_and_unary_encoding() -> None:
-    """OLH hashes strings: for integer values OUE is the candidate besides RR."""
+def test_integer_domains_choose_among_randomized_response_and_the_array_outputs() -> None:
+    """OLH hashes strings: for integer values SS and OUE are the candidates besides RR.
+
+    SS is OUE's law restricted to outputs of ``d`` values: never above it here."""
     ints = _plan({"name": "c", "kind": "categorical", "domain": list(range(48)), "epsilon": 1})
     few = _plan({"name": "c", "kind": "categorical", "domain": [1, 2, 3], "epsilon": 1})
-    assert oue_variance(48, 1.0) < rr_variance(48, 1.0) / 4  # 4.6x
-    assert ints.fields[0].mechanism == "unary_encoding"
+    assert ss_best(48, 1.0) < oue_variance(48, 1.0) < rr_variance(48, 1.0) / 4  # 4.6x
+    assert ints.fields[0].mechanism == "subset_selection"
     assert few.fields[0].mechanism == "randomized_response"
     mixed = {"name": "c", "kind": "categorical", "domain": [*DOMAIN[:47], 7], "epsilon": 1}
-    assert _plan(mixed).fields[0].mechanism == "unary_encoding"
+    assert _plan(mixed).fields[0].mechanism == "subset_selection"
+    wide = {"name": "c", "kind": "categorical", "domain": list(range(1000)), "epsilon": 1}
+    assert _plan(wide).fields[0].mechanism == "subset_selection"  # no OLH to prefer
 
 
 def test_integer_domain_choice_is_stable_under_reordering() -> None:
@@ -199,21 +223,21 @@ def test_only_randomized_response_where_it_alone_fits() -> None:
 
 
 def test_local_hashing_chosen_by_auto_enforces_the_domain() -> None:
-    field = {"name": "c", "kind": "categorical", "domain": DOMAIN, "epsilon": 1.0}
+    field = {"name": "c", "kind": "categorical", "domain": WIDE, "epsilon": 1.0}
     handler = _plan(field).fields[0].handler
-    assert handler.parse("v07") == "v07"
+    assert handler.parse("v007") == "v007"
     with pytest.raises(Rejected) as info:
         handler.parse("elsewhere")
     assert info.value.reason == "unknown_category"
-    mapped = _plan({**field, "unknown_as": "v00"}).fields[0].handler
-    assert mapped.parse("elsewhere") == "v00"
+    mapped = _plan({**field, "unknown_as": "v000"}).fields[0].handler
+    assert mapped.parse("elsewhere") == "v000"
 
 
 def test_memo_identity_works_with_auto_local_hashing() -> None:
     field = {
         "name": "c",
         "kind": "categorical",
-        "domain": DOMAIN,
+        "domain": WIDE,
         "epsilon": 1.0,
         "memo_identity": "message_key",
     }
@@ -221,7 +245,7 @@ def test_memo_identity_works_with_auto_local_hashing() -> None:
     assert planned.mechanism == "local_hashing"
     assert planned.memo is not None and planned.memo.identity_words == 1
     # the token holds the value itself, so the domain order cannot change it
-    assert planned.memo.token(b"dev", "v03") == b"\x03\x00\x00\x00dev" + b'"v03"'
+    assert planned.memo.token(b"dev", "v003") == b"\x03\x00\x00\x00dev" + b'"v003"'
 
 
 def _explain(tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str, fields: str) -> str:
@@ -285,21 +309,21 @@ ESTIMATE_CONFIG = f"""\
 kafka: {{input_topic: raw, output_topic: clean, dead_letter_topic: dlq}}
 privacy: {{epsilon: 2}}
 fields:
-  - {{name: page, kind: categorical, domain: [{", ".join(DOMAIN)}], epsilon: 2}}
+  - {{name: page, kind: categorical, domain: [{", ".join(WIDE)}], epsilon: 2}}
 """
 
 
 def test_estimate_end_to_end_on_an_auto_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """k = 48 at eps 2: auto is local hashing; estimate takes the domain as candidates."""
+    """k = 1000 at eps 2: auto is local hashing; estimate takes the domain as candidates."""
     config = tmp_path / "config.yaml"
     config.write_text(ESTIMATE_CONFIG, encoding="utf-8")
     plan = build_plan(parse_config(yaml.safe_load(ESTIMATE_CONFIG)))
     assert plan.fields[0].mechanism == "local_hashing"
     rng = np.random.default_rng(16)
-    weights = np.r_[np.full(4, 0.15), np.full(44, 0.4 / 44)]
-    values = [str(v) for v in rng.choice(DOMAIN, size=6000, p=weights)]
+    weights = np.r_[np.full(4, 0.15), np.full(996, 0.4 / 996)]
+    values = [str(v) for v in rng.choice(WIDE, size=6000, p=weights)]
     lines = [json.dumps({"page": v}).encode() for v in values]
     lines.append(b'{"page": "not-listed"}')  # outside the domain: dead-lettered
     out = io.BytesIO()
@@ -327,15 +351,15 @@ def test_estimate_end_to_end_on_an_auto_field(
     report = json.loads(capsys.readouterr().out)
     assert code == 0
     (page,) = report["fields"]
-    assert [row["value"] for row in page["frequencies"]] == DOMAIN
-    # 5 standard errors per value: false failure below 48 * 6e-7 ~ 3e-5 for a random seed
+    assert [row["value"] for row in page["frequencies"]] == WIDE
+    # 5 standard errors per value: false failure below 1000 * 6e-7 ~ 6e-4 for a random seed
     for row in page["frequencies"]:
         assert abs(row["estimate"] - row["true"]) < 5 * row["stderr"], row
 
 
 def test_audit_target_of_auto_local_hashing_uses_domain_values() -> None:
-    (planned,) = _plan({"name": "c", "kind": "categorical", "domain": DOMAIN, "epsilon": 1}).fields
+    (planned,) = _plan({"name": "c", "kind": "categorical", "domain": WIDE, "epsilon": 1}).fields
     target = target_for(planned)
-    assert target.inputs == ("v00", "v01")  # values the field accepts, not outside ones
+    assert target.inputs == ("v000", "v001")  # values the field accepts, not outside ones
     for value in target.inputs:
         assert planned.handler.parse(value) == value

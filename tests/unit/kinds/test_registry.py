@@ -50,6 +50,8 @@ EVERY_KIND: list[dict[str, Any]] = [
      "epsilon": 1.0},
     {"name": "u", "kind": "categorical", "mechanism": "unary_encoding", "domain": ["x", 2, "y"],
      "epsilon": 1.0},
+    {"name": "ss", "kind": "categorical", "mechanism": "subset_selection",
+     "domain": ["x", 2, "y", "z"], "epsilon": 1.0},
     {"name": "b", "kind": "boolean", "epsilon": 1.0},
     {"name": "s", "kind": "set", "universe": ["p", "q"], "max_items": 1, "epsilon": 1.0},
     {"name": "v", "kind": "vector", "dimension": 2, "l2_bound": 1.0, "epsilon": 1.0,

@@ -6,7 +6,8 @@
   deployment now marks the partitions it charges (``codec``, record ``D``) and a restore
   meeting another's marker is refused;
 * a lifetime cap set on a running deployment did not count what was released before it
-  (lifetime spending was only written under a cap). It is now always written.
+  (lifetime spending is only written under a cap). A partition charged without a cap now
+  refuses one (``codec``, record ``K``).
 
 Expected outcomes come from the caps the policies state, never from the ledger's state.
 """
@@ -81,18 +82,38 @@ def test_a_tombstoned_marker_releases_the_changelog() -> None:
     assert charge(restored("new", log), 1, 20, log) == 0  # its spending still counts
 
 
-def test_a_lifetime_cap_set_later_counts_earlier_releases() -> None:
+def test_a_lifetime_cap_set_later_is_refused() -> None:
     """12 records released without a cap (2 per window, 6 windows), then a cap of 8
-    records: none more. Before the fix, 8 more were released."""
+    records: the changelog holds no lifetime spending, so the restore refuses it. Before
+    the fix, 8 more were released."""
     uncapped = replace(POLICY, lifetime_cap_units=None, lifetime_epsilon=None)
     log: Log = []
     ledger = SubjectLedger(policy=uncapped, deployment="blue")
     released = sum(charge(ledger, 3, 1_000 * w, log) for w in range(6))
     assert released == 12  # 2 per window: the delta cap binds (test_charge.POLICY)
-    capped = restored("blue", log, POLICY)  # lifetime_cap_units=25: 8 records of 3
-    assert charge(capped, 3, 10_000, log) == 0
-    later = restored("blue", log, POLICY)
-    assert charge(later, 3, 20_000, log) == 0
+    assert not [key for key, _ in log if key[:2] == codec.LIFETIME]  # no row without a cap
+    with pytest.raises(ChangelogError, match="lifetime_epsilon"):
+        restored("blue", log, POLICY)  # lifetime_cap_units=25: 8 records of 3
+
+
+def test_a_cap_removed_for_a_while_is_refused_when_set_again() -> None:
+    """Releases made while the cap was off are in no lifetime row: the cap cannot return."""
+    uncapped = replace(POLICY, lifetime_cap_units=None, lifetime_epsilon=None)
+    log: Log = []
+    assert charge(SubjectLedger(policy=POLICY, deployment="blue"), 2, 10, log) == 2
+    assert charge(restored("blue", log, uncapped), 2, 1_010, log) == 2
+    assert (codec.LIFETIME_KEPT, None) in log  # the first charge without a cap voids it
+    with pytest.raises(ChangelogError, match="lifetime_epsilon"):
+        restored("blue", log, POLICY)
+
+
+def test_a_cap_from_the_start_restores_and_holds() -> None:
+    log: Log = []
+    released = 0
+    for w in range(6):  # a restart before every window: the lifetime rows carry over
+        released += charge(restored("blue", log, POLICY), 3, 1_000 * w, log)
+    assert released == 8  # lifetime_cap_units=25: 8 records of 3
+    assert log.count((codec.LIFETIME_KEPT, codec.MARK)) == 1  # restored with it: not again
 
 
 def test_without_a_cap_lifetime_spending_never_refuses() -> None:

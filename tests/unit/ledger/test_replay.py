@@ -113,7 +113,8 @@ def kept(log: Log) -> dict[bytes, bytes]:
 @pytest.mark.parametrize("seed", range(8))
 def test_folding_in_any_batches_gives_what_the_changelog_keeps(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    log = foreign_tombstoned(random_log(rng, 2_000))
+    # charged under the lifetime cap from the start (``K``), as POLICY has one
+    log = [(codec.LIFETIME_KEPT, codec.MARK), *foreign_tombstoned(random_log(rng, 2_000))]
     ledger = SubjectLedger(policy=POLICY, deployment="tests")
     replaying = ledger.replay(5)
     at = 0

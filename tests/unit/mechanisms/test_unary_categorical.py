@@ -113,6 +113,7 @@ def test_candidates_depend_on_size_and_delta_only() -> None:
     assert set(frequency_variances(48, 1.0)) == {
         "randomized_response",
         "local_hashing",
+        "subset_selection",
         "unary_encoding",
     }
     assert set(frequency_variances(48, 1.0, 1e-6)) == {"randomized_response"}

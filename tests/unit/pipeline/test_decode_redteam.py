@@ -141,7 +141,8 @@ ODD: list[dict[str, Any]] = [
     {"name": "__class__", "kind": "drop"},
     {"name": "__annotations__", "kind": "real", "bounds": [-5, 5], "epsilon": 1.0},
     {"name": "__total__", "kind": "boolean", "epsilon": 1.0},
-    {"name": 'a"b\\c', "kind": "integer", "bounds": [0, 10], "epsilon": 1.0},
+    # a backslash in a key, spelled as a one-key path (as a name it is escaped: a"b\\c)
+    {"path": ['a"b\\c'], "kind": "integer", "bounds": [0, 10], "epsilon": 1.0},
     {"name": "\x00x", "kind": "public"},
     {
         "name": "m",

@@ -24,6 +24,7 @@ from privstream.pipeline.assemble import (
 )
 from privstream.pipeline.encode import Choices
 from privstream.pipeline.handlers import Column
+from privstream.pipeline.nesting import key_texts
 from privstream.testing import SeededSource
 
 from tests.unit.pipeline.test_fast_path import assert_same, plan_of
@@ -167,9 +168,10 @@ def test_consecutive_finite_columns_share_a_table_up_to_its_bound() -> None:
         )
         for planned in plan.fields
     ]
+    paths = [(planned.name,) for planned in plan.fields]
     groups = [
         [type(c).__name__ for _, c in part.columns]
-        for _, part in _segments(plan.fields, columns)
+        for _, part in _segments(plan.fields, columns, key_texts(paths, range(len(paths))))
         if isinstance(part, _Group)
     ]
     assert groups == [["Choices", "Choices"], ["Choices", "Choices"]]

@@ -2,7 +2,7 @@
 
 A field's release id keys its noise (``NoiseKeys.field``): if the way it is
 computed changed, every field of every deployed config would be released
-again with independent noise. README "Operations" and
+again with independent noise. docs/operations.md and
 ``privstream.pipeline.plan.release_id`` define it as
 
     SHA-256 of canonical JSON (sorted keys, no spaces, ASCII) of

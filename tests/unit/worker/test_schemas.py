@@ -10,7 +10,8 @@ from aiokafka import ConsumerRecord
 from fastavro import schemaless_writer
 from privstream.config.registry import SchemaRegistryConfig
 from privstream.pipeline.avro import Undecoded, WriterSchema, parse_writer_schema
-from privstream.worker.schemas import AvroDecoded, AvroRejected, WriterSchemas, as_received
+from privstream.pipeline.formats import codec
+from privstream.worker.schemas import FramedDecoded, FramedRejected, WriterSchemas, as_received
 
 SCHEMA = parse_writer_schema(
     1, json.dumps({"type": "record", "name": "R", "fields": [{"name": "n", "type": "int"}]})
@@ -21,7 +22,9 @@ class Counting(WriterSchemas):
     """Answers every id from a table and counts the requests it would send."""
 
     def __init__(self, cache_size: int, known: set[int]) -> None:
-        super().__init__(SchemaRegistryConfig(url="http://127.0.0.1:1", cache_size=cache_size))
+        super().__init__(
+            SchemaRegistryConfig(url="http://127.0.0.1:1", cache_size=cache_size), codec("avro", ())
+        )
         self.known = known
         self.fetched: list[int] = []
 
@@ -53,11 +56,11 @@ def test_one_request_per_new_id_per_batch_never_one_per_record() -> None:
 def test_an_unknown_id_is_asked_again_by_the_next_batch() -> None:
     schemas = Counting(cache_size=10, known={1})
     first = schemas.decode([record(0, framed(5, 0))])
-    assert isinstance(first[0], AvroRejected)
+    assert isinstance(first[0], FramedRejected)
     assert first[0].problem == "avro_unknown_schema_id"
     schemas.known.add(5)  # registered meanwhile
     second = schemas.decode([record(0, framed(5, 0))])
-    assert isinstance(second[0], AvroDecoded)
+    assert isinstance(second[0], FramedDecoded)
     assert schemas.fetched == [5, 5]
 
 
@@ -73,5 +76,5 @@ def test_noise_is_keyed_on_the_bytes_as_received_not_on_their_json() -> None:
     schemas = Counting(cache_size=2, known={1})
     decoded = schemas.decode([record(0, raw), record(1, b"not avro")])
     assert decoded[0].value == b'{"n":7}'
-    assert isinstance(decoded[1], AvroRejected) and decoded[1].value == b"not avro"
+    assert isinstance(decoded[1], FramedRejected) and decoded[1].value == b"not avro"
     assert as_received(decoded, [r.value or b"" for r in decoded]) == [raw, b"not avro"]
