@@ -27,6 +27,7 @@ from privstream.aggregates.partial import Accumulator, Partial, merge
 from privstream.aggregates.plan import AggregatePlan
 from privstream.aggregates.release import Row, release
 from privstream.aggregates.windows import (
+    MAX_FUTURE_MS,
     MS,
     View,
     decode_partial,
@@ -73,10 +74,20 @@ class OpenWindows:
         #: late records per aggregate name since the last ``take_late``
         self._late: Counter[str] = Counter()
 
-    def add(self, partition: int, offset: int, timestamp_ms: int, value: bytes | None) -> None:
-        """One input record, in offset order; a value that is no JSON object enters nothing."""
-        self._newest[partition] = max(self._newest.get(partition, timestamp_ms), timestamp_ms)
+    def add(
+        self, partition: int, offset: int, timestamp_ms: int, value: bytes | None, now_ms: int
+    ) -> None:
+        """One input record, in offset order; a value that is no JSON object enters nothing.
+
+        A timestamp more than ``MAX_FUTURE_MS`` past the wall clock is left out like a
+        late record and moves no watermark: one record can close no partition's windows
+        for days to come (nor make every later record of it late).
+        """
         record = _parse(value)
+        if timestamp_ms > now_ms + MAX_FUTURE_MS:
+            self._late.update(plan.name for plan in self._plans)
+            return
+        self._newest[partition] = max(self._newest.get(partition, timestamp_ms), timestamp_ms)
         if record is None:
             return
         for index, (plan, timing) in enumerate(zip(self._plans, self._timing, strict=True)):

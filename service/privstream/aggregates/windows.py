@@ -35,6 +35,8 @@ from privstream.aggregates.partial import Partial
 from privstream.aggregates.read import Cell
 
 MS = 1000
+#: how far past the wall clock a record's timestamp may be (a day): further, it is late
+MAX_FUTURE_MS = 86_400_000
 #: windows released per aggregate per step at most (a backlog is released over steps)
 MAX_DUE = 64
 

@@ -212,9 +212,10 @@ class _Step:
         batches = await self._consumer.getmany(timeout_ms=500, max_records=5000)
         if self._moved.moved:  # fetched across a rebalance: read again from the commits
             return
+        now = _now_ms()
         for tp, messages in batches.items():
             for m in messages:
-                self._windows.add(tp.partition, m.offset, m.timestamp, m.value)
+                self._windows.add(tp.partition, m.offset, m.timestamp, m.value, now)
         for name, count in self._windows.take_late().items():
             self._owner.metrics.aggregate_late_records.labels(name).inc(count)
         await self._close()

@@ -10,6 +10,7 @@ from privstream.aggregates import KeyedCells
 from privstream.aggregates.stream import OpenWindows, releases
 from privstream.aggregates.windows import (
     MAX_DUE,
+    MAX_FUTURE_MS,
     View,
     decode_partial,
     encode_partial,
@@ -27,6 +28,7 @@ from tests.support.aggregates import aggregates_config
 WINDOW = {"size_seconds": 10, "grace_seconds": 2, "idle_seconds": 5}
 COUNT = {"name": "n", "query": "histogram", "field": "os", "epsilon": 1.0}
 SECRET = bytes(range(32))
+NOW = 0  # the wall clock the records are added at
 
 
 def plans() -> tuple:
@@ -61,17 +63,17 @@ def test_watermark_falls_back_to_the_wall_clock_only_when_caught_up() -> None:
 def test_a_window_closes_at_its_watermark_and_later_records_of_it_are_late() -> None:
     view = fresh_view()
     windows = OpenWindows(plans(), view)
-    windows.add(0, 0, 1_000, record("ios"))
-    windows.add(0, 1, 11_000, record("web"))
+    windows.add(0, 0, 1_000, record("ios"), NOW)
+    windows.add(0, 1, 11_000, record("web"), NOW)
     assert windows.close(0, 0, caught_up=False) == []  # watermark 9 s: window [0, 10) open
-    windows.add(0, 2, 12_500, record("ios"))  # watermark 10.5 s: [0, 10) closes
+    windows.add(0, 2, 12_500, record("ios"), NOW)  # watermark 10.5 s: [0, 10) closes
     writes = windows.close(0, 0, caught_up=False)
     for key, value in writes:
         view.apply(key, value)
     assert view.progress == {("n", 0): 10_000}
     partial = decode_partial("n", "w", view.partials["n", 0, 0])
     assert partial.counts == {("ios",): 1}
-    windows.add(0, 3, 9_999, record("android"))  # its window is closed: late
+    windows.add(0, 3, 9_999, record("android"), NOW)  # its window is closed: late
     assert windows.take_late() == {"n": 1}
     assert windows.take_late() == {}
 
@@ -80,12 +82,12 @@ def test_the_offset_committed_is_the_first_of_the_oldest_open_window() -> None:
     view = fresh_view()
     windows = OpenWindows(plans(), view)
     assert windows.held(0, 7) == 7  # nothing open: the position
-    windows.add(0, 7, 1_000, record("ios"))
-    windows.add(0, 8, 11_000, record("ios"))
+    windows.add(0, 7, 1_000, record("ios"), NOW)
+    windows.add(0, 8, 11_000, record("ios"), NOW)
     assert windows.held(0, 9) == 7
     for key, value in windows.close(0, 0, caught_up=True):  # wall clock 0: closes nothing
         view.apply(key, value)
-    windows.add(0, 9, 12_500, record("ios"))
+    windows.add(0, 9, 12_500, record("ios"), NOW)
     for key, value in windows.close(0, 0, caught_up=False):
         view.apply(key, value)
     assert windows.held(0, 10) == 8  # [0, 10) closed: the first record of [10, 20)
@@ -94,8 +96,8 @@ def test_the_offset_committed_is_the_first_of_the_oldest_open_window() -> None:
 
 def test_records_before_the_epochs_window_are_late() -> None:
     windows = OpenWindows(plans(), fresh_view(epoch_ms=25_000))
-    windows.add(0, 0, 19_999, record("ios"))
-    windows.add(0, 1, 20_000, record("ios"))
+    windows.add(0, 0, 19_999, record("ios"), NOW)
+    windows.add(0, 1, 20_000, record("ios"), NOW)
     assert windows.take_late() == {"n": 1}
 
 
@@ -115,8 +117,8 @@ def test_due_windows_are_every_window_all_partitions_closed_in_order() -> None:
 def test_partials_round_trip_and_tombstones_remove_them() -> None:
     view = fresh_view()
     windows = OpenWindows(plans(), view)
-    windows.add(1, 0, 1_000, record("web"))
-    windows.add(1, 1, 1_001, record("web"))
+    windows.add(1, 0, 1_000, record("web"), NOW)
+    windows.add(1, 1, 1_001, record("web"), NOW)
     writes = windows.close(1, 10**6, caught_up=True)
     key, value = writes[0]
     assert value is not None
@@ -134,7 +136,7 @@ def test_a_release_is_a_function_of_the_committed_partials_and_the_key() -> None
     for partition, names in ((0, ["ios", "ios"]), (1, ["web"])):
         windows = OpenWindows(plans(), view)
         for offset, name in enumerate(names):
-            windows.add(partition, offset, 1_000, record(name))
+            windows.add(partition, offset, 1_000, record(name), NOW)
         for key, value in windows.close(partition, 10**6, caught_up=True):
             view.apply(key, value)
     noise = KeyedCells(SECRET, "raw")
@@ -182,3 +184,14 @@ def test_the_window_is_part_of_the_release_id_only_when_set() -> None:
     (graced,) = build_aggregates(aggregates_config({**COUNT, "window": longer}))
     ids = {p.release_id("count") for p in (bare, windowed, graced)}
     assert len(ids) == 3
+
+
+def test_a_timestamp_far_past_the_wall_clock_is_late_and_closes_nothing() -> None:
+    view = fresh_view()
+    windows = OpenWindows(plans(), view)
+    windows.add(0, 0, 1_000, record("ios"), NOW)
+    windows.add(0, 1, NOW + MAX_FUTURE_MS + 1, record("ios"), NOW)
+    assert windows.take_late() == {"n": 1}
+    assert windows.close(0, NOW, caught_up=False) == []  # [0, 10 s) still open
+    windows.add(0, 2, NOW + MAX_FUTURE_MS, record("ios"), NOW)  # a day ahead: admitted
+    assert windows.take_late() == {}
