@@ -248,6 +248,8 @@ class HttpEndpoint:
             writer.write(_response(*answer))
             async with asyncio.timeout(self.REQUEST_TIMEOUT_S):
                 await writer.drain()
+            if answer[0] == 400:  # the client's bytes may be left unread
+                await _linger(reader, writer)
         except Exception as exc:  # a slow, vanished or broken client: never a traceback
             log.debug("http client dropped (%s)", type(exc).__name__)
         finally:
@@ -256,6 +258,25 @@ class HttpEndpoint:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self.REQUEST_TIMEOUT_S):
                     await writer.wait_closed()
+
+
+#: how long and how much a 400's connection is drained before it is closed (``_linger``)
+LINGER_S = 1.0
+LINGER_BYTES = 1 << 20
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Shut our side, then discard what the client still sends (bounded), before closing:
+    closing a socket with unread bytes resets the connection, and a reset makes the
+    client's kernel drop the answer it has not read yet (a lingering close, as HTTP
+    servers do after an error)."""
+    if writer.can_write_eof():
+        writer.write_eof()
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(LINGER_S):
+            left = LINGER_BYTES
+            while left > 0 and (chunk := await reader.read(min(left, 65_536))):
+                left -= len(chunk)
 
 
 def _response(status: int, ctype: str, body: bytes) -> bytes:
