@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from tests.integration.test_avro_input import V1, readiness_becomes, reading
+from tests.integration.test_avro_input import V1, reading
 from tests.support.avro import (
     AvroDeserializer,
     MessageField,
@@ -28,7 +28,7 @@ from tests.support.avro import (
     avro_writer,
 )
 from tests.support.broker import REPO_ROOT, create_topics
-from tests.support.faults import fault_topics, free_port, poll_until
+from tests.support.faults import fault_topics, free_port, poll_until, readiness_becomes
 from tests.support.http_get import http_get
 from tests.support.registry import Registry
 from tests.support.worker_proc import (

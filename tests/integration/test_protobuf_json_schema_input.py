@@ -10,7 +10,6 @@ framed by hand. Both sanitize under one config; the output is JSON.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from confluent_kafka.schema_registry.json_schema import JSONSerializer
 
 from tests.support.avro import MessageField, SchemaRegistryClient, SerializationContext
 from tests.support.broker import create_topics
-from tests.support.faults import free_port, readiness_becomes
+from tests.support.faults import free_port
 from tests.support.protobuf import (
     V1_FIELDS,
     V2_FIELDS,
@@ -31,7 +30,7 @@ from tests.support.protobuf import (
     reading_file,
     register,
 )
-from tests.support.registry import Registry
+from tests.support.registry import Registry, released_through_an_outage
 from tests.support.worker_proc import (
     PRIVACY,
     Collector,
@@ -245,23 +244,16 @@ async def test_a_registry_outage_mid_stream_loses_nothing_and_dead_letters_nothi
     port = free_port()
     http = {"host": "127.0.0.1", "port": port}
     config = framed_config(tmp_path, kafka_bootstrap, kafka, fmt, url, http=http)
-    await produce(kafka_bootstrap, raw, [(b"k", v, []) for v in first])
-
     worker = WorkerProcess(config, tmp_path / "worker.log")
-    async with started(worker), Collector(kafka_bootstrap, kafka["output_topic"]) as out:
-        await wait_while_alive(out, 30, worker, within_s=120)
-        await readiness_becomes(port, 200, worker, within_s=30)
-        await asyncio.to_thread(schema_registry_server.stop)
-        try:
-            await produce(kafka_bootstrap, raw, [(b"k", v, []) for v in second])
-            await readiness_becomes(port, 503, worker, within_s=60)
-            assert len(out.records) == 30, "a v2 record was released without its schema"
-        finally:
-            await asyncio.to_thread(schema_registry_server.start)  # same schemas, same ids
-        await readiness_becomes(port, 200, worker, within_s=120)
-        await wait_while_alive(out, 60, worker, within_s=120)
-        assert await worker.terminate() == 0, worker.log_text()[-3000:]
+    released = await released_through_an_outage(
+        kafka_bootstrap,
+        schema_registry_server,
+        (raw, kafka["output_topic"]),
+        worker,
+        port,
+        (first, second),
+    )
 
-    assert sorted(b["seq"] for b in decode(out.records)) == list(range(60))
+    assert sorted(b["seq"] for b in decode(released)) == list(range(60))
     assert await read_all(kafka_bootstrap, kafka["dead_letter_topic"], partitions=1) == []
     assert "schema registry request" in worker.log_text()

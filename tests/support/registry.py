@@ -15,6 +15,7 @@ brings the same registry back, with the same ids.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -24,7 +25,11 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from aiokafka import ConsumerRecord
+
 from tests.support.broker import REPO_ROOT, _free_ports
+from tests.support.faults import readiness_becomes
+from tests.support.worker_proc import Collector, WorkerProcess, produce, started, wait_while_alive
 
 log = logging.getLogger(__name__)
 
@@ -97,3 +102,34 @@ def schema_registry() -> Iterator[Registry]:
         yield registry
     finally:
         registry.close()
+
+
+async def released_through_an_outage(
+    bootstrap: str,
+    server: Registry,
+    topics: tuple[str, str],
+    worker: WorkerProcess,
+    port: int,
+    batches: tuple[list[bytes], list[bytes]],
+) -> list[ConsumerRecord]:
+    """The framed-input outage scenario: the worker releases ``batches[0]`` (30 records),
+    the registry stops, ``batches[1]`` (of a schema not yet fetched) arrives and the worker
+    turns not ready without releasing it, the registry comes back (same schemas, same
+    ids) and all 60 are released. ``topics``: input and output; the released records."""
+    raw, output = topics
+    first, second = batches
+    await produce(bootstrap, raw, [(b"k", v, []) for v in first])
+    async with started(worker), Collector(bootstrap, output) as out:
+        await wait_while_alive(out, 30, worker, within_s=120)
+        await readiness_becomes(port, 200, worker, within_s=30)
+        await asyncio.to_thread(server.stop)
+        try:
+            await produce(bootstrap, raw, [(b"k", v, []) for v in second])
+            await readiness_becomes(port, 503, worker, within_s=60)
+            assert len(out.records) == 30, "a v2 record was released without its schema"
+        finally:
+            await asyncio.to_thread(server.start)  # same schemas, same ids
+        await readiness_becomes(port, 200, worker, within_s=120)
+        await wait_while_alive(out, 60, worker, within_s=120)
+        assert await worker.terminate() == 0, worker.log_text()[-3000:]
+    return list(out.records)
