@@ -33,6 +33,9 @@ from privstream.config.fields import DomainValue
 from privstream.errors import MechanismError
 from privstream.mechanisms.grid import MAX_GRID_INDEX, granularity
 
+#: stream settings left out of a file-mode release id when unset (ids stay as they were)
+_UNSET_STREAM = frozenset({"window", "output_topic"})
+
 
 @dataclass(frozen=True)
 class AggregatePlan:
@@ -72,7 +75,9 @@ class AggregatePlan:
         return [orjson.dumps(dict(zip(fields, cell, strict=True))) for cell in chosen]
 
     def release_id(self, part: str) -> bytes:
-        """A hash of everything that determines the release of one part."""
+        """A hash of everything that determines the release of one part (the window and
+        grace too: another grace is another set of records, never the same noise)."""
+        unset = {name for name in _UNSET_STREAM if getattr(self.spec, name) is None}
         density = self.query.density
         if part == "density" and density is not None:
             scale, step = density.sigma, density.step
@@ -80,7 +85,7 @@ class AggregatePlan:
             total = self.query.total(part)
             scale, step = total.noise.t, total.step
         payload = {
-            "aggregate": self.spec.model_dump(mode="json"),
+            "aggregate": self.spec.model_dump(mode="json", exclude=set(unset)),
             "part": part,
             "t": scale.hex(),
             "step": step.hex(),
