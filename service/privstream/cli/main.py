@@ -386,7 +386,9 @@ def _quiet_stdout() -> None:
 def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
     from privstream.config.aggregates import stream_problems
 
-    problems = stream_problems(config.aggregates, config.kafka is None or config.kafka.transactions)
+    transactions = config.kafka is None or config.kafka.transactions
+    ledger = config.privacy.ledger is not None
+    problems = stream_problems(config.aggregates, transactions, ledger)
     for problem in problems:  # refused rather than silently not answered
         print(f"privstream: config error: {problem}", file=sys.stderr)
     if problems:

@@ -278,9 +278,17 @@ def aggregate_problems(
     return problems
 
 
-def stream_problems(aggregates: Sequence[AggregateConfig], transactions: bool) -> list[str]:
+def stream_problems(
+    aggregates: Sequence[AggregateConfig], transactions: bool, ledger: bool
+) -> list[str]:
     """Why ``privstream run`` cannot answer these aggregates over Kafka (empty: it can)."""
     problems = []
+    if aggregates and ledger:
+        problems.append(
+            "aggregates: the per-subject ledger (privacy.ledger) does not charge aggregate "
+            "releases yet, so its per-window caps would not hold for them; remove "
+            "privacy.ledger or the aggregates from the run config"
+        )
     if aggregates and not transactions:
         problems.append(
             "aggregates: a window is released exactly once through Kafka transactions: "
