@@ -1,0 +1,53 @@
+"""Red team 12b: the aggregates' watermark under a hostile producer's timestamps.
+
+Expected to FAIL on main at 7ff56f4 (findings, not fixes): each test states the
+documented behaviour (docs/aggregates.md "Windows", docs/proofs/aggregates.md
+step 19) and shows the code does otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+
+from privstream.aggregates import build_aggregates
+from privstream.aggregates.stream import OpenWindows
+from privstream.aggregates.windows import MAX_FUTURE_MS, View, epoch_record
+
+from tests.support.aggregates import aggregates_config
+
+WINDOW = {"size_seconds": 10, "grace_seconds": 2, "idle_seconds": 5}
+COUNT = {"name": "n", "query": "histogram", "field": "os", "epsilon": 1.0}
+NOW = 1_000_000  # the wall clock, ms
+
+
+def _windows() -> tuple[OpenWindows, View]:
+    config = aggregates_config({**COUNT, "window": WINDOW, "output_topic": "agg"})
+    view = View()
+    view.apply(*epoch_record(0))
+    return OpenWindows(build_aggregates(config), view), view
+
+
+def _record(os_name: str) -> bytes:
+    return json.dumps({"os": os_name}).encode()
+
+
+def test_one_record_stamped_hours_ahead_does_not_make_later_records_late() -> None:
+    """docs/aggregates.md: a far-future record "moves no watermark (one record must not
+    close a partition's windows, nor make its later records late)"; proof step 19: "one
+    record cannot close a partition's windows ahead of time". The guard only refuses
+    timestamps more than MAX_FUTURE_MS ahead: one record 23 h ahead closes every window of
+    its partition for the next 23 h, and every honest record in that time is dropped as
+    late. Removing that one record changes the counts of up to a day of other records
+    (the sensitivity of steps 4-14 no longer bounds the release)."""
+    windows, view = _windows()
+    windows.add(0, 0, NOW, _record("ios"), NOW)
+    windows.add(0, 1, NOW + MAX_FUTURE_MS - 3_600_000, _record("web"), NOW)  # 23 h ahead
+    for key, value in windows.close(0, NOW, caught_up=False):
+        view.apply(key, value)
+    windows.add(0, 2, NOW + 5_000, _record("android"), NOW + 5_000)  # an honest record
+    late = windows.take_late()
+    assert late == {}, f"one record 23 h ahead made an honest record late: {dict(late)}"
+    assert view.progress.get(("n", 0), 0) <= NOW + 10_000, (
+        f"one record closed partition 0's windows up to {view.progress[('n', 0)]} ms "
+        f"(the wall clock is {NOW} ms)"
+    )
