@@ -65,7 +65,8 @@ async def test_a_second_deployment_never_releases_a_window_again(
                 stamps = [base + k * 1000 + j * (1000 // PER_WINDOW) for j in range(PER_WINDOW)]
                 index = range(k * PER_WINDOW, (k + 1) * PER_WINDOW)
                 await agg.produce_to(kafka_bootstrap, kafka["input_topic"], index, stamps)
-            await agg.produce_each(kafka_bootstrap, kafka["input_topic"], 999, base + WINDOWS * 1000)
+            closing = base + WINDOWS * 1000
+            await agg.produce_each(kafka_bootstrap, kafka["input_topic"], 999, closing)
             await poll_until(
                 lambda: _refused_or_twice(rows, second),
                 120,
