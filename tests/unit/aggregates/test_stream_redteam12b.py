@@ -51,3 +51,45 @@ def test_one_record_stamped_hours_ahead_does_not_make_later_records_late() -> No
         f"one record closed partition 0's windows up to {view.progress[('n', 0)]} ms "
         f"(the wall clock is {NOW} ms)"
     )
+
+
+#: Kafka's default max.message.bytes (broker and topic), the limit docs/aggregates.md names
+KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+
+
+def test_a_hostile_producer_cannot_make_a_partial_too_large_to_commit() -> None:
+    """With ``select_groups`` a group-by field has no declared keys, so every distinct value
+    a producer sends is a cell (``RecordReader.cell``: ``allowed is None``) of the window's
+    partial, and the partial is ONE record of the internal topic written in the close
+    transaction that carries every aggregate's progress and the input offsets. 60,000
+    distinct values in one window make a ~2 MB partial: the producer refuses it
+    (MessageSizeTooLargeError, a KafkaError: retried), the session restarts from the
+    same committed offsets, reads the same records and fails again: no window of any
+    aggregate is ever released again, and memory grows with the values. docs/aggregates.md
+    "Limits" asks the operator to keep cells x bytes below max.message.bytes, which no
+    operator can do when the cells come from the records."""
+    config = aggregates_config(
+        {
+            "name": "v",
+            "query": "count",
+            "group_by": [{"field": "version"}],
+            "select_groups": True,
+            "epsilon": 1.0,
+            "delta": 1e-6,
+            "window": WINDOW,
+            "output_topic": "agg",
+        }
+    )
+    view = View()
+    view.apply(*epoch_record(0))
+    windows = OpenWindows(build_aggregates(config), view)
+    for i in range(60_000):
+        value = json.dumps({"version": f"hostile-version-{i:08d}"}).encode()
+        windows.add(0, i, 1_000, value, 0)
+    windows.add(0, 60_000, 20_000, json.dumps({"version": "1.0"}).encode(), 0)
+    writes = windows.close(0, 0, caught_up=False)
+    sizes = {key.decode(): len(value or b"") for key, value in writes}
+    assert max(sizes.values()) <= KAFKA_DEFAULT_MAX_MESSAGE_BYTES, (
+        f"an internal record of {max(sizes.values())} bytes (limit "
+        f"{KAFKA_DEFAULT_MAX_MESSAGE_BYTES}): {sizes}"
+    )
