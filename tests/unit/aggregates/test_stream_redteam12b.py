@@ -11,7 +11,7 @@ import json
 
 from privstream.aggregates import build_aggregates
 from privstream.aggregates.stream import OpenWindows
-from privstream.aggregates.windows import MAX_FUTURE_MS, View, epoch_record
+from privstream.aggregates.windows import MAX_FUTURE_MS, View, decode_partial, epoch_record
 
 from tests.support.aggregates import aggregates_config
 
@@ -93,3 +93,47 @@ def test_a_hostile_producer_cannot_make_a_partial_too_large_to_commit() -> None:
         f"an internal record of {max(sizes.values())} bytes (limit "
         f"{KAFKA_DEFAULT_MAX_MESSAGE_BYTES}): {sizes}"
     )
+
+
+def _window_counts(victim: bool, injected: int) -> tuple[dict, int]:
+    """Window [0, 10 s)'s exact committed counts and the late records, for a stream with
+    or without the victim's one record (stamped in the NEXT window, [10 s, 20 s))."""
+    windows, view = _windows()
+
+    def step(offset: int, stamp: int, os_name: str) -> None:
+        windows.add(0, offset, stamp, _record(os_name), 0)
+        for key, value in windows.close(0, 0, caught_up=False):
+            view.apply(key, value)
+
+    step(0, 1_000, "ios")
+    if victim:
+        step(1, 12_500, "web")  # the victim's record: moves the watermark to 10.5 s
+    for i in range(injected):  # the attacker's records, stamped in [0, 10 s), after it
+        step(2 + i, 9_000, "android")
+    step(2 + injected, 30_000, "ios")  # anyone's record: closes [0, 10) and [10, 20)
+    counts = decode_partial("n", "w", view.partials["n", 0, 0]).counts
+    return dict(counts), sum(windows.take_late().values())
+
+
+def test_one_records_presence_changes_a_window_it_is_not_in_by_at_most_one() -> None:
+    """The claim (docs/proofs/aggregates.md): each window's rows are DP for adding or
+    removing ONE unit (here one record, sensitivity 1 per cell). Step 19 waves the
+    watermark through by treating "the presence and order of records" as public, which
+    is exactly what the counts' noise protects. An attacker who can produce to the
+    partition (the neighbouring-stream adversary knows or writes every other record)
+    sends k records stamped in an earlier window right after the victim's possible
+    record: if the victim's record is there, its timestamp has closed that window and
+    all k are late (dropped); if not, all k are counted. Removing the victim changes
+    window [0, 10 s) -- which does not even hold the victim's record -- by k, so the
+    noise of sensitivity 1 gives k * epsilon, and privstream_aggregate_late_records_total
+    reports k or 0 exactly (no noise at all)."""
+    k = 10
+    with_victim, late_with = _window_counts(victim=True, injected=k)
+    without, late_without = _window_counts(victim=False, injected=k)
+    cells = set(with_victim) | set(without)
+    change = {c: abs(with_victim.get(c, 0) - without.get(c, 0)) for c in cells}
+    assert max(change.values()) <= 1, (
+        f"removing one record (not in the window) changed its exact counts by {change}: "
+        f"{with_victim} with it, {without} without"
+    )
+    assert late_with == late_without, f"the late counter says {late_with} against {late_without}"
