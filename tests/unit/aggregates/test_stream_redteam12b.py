@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import json
 
-from privstream.aggregates import build_aggregates
+import pytest
+from privstream.aggregates import KeyedCells, build_aggregates
 from privstream.aggregates.stream import OpenWindows
-from privstream.aggregates.windows import MAX_FUTURE_MS, View, decode_partial, epoch_record
+from privstream.aggregates.windows import (
+    MAX_FUTURE_MS,
+    View,
+    decode_partial,
+    epoch_record,
+    progress_record,
+)
+from privstream.errors import PrivstreamError
 
 from tests.support.aggregates import aggregates_config
 
@@ -137,3 +145,58 @@ def test_one_records_presence_changes_a_window_it_is_not_in_by_at_most_one() -> 
         f"{with_victim} with it, {without} without"
     )
     assert late_with == late_without, f"the late counter says {late_with} against {late_without}"
+
+
+def _bounded_plans(records_per_group: int) -> tuple:
+    config = aggregates_config(
+        {
+            **COUNT,
+            "window": WINDOW,
+            "output_topic": "agg",
+            "contribution": {"records_per_group": records_per_group, "groups_per_subject": 1},
+        },
+        subject="user",
+    )
+    return build_aggregates(config)
+
+
+def test_a_partial_committed_under_other_bounds_is_not_released_under_new_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Partials are keyed by aggregate NAME, window and partition only (``partial_key``),
+    and ``releases`` decodes whatever the internal topic holds under the name. A window
+    closed on partition 0 under ``records_per_group: 10`` (one subject's 10 records kept)
+    and released after a restart with ``records_per_group: 1`` merges that partial into
+    a release whose noise is calibrated for 1 record per subject (discrete Laplace t = 1
+    instead of 10): the subject's presence is protected at 10 epsilon, not epsilon. The
+    same holds for a sum's clamp bounds or grid. Expected: a partial made under another
+    plan (another release id) is refused or left out, never merged."""
+    import privstream.aggregates.stream as stream
+
+    old = _bounded_plans(10)
+    view = View()
+    view.apply(*epoch_record(0))
+    windows = OpenWindows(old, view)
+    for i in range(10):  # one subject, ten records: all kept under the old bound
+        windows.add(0, i, 1_000, json.dumps({"user": "u1", "os": "ios"}).encode(), 0)
+    windows.add(0, 10, 20_000, json.dumps({"user": "u2", "os": "web"}).encode(), 0)
+    for key, value in windows.close(0, 0, caught_up=False):
+        view.apply(key, value)
+    view.apply(*progress_record("n", 1, 10_000))  # partition 1 closes [0, 10 s) later
+    new = _bounded_plans(1)  # the operator tightened the bound and restarted
+    assert new[0].query.totals[0].sensitivity.records == 1
+    merged_seen: list = []
+
+    def capture(plan: object, merged: object, noise: object) -> list:
+        merged_seen.append(merged)
+        return []
+
+    monkeypatch.setattr(stream, "release", capture)
+    try:
+        stream.releases(new, view, KeyedCells(bytes(32), "raw"), partitions=2)
+    except PrivstreamError:
+        return  # refused: the expected behaviour
+    kept = [m.counts.get(("ios",), 0) for m in merged_seen]
+    assert kept == [] or max(kept) <= 1, (
+        f"one subject's {max(kept)} records released with noise calibrated for 1 per subject"
+    )
