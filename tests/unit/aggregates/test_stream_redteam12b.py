@@ -200,3 +200,27 @@ def test_a_partial_committed_under_other_bounds_is_not_released_under_new_ones(
     assert kept == [] or max(kept) <= 1, (
         f"one subject's {max(kept)} records released with noise calibrated for 1 per subject"
     )
+
+
+def test_a_subject_on_two_partitions_counts_at_most_its_bound() -> None:
+    """Contribution bounds are per (window, partition) accumulator; docs/aggregates.md
+    "Limits" asks the operator to key the input by subject, but nothing checks it (the
+    record path's ledger refuses ``misplaced`` records for the same reason). A subject
+    whose records reach P partitions (a null key with a round-robin partitioner, a key
+    other than the subject, a hostile producer choosing the partition) counts P times its
+    bound in the merged window, against noise calibrated for one: P * epsilon. Expected:
+    a record whose partition is not its subject's is left out (or the deployment
+    refused), as the ledger does."""
+    (plan,) = _bounded_plans(1)
+    view = View()
+    view.apply(*epoch_record(0))
+    windows = OpenWindows((plan,), view)
+    for partition in (0, 1):
+        windows.add(partition, 0, 1_000, json.dumps({"user": "u1", "os": "ios"}).encode(), 0)
+        windows.add(partition, 1, 20_000, json.dumps({"user": "u9", "os": "web"}).encode(), 0)
+        for key, value in windows.close(partition, 0, caught_up=False):
+            view.apply(key, value)
+    merged = [
+        decode_partial("n", "w", v).counts.get(("ios",), 0) for v in view.inputs("n", 0).values()
+    ]
+    assert sum(merged) <= 1, f"subject u1 counted {sum(merged)} times against a bound of 1"
