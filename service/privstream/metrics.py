@@ -79,12 +79,6 @@ class Metrics:
             ["partition"],
             registry=registry,
         )
-        self.aggregate_late_records = Counter(
-            "privstream_aggregate_late_records",
-            "Records an aggregate left out: their window was closed (past its grace)",
-            ["aggregate"],
-            registry=registry,
-        )
         self.aggregate_windows = Counter(
             "privstream_aggregate_windows_released",
             "Windows an aggregate released (each once)",

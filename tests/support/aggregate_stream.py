@@ -40,8 +40,8 @@ FIELDS: list[dict[str, Any]] = [
 ]
 
 
-def aggregates(topic: str, size_s: int, grace_s: int, idle_s: int) -> list[dict[str, Any]]:
-    window = {"size_seconds": size_s, "grace_seconds": grace_s, "idle_seconds": idle_s}
+def aggregates(topic: str, size_s: int, grace_s: int) -> list[dict[str, Any]]:
+    window = {"size_seconds": size_s, "grace_seconds": grace_s}
     common = {"epsilon": 1.0, "window": window, "output_topic": topic}
     return [
         {"name": "by_os", "query": "histogram", "field": "os", **common},
@@ -50,7 +50,7 @@ def aggregates(topic: str, size_s: int, grace_s: int, idle_s: int) -> list[dict[
 
 
 async def setup(
-    bootstrap: str, tmp: Path, prefix: str, size_s: int, grace_s: int, idle_s: int
+    bootstrap: str, tmp: Path, prefix: str, size_s: int, grace_s: int
 ) -> tuple[dict[str, str], str, Path]:
     """Created topics (input with ``PARTITIONS``), the aggregates' topic and the config."""
     kafka = unique_topics(prefix)
@@ -60,7 +60,7 @@ async def setup(
     body = {
         "privacy": {"epsilon": 10.0, "delta": 1e-6},
         "fields": FIELDS,
-        "aggregates": aggregates(out, size_s, grace_s, idle_s),
+        "aggregates": aggregates(out, size_s, grace_s),
     }
     return kafka, out, write_config(tmp / "config.yaml", bootstrap, kafka, body)
 

@@ -17,6 +17,7 @@ import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import orjson
 
@@ -73,6 +74,17 @@ class AggregatePlan:
         fields = self.reader.cell_fields
         chosen = self.cells if cells is None else cells
         return [orjson.dumps(dict(zip(fields, cell, strict=True))) for cell in chosen]
+
+    @cached_property
+    def partial_id(self) -> str:
+        """What a window's partials are made under: a hash of every part's release id (the
+        bounds, clamp range, grid and window with them). A partial of another plan is never
+        merged into this plan's release (``privstream.aggregates.stream.releases``)."""
+        parts = [t.part for t in self.query.totals]
+        if self.query.density is not None:
+            parts.append("density")
+        ids = b"".join(self.release_id(part) for part in parts)
+        return hashlib.sha256(ids).hexdigest()[:32]
 
     def release_id(self, part: str) -> bytes:
         """A hash of everything that determines the release of one part (the window and

@@ -2,19 +2,19 @@
 
 Pure (no Kafka): ``OpenWindows`` sums each (aggregate, window, partition)
 in offset order with the contribution bounds of ``Accumulator``, drops the
-records of windows already closed (late: past the grace) and, at a
-partition's watermark, turns the windows it closes into the records of the
-internal topic (``windows``). It also says which input offset the worker
-may commit: the first offset of the oldest open window's records, so a
-restart reads every open window's records again, from its first, and sums
-them in the same order. ``releases`` merges the partials of every input
-partition of a due window and adds the noise once. Proof:
+records of windows already closed (late: past the grace), future and
+misplaced records and, once the wall clock has passed a window's end and
+grace, turns it into the records of the internal topic (``windows``). It
+also says which input offset the worker may commit: the first offset of
+the oldest open window's records, so a restart reads every open window's
+records again, from its first, and sums them in the same order.
+``releases`` merges the partials of every input partition of a due window
+made under its plan and adds the noise once. Proof:
 docs/proofs/aggregates.md ("Over Kafka").
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -29,40 +29,44 @@ from privstream.aggregates.release import Row, release
 from privstream.aggregates.windows import (
     MAX_FUTURE_MS,
     MS,
+    PartialAt,
     View,
+    Write,
+    closed_until,
     decode_partial,
     encode_partial,
     partial_key,
     progress_record,
     released_record,
-    watermark,
     window_label,
     window_start,
 )
 from privstream.errors import MisuseError
 
-#: (key, value) of the internal topic (value None: a tombstone)
-Write = tuple[bytes, bytes | None]
-
 
 @dataclass(frozen=True)
 class Timing:
-    """An aggregate's window length, grace and idle time, in milliseconds."""
+    """An aggregate's window length and grace, in milliseconds."""
 
     size: int
     grace: int
-    idle: int
 
     @classmethod
     def of(cls, plan: AggregatePlan) -> Timing:
         window = plan.spec.window
         if window is None:
             raise MisuseError(f"aggregate {plan.name!r} has no window: `run` refuses it")
-        return cls(window.size_seconds * MS, window.grace_seconds * MS, window.idle_seconds * MS)
+        return cls(window.size_seconds * MS, window.grace_seconds * MS)
 
 
 class OpenWindows:
-    """The accumulators of the open windows of the partitions this worker owns."""
+    """The accumulators of the open windows of the partitions this worker owns.
+
+    Windows close by the wall clock alone (``closed_until``): a record's treatment
+    (counted, late, future, misplaced) is a function of that record (its timestamp,
+    subject and partition) and of when it is read, never of another record's
+    contents (docs/proofs/aggregates.md, step 19).
+    """
 
     def __init__(self, plans: Sequence[AggregatePlan], view: View) -> None:
         self._plans = tuple(plans)
@@ -70,31 +74,32 @@ class OpenWindows:
         self._view = view
         #: (aggregate index, window start, partition) -> (accumulator, first offset)
         self._open: dict[tuple[int, int, int], tuple[Accumulator, int]] = {}
-        self._newest: dict[int, int] = {}
-        #: late records per aggregate name since the last ``take_late``
-        self._late: Counter[str] = Counter()
 
     def add(
-        self, partition: int, offset: int, timestamp_ms: int, value: bytes | None, now_ms: int
+        self,
+        partition: int,
+        offset: int,
+        timestamp_ms: int,
+        value: bytes | None,
+        now_ms: int,
+        *,
+        misplaced: bool,
     ) -> None:
         """One input record, in offset order; a value that is no JSON object enters nothing.
 
-        A timestamp more than ``MAX_FUTURE_MS`` past the wall clock is left out like a
-        late record and moves no watermark: one record can close no partition's windows
-        for days to come (nor make every later record of it late).
+        Left out: a record more than ``MAX_FUTURE_MS`` past the wall clock (a future
+        record: it would hold its window, and the committed offset, open until then), a
+        record of a window already closed on its partition (late), and a ``misplaced``
+        one (its subject's records belong to another partition, whose bounds count them:
+        here they would count a second time).
         """
         record = _parse(value)
-        if timestamp_ms > now_ms + MAX_FUTURE_MS:
-            self._late.update(plan.name for plan in self._plans)
-            return
-        self._newest[partition] = max(self._newest.get(partition, timestamp_ms), timestamp_ms)
-        if record is None:
+        if record is None or misplaced or timestamp_ms > now_ms + MAX_FUTURE_MS:
             return
         for index, (plan, timing) in enumerate(zip(self._plans, self._timing, strict=True)):
             start = window_start(timestamp_ms, timing.size)
             if not self._is_open(plan.name, timing, partition, start):
-                self._late[plan.name] += 1
-                continue
+                continue  # late
             where = (index, start, partition)
             if where not in self._open:
                 label = window_label(start, timing.size)
@@ -110,19 +115,13 @@ class OpenWindows:
         """Go on with a newer read of the internal topic (other workers' progress)."""
         self._view = view
 
-    def take_late(self) -> Counter[str]:
-        late, self._late = self._late, Counter()
-        return late
-
-    def close(self, partition: int, now_ms: int, caught_up: bool) -> list[Write]:
-        """The records closing every window the partition's watermark has passed: their
-        partials, then each aggregate's progress (empty when nothing closes)."""
+    def close(self, partition: int, now_ms: int) -> list[Write]:
+        """The records closing every window of the partition the wall clock has passed
+        (its end plus the grace): their partials, then each aggregate's progress (empty
+        when nothing closes)."""
         writes: list[Write] = []
         for index, (plan, timing) in enumerate(zip(self._plans, self._timing, strict=True)):
-            mark = watermark(
-                self._newest.get(partition), now_ms, caught_up, timing.grace, timing.idle
-            )
-            until = window_start(mark, timing.size)
+            until = closed_until(now_ms, timing.size, timing.grace)
             before = self._view.progress.get((plan.name, partition))
             if until <= max(self._view.first_window(timing.size), before or 0):
                 continue  # no window newly closed
@@ -131,9 +130,9 @@ class OpenWindows:
                 if start + timing.size <= until:
                     partial = self._open.pop(where)[0].partial()
                     if partial.counts or partial.sums:
-                        writes.append(
-                            (partial_key(plan.name, start, partition), encode_partial(partial))
-                        )
+                        at = PartialAt(plan.name, plan.partial_id, start, partition)
+                        for chunk, value in enumerate(encode_partial(partial)):
+                            writes.append((partial_key(at._replace(chunk=chunk)), value))
             writes.append(progress_record(plan.name, partition, until))
         return writes
 
@@ -162,24 +161,32 @@ class Release:
     end_ms: int
     rows: list[Row]
     writes: list[Write]
+    #: partials of the window made under another plan: left out (and tombstoned)
+    left_out: int = 0
 
 
 def releases(
     plans: Sequence[AggregatePlan], view: View, noise: CellNoise, partitions: int
 ) -> list[Release]:
     """Every window closed by all ``partitions`` and not released yet: the merge of its
-    partials, noised once (keyed: the same view gives the same rows)."""
+    partials made under this plan, noised once (keyed: the same view gives the same rows).
+
+    A partial made under another plan (committed before a restart with other bounds,
+    clamp range, grid or epsilon: another ``partial_id``) is left out, never merged: its
+    records were bounded for another calibration. It is tombstoned with the rest.
+    """
     out = []
     for plan in plans:
         timing = Timing.of(plan)
         for start in view.due(plan.name, timing.size, partitions):
             label = window_label(start, timing.size)
-            inputs = view.inputs(plan.name, start)
-            empty = Partial(plan.name, label)
-            parts = [decode_partial(plan.name, label, inputs[p]) for p in sorted(inputs)]
-            merged = reduce(merge, parts, empty)
+            inputs = sorted(view.inputs(plan.name, start).items())
+            ours = [v for _, (at, v) in inputs if at.plan == plan.partial_id]
+            parts = [decode_partial(plan.name, label, value) for value in ours]
+            merged = reduce(merge, parts, Partial(plan.name, label))
             end = start + timing.size
-            writes: list[Write] = [(partial_key(plan.name, start, p), None) for p in sorted(inputs)]
+            writes: list[Write] = [(key, None) for key, _ in inputs]
             writes.append(released_record(plan.name, end))
-            out.append(Release(plan, label, end, release(plan, merged, noise), writes))
+            rows = release(plan, merged, noise)
+            out.append(Release(plan, label, end, rows, writes, len(inputs) - len(ours)))
     return out

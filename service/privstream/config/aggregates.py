@@ -68,10 +68,8 @@ class Window(Strict):
     """``privstream run``: the tumbling event-time window (the Kafka timestamp)."""
 
     size_seconds: int = Field(ge=1, le=366 * 86_400)
-    #: how far behind a partition's newest timestamp a record may still arrive
+    #: how long past a window's end (by the wall clock) its records may still arrive
     grace_seconds: int = Field(default=0, ge=0, le=7 * 86_400)
-    #: a partition with nothing to read is watched by the wall clock less this
-    idle_seconds: int = Field(default=10, ge=1, le=86_400)
 
 
 class AggregateConfig(Strict):

@@ -31,11 +31,13 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from privstream.aggregates import AggregatePlan, KeyedCells, build_aggregates
-from privstream.aggregates.stream import OpenWindows, Release, Write, releases
-from privstream.aggregates.windows import View, epoch_record
+from privstream.aggregates.deployments import marker_writes, refuse_shared
+from privstream.aggregates.stream import OpenWindows, Release, releases
+from privstream.aggregates.windows import View, Write, epoch_record
 from privstream.config import AppConfig, KafkaConfig
 from privstream.config.runtime import Runtime
 from privstream.metrics import Metrics
+from privstream.worker.aggregate_input import misplaced_records
 from privstream.worker.changelog import read_partitions
 from privstream.worker.clients import (
     CLOSE_TIMEOUT_S,
@@ -87,6 +89,7 @@ class AggregateWorker:
         self.noise = KeyedCells(runtime.noise_secret, kafka.input_topic, kafka.noise_domain)
         self.topic = aggregates_topic(kafka.input_topic)
         self.group = f"{kafka.group_id}.aggregates"
+        self.subject = config.privacy.subject
         self._backoff = Backoff()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -148,7 +151,8 @@ class AggregateWorker:
         return made[0], made[1]
 
     async def read_view(self, readers: _Readers) -> View:
-        """The internal topic up to its stable end."""
+        """The internal topic up to its stable end; ChangelogError if another deployment
+        (``kafka.group_id``) uses it."""
         view = View()
         await read_partitions(
             *readers,
@@ -157,6 +161,7 @@ class AggregateWorker:
             within_s=open_transaction_wait_s(self.kafka),
             fold=lambda _p, keys, values: view.fold(keys, values),
         )
+        refuse_shared(view, self.kafka.group_id, self.topic)
         return view
 
 
@@ -183,6 +188,9 @@ class _Step:
         self._windows = OpenWindows(owner.plans, self._view)
         self._pending: list[Write] = []
         self._refreshed = 0.0
+        #: each partition's end when the session started: no window closes on it before
+        #: its records up to there (the open windows' replay) are read again
+        self._replay: dict[TopicPartition, int] = {}
 
     async def restart(self) -> None:
         """After an assignment: the committed state, the input from its committed offsets.
@@ -198,9 +206,10 @@ class _Step:
                 await consumer.seek_to_beginning(tp)
             else:
                 consumer.seek(tp, committed)
+        self._replay = await consumer.end_offsets(list(consumer.assignment()))
         self._view = await self._owner.read_view(self._readers)
         log.debug("restored the aggregates' state: epoch %s", self._view.epoch_ms)
-        self._pending = []
+        self._pending = marker_writes(self._view, self._owner.kafka.group_id)
         if self._view.epoch_ms is None:  # the first transaction ever writes it
             now = _now_ms()
             self._view.epoch_ms = now
@@ -212,12 +221,13 @@ class _Step:
         batches = await self._consumer.getmany(timeout_ms=500, max_records=5000)
         if self._moved.moved:  # fetched across a rebalance: read again from the commits
             return
-        now = _now_ms()
+        now, subject = _now_ms(), self._owner.subject
         for tp, messages in batches.items():
-            for m in messages:
-                self._windows.add(tp.partition, m.offset, m.timestamp, m.value, now)
-        for name, count in self._windows.take_late().items():
-            self._owner.metrics.aggregate_late_records.labels(name).inc(count)
+            wrong = misplaced_records(messages, tp.partition, self._partitions, subject)
+            for m, misplaced in zip(messages, wrong, strict=True):
+                self._windows.add(
+                    tp.partition, m.offset, m.timestamp, m.value, now, misplaced=misplaced
+                )
         await self._close()
         await self._release()
 
@@ -227,12 +237,15 @@ class _Step:
         offsets: dict[TopicPartition, int] = {}
         for tp in sorted(consumer.assignment()):
             position = await consumer.position(tp)
-            end = consumer.last_stable_offset(tp) or consumer.highwater(tp)
-            writes += self._windows.close(tp.partition, now, end is not None and position >= end)
+            if position >= self._replay.get(tp, 0):  # the open windows read again
+                writes += self._windows.close(tp.partition, now)
             offsets[tp] = self._windows.held(tp.partition, position)
         if writes and offsets:  # a worker without partitions leaves the epoch to another
             log.debug("closing: %d internal records, offsets %s", len(writes), offsets)
+            marked = self._owner.kafka.group_id not in self._view.deployments
             await self._transaction(writes, [], offsets)
+            if marked:  # read the topic again: a deployment started beside it is refused
+                self._moved.moved = True
 
     async def _release(self) -> None:
         input0 = TopicPartition(self._owner.kafka.input_topic, 0)
@@ -251,6 +264,15 @@ class _Step:
         offsets = {input0: self._windows.held(0, position)}
         await self._transaction([w for r in due for w in r.writes], due, offsets)
         for done in due:
+            if done.left_out:  # a restart under other bounds: those partials' records lost
+                log.warning(
+                    "aggregate %s window %s: left out %d partials made under another plan "
+                    "(other bounds, epsilon or grid since they were committed); released "
+                    "without them",
+                    done.plan.name,
+                    done.label,
+                    done.left_out,
+                )
             self._owner.metrics.observe_window(done.plan.name, done.end_ms, done.rows)
             log.info("released %s window %s: %d rows", done.plan.name, done.label, len(done.rows))
 

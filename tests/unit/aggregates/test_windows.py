@@ -11,13 +11,14 @@ from privstream.aggregates.stream import OpenWindows, releases
 from privstream.aggregates.windows import (
     MAX_DUE,
     MAX_FUTURE_MS,
+    PartialAt,
     View,
+    closed_until,
     decode_partial,
     encode_partial,
     epoch_record,
     progress_record,
     released_record,
-    watermark,
     window_label,
     window_start,
 )
@@ -25,7 +26,7 @@ from privstream.config.aggregates import stream_problems
 
 from tests.support.aggregates import aggregates_config
 
-WINDOW = {"size_seconds": 10, "grace_seconds": 2, "idle_seconds": 5}
+WINDOW = {"size_seconds": 10, "grace_seconds": 2}
 COUNT = {"name": "n", "query": "histogram", "field": "os", "epsilon": 1.0}
 SECRET = bytes(range(32))
 NOW = 0  # the wall clock the records are added at
@@ -54,51 +55,59 @@ def test_windows_are_tumbling_and_labelled_by_utc_start_and_length() -> None:
     assert window_label(20_000, 10_000) == "1970-01-01T00:00:20.000Z/10s"
 
 
-def test_watermark_falls_back_to_the_wall_clock_only_when_caught_up() -> None:
-    assert watermark(50_000, 90_000, False, 2_000, 5_000) == 48_000
-    assert watermark(50_000, 90_000, True, 2_000, 5_000) == 83_000
-    assert watermark(None, 90_000, False, 2_000, 5_000) < 0  # nothing seen: nothing closes
+def add(windows: OpenWindows, partition: int, offset: int, stamp: int, name: str) -> None:
+    windows.add(partition, offset, stamp, record(name), NOW, misplaced=False)
 
 
-def test_a_window_closes_at_its_watermark_and_later_records_of_it_are_late() -> None:
+def counts(view: View, start: int, partition: int = 0) -> dict:
+    """The committed counts of a window's partial on a partition (all its chunks)."""
+    found: dict = {}
+    for at, value in view.inputs("n", start).values():
+        if at.partition == partition:
+            found.update(decode_partial("n", "w", value).counts)
+    return found
+
+
+def test_a_window_closes_at_its_end_plus_grace_by_the_wall_clock_alone() -> None:
+    assert closed_until(12_000, 10_000, 2_000) == 10_000  # [0, 10 s) closes at 12 s
+    assert closed_until(11_999, 10_000, 2_000) == 0
     view = fresh_view()
     windows = OpenWindows(plans(), view)
-    windows.add(0, 0, 1_000, record("ios"), NOW)
-    windows.add(0, 1, 11_000, record("web"), NOW)
-    assert windows.close(0, 0, caught_up=False) == []  # watermark 9 s: window [0, 10) open
-    windows.add(0, 2, 12_500, record("ios"), NOW)  # watermark 10.5 s: [0, 10) closes
-    writes = windows.close(0, 0, caught_up=False)
-    for key, value in writes:
+    add(windows, 0, 0, 1_000, "ios")
+    add(windows, 0, 1, 250_000, "web")  # a later timestamp closes nothing
+    assert windows.close(0, 11_999) == []
+    for key, value in windows.close(0, 12_000):
         view.apply(key, value)
     assert view.progress == {("n", 0): 10_000}
-    partial = decode_partial("n", "w", view.partials["n", 0, 0])
-    assert partial.counts == {("ios",): 1}
-    windows.add(0, 3, 9_999, record("android"), NOW)  # its window is closed: late
-    assert windows.take_late() == {"n": 1}
-    assert windows.take_late() == {}
+    assert counts(view, 0) == {("ios",): 1}
+    add(windows, 0, 2, 9_999, "android")  # its window is closed: late, left out
+    add(windows, 0, 3, 10_000, "android")  # the next one is open
+    assert windows.held(0, 4) == 1  # the oldest open window's first record
 
 
 def test_the_offset_committed_is_the_first_of_the_oldest_open_window() -> None:
     view = fresh_view()
     windows = OpenWindows(plans(), view)
     assert windows.held(0, 7) == 7  # nothing open: the position
-    windows.add(0, 7, 1_000, record("ios"), NOW)
-    windows.add(0, 8, 11_000, record("ios"), NOW)
+    add(windows, 0, 7, 1_000, "ios")
+    add(windows, 0, 8, 11_000, "ios")
     assert windows.held(0, 9) == 7
-    for key, value in windows.close(0, 0, caught_up=True):  # wall clock 0: closes nothing
-        view.apply(key, value)
-    windows.add(0, 9, 12_500, record("ios"), NOW)
-    for key, value in windows.close(0, 0, caught_up=False):
+    assert windows.close(0, 0) == []  # wall clock 0: closes nothing
+    for key, value in windows.close(0, 12_000):
         view.apply(key, value)
     assert windows.held(0, 10) == 8  # [0, 10) closed: the first record of [10, 20)
     assert windows.held(1, 3) == 3  # other partitions: their own
 
 
 def test_records_before_the_epochs_window_are_late() -> None:
-    windows = OpenWindows(plans(), fresh_view(epoch_ms=25_000))
-    windows.add(0, 0, 19_999, record("ios"), NOW)
-    windows.add(0, 1, 20_000, record("ios"), NOW)
-    assert windows.take_late() == {"n": 1}
+    view = fresh_view(epoch_ms=25_000)
+    windows = OpenWindows(plans(), view)
+    add(windows, 0, 0, 19_999, "ios")
+    add(windows, 0, 1, 20_000, "web")
+    for key, value in windows.close(0, 10**6):
+        view.apply(key, value)
+    assert [at.start for at, _ in view.partials.values()] == [20_000]
+    assert counts(view, 20_000) == {("web",): 1}
 
 
 def test_due_windows_are_every_window_all_partitions_closed_in_order() -> None:
@@ -117,15 +126,16 @@ def test_due_windows_are_every_window_all_partitions_closed_in_order() -> None:
 def test_partials_round_trip_and_tombstones_remove_them() -> None:
     view = fresh_view()
     windows = OpenWindows(plans(), view)
-    windows.add(1, 0, 1_000, record("web"), NOW)
-    windows.add(1, 1, 1_001, record("web"), NOW)
-    writes = windows.close(1, 10**6, caught_up=True)
+    add(windows, 1, 0, 1_000, "web")
+    add(windows, 1, 1, 1_001, "web")
+    writes = windows.close(1, 10**6)
     key, value = writes[0]
     assert value is not None
+    at = {"t": "partial", "a": "n", "i": plans()[0].partial_id, "w": 0, "p": 1, "c": 0}
+    assert json.loads(key) == at
     assert decode_partial("n", "w", value).counts == {("web",): 2}
-    assert decode_partial("n", "w", encode_partial(decode_partial("n", "w", value))).counts == {
-        ("web",): 2
-    }
+    (again,) = encode_partial(decode_partial("n", "w", value))
+    assert decode_partial("n", "w", again).counts == {("web",): 2}
     view.apply(key, value)
     view.apply(key, None)
     assert view.partials == {}
@@ -136,8 +146,8 @@ def test_a_release_is_a_function_of_the_committed_partials_and_the_key() -> None
     for partition, names in ((0, ["ios", "ios"]), (1, ["web"])):
         windows = OpenWindows(plans(), view)
         for offset, name in enumerate(names):
-            windows.add(partition, offset, 1_000, record(name), NOW)
-        for key, value in windows.close(partition, 10**6, caught_up=True):
+            add(windows, partition, offset, 1_000, name)
+        for key, value in windows.close(partition, 10**6):
             view.apply(key, value)
     noise = KeyedCells(SECRET, "raw")
     first = releases(plans(), view, noise, 2)
@@ -188,12 +198,13 @@ def test_the_window_is_part_of_the_release_id_only_when_set() -> None:
     assert len(ids) == 3
 
 
-def test_a_timestamp_far_past_the_wall_clock_is_late_and_closes_nothing() -> None:
+def test_a_timestamp_past_the_wall_clock_by_more_than_the_bound_is_left_out() -> None:
     view = fresh_view()
     windows = OpenWindows(plans(), view)
-    windows.add(0, 0, 1_000, record("ios"), NOW)
-    windows.add(0, 1, NOW + MAX_FUTURE_MS + 1, record("ios"), NOW)
-    assert windows.take_late() == {"n": 1}
-    assert windows.close(0, NOW, caught_up=False) == []  # [0, 10 s) still open
-    windows.add(0, 2, NOW + MAX_FUTURE_MS, record("ios"), NOW)  # a day ahead: admitted
-    assert windows.take_late() == {}
+    add(windows, 0, 0, NOW + MAX_FUTURE_MS + 1, "ios")  # a future record: held nowhere
+    assert windows.held(0, 1) == 1
+    add(windows, 0, 1, NOW + MAX_FUTURE_MS, "web")  # at the bound: admitted
+    assert windows.held(0, 2) == 1
+    for key, value in windows.close(0, NOW + MAX_FUTURE_MS + 12_000):
+        view.apply(key, value)
+    assert counts(view, window_start(NOW + MAX_FUTURE_MS, 10_000)) == {("web",): 1}
