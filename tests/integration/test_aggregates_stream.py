@@ -1,14 +1,13 @@
 """`privstream run` with aggregates, on a real broker: every window released once.
 
 The input has two partitions; records go to partition 0 only, so partition 1
-is idle and closes its windows by the wall clock alone (its watermark falls
-back to it). Windows of 2 s with 1 s of grace. Records carry Kafka
-timestamps a few seconds ahead of the wall clock, ascending, so they are
-never late by the clock; one record is then written into a window already
-closed (past its grace) and must be dropped and counted. Every window from
-the epoch's to the last record's is released exactly once, and its rows are
-byte for byte what the file-mode pieces make of the same records with the
-same noise key (``tests.support.aggregate_stream.expected``).
+is idle (windows close by the wall clock on both alike). Windows of 2 s with
+3 s of grace. Records carry Kafka timestamps a few seconds ahead of the wall
+clock, ascending, so they are never late; one record is then written into a
+window already closed (past its end and grace) and must be left out. Every
+window from the epoch's to the last record's is released exactly once, and
+its rows are byte for byte what the file-mode pieces make of the same
+records with the same noise key (``tests.support.aggregate_stream.expected``).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from tests.support.broker import create_topics
 from tests.support.faults import Tail, free_port, poll_until, scrape_until
 from tests.support.worker_proc import Collector, WorkerProcess, read_all
 
-SIZE_S, GRACE_S, IDLE_S = 2, 1, 1
+SIZE_S, GRACE_S = 2, 3
 SIZE = SIZE_S * 1000
 RECORDS = 120
 
@@ -36,9 +35,7 @@ RECORDS = 120
 async def test_windows_released_once_matching_file_mode(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    kafka, out, config = await agg.setup(
-        kafka_bootstrap, tmp_path, "aggstream", SIZE_S, GRACE_S, IDLE_S
-    )
+    kafka, out, config = await agg.setup(kafka_bootstrap, tmp_path, "aggstream", SIZE_S, GRACE_S)
     worker, port = WorkerProcess(config, tmp_path / "worker.log"), free_port()
     await worker.start("--http-port", str(port))
     async with running(worker), Collector(kafka_bootstrap, out) as rows:
@@ -60,7 +57,7 @@ async def test_windows_released_once_matching_file_mode(
                 )
             await producer.flush()
             first = window_start(stamps[0], SIZE)
-            # the first window is closed on partition 0 by the records' own timestamps
+            # the first window is closed on partition 0 by the wall clock
             await poll_until(
                 lambda: _closed(kafka_bootstrap, kafka, first + SIZE), 60, "window closed"
             )
@@ -78,8 +75,7 @@ async def test_windows_released_once_matching_file_mode(
             "the last window released",
             why=lambda: worker.log_text()[-3000:],
         )
-        got = await scrape_until(port, lambda s: _late(s) >= 2)
-        assert _late(got) == 2  # the late record, once per aggregate
+        got = await scrape_until(port, lambda s: _window_end(s) * 1000 >= last + SIZE)
         # the gauges: the latest released window's values, as released
         end = got["privstream_aggregate_window_end_seconds", (("aggregate", "by_os"),)]
         assert end * 1000 >= last + SIZE
@@ -121,18 +117,16 @@ def _start(label: str) -> int:
     return int(stamp.replace(tzinfo=datetime.UTC).timestamp() * 1000)
 
 
-def _late(samples: dict) -> float:
-    return sum(
-        v
-        for (name, _labels), v in samples.items()
-        if name == "privstream_aggregate_late_records_total"
+def _window_end(samples: dict) -> float:
+    return float(
+        samples.get(("privstream_aggregate_window_end_seconds", (("aggregate", "by_os"),)), 0)
     )
 
 
 KILLS = 5
 KILL_WINDOWS = 8  # windows of records; a kill after each of the first ``KILLS``
 PER_WINDOW = 40
-AHEAD_MS = 300_000
+KILL_GRACE_S = 20  # longer than a kill and restart: no record is late
 
 
 async def test_kill_nine_during_window_closes(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -140,13 +134,12 @@ async def test_kill_nine_during_window_closes(kafka_bootstrap: str, tmp_path: Pa
     times: each window is released exactly once (read_committed), every copy ever written
     (aborted ones too) is byte-identical to the expected rows.
 
-    The records' timestamps are 300 s ahead of the wall clock and ascending, so windows
-    close by event time only (each window's records close the one before; one record a
-    partition in the window after the last closes it: ``produce_each``): no record is ever
-    late, whatever the kills do to the timing, and the expected rows are a function of the
-    input alone.
+    Each window's records are stamped in the wall clock's next window of 1 s, and the
+    grace (20 s) is longer than a kill and restart, so no record is late whatever the
+    kills do to the timing (a restart reads its open windows again before it closes
+    any), and the expected rows are a function of the input alone.
     """
-    kafka, out, config = await agg.setup(kafka_bootstrap, tmp_path, "aggkill", 1, 0, 2)
+    kafka, out, config = await agg.setup(kafka_bootstrap, tmp_path, "aggkill", 1, KILL_GRACE_S)
     extra = {"session_timeout_ms": 6000}
     config = agg.with_kafka(config, extra)
     workers: list[WorkerProcess] = []
@@ -166,21 +159,15 @@ async def test_kill_nine_during_window_closes(kafka_bootstrap: str, tmp_path: Pa
             epoch = await poll_until(
                 lambda: _epoch(kafka_bootstrap, kafka), 60, "the epoch committed", every_s=0.2
             )
-            base = window_start(int(time.time() * 1000) + AHEAD_MS, 1000)
-            for k in range(KILL_WINDOWS + 1):
-                stamps = [base + k * 1000 + j * (1000 // PER_WINDOW) for j in range(PER_WINDOW)]
+            for k in range(KILL_WINDOWS):
                 index = range(k * PER_WINDOW, (k + 1) * PER_WINDOW)
                 mark = len(unc.records)
-                if k == KILL_WINDOWS:  # one record a partition closes the last window
-                    await agg.produce_each(kafka_bootstrap, kafka["input_topic"], k, stamps[0])
-                else:
-                    await agg.produce_to(kafka_bootstrap, kafka["input_topic"], index, stamps)
-                if 1 <= k <= KILLS:  # window k - 1 closes now: kill inside its release
+                last = await agg.produce_window(kafka_bootstrap, kafka["input_topic"], index)
+                if k < KILLS:  # windows close every second: kill inside a release
                     grown = functools.partial(_grew, unc, mark)
                     await unc.wait_until(grown, 90, "a release")
                     await worker.kill()
                     worker = await start()
-            last = base + (KILL_WINDOWS - 1) * 1000
             await poll_until(
                 lambda: _released_through(rows, last, 1000),
                 120,
@@ -221,7 +208,7 @@ async def test_an_internal_topic_that_would_forget_releases_is_refused(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """A `delete` internal topic would forget its release markers: exit 2, naming the fix."""
-    kafka, _out, config = await agg.setup(kafka_bootstrap, tmp_path, "aggtopic", 2, 0, 1)
+    kafka, _out, config = await agg.setup(kafka_bootstrap, tmp_path, "aggtopic", 2, 0)
     await create_topics(kafka_bootstrap, [agg.internal_topic(kafka)])  # cleanup.policy=delete
     worker = WorkerProcess(config, tmp_path / "worker.log")
     await worker.start()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from functools import reduce
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import orjson
 import yaml
-from aiokafka import AIOKafkaProducer, ConsumerRecord
+from aiokafka import ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient
 from privstream.aggregates import KeyedCells, Partial, build_aggregates, merge, release
 from privstream.aggregates.windows import View, window_label, window_start
@@ -91,15 +92,13 @@ async def produce_to(
     await produce(bootstrap, topic, messages, list(stamps))
 
 
-async def produce_each(bootstrap: str, topic: str, i: int, stamp: int) -> None:
-    """``record(i)`` to each input partition, with this timestamp."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
-    try:
-        for partition in range(PARTITIONS):
-            await producer.send_and_wait(topic, record(i), partition=partition, timestamp_ms=stamp)
-    finally:
-        await producer.stop()
+async def produce_window(bootstrap: str, topic: str, index: Sequence[int]) -> int:
+    """``record(i)`` for each i, stamped ascending in the wall clock's next window of 1 s
+    (never late while the worker reads it within the grace); returns that window's start."""
+    start = window_start(time.time_ns() // 1_000_000, 1000) + 1000
+    stamps = [start + j * (1000 // len(index)) for j in range(len(index))]
+    await produce_to(bootstrap, topic, index, stamps)
+    return start
 
 
 def internal_topic(kafka: dict[str, str]) -> str:

@@ -176,8 +176,8 @@ def test_one_records_presence_changes_a_window_it_is_not_in_by_at_most_one() -> 
 def test_no_exact_count_of_left_out_records_is_published() -> None:
     """An exact per-record counter (late records) changes by a unit's record count with
     no noise: the metrics hold none (docs/proofs/aggregates.md, step 19)."""
-    from prometheus_client import CollectorRegistry
     from privstream.metrics import Metrics
+    from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()
     Metrics(registry=registry)

@@ -11,7 +11,6 @@ from privstream.aggregates.stream import OpenWindows, releases
 from privstream.aggregates.windows import (
     MAX_DUE,
     MAX_FUTURE_MS,
-    PartialAt,
     View,
     closed_until,
     decode_partial,
