@@ -229,6 +229,8 @@ class _Step:
                     tp.partition, m.offset, m.timestamp, m.value, now, misplaced=misplaced
                 )
         await self._close()
+        if self._moved.moved:  # the marker just committed: read the topic again first
+            return
         await self._release()
 
     async def _close(self) -> None:
