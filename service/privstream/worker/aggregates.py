@@ -5,8 +5,10 @@ Beside the record worker, in the same process, with its own consumer group
 so its input offsets move only when windows close, never held back by or
 holding back the record path. Each step:
 
-1. fetch a batch and add it to the open windows (``OpenWindows``);
-2. close what each owned partition's watermark passed: its partials and
+1. fetch a batch and add it to the open windows (``OpenWindows``), leaving
+   out the records misplaced for their subject (``misplaced_records``);
+2. close the windows the wall clock passed (end + grace) on each owned
+   partition read up to its end at the session's start: their partials and
    progress go to the internal topic in ONE transaction with the input
    offsets up to the oldest open window's first record;
 3. the owner of input partition 0 (the releaser) merges the partials of
@@ -16,8 +18,9 @@ holding back the record path. Each step:
    commit of partition 0 fences a releaser that lost the partition).
 
 A session starts (and every rebalance restarts) from the committed state:
-the internal topic read up to its stable end (``changelog.read_partitions``)
-and the input from the committed offsets. Proof: docs/proofs/aggregates.md.
+the internal topic read up to its stable end (``changelog.read_partitions``;
+refused if another deployment's marker is there: ``refuse_shared``) and the
+input from the committed offsets. Proof: docs/proofs/aggregates.md.
 """
 
 from __future__ import annotations
