@@ -129,10 +129,9 @@ class OpenWindows:
                 start = where[1]
                 if start + timing.size <= until:
                     partial = self._open.pop(where)[0].partial()
-                    if partial.counts or partial.sums:
-                        at = PartialAt(plan.name, plan.partial_id, start, partition)
-                        for chunk, value in enumerate(encode_partial(partial)):
-                            writes.append((partial_key(at._replace(chunk=chunk)), value))
+                    at = PartialAt(plan.name, plan.partial_id, start, partition)
+                    for chunk, value in enumerate(encode_partial(partial)):
+                        writes.append((partial_key(at._replace(chunk=chunk)), value))
             writes.append(progress_record(plan.name, partition, until))
         return writes
 

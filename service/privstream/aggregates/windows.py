@@ -117,7 +117,8 @@ def encode_partial(partial: Partial) -> list[bytes]:
     from the records, and one record larger than the topic's ``max.message.bytes`` could
     never be committed. Each chunk holds whole cells; the chunks of one partial merge
     (``merge``: disjoint cells) into the partial. A cell is at most a few kilobytes
-    (``read.MAX_KEY_CHARS`` per group key), so no chunk passes ``CHUNK_BYTES`` by more."""
+    (``read.MAX_KEY_CHARS`` per group key), so no chunk passes ``CHUNK_BYTES`` by more.
+    An empty partial is no record (its partition had no record in the window)."""
     chunks: list[dict[str, list[bytes]]] = []
     size = CHUNK_BYTES
     for part, totals in (("counts", partial.counts), ("sums", partial.sums)):
@@ -131,7 +132,7 @@ def encode_partial(partial: Partial) -> list[bytes]:
     return [
         b'{"counts":[%b],"sums":[%b]}' % (b",".join(c["counts"]), b",".join(c["sums"]))
         for c in chunks
-    ] or [b'{"counts":[],"sums":[]}']
+    ]
 
 
 def decode_partial(aggregate: str, label: str, value: bytes) -> Partial:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from privstream.aggregates import KeyedCells
+from privstream.aggregates import KeyedCells, Partial
 from privstream.aggregates.stream import OpenWindows, releases
 from privstream.aggregates.windows import (
     MAX_DUE,
@@ -138,6 +138,7 @@ def test_partials_round_trip_and_tombstones_remove_them() -> None:
     view.apply(key, value)
     view.apply(key, None)
     assert view.partials == {}
+    assert encode_partial(Partial("n", "w")) == []  # no record in the window: no record
 
 
 def test_a_release_is_a_function_of_the_committed_partials_and_the_key() -> None:
