@@ -235,6 +235,8 @@ def _curve_lines(entry: dict[str, Any], level: str) -> list[str]:
 def render_table(report: dict[str, Any]) -> str:
     level = f"{report['confidence']:.0%}"
     lines = [_source_line(report)]
+    for name, refusal in report["source"].get("refused", {}).items():
+        lines.append(f"refused: field {name}: {refusal['reason']}")
     ledger = suppression.render(report["source"].get("ledger"))
     if ledger is not None:
         lines.append(ledger)
