@@ -33,7 +33,7 @@ from privstream.estimate import (
     suppression,
 )
 from privstream.estimate.releases import Sink
-from privstream.estimate.report import impossible_values
+from privstream.estimate.report import report_warnings
 from privstream.estimate.source import PROGRESS_THRESHOLD, Progress, file_lines
 from privstream.kinds import registration_for
 from privstream.pipeline import RecordPlan
@@ -412,7 +412,7 @@ def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
         with open(args.truth, "rb") as handle:
             truth.consume(file_lines(handle))
     report = build_report(stream, source, options, truth, args.truth)
-    for warning in impossible_values(report):
+    for warning in report_warnings(report):
         print(f"privstream: estimate: warning: {warning}", file=sys.stderr)
     if args.format == "json":
         print(json.dumps(_finite(report), indent=2, allow_nan=False))

@@ -8,6 +8,7 @@ from privstream.estimate import suppression
 from privstream.estimate.accumulators import Options
 from privstream.estimate.aggregate import StreamAggregate, TruthAggregate
 from privstream.estimate.presence import add_present_estimates
+from privstream.estimate.small_n import range_warnings
 
 
 def build_report(
@@ -23,6 +24,8 @@ def build_report(
         known = truth.truths.get(acc.name) if truth is not None else None
         fields.append(acc.report(options, known))
     add_present_estimates(stream.plan, fields, options)
+    for entry in fields:
+        entry["warnings"] = range_warnings(entry)
     report: dict[str, Any] = {
         "source": source,
         "config_sha256": stream.plan.config_sha256,
@@ -46,8 +49,9 @@ def build_report(
     return report
 
 
-def impossible_values(report: dict[str, Any]) -> list[str]:
-    """One line per field whose values its mechanism cannot have released.
+def report_warnings(report: dict[str, Any]) -> list[str]:
+    """The warnings for stderr: each field's estimates out of range (``small_n``), and one
+    line per field whose values its mechanism cannot have released.
 
     A sanitized value is impossible when it is malformed for the field (not
     a bool for a boolean, a category outside the domain, a non-number for a
@@ -55,7 +59,7 @@ def impossible_values(report: dict[str, Any]) -> list[str]:
     mechanism's output grid. Either means the input is not (only) this
     config's output: raw records, another release, or edited data.
     """
-    lines = []
+    lines = [f"field {entry['name']}: {w}" for entry in report["fields"] for w in entry["warnings"]]
     for entry in report["fields"]:
         invalid = entry["skipped"].get("invalid", 0)
         off_grid = entry.get("off_grid", 0)
@@ -261,5 +265,6 @@ def render_table(report: dict[str, Any]) -> str:
         lines += _mean_lines(entry, level)
         lines += _histogram_lines(entry)
         lines += _curve_lines(entry, level)
+        lines += [f"  warning: {warning}" for warning in entry.get("warnings", ())]
         lines += [f"  note: {note}" for note in entry["notes"]]
     return "\n".join(lines)
