@@ -169,13 +169,15 @@ def _mean_lines(entry: dict[str, Any], level: str) -> list[str]:
     return lines
 
 
-def _histogram_lines(entry: dict[str, Any]) -> list[str]:
+def _histogram_lines(entry: dict[str, Any], level: str) -> list[str]:
+    if entry.get("no_histogram"):
+        return [f"  histogram: none can be had: {entry['no_histogram']}"]
     hist = entry.get("histogram")
     if hist is None:
         return []
     has_true = any("true" in b for b in hist["bins"])
     table: list[tuple[str, ...]] = [
-        ("bin", "estimate", "stderr", "noisy share", *(("true",) if has_true else ()))
+        ("bin", "estimate", "stderr", f"{level} CI", "noisy share", *(("true",) * has_true))
     ]
     for b in hist["bins"]:
         if hist["integer_bins"]:
@@ -185,19 +187,25 @@ def _histogram_lines(entry: dict[str, Any]) -> list[str]:
         else:
             span = f"[{b['lower']:.6g}, {b['upper']:.6g})"
         if b.get("unreliable"):
-            cells = (span, "withheld", "-", _f(b["noisy_share"]))
+            cells = (span, "withheld", "-", "-", _f(b["noisy_share"]))
         else:
-            cells = (span, _f(b["estimate"]), _f(b["stderr"]), _f(b["noisy_share"]))
+            ci = _ci(b["ci"]) if "ci" in b else "-"
+            cells = (span, _f(b["estimate"]), _f(b["stderr"]), ci, _f(b["noisy_share"]))
         table.append(cells + ((_f(b.get("true")),) if has_true else ()))
     lines = [f"  histogram: {hist['method']}", *_columns(table, "    ")]
     withheld = [b for b in hist["bins"] if b.get("unreliable")]
     if withheld:
         lines.append(
             f"    {len(withheld)} of {len(hist['bins'])} bins withheld: too fine for these "
-            f"records and this epsilon ({withheld[0]['unreliable']}); a bin is shown when "
-            "the noise resolves bins this wide, its stderr is at most 1/(2 bins) and its "
-            "estimated bias at most its stderr: try fewer --bins, or more records; the mean "
+            f"records and this epsilon ({withheld[0]['unreliable']}); the rule reads only n, "
+            "epsilon, the bounds and --bins: try fewer --bins, or more records; the mean "
             "above is unbiased"
+        )
+    elif any("ci" in b for b in hist["bins"]):
+        lines.append(
+            "    intervals: +- z sqrt(stderr^2 + bias^2), the bias bounded over the shapes "
+            "the records cannot tell apart (each bin's share spread evenly or on one point): "
+            "conservative"
         )
     low, high = hist["at_bounds"]
     if low or high:
@@ -263,7 +271,7 @@ def render_table(report: dict[str, Any]) -> str:
             lines.append("  no usable values")
         lines += _frequency_lines(entry, level)
         lines += _mean_lines(entry, level)
-        lines += _histogram_lines(entry)
+        lines += _histogram_lines(entry, level)
         lines += _curve_lines(entry, level)
         lines += [f"  warning: {warning}" for warning in entry.get("warnings", ())]
         lines += [f"  note: {note}" for note in entry["notes"]]
