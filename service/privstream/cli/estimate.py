@@ -99,6 +99,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="estimate only this field (repeatable; default: every released field)",
     )
     parser.add_argument(
+        "--by",
+        metavar="FIELD",
+        help="also give every estimate per value of this released field (best a public one: "
+        "a noised one groups records by their noisy value, with a warning), up to 100 groups",
+    )
+    parser.add_argument(
         "--bins",
         type=int,
         default=10,
@@ -171,6 +177,8 @@ def options_from(args: argparse.Namespace, plan: RecordPlan) -> Options:
             raise UsageError(f"--field {name}: no released field of that name in the config")
         if name not in estimable:
             raise UsageError(f"--field {name}: a public field has nothing to estimate")
+    if args.by is not None and args.by not in by_name:
+        raise UsageError(f"--by {args.by}: no released field of that name in the config")
     candidates: dict[str, tuple[str, ...]] = {}
     for spec in args.candidates:
         name, values = _read_candidates(spec)
@@ -365,18 +373,28 @@ def _warn_refused(source: dict[str, Any]) -> None:
         )
 
 
+def _aggregate(
+    plan: RecordPlan, options: Options, fields: list[str] | None, by: str | None
+) -> StreamAggregate:
+    if by is None:
+        return StreamAggregate(plan, options, fields)
+    from privstream.estimate.groups import GroupedAggregate
+
+    return GroupedAggregate(plan, options, fields, by)
+
+
 def _read(
     args: argparse.Namespace, config: AppConfig, plan: RecordPlan, options: Options
 ) -> tuple[StreamAggregate, dict[str, Any]]:
     """Check and read the input; MetadataError when it is refused."""
     if args.topic is not None:
-        stream = StreamAggregate(plan, options, args.fields)
+        stream = _aggregate(plan, options, args.fields, args.by)
         topic = args.topic or config.needs_kafka("estimate --topic").output_topic
         source = _read_topic(config, plan, topic, stream, args)
         check_topic_read(source, stream.skipped, plan, args.unchecked)
         return stream, source
     checked, refused = check_file_input(args.input, args.metadata, plan, args.unchecked)
-    stream = StreamAggregate(plan, options, _estimated(plan, args, refused))
+    stream = _aggregate(plan, options, _estimated(plan, args, refused), args.by)
     progress = Progress(enabled=args.progress)
     try:
         source = _read_file(args.input, stream, progress)

@@ -112,6 +112,10 @@ class StreamAggregate:
         if obj is None:
             self.skipped[reason] += 1
             return
+        self.add_object(obj, refused)
+
+    def add_object(self, obj: dict[str, Any], refused: frozenset[str] = frozenset()) -> None:
+        """One decoded record."""
         self.records += 1
         self._chunk.append(obj)
         self._refused.append(refused)

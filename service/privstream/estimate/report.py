@@ -7,6 +7,7 @@ from typing import Any
 from privstream.estimate import suppression
 from privstream.estimate.accumulators import Options
 from privstream.estimate.aggregate import StreamAggregate, TruthAggregate
+from privstream.estimate.groups import NOISED_SPLIT, GroupedAggregate
 from privstream.estimate.presence import add_present_estimates
 from privstream.estimate.small_n import range_warnings
 
@@ -40,6 +41,8 @@ def build_report(
         "truth": None,
         "fields": fields,
     }
+    if isinstance(stream, GroupedAggregate):
+        report["by"] = _by_report(stream, options)
     if truth is not None:
         report["truth"] = {
             "path": truth_path,
@@ -47,6 +50,25 @@ def build_report(
             "skipped": dict(sorted(truth.skipped.items())),
         }
     return report
+
+
+def _by_report(stream: GroupedAggregate, options: Options) -> dict[str, Any]:
+    """Each group's field entries (no truth: ``--truth`` compares the overall estimates)."""
+    planned = {f.name: f for f in stream.plan.fields}[stream.by]
+    mechanism = planned.handler.mechanism
+    groups = []
+    for value, group in sorted(stream.groups.items()):
+        fields = [acc.report(options, None) for acc in group.fields]
+        add_present_estimates(stream.plan, fields, options)
+        for entry in fields:
+            entry["warnings"] = range_warnings(entry)
+        groups.append({"value": value, "records": group.records, "fields": fields})
+    return {
+        "field": stream.by,
+        "noised": None if mechanism is None else NOISED_SPLIT.format(stream.by, mechanism.name),
+        "ungrouped": dict(sorted(stream.ungrouped.items())),
+        "groups": groups,
+    }
 
 
 def report_warnings(report: dict[str, Any]) -> list[str]:
@@ -60,6 +82,15 @@ def report_warnings(report: dict[str, Any]) -> list[str]:
     config's output: raw records, another release, or edited data.
     """
     lines = [f"field {entry['name']}: {w}" for entry in report["fields"] for w in entry["warnings"]]
+    by = report.get("by")
+    if by is not None:
+        lines += [by["noised"]] if by["noised"] else []
+        lines += [
+            f"--by {by['field']} = {group['value']}: field {entry['name']}: {w}"
+            for group in by["groups"]
+            for entry in group["fields"]
+            for w in entry["warnings"]
+        ]
     for entry in report["fields"]:
         invalid = entry["skipped"].get("invalid", 0)
         off_grid = entry.get("off_grid", 0)
@@ -259,20 +290,41 @@ def render_table(report: dict[str, Any]) -> str:
             text += f" (skipped as the sanitizer would: {_skips(truth['skipped'])})"
         lines.append(text)
     for entry in report["fields"]:
-        lines.append("")
-        head = (
-            f"{entry['name']}  {entry['kind']}  {entry['mechanism']}  "
-            f"eps={entry['epsilon']:g} delta={entry['delta']:g}  n={entry['records']:,}"
-        )
-        if entry["skipped"]:
-            head += f"  (skipped: {_skips(entry['skipped'])})"
-        lines.append(head)
-        if entry["records"] == 0:
-            lines.append("  no usable values")
-        lines += _frequency_lines(entry, level)
-        lines += _mean_lines(entry, level)
-        lines += _histogram_lines(entry, level)
-        lines += _curve_lines(entry, level)
-        lines += [f"  warning: {warning}" for warning in entry.get("warnings", ())]
-        lines += [f"  note: {note}" for note in entry["notes"]]
+        lines += _field_lines(entry, level)
+    lines += _by_lines(report.get("by"), level)
     return "\n".join(lines)
+
+
+def _by_lines(by: dict[str, Any] | None, level: str) -> list[str]:
+    if by is None:
+        return []
+    lines = ["", f"by {by['field']}: {len(by['groups'])} groups"]
+    if by["noised"]:
+        lines.append(f"warning: {by['noised']}")
+    if by["ungrouped"]:
+        lines.append(f"not in any group: {_skips(by['ungrouped'])}")
+    for group in by["groups"]:
+        lines += ["", f"== {by['field']} = {group['value']}  ({group['records']:,} records)"]
+        for entry in group["fields"]:
+            lines += _field_lines(entry, level)
+    return lines
+
+
+def _field_lines(entry: dict[str, Any], level: str) -> list[str]:
+    lines = [""]
+    head = (
+        f"{entry['name']}  {entry['kind']}  {entry['mechanism']}  "
+        f"eps={entry['epsilon']:g} delta={entry['delta']:g}  n={entry['records']:,}"
+    )
+    if entry["skipped"]:
+        head += f"  (skipped: {_skips(entry['skipped'])})"
+    lines.append(head)
+    if entry["records"] == 0:
+        lines.append("  no usable values")
+    lines += _frequency_lines(entry, level)
+    lines += _mean_lines(entry, level)
+    lines += _histogram_lines(entry, level)
+    lines += _curve_lines(entry, level)
+    lines += [f"  warning: {warning}" for warning in entry.get("warnings", ())]
+    lines += [f"  note: {note}" for note in entry["notes"]]
+    return lines
