@@ -439,10 +439,13 @@ def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
     if args.plot:
         from privstream.estimate.plots import write_plots
 
-        written = write_plots(report, args.plot)
+        plotted = write_plots(report, args.plot)
         print(
-            f"privstream estimate: {len(written)} plot(s) written to {args.plot}", file=sys.stderr
+            f"privstream estimate: {len(plotted.written)} plot(s) written to {args.plot}",
+            file=sys.stderr,
         )
+        for name, reason in plotted.reasons.items():
+            print(f"privstream estimate: no plot for field {name}: {reason}", file=sys.stderr)
     if stream.records == 0:
         where = source.get("topic") or source.get("path")
         print(f"privstream: estimate: no sanitized records read from {where}", file=sys.stderr)
