@@ -62,4 +62,8 @@ class AvroValues:
         if not isinstance(record, dict) or buffer.tell() != len(value):
             self._skip("avro_undecodable")
             return
-        self._add(orjson.dumps(plain(record, self._reports)), refused)
+        text = orjson.dumps(plain(record, self._reports))
+        if refused:
+            self._add(text, refused)
+        else:
+            self._add(text)

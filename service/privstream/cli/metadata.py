@@ -35,7 +35,6 @@ from typing import Any
 from privstream import __version__
 from privstream.cli.release_files import OUTPUT_MODE, AtomicFile
 from privstream.errors import PrivstreamError
-from privstream.estimate.releases import ABSENT, CHANGED
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.plan import PlannedField
 
@@ -155,6 +154,9 @@ def check_metadata(data: dict[str, Any], plan: RecordPlan, where: str) -> dict[s
     1: the config hash decides, then every field's parameters; any difference
     raises MetadataError.
     """
+    # lazy: ``sanitize`` writes metadata and must not import the estimate package
+    from privstream.estimate.releases import ABSENT
+
     if data.get("version") == 1:
         _check_whole(data, plan, where)
         return {}
@@ -180,6 +182,8 @@ def _difference(theirs: dict[str, Any], ours: dict[str, Any]) -> str:
     ]
     if changed:
         return "; ".join(changed)
+    from privstream.estimate.releases import CHANGED
+
     return "" if theirs.get("release_id") == ours["release_id"] else CHANGED
 
 

@@ -141,9 +141,11 @@ def test_estimate_accepts_its_own_release(
 ) -> None:
     code, out, err = _estimate(capsys, made["config"], "--input", str(made["out"]))
     assert code == 0, err
-    # load (gaussian, eps 0.5 on [0, 10]) at n = 400: its interval is wider than the bounds
+    # n = 400: small-n warnings (load's interval is wider than its bounds; a share may fall
+    # outside [0, 1]), never a refusal nor an impossible value
     warnings = [line for line in err.splitlines() if "warning" in line]
-    assert len(warnings) == 1 and "field load: the mean's interval" in warnings[0]
+    assert any("field load: the mean's interval" in w for w in warnings)
+    assert not [w for w in warnings if "refused" in w or "impossible" in w or "grid" in w]
     assert f"{N:,} records" in out
 
 
@@ -217,7 +219,8 @@ def test_estimate_warns_of_impossible_values(
     made["out"].write_text("\n".join(lines + [json.dumps(b) for b in bad]) + "\n")
     code, _, err = _estimate(capsys, made["config"], "--input", str(made["out"]))
     assert code == 0
-    warnings = [line for line in err.splitlines() if "warning" in line and "load" not in line]
+    # the impossible values' warnings (small-n ones may come beside them: the noise decides)
+    warnings = [w for w in err.splitlines() if "impossible" in w or "off the" in w]
     assert len(warnings) == 3, err
     assert any("field ok: 1 values impossible" in w for w in warnings)
     assert any("field state: 1 values impossible" in w for w in warnings)
