@@ -155,6 +155,13 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         help="one line per field, however wide (default: the table fits in 100 columns, "
         "each field's params on indented lines under its row when needed)",
     )
+    exp.add_argument(
+        "--release-metadata",
+        metavar="FILE",
+        help="also write the release metadata of this config as this privstream calibrates it "
+        "(what `run` releases): keep it beside a topic dump without headers, for "
+        "`estimate --release-metadata`",
+    )
 
     top = sub.add_parser("topics", help="create or check the topics a config needs")
     sub.add_parser("keygen", help="print a fresh noise key (hex) for --noise-key-file")
@@ -288,6 +295,10 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
             from privstream.cli.explain import TABLE_WIDTH, explain
 
             print(explain(config, plan, args.format, None if args.wide else TABLE_WIDTH))
+            if args.release_metadata:
+                from privstream.cli.metadata import write_sidecar
+
+                write_sidecar(args.release_metadata, plan, None, written_by="explain")
         elif args.command == "sanitize":
             from privstream.cli.aggregates_file import check_aggregates_output, file_aggregates
             from privstream.cli.metadata import MetadataError, metadata_target
