@@ -38,7 +38,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,7 +164,9 @@ async def contender(
     if name == "librdkafka":
         config = write_config(path, bootstrap, topics, http_port=port)
         env = {"PEER_CONSUME": "eager"}
-        worker = Worker(config, workdir, replica, passthrough=False, script="peer_librdkafka.py", env=env)
+        worker = Worker(
+            config, workdir, replica, passthrough=False, script="peer_librdkafka.py", env=env
+        )
     else:
         config = write_config(path, bootstrap, topics, http_port=port, **kafka)
         worker = Worker(config, workdir, replica, passthrough=False)
@@ -199,8 +200,10 @@ def show(row: Row) -> None:
         flush=True,
     )
     for stage, (count, mean, p50, p99) in row.stages.items():
-        print(f"{'':>10} worker {stage:>8}: {count:>5} batches, mean {mean:6.1f} ms, "
-              f"p50 <= {p50:g} ms, p99 <= {p99:g} ms")
+        print(
+            f"{'':>10} worker {stage:>8}: {count:>5} batches, mean {mean:6.1f} ms, "
+            f"p50 <= {p50:g} ms, p99 <= {p99:g} ms"
+        )
 
 
 def summary(rows: list[Row]) -> bool:
@@ -212,11 +215,15 @@ def summary(rows: list[Row]) -> bool:
     for name, mine in by_name.items():
         p50s = [r.quantiles["total"][0] for r in mine]
         p99s = [r.p99 for r in mine]
-        print(f"{name:>10}: p50 {min(p50s):.1f}-{max(p50s):.1f}, p99 {min(p99s):.1f}-{max(p99s):.1f}")
+        print(
+            f"{name:>10}: p50 {min(p50s):.1f}-{max(p50s):.1f}, p99 {min(p99s):.1f}-{max(p99s):.1f}"
+        )
     ours, floor = by_name.get("privstream", []), by_name.get("librdkafka", [])
     for o, f in zip(ours, floor, strict=False):
         ratio = [o.quantiles["total"][i] / f.quantiles["total"][i] for i in (0, 2)]
-        print(f"privstream / librdkafka floor, same round: p50 {ratio[0]:.2f}x, p99 {ratio[1]:.2f}x")
+        print(
+            f"privstream / librdkafka floor, same round: p50 {ratio[0]:.2f}x, p99 {ratio[1]:.2f}x"
+        )
     ok = all(r.read >= 0.95 * r.sent for r in rows)
     if ours:
         median = statistics.median(r.p99 for r in ours)
@@ -231,7 +238,9 @@ async def run(args: argparse.Namespace) -> int:
     kafka = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.kafka)}
     rows = []
     with broker() as bootstrap, tempfile.TemporaryDirectory(prefix="privstream-bench-") as tmp:
-        print(f"steady 10,000 records/s for {seconds:g} s; privstream settings {kafka or 'default'}")
+        print(
+            f"steady 10,000 records/s for {seconds:g} s; privstream settings {kafka or 'default'}"
+        )
         print("contender read/sent, total, ack, worker, readable: p50/p95/p99/max ms")
         for _ in range(rounds):
             for name in args.only or CONTENDERS:
