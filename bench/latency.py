@@ -6,7 +6,9 @@ Three contenders, each on fresh topics, interleaved round by round:
   the measurement itself adds);
 * a librdkafka exactly-once pass-through (``bench/peer_librdkafka.py`` taking
   what has arrived, one transaction per batch): the transaction floor;
-* `privstream run` at the default settings (``--kafka KEY=VALUE`` changes one).
+* `privstream run` at the default settings (``--kafka KEY=VALUE`` changes one);
+* with ``--baseline DIR``, the privstream of that checkout at the same settings
+  (the code before a change, in the same run).
 
 A librdkafka producer writes the reference record at 10,000 records/s for
 ``--seconds``, stamping its send time in the public ``ts`` field, and a
@@ -153,7 +155,12 @@ async def fresh_topics(bootstrap: str, prefix: str) -> Topics:
 
 
 async def contender(
-    name: str, bootstrap: str, workdir: Path, seconds: float, kafka: dict[str, object]
+    name: str,
+    bootstrap: str,
+    workdir: Path,
+    seconds: float,
+    kafka: dict[str, object],
+    baseline: Path | None = None,
 ) -> Row:
     topics = await fresh_topics(bootstrap, f"latency-{name}")
     if name == "harness":
@@ -167,15 +174,16 @@ async def contender(
         worker = Worker(
             config, workdir, replica, passthrough=False, script="peer_librdkafka.py", env=env
         )
-    else:
+    else:  # privstream, or the baseline checkout's privstream at the same settings
         config = write_config(path, bootstrap, topics, http_port=port, **kafka)
-        worker = Worker(config, workdir, replica, passthrough=False)
+        env = {} if name == "privstream" else {"PYTHONPATH": str(baseline / "service")}
+        worker = Worker(config, workdir, replica, passthrough=False, env=env)
     try:
         # warm up: the group join and the first transactions are not steady state
         await preload(bootstrap, topics.raw, 1_000)
         await drain_rate(bootstrap, topics.group, 1_000, [worker], within_s=120)
         row = await steady(bootstrap, topics.raw, topics.out, seconds, name)
-        if name == "privstream":
+        if name != "librdkafka":
             row.stages = await asyncio.to_thread(scrape, port)
     finally:
         worker.stop()
@@ -224,6 +232,9 @@ def summary(rows: list[Row]) -> bool:
         print(
             f"privstream / librdkafka floor, same round: p50 {ratio[0]:.2f}x, p99 {ratio[1]:.2f}x"
         )
+    for o, b in zip(ours, by_name.get("baseline", []), strict=False):
+        ratio = [o.quantiles["total"][i] / b.quantiles["total"][i] for i in (0, 2)]
+        print(f"privstream / baseline, same round: p50 {ratio[0]:.2f}x, p99 {ratio[1]:.2f}x")
     ok = all(r.read >= 0.95 * r.sent for r in rows)
     if ours:
         median = statistics.median(r.p99 for r in ours)
@@ -242,10 +253,12 @@ async def run(args: argparse.Namespace) -> int:
             f"steady 10,000 records/s for {seconds:g} s; privstream settings {kafka or 'default'}"
         )
         print("contender read/sent, total, ack, worker, readable: p50/p95/p99/max ms")
+        names = [*(args.only or CONTENDERS), *(["baseline"] if args.baseline else [])]
         for _ in range(rounds):
-            for name in args.only or CONTENDERS:
-                rows.append(await contender(name, bootstrap, Path(tmp), seconds, kafka))
-                show(rows[-1])
+            for name in names:
+                row = await contender(name, bootstrap, Path(tmp), seconds, kafka, args.baseline)
+                show(row)
+                rows.append(row)
     return 0 if summary(rows) else 1
 
 
@@ -257,6 +270,11 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", choices=CONTENDERS, help="run only these")
     parser.add_argument(
         "--kafka", nargs="*", default=[], metavar="KEY=VALUE", help="a privstream kafka setting"
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout whose privstream runs too, at the same settings (before/after)",
     )
     args = parser.parse_args()
     print_environment("aiokafka", "confluent-kafka")
