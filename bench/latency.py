@@ -1,4 +1,4 @@
-"""Produce-to-readable latency at a steady 10,000 records/s, its legs, and the transaction floor.
+"""Produce-to-readable latency at a steady rate, its legs, and the transaction floor.
 
 Three contenders, each on fresh topics, interleaved round by round:
 
@@ -10,9 +10,10 @@ Three contenders, each on fresh topics, interleaved round by round:
 * with ``--baseline DIR``, the privstream of that checkout at the same settings
   (the code before a change, in the same run).
 
-A librdkafka producer writes the reference record at 10,000 records/s for
-``--seconds``, stamping its send time in the public ``ts`` field, and a
-librdkafka reader with ``isolation.level=read_committed`` reads the output
+A librdkafka producer writes the reference record at 10,000 records/s (the
+target's rate; ``--rate``) for ``--seconds``, stamping its send time in the
+public ``ts`` field, and a librdkafka reader with
+``isolation.level=read_committed`` reads the output
 (``bench/latency_clients.py``). Both topics stamp the broker's append time
 (``LogAppendTime``), so each record's latency splits into legs measured from
 outside: *ack* (send to appended on the input), *worker* (appended on the
@@ -51,7 +52,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.kafka import PARTITIONS, Topics, Worker, broker, drain_rate, preload, write_config
-from bench.latency_clients import Read, read_committed, steady_load
+from bench.latency_clients import RATE, Read, read_committed, steady_load
 from bench.reference import print_environment
 from tests.support.broker import create_topics
 
@@ -100,7 +101,9 @@ def legs(reads: list[Read], appended: dict[int, int], sent: int) -> dict[str, tu
     }
 
 
-async def steady(bootstrap: str, written: str, read: str, seconds: float, name: str) -> Row:
+async def steady(
+    bootstrap: str, written: str, read: str, seconds: float, name: str, rate: int
+) -> Row:
     """The steady load on ``written`` while ``read`` is read; the reader stops 3 s after
     the last record is sent."""
     stop = threading.Event()
@@ -110,7 +113,7 @@ async def steady(bootstrap: str, written: str, read: str, seconds: float, name: 
     )
     await asyncio.sleep(1.0)  # the reader assigned before the first record
     before = os.getloadavg()[0]
-    load = await asyncio.to_thread(steady_load, bootstrap, written, seconds)
+    load = await asyncio.to_thread(steady_load, bootstrap, written, seconds, rate)
     after = os.getloadavg()[0]
     await asyncio.sleep(3.0)
     stop.set()
@@ -161,10 +164,11 @@ async def contender(
     seconds: float,
     kafka: dict[str, object],
     baseline: Path | None = None,
+    rate: int = RATE,
 ) -> Row:
     topics = await fresh_topics(bootstrap, f"latency-{name}")
     if name == "harness":
-        return await steady(bootstrap, topics.raw, topics.raw, seconds, name)
+        return await steady(bootstrap, topics.raw, topics.raw, seconds, name, rate)
     port = free_port()
     path = workdir / f"{name}-{topics.group}.yaml"
     replica = f"{name}-{topics.group}"
@@ -182,7 +186,7 @@ async def contender(
         # warm up: the group join and the first transactions are not steady state
         await preload(bootstrap, topics.raw, 1_000)
         await drain_rate(bootstrap, topics.group, 1_000, [worker], within_s=120)
-        row = await steady(bootstrap, topics.raw, topics.out, seconds, name)
+        row = await steady(bootstrap, topics.raw, topics.out, seconds, name, rate)
         if name != "librdkafka":
             row.stages = await asyncio.to_thread(scrape, port)
     finally:
@@ -250,13 +254,16 @@ async def run(args: argparse.Namespace) -> int:
     rows = []
     with broker() as bootstrap, tempfile.TemporaryDirectory(prefix="privstream-bench-") as tmp:
         print(
-            f"steady 10,000 records/s for {seconds:g} s; privstream settings {kafka or 'default'}"
+            f"steady {args.rate:,} records/s for {seconds:g} s; "
+            f"privstream settings {kafka or 'default'}"
         )
         print("contender read/sent, total, ack, worker, readable: p50/p95/p99/max ms")
         names = [*(args.only or CONTENDERS), *(["baseline"] if args.baseline else [])]
         for _ in range(rounds):
             for name in names:
-                row = await contender(name, bootstrap, Path(tmp), seconds, kafka, args.baseline)
+                row = await contender(
+                    name, bootstrap, Path(tmp), seconds, kafka, args.baseline, args.rate
+                )
                 show(row)
                 rows.append(row)
     return 0 if summary(rows) else 1
@@ -267,6 +274,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one round of 5 s: a smoke run")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rate", type=int, default=RATE, help="records/s (the target's: 10,000)")
     parser.add_argument("--only", nargs="*", choices=CONTENDERS, help="run only these")
     parser.add_argument(
         "--kafka", nargs="*", default=[], metavar="KEY=VALUE", help="a privstream kafka setting"

@@ -54,8 +54,9 @@ class Load:
             self.appended_ms[orjson.loads(msg.value())["ts"]] = stamp
 
 
-def steady_load(bootstrap: str, topic: str, seconds: float) -> Load:
-    """Produce RATE records/s in ticks of TICK_S, each stamped as it is handed to the client."""
+def steady_load(bootstrap: str, topic: str, seconds: float, rate: int = RATE) -> Load:
+    """Produce ``rate`` records/s in ticks of TICK_S, each stamped as it is handed to the
+    client."""
     client = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -68,7 +69,7 @@ def steady_load(bootstrap: str, topic: str, seconds: float) -> Load:
     last_us = 0
     start = time.perf_counter()
     while (elapsed := time.perf_counter() - start) < seconds:
-        for _ in range(int(elapsed * RATE) - load.sent):
+        for _ in range(int(elapsed * rate) - load.sent):
             value = record(rng, load.sent)
             value["ts"] = last_us = max(time.time_ns() // 1000, last_us + 1)
             client.produce(topic, orjson.dumps(value))
