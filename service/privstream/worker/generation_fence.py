@@ -31,7 +31,6 @@ from aiokafka.errors import (
 )
 
 from privstream.errors import BrokerError
-from privstream.worker.txn_start import QuickStartSender
 from privstream.kafka.compat import (
     CompactArray,
     CompactString,
@@ -47,6 +46,7 @@ from privstream.kafka.compat import (
     TaggedFields,
     TxnOffsetCommitHandler,
 )
+from privstream.worker.txn_start import QuickStartSender
 
 #: what the coordinator answers a member no longer in the current generation:
 #: ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID (FENCED_INSTANCE_ID needs static membership: unused)

@@ -29,9 +29,13 @@ class _Txn:
         self.txn_partitions.add(tp)
 
 
-def answer(code: int, holds: set[TopicPartition] = frozenset()) -> tuple[float | None, _Txn]:
+def answer(
+    code: int, holds: set[TopicPartition] = frozenset(), sender: Any = None
+) -> tuple[float | None, _Txn]:
     txn = _Txn(set(holds))
-    sender = SimpleNamespace(_txn_manager=txn, _retry_backoff=DEFAULT_BACKOFF_S)
+    if sender is None:
+        sender = SimpleNamespace(refused_in_a_row=0, _retry_backoff=DEFAULT_BACKOFF_S)
+    sender._txn_manager = txn
     handler = txn_start.QuickStartHandler(sender, [TP])
     return handler.handle_response(SimpleNamespace(errors=[("out", [(0, code)])])), txn
 
@@ -40,6 +44,14 @@ def test_a_first_add_refused_while_the_previous_commit_completes_is_retried_soon
     backoff, txn = answer(ConcurrentTransactions.errno)
     assert backoff == txn_start.RETRY_S < 0.02  # aiokafka's BACKOFF_OVERRIDE
     assert txn.txn_partitions == set()  # not added: asked again
+
+
+def test_the_wait_doubles_with_each_refusal_up_to_aiokafkas_and_resets_once_added() -> None:
+    sender = SimpleNamespace(refused_in_a_row=0, _retry_backoff=DEFAULT_BACKOFF_S)
+    waits = [answer(ConcurrentTransactions.errno, sender=sender)[0] for _ in range(6)]
+    assert waits == pytest.approx([0.002, 0.004, 0.008, 0.016, 0.02, 0.02])
+    assert answer(NoError.errno, sender=sender)[0] is None
+    assert answer(ConcurrentTransactions.errno, sender=sender)[0] == txn_start.RETRY_S
 
 
 def test_a_later_add_refused_keeps_aiokafkas_backoff() -> None:
@@ -61,6 +73,7 @@ def test_other_answers_are_aiokafkas(code: int, expected: float | None) -> None:
 async def test_a_fenced_producer_adds_partitions_through_the_quick_handler() -> None:
     producer = AIOKafkaProducer(transactional_id="t", enable_idempotence=True)
     fence(producer)
+    assert producer._sender.refused_in_a_row == 0  # the class default: no refusal yet
     sent: list[Any] = []
 
     async def coordinator(*_: Any) -> int:
