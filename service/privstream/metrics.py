@@ -66,7 +66,8 @@ class Metrics:
             "privstream_batch_stage_duration_seconds",
             "Wall time of one step of a batch: poll (waiting for records, from the call "
             "to the batch), sanitize, queued (for the previous transaction), produce "
-            "(begun and acknowledged), commit (offsets and commit)",
+            "(begun, sent and acknowledged), commit (the offsets, and the transaction's "
+            "commit)",
             ["stage"],
             buckets=_STAGE_BUCKETS,
             registry=registry,

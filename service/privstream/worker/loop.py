@@ -384,8 +384,11 @@ class Worker:
             if self._kafka.transactions:
                 dead = await self._transaction(producer, sender, batch, offsets)
             else:
+                began = time.perf_counter()
                 dead = await self._send(producer, sender, batch)
+                sent = self._stage("produce", began)
                 await consumer.commit(offsets)
+                self._stage("commit", sent)
             dropped = 0 if batch.verdict is None else batch.verdict.dropped  # over budget
             if self._ledger is not None and batch.verdict is not None:
                 self._ledger.committed(batch.verdict)
