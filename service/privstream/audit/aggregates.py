@@ -179,19 +179,19 @@ def _scenario(plan: AggregatePlan, noise: CellNoise | None) -> tuple[Scenario, R
     return scenario, sampler
 
 
-def half_noise_scenario(plan: AggregatePlan) -> Scenario:
+def half_noise_scenario(plan: AggregatePlan, noise: CellNoise | None = None) -> Scenario:
     """The self-check control of one aggregate: its audit with ``halve_noise``; must fail.
 
     With one moved cell (no projection) the law of every test set is known
     exactly, ``P[g (T + Z) <= s] = F_Z(floor(s / g) - T)``, so the report bounds
     the chance that the audit wrongly passes the control.
     """
-    return _control(plan)[0]
+    return _control(plan, noise)[0]
 
 
-def _control(plan: AggregatePlan) -> tuple[Scenario, ReleaseSampler]:
+def _control(plan: AggregatePlan, noise: CellNoise | None) -> tuple[Scenario, ReleaseSampler]:
     broken = halve_noise(plan)
-    scenario, sampler = _scenario(broken, None)
+    scenario, sampler = _scenario(broken, noise)
     scenario.name = f"aggregate {plan.name} (half noise)"
     scenario.expect_violation = True
     scenario.about = (
@@ -264,7 +264,7 @@ class AggregateScenarios:
         scenario, sampler = _scenario(plan, None)
         pairs = [(scenario, sampler)]
         if plan.query.kind in CONTROLLED:
-            control, control_sampler = _control(plan)
+            control, control_sampler = _control(plan, None)
             self.controls.append(control)
             pairs.append((control, control_sampler))
         else:
