@@ -15,9 +15,9 @@ are caught. Modules:
 * ``sampling``: records through the pipeline (memoized fields included).
 * ``engine``: one audit (pilot, count, bound).
 * ``scenarios``: the per-field and whole-record audits of a config.
-* ``aggregate_inputs``, ``aggregates``: the audits of a config's aggregates
-  (neighbouring windows through the real release code) and their
-  half-noise controls.
+* ``aggregate_inputs``, ``aggregates``, ``aggregate_controls``: the audits
+  of a config's aggregates (neighbouring windows through the real release
+  code) and their half-noise controls.
 * ``selfcheck``: deliberately broken mechanisms and thesis Example 4.5.
 * ``run`` / ``report``: a whole run and its rendering.
 """
@@ -30,7 +30,7 @@ from privstream.errors import AuditError
 from privstream.lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from privstream.audit.aggregates import DEFAULT_AGGREGATE_SAMPLES
+    from privstream.audit.aggregate_controls import DEFAULT_AGGREGATE_SAMPLES
     from privstream.audit.engine import DEFAULT_CONFIDENCE, DEFAULT_SAMPLES, AuditResult
     from privstream.audit.report import render_json, render_table, report_data
     from privstream.audit.run import AuditReport, audit
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 #: name -> module; imported on first use: the field-kind registry imports ``targets``
 #: on every start-up, which must not pay for the engine, the runs and their reports
 _LAZY = {
-    "DEFAULT_AGGREGATE_SAMPLES": "aggregates",
+    "DEFAULT_AGGREGATE_SAMPLES": "aggregate_controls",
     "DEFAULT_CONFIDENCE": "engine",
     "DEFAULT_SAMPLES": "engine",
     "AuditResult": "engine",

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from privstream.audit.aggregates import DEFAULT_AGGREGATE_SAMPLES, AggregateScenarios
+from privstream.audit.aggregate_controls import DEFAULT_AGGREGATE_SAMPLES, AggregateScenarios
 from privstream.audit.engine import (
     DEFAULT_CONFIDENCE,
     DEFAULT_SAMPLES,

@@ -8,8 +8,8 @@ intervals on a family of test sets give a lower bound on the epsilon
 actually realised. A field *fails* when that bound exceeds its claimed
 epsilon. A self-check runs the same procedure on deliberately broken
 mechanisms (the config's aggregates at half their noise among them) and on
-the thesis's Example 4.5 and must see them fail. The statistics are in ``privstream.audit`` (docstrings of ``stats``,
-``events``, ``engine``).
+the thesis's Example 4.5 and must see them fail. The statistics are in
+``privstream.audit`` (docstrings of ``stats``, ``events``, ``engine``).
 
 Exit codes: 0 every audit passed and the self-check came out as it must;
 1 a field or the record failed, or the self-check did not catch a broken

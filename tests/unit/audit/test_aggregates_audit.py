@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 import yaml
 from privstream.aggregates import AggregatePlan
-from privstream.audit.aggregate_inputs import neighbours
-from privstream.audit.aggregates import (
+from privstream.audit.aggregate_controls import (
     AggregateScenarios,
-    aggregate_scenario,
     half_noise_scenario,
     halve_noise,
 )
+from privstream.audit.aggregate_inputs import neighbours
+from privstream.audit.aggregates import aggregate_scenario
 from privstream.audit.engine import run_scenario
 from privstream.cli.main import main
 
