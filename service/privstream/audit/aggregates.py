@@ -120,7 +120,9 @@ def _events(direction: list[float], from_pilot: bool) -> EventBuilder:
 
     def build(pilot: Sequence[Sample] | None, samples: int) -> list[Event]:
         chosen = pilot or []
-        columns = [j for j, u in enumerate(direction) if u]
+        # no total moved (a one-cell count whose cap swaps the next record in): both
+        # windows release one law, and every row's half-lines show it
+        columns = [j for j, u in enumerate(direction) if u] or list(range(len(direction)))
         events: list[Event] = []
         for j in columns:
             events += half_lines(Statistic(VALUES, f"row {j}", j), chosen)

@@ -87,6 +87,20 @@ def test_a_correlated_unit_swaps_the_next_record_of_its_group_in() -> None:
     assert moved == {("ios",): 1, ("android",): -1, ("web",): 0}
 
 
+def test_a_unit_that_moves_no_total_is_audited_on_every_row() -> None:
+    spec = {
+        "name": "cases",
+        "query": "count",
+        "epsilon": 1.0,
+        "correlation": {"by": "home", "degree": 0.5, "max_group": 3},
+    }
+    plan = one_plan(spec)
+    with_unit, without = neighbours(plan)
+    assert with_unit.counts == without.counts  # the swap leaves a single count unchanged
+    result = _run(plan, 6)
+    assert result.passed and result.test_sets > 0
+
+
 def _run(plan: AggregatePlan, seed: int, *, broken: bool = False) -> Any:
     noise = Seeded(seed)
     scenario = half_noise_scenario(plan, noise) if broken else aggregate_scenario(plan, noise)
