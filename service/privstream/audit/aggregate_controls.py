@@ -3,8 +3,9 @@ r"""The self-check's controls of a config's aggregates: the same audit at half t
 ``halve_noise`` is the aggregate's plan with every noisy total at half its
 noise parameter: its realised epsilon is twice the claim, and the audit of
 ``privstream.audit.aggregates`` must report it failing. Counts, histograms
-and sums get such a control (``CONTROLLED``); means and densities do not
-(``UNCONTROLLED`` says why), and their audits carry that note.
+and sums on declared keys get such a control (``CONTROLLED``); means,
+densities and ``select_groups`` do not (``UNCONTROLLED`` says why), and
+their audits carry that note.
 ``AggregateScenarios`` gathers the audits of the chosen aggregates and their
 controls for ``privstream.audit.run``.
 """
@@ -35,6 +36,8 @@ UNCONTROLLED = {
     "halving both moves its law too little for the audit to see at feasible sample sizes",
     "density": "no half-noise control: Gaussian-process noise at a small delta reaches its "
     "epsilon only on sets of probability about delta, out of reach of the sample",
+    "select_groups": "no half-noise control: a group only the unit reaches shows past the "
+    "threshold with probability about delta, out of reach of the sample",
 }
 
 
@@ -122,12 +125,13 @@ class AggregateScenarios:
     def add(self, plan: AggregatePlan, samples: int) -> None:
         scenario, sampler = sampled_scenario(plan, None)
         pairs = [(scenario, sampler)]
-        if plan.query.kind in CONTROLLED:
+        if plan.query.kind in CONTROLLED and plan.threshold is None:
             control, control_sampler = _control(plan, None)
             self.controls.append(control)
             pairs.append((control, control_sampler))
         else:
-            scenario.notes.append(UNCONTROLLED[plan.query.kind])
+            kind = "select_groups" if plan.threshold is not None else plan.query.kind
+            scenario.notes.append(UNCONTROLLED[kind])
         for each, each_sampler in pairs:
             each.max_samples = samples
             self.samplers.append(each_sampler)

@@ -169,11 +169,15 @@ def test_means_selected_groups_and_densities_pass(spec: dict[str, Any]) -> None:
 
 def test_only_counts_histograms_and_sums_get_a_half_noise_control() -> None:
     mean = {**SUM, "name": "m", "query": "mean"}
-    config = aggregates_config(HISTOGRAM, mean, **SUBJECT)
+    selected = {**COUNT, "name": "sel", "group_by": [{"field": "version"}], "delta": 1e-6}
+    selected["select_groups"] = True
+    config = aggregates_config(HISTOGRAM, mean, selected, **SUBJECT)
     chosen = AggregateScenarios.of(config, None, None, SAMPLES)
-    assert [s.name for s in chosen.audits] == ["aggregate os_share", "aggregate m"]
+    names = ["aggregate os_share", "aggregate m", "aggregate sel"]
+    assert [s.name for s in chosen.audits] == names
     assert [s.name for s in chosen.controls] == ["aggregate os_share (half noise)"]
-    assert any("no half-noise control" in note for note in chosen.audits[1].notes)
+    for audit in chosen.audits[1:]:
+        assert any("no half-noise control" in note for note in audit.notes)
     assert AggregateScenarios.of(config, None, ["os"], SAMPLES).audits == []
 
 
