@@ -22,7 +22,7 @@ groups_per_subject: 1``. Measured in one run:
 * **throughput and memory**: ``privstream sanitize`` over the whole file in file mode,
   with 3 aggregates (this histogram, a count by version, a mean latency by OS) on and
   off, best wall time of ``--rounds`` rounds and the peak RSS of that process (target
-  >= 0.8x).
+  >= 0.8x; ``--throughput-only`` measures only this).
 
 Exit status 1 if a target is missed.
 """
@@ -244,6 +244,9 @@ def main() -> None:
     parser.add_argument("--releases", type=int, default=20, help="privstream releases per window")
     parser.add_argument("--pipelinedp-runs", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=2, help="sanitize rounds (best wall)")
+    parser.add_argument(
+        "--throughput-only", action="store_true", help="only sanitize, aggregates on vs off"
+    )
     args = parser.parse_args()
     events = 100_000 if args.quick else args.events
     subjects = 10_000 if args.quick else args.subjects
@@ -255,18 +258,22 @@ def main() -> None:
         data = work / "events.jsonl"
         write_events(data, events, subjects)
         runs = throughput(work, data, events, args.rounds)
-        windows = by_window(data)
-        truth = raw_counts(windows)
-        ours, bounded, coverage, expected = central(windows, args.releases)
-        theirs = pipelinedp(windows, args.pipelinedp_runs)
-        local = local_model(work / "off.out.jsonl")
-    report(targets, runs, truth, bounded, ours, theirs, local, coverage, expected)
+        ratio = runs["off"].wall / runs["on"].wall
+        print(f"throughput ratio on / off: {ratio:.3f}x")
+        print(f"peak RSS on / off: {runs['on'].rss_mb:.0f} / {runs['off'].rss_mb:.0f} MB")
+        targets.check("throughput aggregates on / off", ratio, 0.8)
+        if not args.throughput_only:
+            windows = by_window(data)
+            truth = raw_counts(windows)
+            ours, bounded, coverage, expected = central(windows, args.releases)
+            theirs = pipelinedp(windows, args.pipelinedp_runs)
+            local = local_model(work / "off.out.jsonl")
+            report(targets, truth, bounded, ours, theirs, local, coverage, expected)
     raise SystemExit(targets.report())
 
 
 def report(
     targets: Targets,
-    runs: dict[str, Run],
     truth: Counter[Cell],
     bounded: dict[Cell, int],
     ours: dict[Cell, list[float]],
@@ -289,15 +296,12 @@ def report(
     print(f"local model (randomized response + estimate) MSE: {local_mse:,.0f}")
     print(f"coverage of the 95% intervals: {coverage:.4f}")
     print(f"MSE ratio privstream / PipelineDP: {ratio:.3f} +- {ratio_se:.3f}")
-    print(f"MSE ratio local / central: {local_mse / our_mse:,.0f}x")
-    print(f"throughput ratio on / off: {runs['off'].wall / runs['on'].wall:.3f}x")
-    print(f"peak RSS on / off: {runs['on'].rss_mb:.0f} / {runs['off'].rss_mb:.0f} MB")
+    print(f"MSE ratio local / central: {local_mse / our_mse:,.0f}x", flush=True)
     targets.rows.append(
         (f"coverage {coverage:.4f} in [0.93, 0.97]", 0.93 <= coverage <= 0.97, True)
     )
     targets.at_most("MSE privstream / PipelineDP", ratio, 1.1, "x")
     targets.check("MSE local / central", local_mse / our_mse, 100.0)
-    targets.check("throughput aggregates on / off", runs["off"].wall / runs["on"].wall, 0.8)
 
 
 if __name__ == "__main__":
