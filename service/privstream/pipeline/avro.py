@@ -101,6 +101,13 @@ def parse_writer_schema(schema_id: int, text: str) -> WriterSchema | Undecoded:
         )
 
 
+def record_json(record: Any) -> bytes:
+    """A decoded Avro record (fastavro's Python form) as the JSON text the plan reads."""
+    text = _ENCODE(record)
+    # msgspec writes an infinity as null: a record with a null may hold one
+    return _ENCODE(_reals(record)) if b"null" in text and _infinite(record) else text
+
+
 def to_json(
     values: Sequence[bytes | None], schemas: Mapping[int, WriterSchema | Undecoded]
 ) -> list[bytes | Undecoded]:
@@ -128,9 +135,7 @@ def _one(value: bytes | None, schemas: Mapping[int, WriterSchema | Undecoded]) -
         left = len(value) - buffer.tell()
         if left:
             raise ValueError(f"{left} bytes left after the record")
-        text = _ENCODE(record)
-        # msgspec writes an infinity as null: a record with a null may hold one
-        return _ENCODE(_reals(record)) if b"null" in text and _infinite(record) else text
+        return record_json(record)
     except Exception as exc:  # a payload that does not match its schema
         return Undecoded(
             UNDECODABLE,
