@@ -108,9 +108,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         "(default: $PRIVSTREAM_REPLICA_ID, else the host name)",
     )
 
-    san = sub.add_parser(
-        "sanitize", help="sanitize a JSON Lines or Avro container file (no Kafka)"
-    )
+    san = sub.add_parser("sanitize", help="sanitize a JSON Lines or Avro container file (no Kafka)")
     san.add_argument("--config", required=True, help="YAML config file")
     san.add_argument("--input", help="JSON Lines or Avro container file (default: stdin)")
     san.add_argument("--output", help="sanitized output (default: stdout)")

@@ -87,16 +87,16 @@ class Summary:
         if not self.records_out:  # nothing released: a second run is no second release
             overwrite = f" (with --overwrite: {output} holds no record)" if output else ""
             return [
-                f"no record was released: fix the cause (the raw dead-lettered lines are in "
-                f"{dead_letter}) and run again{overwrite}"
+                f"no record was released: fix the cause (the raw dead-lettered {self.unit}s are "
+                f"in {dead_letter}) and run again{overwrite}"
             ]
         where = f"in {output}" if output else "on stdout"
         return [
             f"the sanitized records ({self.records_out}) are {where} all the same, a release "
             "like any other: never also release another run over the same records",
-            f"the raw dead-lettered lines are in {dead_letter}: fix them and sanitize those "
-            "lines alone, or fix the config and run again with --overwrite if the output was "
-            "never shared; a larger --max-dead-letter-share accepts this share",
+            f"the raw dead-lettered {self.unit}s are in {dead_letter}: fix them and sanitize "
+            f"those {self.unit}s alone, or fix the config and run again with --overwrite if "
+            "the output was never shared; a larger --max-dead-letter-share accepts this share",
         ]
 
     def render(self, dead_letter_path: str) -> str:

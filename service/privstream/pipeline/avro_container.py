@@ -54,7 +54,9 @@ def json_records(stream: IO[bytes], name: str, reports: Sequence[str] = ()) -> I
     try:
         for record in reader(stream):
             number += 1
-            yield record_json(plain(record, reports) if reports else record)
+            if reports and isinstance(record, dict):
+                record = plain(record, reports)
+            yield record_json(record)
     except Exception as exc:  # fastavro raises many types for a damaged file
         # the type only: a message may quote the file's bytes, which are raw data
         raise ContainerFileError(
@@ -89,7 +91,10 @@ class ContainerWriter:
         self.sync = os.urandom(SYNC_BYTES)
 
     def header(self) -> bytes:
-        meta: Sequence[tuple[bytes, bytes]] = ((b"avro.codec", b"null"), (b"avro.schema", self._schema))
+        meta: Sequence[tuple[bytes, bytes]] = (
+            (b"avro.codec", b"null"),
+            (b"avro.schema", self._schema),
+        )
         entries = b"".join(_avro_bytes(key) + _avro_bytes(value) for key, value in meta)
         return MAGIC + zigzag(len(meta)) + entries + zigzag(0) + self.sync
 
@@ -99,4 +104,3 @@ class ContainerWriter:
             return b""
         data = b"".join(encoded)
         return zigzag(len(encoded)) + zigzag(len(data)) + data + self.sync
-
