@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from privstream.config.registry import SchemaRegistryConfig
+from privstream.errors import SchemaRegistryUnavailableError
 from privstream.pipeline.avro import Undecoded
 from privstream.pipeline.formats import codec
 from privstream.worker import schemas as module
@@ -117,3 +119,22 @@ def test_a_reference_cycle_ends() -> None:
     registry = Table(answers)
     assert not isinstance(registry.get(1), Undecoded)  # each type parsed once, in order
     assert len(registry.asked) == 3
+
+
+class Down(Table):
+    """Answers the schema by id; its references only once ``down`` is False."""
+
+    down = True
+
+    def _get(self, path: str) -> dict[str, object] | None:
+        if self.down and path.startswith("/subjects/"):
+            raise module.unavailable(f"http://127.0.0.1:1{path}", "ConnectionRefusedError")
+        return super()._get(path)
+
+
+def test_a_registry_down_while_references_are_fetched_is_an_outage_not_a_dead_letter() -> None:
+    registry = Down(_diamond())
+    with pytest.raises(SchemaRegistryUnavailableError):
+        registry.get(1)
+    registry.down = False  # back: the id was not cached as anything
+    assert not isinstance(registry.get(1), Undecoded)
