@@ -101,9 +101,10 @@ def protobuf_values(url: str, topic: str, records: list[Record]) -> list[bytes]:
         ],
         1,
     ):
-        message.field.add(
-            name=name, number=number, type=kind, type_name=type_name, label=kinds.LABEL_OPTIONAL
-        )
+        entry = message.field.add(name=name, number=number, type=kind)
+        entry.label = kinds.LABEL_OPTIONAL
+        if type_name:  # set even empty, it would make a scalar a message reference
+            entry.type_name = type_name
     pool = descriptor_pool.DescriptorPool()
     pool.Add(device)
     pool.Add(main)

@@ -352,3 +352,16 @@ def test_reads_avro_by_flag_or_magic() -> None:
     assert reads_avro("avro", jsonl) and not reads_avro("json", avro)
     assert avro.read() == b"Obj\x01rest"  # peeked, not consumed
     assert not reads_avro("auto", io.BytesIO(b"Obj\x01"))  # no peek: JSON Lines unless told
+
+
+def test_the_share_report_names_records_of_an_avro_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "c.yaml").write_text(CONFIG)
+    avro = _avro_file(tmp_path / "raw.avro", _records()[: NULL_OK + 1])
+    dead = tmp_path / "dead.jsonl"
+    args = ["--input", str(avro), "--output", str(tmp_path / "o"), "--dead-letter", str(dead)]
+    assert main(["sanitize", "--config", str(tmp_path / "c.yaml"), *args]) == 1
+    err = capsys.readouterr().err
+    assert f"the first at record {NULL_OK}: field 'ok'" in err
+    assert f"the raw dead-lettered records are in {dead}" in err
