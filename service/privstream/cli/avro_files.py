@@ -21,9 +21,7 @@ from typing import BinaryIO
 from privstream.config import AppConfig
 from privstream.mechanisms import NoiseSource
 from privstream.pipeline import BatchResult, RecordPlan, process_batch
-from privstream.pipeline.avro import HEADER_BYTES
 from privstream.pipeline.avro_container import MAGIC, ContainerWriter, is_container, json_records
-from privstream.pipeline.avro_encode import AvroEncoder
 from privstream.pipeline.avro_schema import hash_report_fields, output_schema, schema_text
 
 #: ``--input-format`` and ``--output-format`` choices
@@ -64,10 +62,15 @@ class AvroOutput:
     """
 
     def __init__(self, config: AppConfig, plan: RecordPlan) -> None:
+        # here, not at the top: only an Avro output loads fastavro and the Avro writers
+        from privstream.pipeline.avro import HEADER_BYTES
+        from privstream.pipeline.avro_encode import AvroEncoder
+
         schema = output_schema(config.fields, plan)
         # the encoder frames values for a topic; a file names its schema in its header, so
         # the id is a placeholder, cut off with the rest of the frame
         self._encoder = AvroEncoder(0, schema, hash_report_fields(plan))
+        self._frame = HEADER_BYTES
         self._container = ContainerWriter(schema_text(schema))
 
     def begin(self, out: BinaryIO) -> None:
@@ -77,5 +80,5 @@ class AvroOutput:
         self, plan: RecordPlan, lines: Sequence[bytes], source: NoiseSource, out: BinaryIO
     ) -> BatchResult:
         result = self._encoder.encode(process_batch(plan, lines, source))
-        out.write(self._container.block([value[HEADER_BYTES:] for value in result.outputs]))
+        out.write(self._container.block([value[self._frame :] for value in result.outputs]))
         return result

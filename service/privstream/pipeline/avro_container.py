@@ -19,11 +19,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import IO
 
-from fastavro import reader
-
 from privstream.errors import PrivstreamError
-from privstream.pipeline.avro import record_json
-from privstream.pipeline.avro_encode import plain
 
 MAGIC = b"Obj\x01"
 SYNC_BYTES = 16
@@ -50,6 +46,12 @@ def json_records(stream: IO[bytes], name: str, reports: Sequence[str] = ()) -> I
     not look for the next sync marker), so the file is refused rather than
     released in part without saying so.
     """
+    # here, not at the top: a JSON Lines run checks the magic and never loads fastavro
+    from fastavro import reader
+
+    from privstream.pipeline.avro import record_json
+    from privstream.pipeline.avro_encode import plain
+
     number = 0
     try:
         for record in reader(stream):
