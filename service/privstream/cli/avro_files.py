@@ -24,9 +24,6 @@ from privstream.pipeline import BatchResult, RecordPlan, process_batch
 from privstream.pipeline.avro_container import MAGIC, ContainerWriter, is_container, json_records
 from privstream.pipeline.avro_schema import hash_report_fields, output_schema, schema_text
 
-#: ``--input-format`` and ``--output-format`` choices
-INPUT_FORMATS = ("auto", "json", "avro")
-OUTPUT_FORMATS = ("json", "avro")
 #: records per ``process_batch`` call (and per output block)
 CHUNK_RECORDS = 10_000
 
