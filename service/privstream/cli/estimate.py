@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from privstream.cli.avro_files import reads_avro
 from privstream.cli.metadata import MetadataError, check_metadata, read_sidecar, sidecar_path
 from privstream.config import AppConfig
 from privstream.errors import PrivstreamError
@@ -37,6 +38,8 @@ from privstream.estimate.report import report_warnings
 from privstream.estimate.source import PROGRESS_THRESHOLD, Progress, file_lines
 from privstream.kinds import registration_for
 from privstream.pipeline import RecordPlan
+from privstream.pipeline.avro_container import json_records
+from privstream.pipeline.avro_schema import hash_report_fields
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -217,11 +220,18 @@ def _counted(lines: Iterable[bytes], progress: Progress) -> Iterator[bytes]:
     progress.update(count)
 
 
-def _read_file(path: str, stream: StreamAggregate, progress: Progress) -> dict[str, Any]:
+def _read_file(
+    path: str, plan: RecordPlan, stream: StreamAggregate, progress: Progress
+) -> dict[str, Any]:
+    """JSON Lines, or an Avro container file (``sanitize --output-format avro``) by its magic."""
     with contextlib.ExitStack() as stack:
         handle = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))
-        stream.consume(_counted(file_lines(handle), progress))
-    return {"type": "file", "path": "stdin" if path == "-" else path}
+        name = "stdin" if path == "-" else path
+        records = file_lines(handle)
+        if reads_avro("auto", handle):
+            records = json_records(handle, name, hash_report_fields(plan))
+        stream.consume(_counted(records, progress))
+    return {"type": "file", "path": name}
 
 
 def _read_topic(
@@ -424,6 +434,27 @@ def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
         print(f"privstream: estimate: {exc}", file=sys.stderr)
         return EXIT_USAGE
     _warn_refused(source)
+    stream = StreamAggregate(plan, options, args.fields)
+    if args.topic is not None:
+        topic = args.topic or config.needs_kafka("estimate --topic").output_topic
+        source = _read_topic(config, plan, topic, stream, args)
+        try:
+            check_topic_read(source, stream.skipped, plan, args.unchecked)
+        except MetadataError as exc:
+            print(f"privstream: estimate: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    else:
+        try:
+            checked = check_file_input(args.input, args.metadata, plan, args.unchecked)
+        except MetadataError as exc:
+            print(f"privstream: estimate: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        progress = Progress(enabled=args.progress)
+        try:
+            source = _read_file(args.input, plan, stream, progress)
+        finally:
+            progress.finish()
+        source["metadata"] = checked
     truth = None
     if args.truth:
         truth = TruthAggregate(plan, stream)
