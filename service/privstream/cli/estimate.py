@@ -407,7 +407,7 @@ def _read(
     stream = _aggregate(plan, options, _estimated(plan, args, refused), args.by)
     progress = Progress(enabled=args.progress)
     try:
-        source = _read_file(args.input, stream, progress)
+        source = _read_file(args.input, plan, stream, progress)
     finally:
         progress.finish()
     source["metadata"] = checked
@@ -434,27 +434,6 @@ def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
         print(f"privstream: estimate: {exc}", file=sys.stderr)
         return EXIT_USAGE
     _warn_refused(source)
-    stream = StreamAggregate(plan, options, args.fields)
-    if args.topic is not None:
-        topic = args.topic or config.needs_kafka("estimate --topic").output_topic
-        source = _read_topic(config, plan, topic, stream, args)
-        try:
-            check_topic_read(source, stream.skipped, plan, args.unchecked)
-        except MetadataError as exc:
-            print(f"privstream: estimate: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-    else:
-        try:
-            checked = check_file_input(args.input, args.metadata, plan, args.unchecked)
-        except MetadataError as exc:
-            print(f"privstream: estimate: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        progress = Progress(enabled=args.progress)
-        try:
-            source = _read_file(args.input, plan, stream, progress)
-        finally:
-            progress.finish()
-        source["metadata"] = checked
     truth = None
     if args.truth:
         truth = TruthAggregate(plan, stream)
