@@ -151,7 +151,9 @@ def _bootstrap(
             for _ in range(resamples)
         ]
     )
-    stderr: NDArray[np.float64] = refits.reshape(resamples, bins, -1).sum(axis=2).std(axis=0, ddof=1)
+    stderr: NDArray[np.float64] = (
+        refits.reshape(resamples, bins, -1).sum(axis=2).std(axis=0, ddof=1)
+    )
     return stderr
 
 

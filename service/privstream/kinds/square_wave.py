@@ -19,7 +19,9 @@ from privstream.pipeline.handlers import RealHandler
 def _build(spec: RealField, share: Guarantee | None) -> RealHandler:
     eps, dlt = calibrated("real (square_wave)", share)
     bounds = (float(spec.bounds[0]), float(spec.bounds[1]))
-    return RealHandler(spec.name, SquareWaveMechanism(bounds=bounds, epsilon=eps, delta=dlt), bounds)
+    return RealHandler(
+        spec.name, SquareWaveMechanism(bounds=bounds, epsilon=eps, delta=dlt), bounds
+    )
 
 
 REGISTRATIONS = (

@@ -30,7 +30,7 @@ Proof, step by step, with the function each step proves: docs/proofs/square-wave
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -54,12 +54,18 @@ ERROR_POINTS = 129
 def window_share(epsilon: float) -> float:
     """``2b / (1 + 2b)``: the share of the output range SW's window covers (Li et al., Thm. 2).
 
-    Written with ``e^-eps`` and ``expm1`` so that neither large nor small
-    ``eps`` overflows or cancels; the guarantee does not rest on this value
+    Written with ``e^-eps`` and ``expm1`` so that large ``eps`` does not
+    overflow, and as Taylor series (both sides over ``eps^2``) below 0.01,
+    where they would cancel; the guarantee does not rest on this value
     (the grid's threshold is checked exactly whatever the window).
     """
     eps = min(epsilon, 600.0)
-    b = ((eps - 1.0) + math.exp(-eps)) / (2.0 * (math.expm1(eps) - eps))
+    if eps < 0.01:  # both sides cancel: their Taylor series (next terms eps^5 / 120)
+        upper = 0.5 - eps / 6.0 + eps * eps / 24.0
+        lower = 0.5 + eps / 6.0 + eps * eps / 24.0
+        b = upper / (2.0 * lower)
+    else:
+        b = ((eps - 1.0) + math.exp(-eps)) / (2.0 * (math.expm1(eps) - eps))
     return 2.0 * b / (1.0 + 2.0 * b)
 
 
@@ -79,7 +85,8 @@ class SquareWaveMechanism(Mechanism):
         #: report positions in ``v`` units (``[0, 1]`` is the clamped range)
         self.positions = (np.arange(self.grid.cells) + 0.5 - self.grid.window / 2.0) / outside
         self._outputs = self.lower + self.diameter * self.positions
-        if not np.all(np.isfinite(self._outputs)):
+        if not np.all(np.isfinite(self._outputs)):  # pragma: no cover - |bounds| <= 2**1002
+            # and b' < M / 2 keep them finite (check_bounds); checked all the same
             raise MechanismError(
                 f"square_wave: bounds [{self.lower:g}, {self.upper:g}] at epsilon "
                 f"{self.epsilon:g} give reports beyond the double range (up to "
@@ -113,7 +120,9 @@ class SquareWaveMechanism(Mechanism):
         if self.diameter == 0.0:
             return np.zeros(len(released), dtype=np.int64)
         outside = self.grid.cells - self.grid.window
-        raw = ((released - self.lower) / self.diameter + self.grid.window / (2.0 * outside)) * outside
+        raw = (
+            (released - self.lower) / self.diameter + self.grid.window / (2.0 * outside)
+        ) * outside
         cells = np.rint(raw - 0.5).astype(np.int64)
         inside = (cells >= 0) & (cells < self.grid.cells)
         near = np.abs(raw - 0.5 - cells) < 1e-6
@@ -135,9 +144,7 @@ class SquareWaveMechanism(Mechanism):
         def at(start: NDArray[np.int64]) -> NDArray[np.float64]:
             start = np.minimum(start, outside)[:, None]  # a step past the top has weight 0
             window = (cells >= start) & (cells < start + grid.window)
-            rows: NDArray[np.float64] = np.where(
-                window, p_in / grid.window, (1.0 - p_in) / outside
-            )
+            rows: NDArray[np.float64] = np.where(window, p_in / grid.window, (1.0 - p_in) / outside)
             return rows
 
         rows: NDArray[np.float64] = (1.0 - step_up)[:, None] * at(base) + step_up[:, None] * at(
@@ -203,7 +210,7 @@ def fine_bins(bins: int) -> int:
 
 
 def bin_law(mechanism: SquareWaveMechanism, bins: int) -> NDArray[np.float64]:
-    """``A[o, j]``: ``P(observation o)`` for a value spread evenly over bin ``j`` (``M / 4 x bins``).
+    """``A[o, j]``: ``P(observation o)`` for a value spread evenly over bin ``j`` (M/4 x bins).
 
     An observation pools ``POOLED_CELLS`` neighbouring cells; each bin's column
     averages the exact law over 4 evenly spaced values inside it, so a bin
