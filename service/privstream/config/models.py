@@ -66,6 +66,11 @@ class SecurityConfig(Strict):
         return self
 
 
+OutputEncoding = Literal["json", "avro", "protobuf"]
+#: the input formats whose records are written back in their own format by default
+_OWN_OUTPUT: dict[str, OutputEncoding] = {"avro": "avro", "protobuf": "protobuf"}
+
+
 class KafkaConfig(Strict):
     """Where records come from and go to, and how they are delivered."""
 
@@ -96,18 +101,26 @@ class KafkaConfig(Strict):
     #: how input values are encoded: JSON text, or Avro, Protobuf or JSON (JSON Schema) in
     #: the Confluent wire format (docs/avro.md)
     format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
-    #: how sanitized values are encoded (default: Avro for Avro input, else JSON): ``avro``
-    #: is the Confluent wire format with a schema derived from the fields, registered under
-    #: ``<output_topic>-value``
-    output_format: Literal["json", "avro"] | None = None
+    #: how sanitized values are encoded (default: Avro for Avro input, Protobuf for Protobuf
+    #: input, else JSON): ``avro`` and ``protobuf`` are the Confluent wire format with a
+    #: schema derived from the fields, registered under ``<output_topic>-value``
+    output_format: OutputEncoding | None = None
     #: where writer schemas come from and the Avro output schema goes (required by every
     #: format but ``json``, and by Avro output)
     schema_registry: SchemaRegistryConfig | None = None
 
     @property
+    def output_encoding(self) -> OutputEncoding:
+        """How sanitized values are written: ``output_format``, else the input's format
+        where it has an output of its own (Avro, Protobuf), else JSON."""
+        if self.output_format is not None:
+            return self.output_format
+        return _OWN_OUTPUT.get(self.format, "json")
+
+    @property
     def avro_output(self) -> bool:
         """Sanitized values are written as Avro (``output_format``, else the input's)."""
-        return (self.output_format or self.format) == "avro"
+        return self.output_encoding == "avro"
 
     @model_validator(mode="after")
     def _registry_for_framed(self) -> "KafkaConfig":
@@ -115,9 +128,10 @@ class KafkaConfig(Strict):
             raise ValueError(
                 f"kafka.format {self.format} needs kafka.schema_registry (its url at least)"
             )
-        if self.avro_output and self.schema_registry is None:
+        if self.output_encoding != "json" and self.schema_registry is None:
             raise ValueError(
-                "kafka.output_format avro needs kafka.schema_registry (its url at least)"
+                f"kafka.output_format {self.output_encoding} needs kafka.schema_registry "
+                "(its url at least)"
             )
         return self
 

@@ -77,7 +77,8 @@ class ProtobufEncoder:
         """One record (as the JSON output holds it) as a framed Protobuf value."""
         if self.adapt is not None:
             record = self.adapt(record)
-        return self._header + self.message(**record).SerializeToString()
+        payload: bytes = self.message(**record).SerializeToString()
+        return self._header + payload
 
 
 def _why(exc: Exception) -> str:
