@@ -51,13 +51,16 @@ class ProtobufEncoder:
         dead-lettered."""
         if not result.outputs:
             return result
-        records = _DECODE(b"[" + b",".join(result.outputs) + b"]")
+        try:  # one JSON decode for the batch
+            records: list[Any] = _DECODE(b"[" + b",".join(result.outputs) + b"]")
+        except ValueError:  # a lone surrogate, which msgspec refuses: each on its own below
+            records = list(result.outputs)
         outputs: list[bytes] = []
         kept: list[int] = []
         dead: list[DeadLetter] = []
         for position, record in enumerate(records):
             try:
-                outputs.append(self.value(record))
+                outputs.append(self.value(_DECODE(record) if type(record) is bytes else record))
             except _UNFIT as exc:
                 dead.append(DeadLetter(result.output_index[position], UNENCODABLE, _why(exc)))
                 continue
