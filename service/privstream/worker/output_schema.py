@@ -44,33 +44,60 @@ class Encoder(Protocol):
     def encode(self, result: BatchResult) -> BatchResult: ...
 
 
-class OutputSchema:
-    """The output schema of one config and the registry it goes to (Avro; Protobuf in
-    ``protobuf_output``)."""
+class Derived(Protocol):
+    """One format's output schema derived from a config."""
 
-    #: the registry's ``schemaType`` (None: Avro, the registry's default)
-    schema_type: str | None = None
-    #: how to fix a config whose schema the registry refuses as incompatible
+    @property
+    def text(self) -> str:
+        """What is registered."""
+
+    @property
+    def schema_type(self) -> str | None:
+        """The registry's ``schemaType`` (None: Avro, the registry's default)."""
+
+    @property
+    def advice(self) -> str:
+        """How to fix a config whose schema the registry refuses as incompatible."""
+
+    def encoder(self, schema_id: int) -> Encoder:
+        """The encoder of the schema registered as ``schema_id``."""
+
+    def problems(self, latest: str) -> list[str]:
+        """Why records written with the registered text ``latest`` cannot be read with this
+        schema, one line per field; [] if that cannot be told (the registry's message then
+        stands alone)."""
+
+
+class AvroDerived:
+    """The Avro output schema (``privstream.pipeline.avro_schema``)."""
+
+    schema_type = None
     advice = (
         "keep the field as it was, add new fields with on_missing: null, or write to a new "
         "kafka.output_topic"
     )
 
-    def __init__(
-        self,
-        registry: SchemaRegistryConfig,
-        subject: str,
-        schema: dict[str, Any],
-        reports: tuple[str, ...] = (),
-        text: str | None = None,
-    ) -> None:
-        self.subject = subject
+    def __init__(self, schema: dict[str, Any], reports: tuple[str, ...]) -> None:
         self.schema = schema
-        #: what is registered (default: the Avro ``schema``'s canonical text)
-        self.text = schema_text(schema) if text is None else text
-        self._registry = registry
+        self.text = schema_text(schema)
         #: the local-hashing fields (``avro_schema.hash_report_fields``)
         self._reports = reports
+
+    def encoder(self, schema_id: int) -> Encoder:
+        return AvroEncoder(schema_id, self.schema, self._reports)
+
+    def problems(self, latest: str) -> list[str]:
+        found = json.loads(latest)
+        return backward_problems(found, self.schema) if isinstance(found, dict) else []
+
+
+class OutputSchema:
+    """The output schema of one config and the registry it goes to."""
+
+    def __init__(self, registry: SchemaRegistryConfig, subject: str, derived: Derived) -> None:
+        self.subject = subject
+        self.derived = derived
+        self._registry = registry
         self._quoted = urllib.parse.quote(subject, safe="")
 
     @classmethod
@@ -84,12 +111,14 @@ class OutputSchema:
         if kafka.output_encoding == "json" or registry is None:
             return None
         subject = f"{kafka.output_topic}-value"
+        derived: Derived
         if kafka.output_encoding == "protobuf":  # its packages only where it is used
-            from privstream.worker.protobuf_output import ProtobufOutputSchema
+            from privstream.worker.protobuf_output import ProtobufDerived
 
-            return ProtobufOutputSchema.of(registry, subject, config, plan)
-        schema = output_schema(config.fields, plan)
-        return cls(registry, subject, schema, hash_report_fields(plan))
+            derived = ProtobufDerived.of(config, plan)
+        else:
+            derived = AvroDerived(output_schema(config.fields, plan), hash_report_fields(plan))
+        return cls(registry, subject, derived)
 
     def register(self) -> Encoder:
         """Set BACKWARD on the subject, register the schema; the encoder of its id.
@@ -98,24 +127,13 @@ class OutputSchema:
         ``SchemaRegistryUnavailableError`` if it does not answer.
         """
         self._call("PUT", f"/config/{self._quoted}", {"compatibility": "BACKWARD"})
-        body = {"schema": self.text}
-        if self.schema_type is not None:
-            body["schemaType"] = self.schema_type
+        body = {"schema": self.derived.text}
+        if self.derived.schema_type is not None:
+            body["schemaType"] = self.derived.schema_type
         answer = self._call("POST", f"/subjects/{self._quoted}/versions", body)
         schema_id = int(answer["id"])
         log.info("output schema of %s is registry id %d", self.subject, schema_id)
-        return self.encoder(schema_id)
-
-    def encoder(self, schema_id: int) -> Encoder:
-        """The encoder of the schema registered as ``schema_id``."""
-        return AvroEncoder(schema_id, self.schema, self._reports)
-
-    def problems(self, latest: str) -> list[str]:
-        """Why records written with the registered text ``latest`` cannot be read with this
-        schema, one line per field; [] if that cannot be told (the registry's message then
-        stands alone)."""
-        found = json.loads(latest)
-        return backward_problems(found, self.schema) if isinstance(found, dict) else []
+        return self.derived.encoder(schema_id)
 
     def _call(self, method: str, path: str, body: dict[str, Any]) -> Any:
         url = self._registry.url + path
@@ -149,14 +167,14 @@ class OutputSchema:
             )
         latest = self._latest()
         try:
-            problems = [] if latest is None else self.problems(latest)
+            problems = [] if latest is None else self.derived.problems(latest)
         except (ValueError, TypeError, KeyError):  # not a schema of this format
             problems = []
         why = "; ".join(problems) if problems else f"the registry says: {message}"
         return OutputSchemaError(
             f"the output schema derived from this config is not BACKWARD compatible with "
             f"the latest version of {self.subject} in {self._registry.url}: {why}. Readers "
-            f"of the topic could not read the new records beside the old: {self.advice}"
+            f"of the topic could not read the new records beside the old: {self.derived.advice}"
         )
 
     def _latest(self) -> str | None:

@@ -1,7 +1,8 @@
 """Protobuf output: the ``.proto`` derived from the config
 (``privstream.pipeline.protobuf_output``), compiled once at start-up and
 registered under ``<output_topic>-value`` as ``PROTOBUF``, BACKWARD
-(``output_schema`` does the registry's part).
+(``output_schema`` does the registry's part; this module is what it imports
+for Protobuf, so the ``protobuf`` package is needed only where it is used).
 
 A config whose message the registry refuses is named field by field from the
 latest registered version: a field whose number now has another type, name or
@@ -17,14 +18,12 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 
 from privstream.config import AppConfig
-from privstream.config.registry import SchemaRegistryConfig
 from privstream.errors import OutputSchemaError
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.avro import Undecoded
 from privstream.pipeline.protobuf_encode import ProtobufEncoder
 from privstream.pipeline.protobuf_output import ProtoOutput, output_proto
 from privstream.pipeline.protobuf_schema import ProtoSchema, parse_writer_schema
-from privstream.worker.output_schema import Encoder, OutputSchema
 
 #: the .proto name of each scalar type (``FieldDescriptor.TYPE_DOUBLE`` -> ``double``)
 _TYPES = {
@@ -36,8 +35,8 @@ _TYPES = {
 _SANITIZED = (0,)
 
 
-class ProtobufOutputSchema(OutputSchema):
-    """The derived ``.proto`` of one config, compiled, and the registry it goes to."""
+class ProtobufDerived:
+    """The derived ``.proto`` of one config, compiled (``output_schema.Derived``)."""
 
     schema_type = "PROTOBUF"
     advice = (
@@ -45,18 +44,14 @@ class ProtobufOutputSchema(OutputSchema):
         "refused too), or write to a new kafka.output_topic"
     )
 
-    def __init__(
-        self, registry: SchemaRegistryConfig, subject: str, derived: ProtoOutput, compiled: Any
-    ) -> None:
-        super().__init__(registry, subject, {}, text=derived.text)
+    def __init__(self, derived: ProtoOutput, message: Any) -> None:
+        self.text = derived.text
         self._derived = derived
         #: the message class of ``Sanitized``
-        self._message = compiled
+        self._message = message
 
     @classmethod
-    def of(  # type: ignore[override]
-        cls, registry: SchemaRegistryConfig, subject: str, config: AppConfig, plan: RecordPlan
-    ) -> ProtobufOutputSchema:
+    def of(cls, config: AppConfig, plan: RecordPlan) -> ProtobufDerived:
         """Raises ``OutputSchemaError`` naming a field Protobuf cannot hold."""
         derived = output_proto(config.fields, plan)
         compiled = parse_writer_schema(0, derived.text)
@@ -66,9 +61,9 @@ class ProtobufOutputSchema(OutputSchema):
                 f"({compiled.detail}); rename the field it names in the output, or set "
                 "kafka.output_format: json"
             )
-        return cls(registry, subject, derived, compiled.message_class(_SANITIZED))
+        return cls(derived, compiled.message_class(_SANITIZED))
 
-    def encoder(self, schema_id: int) -> Encoder:
+    def encoder(self, schema_id: int) -> ProtobufEncoder:
         return ProtobufEncoder(schema_id, self._message, self._derived.adapt)
 
     def problems(self, latest: str) -> list[str]:

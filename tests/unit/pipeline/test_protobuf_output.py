@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from privstream.config.registry import SchemaRegistryConfig
 from privstream.errors import OutputSchemaError
 from privstream.kinds import build_plan
 from privstream.mechanisms.rng import NoiseKeys
@@ -21,13 +20,11 @@ from privstream.pipeline.protobuf_encode import UNENCODABLE, ProtobufEncoder
 from privstream.pipeline.protobuf_output import ProtoOutput, field_number, output_proto
 from privstream.pipeline.protobuf_schema import parse_writer_schema
 from privstream.pipeline.results import BatchResult
-from privstream.worker.protobuf_output import ProtobufOutputSchema
+from privstream.worker.protobuf_output import ProtobufDerived
 
 from tests.unit.pipeline.test_avro_output import EVERY_KIND, SECRET, config_of, record
 
 SCHEMA_ID = 2**31 + 9
-#: never asked: the differences are computed from texts
-REGISTRY = SchemaRegistryConfig(url="http://127.0.0.1:1")
 HEADER = b"\x00" + SCHEMA_ID.to_bytes(4, "big") + b"\x00"  # magic, id, message index [0]
 #: EVERY_KIND, plus fields at paths and a nullable set (a repeated field in a wrapper)
 NESTED: list[dict[str, Any]] = [
@@ -194,12 +191,12 @@ def test_differences_name_the_fields_that_break_old_records() -> None:
     ]
     old, _ = derived(fields)
     config = config_of([{"name": "n", "kind": "real", "bounds": [0, 9], "epsilon": 1}])
-    new = ProtobufOutputSchema.of(REGISTRY, "t-value", config, build_plan(config))
+    new = ProtobufDerived.of(config, build_plan(config))
     assert sorted(new.problems(old.text)) == [
         "field 'gone' is no longer in the config, and records already in the topic hold it",
         "field 'n' changes from int64 to double, which reads the records already in the "
         "topic as other values",
     ]
-    same = ProtobufOutputSchema.of(REGISTRY, "t-value", config, build_plan(config))
+    same = ProtobufDerived.of(config, build_plan(config))
     assert same.problems(new.text) == []
     assert new.problems("not a proto") == []
