@@ -166,6 +166,18 @@ def test_a_field_protobuf_cannot_hold_is_refused_by_name(field: dict[str, Any], 
         derived([field])
 
 
+def test_a_name_that_clashes_with_a_derived_message_is_refused_at_start_up() -> None:
+    """``ch_Report`` is the message of a local-hashing ``ch``: protoc refuses the text, and
+    the worker says so before it registers anything."""
+    fields = [
+        {"name": "ch", "kind": "categorical", "epsilon": 1},
+        {"name": "ch_Report", "kind": "real", "bounds": [0, 1], "epsilon": 1},
+    ]
+    config = config_of(fields)
+    with pytest.raises(OutputSchemaError, match="does not compile.*ch_Report"):
+        ProtobufDerived.of(config, build_plan(config))
+
+
 def test_a_record_the_message_cannot_hold_is_dead_lettered_without_its_value() -> None:
     """A public string with a lone surrogate (no UTF-8) is dead-lettered, its value never in
     the reason; an integer beyond 64 bits is written as a double, as in Avro output."""
