@@ -237,10 +237,10 @@ def _read_topic(
         from privstream.cli.avro_topic import AvroValues
 
         sink = AvroValues(registry, plan, stream.add, stream.skip).add
-    elif kafka.output_encoding == "protobuf" and registry is not None:
-        from privstream.cli.protobuf_topic import ProtobufValues
+    elif kafka.output_encoding != "json" and registry is not None:  # Protobuf, JSON Schema
+        from privstream.cli.framed_topic import FramedValues
 
-        sink = ProtobufValues(registry, config, plan, stream.add, stream.skip).add
+        sink = FramedValues(registry, config, plan, stream.add, stream.skip).add
     try:
         read = run_topic_read(
             kafka,

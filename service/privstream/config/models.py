@@ -66,9 +66,9 @@ class SecurityConfig(Strict):
         return self
 
 
-OutputEncoding = Literal["json", "avro", "protobuf"]
-#: the input formats whose records are written back in their own format by default
-_OWN_OUTPUT: dict[str, OutputEncoding] = {"avro": "avro", "protobuf": "protobuf"}
+#: how values are encoded: JSON text, or Avro, Protobuf or JSON (JSON Schema) in the
+#: Confluent wire format (docs/avro.md)
+Encoding = Literal["json", "avro", "protobuf", "json_schema"]
 
 
 class KafkaConfig(Strict):
@@ -100,22 +100,19 @@ class KafkaConfig(Strict):
     security: SecurityConfig = SecurityConfig()
     #: how input values are encoded: JSON text, or Avro, Protobuf or JSON (JSON Schema) in
     #: the Confluent wire format (docs/avro.md)
-    format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
-    #: how sanitized values are encoded (default: Avro for Avro input, Protobuf for Protobuf
-    #: input, else JSON): ``avro`` and ``protobuf`` are the Confluent wire format with a
-    #: schema derived from the fields, registered under ``<output_topic>-value``
-    output_format: OutputEncoding | None = None
+    format: Encoding = "json"
+    #: how sanitized values are encoded (default: the input's format, JSON for JSON): ``avro``,
+    #: ``protobuf`` and ``json_schema`` are the Confluent wire format with a schema derived
+    #: from the fields, registered under ``<output_topic>-value``
+    output_format: Encoding | None = None
     #: where writer schemas come from and the Avro output schema goes (required by every
     #: format but ``json``, and by Avro output)
     schema_registry: SchemaRegistryConfig | None = None
 
     @property
-    def output_encoding(self) -> OutputEncoding:
-        """How sanitized values are written: ``output_format``, else the input's format
-        where it has an output of its own (Avro, Protobuf), else JSON."""
-        if self.output_format is not None:
-            return self.output_format
-        return _OWN_OUTPUT.get(self.format, "json")
+    def output_encoding(self) -> Encoding:
+        """How sanitized values are written: ``output_format``, else the input's format."""
+        return self.output_format or self.format
 
     @property
     def avro_output(self) -> bool:

@@ -1,10 +1,10 @@
-"""Avro and Protobuf output: the derived schema registered under ``<output_topic>-value``,
-BACKWARD.
+"""Avro, Protobuf and JSON Schema output: the derived schema registered under
+``<output_topic>-value``, BACKWARD.
 
 At the start of the worker's first session (before any record is read) the
 subject's compatibility is set to BACKWARD and the schema derived from the
-config (``privstream.pipeline.avro_schema``; Protobuf:
-``privstream.worker.protobuf_output``) is registered. The registry
+config (``privstream.pipeline.avro_schema``; Protobuf and JSON Schema:
+``privstream.worker.protobuf_output``, ``json_schema_output``) is registered. The registry
 answers with its id; the same config registers the same text, so a restart
 gets the same id and adds no version. A config change whose schema the
 registry refuses as incompatible with the latest version stops the worker
@@ -116,6 +116,10 @@ class OutputSchema:
             from privstream.worker.protobuf_output import ProtobufDerived
 
             derived = ProtobufDerived.of(config, plan)
+        elif kafka.output_encoding == "json_schema":
+            from privstream.worker.json_schema_output import JsonSchemaDerived
+
+            derived = JsonSchemaDerived.of(config, plan)
         else:
             derived = AvroDerived(output_schema(config.fields, plan), hash_report_fields(plan))
         return cls(registry, subject, derived)

@@ -174,7 +174,7 @@ def test_a_name_that_clashes_with_a_derived_message_is_refused_at_start_up() -> 
         {"name": "ch_Report", "kind": "real", "bounds": [0, 1], "epsilon": 1},
     ]
     config = config_of(fields)
-    with pytest.raises(OutputSchemaError, match="does not compile.*ch_Report"):
+    with pytest.raises(OutputSchemaError, match=r"does not compile.*ch_Report"):
         ProtobufDerived.of(config, build_plan(config))
 
 
