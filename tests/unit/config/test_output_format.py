@@ -1,5 +1,6 @@
-"""``kafka.output_format``: Avro output follows Avro input, Protobuf output Protobuf input,
-unless the config says otherwise (docs/avro.md, Avro output, Protobuf output)."""
+"""``kafka.output_format``: the output follows the input's format (Avro, Protobuf, JSON
+Schema) unless the config says otherwise (docs/avro.md, Avro output, Protobuf output,
+JSON Schema output)."""
 
 from __future__ import annotations
 
@@ -41,12 +42,14 @@ def test_the_output_follows_the_input_unless_output_format_is_set(
     [
         ({"format": "protobuf", "schema_registry": REGISTRY}, "protobuf"),
         ({"format": "protobuf", "output_format": "json", "schema_registry": REGISTRY}, "json"),
-        ({"format": "json_schema", "schema_registry": REGISTRY}, "json"),
+        ({"format": "json_schema", "schema_registry": REGISTRY}, "json_schema"),
+        ({"format": "json_schema", "output_format": "json", "schema_registry": REGISTRY}, "json"),
+        ({"output_format": "json_schema", "schema_registry": REGISTRY}, "json_schema"),
         ({"output_format": "protobuf", "schema_registry": REGISTRY}, "protobuf"),
         ({"format": "avro", "output_format": "protobuf", "schema_registry": REGISTRY}, "protobuf"),
     ],
 )
-def test_protobuf_output_follows_protobuf_input_unless_output_format_is_set(
+def test_protobuf_and_json_schema_output_follow_their_input_unless_output_format_is_set(
     kafka: dict[str, Any], encoding: str
 ) -> None:
     assert parse_config(with_kafka(**kafka)).kafka.output_encoding == encoding
