@@ -105,8 +105,8 @@ class KafkaConfig(Strict):
     #: ``protobuf`` and ``json_schema`` are the Confluent wire format with a schema derived
     #: from the fields, registered under ``<output_topic>-value``
     output_format: Encoding | None = None
-    #: where writer schemas come from and the Avro output schema goes (required by every
-    #: format but ``json``, and by Avro output)
+    #: where writer schemas come from and the output schema goes (required by every format
+    #: and output format but ``json``)
     schema_registry: SchemaRegistryConfig | None = None
 
     @property
