@@ -136,6 +136,7 @@ def _message(
     wraps: list[tuple[str, Adapt]] = []
     unwraps: list[tuple[str, Adapt]] = []
     nulls: list[str] = []
+    objects: list[str] = []
     for key, node in tree.items():
         if isinstance(node, dict):
             kind, comment, optional = _object(key, node, specs), "an object of the output", False
@@ -153,8 +154,9 @@ def _message(
         wraps += [(key, kind.wrap)] if kind.wrap is not None else []
         unwraps += [(key, kind.unwrap)] if kind.unwrap is not None else []
         nulls += [key] if optional else []
+        objects += [key] if isinstance(node, dict) else []
     nested = [f"  {line}" for definition in defs for line in definition.split("\n")]
-    return [*lines, *nested], _adapter(wraps), _restorer(unwraps, nulls)
+    return [*lines, *nested], _adapter(wraps), _restorer(unwraps, nulls, objects)
 
 
 def _numbers(keys: list[str]) -> dict[str, int]:
@@ -280,12 +282,16 @@ def _adapter(wraps: list[tuple[str, Adapt]]) -> Adapt | None:
     return adapt
 
 
-def _restorer(unwraps: list[tuple[str, Adapt]], nulls: list[str]) -> Adapt:
-    pairs, absent = tuple(unwraps), tuple(nulls)
+def _restorer(unwraps: list[tuple[str, Adapt]], nulls: list[str], objects: list[str]) -> Adapt:
+    """Unset nullable fields null, an unset object empty (its own restore fills it in), then
+    each field's value as the JSON output holds it."""
+    pairs, absent, empty = tuple(unwraps), tuple(nulls), tuple(objects)
 
     def restore(record: dict[str, Any]) -> dict[str, Any]:
         for key in absent:
             record.setdefault(key, None)
+        for key in empty:
+            record.setdefault(key, {})
         for key, unwrap in pairs:
             value = record.get(key)
             if value is not None:

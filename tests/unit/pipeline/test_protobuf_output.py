@@ -91,6 +91,15 @@ def test_every_kind_round_trips_to_the_json_it_releases() -> None:
     assert any(json.loads(t)["tags"] is None for t in texts)
 
 
+def test_an_object_read_back_unset_is_restored_with_its_nullable_fields_null() -> None:
+    """A nested message the payload leaves out (its fields all unset) reads back as the JSON
+    output's object of nulls, never as a missing object."""
+    out, _ = derived(NESTED)
+    restored = out.restore({"tags": {"values": ["a"]}})
+    assert restored["device"] == {"model": None, "hw": {}}
+    assert restored["tags"] == ["a"]
+
+
 def test_the_message_follows_the_kinds_and_says_how_each_field_was_released() -> None:
     out, message = derived(EVERY_KIND + NESTED)
     fields = {f.name: f for f in message.DESCRIPTOR.fields}
