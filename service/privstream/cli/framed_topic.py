@@ -21,6 +21,7 @@ import orjson
 
 from privstream.config import AppConfig
 from privstream.config.registry import SchemaRegistryConfig
+from privstream.estimate.releases import Sink
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.avro import Undecoded, schema_id
 from privstream.pipeline.batch import read_names
@@ -36,7 +37,7 @@ class FramedValues:
         registry: SchemaRegistryConfig,
         config: AppConfig,
         plan: RecordPlan,
-        add: Callable[[bytes], None],
+        add: Sink,
         skip: Callable[[str], None],
     ) -> None:
         name = config.needs_kafka("estimate --topic").output_encoding
@@ -51,7 +52,7 @@ class FramedValues:
         self._add = add
         self._skip = skip
 
-    def add(self, value: bytes) -> None:
+    def add(self, value: bytes, refused: frozenset[str] = frozenset()) -> None:
         sid = schema_id(value)
         if sid is None:
             self._skip(self._no_magic)
@@ -63,7 +64,9 @@ class FramedValues:
         [read] = self._codec.to_json([value], {sid: schema})
         if isinstance(read, Undecoded):
             self._skip(read.reason)
-        elif self._restore is None:
-            self._add(read)
+            return
+        text = read if self._restore is None else orjson.dumps(self._restore(orjson.loads(read)))
+        if refused:  # the fields released otherwise than --config says (``releases``)
+            self._add(text, refused)
         else:
-            self._add(orjson.dumps(self._restore(orjson.loads(read))))
+            self._add(text)

@@ -101,3 +101,21 @@ def test_json_schema_values_are_read_back_as_the_json_released_and_the_rest_is_s
             "json_schema_undecodable": 1,
         }
     )
+
+
+def test_the_fields_refused_for_a_record_go_on_with_it() -> None:
+    """The topic reader names the fields released otherwise than --config says; the framed
+    reader hands them on with the record's JSON."""
+    kafka = {**config_dict(FIELDS)["kafka"], "format": "json_schema"}
+    config = parse_config(
+        {**config_dict(FIELDS), "kafka": {**kafka, "schema_registry": {"url": "http://r"}}}
+    )
+    plan = build_plan(config)
+    text = json.dumps(output_json_schema(config.fields, plan))
+    schema = json_schema.parse_writer_schema(5, text, reads=tuple(read_names(plan, None)))
+    got: list[tuple[Any, ...]] = []
+    reader = FramedValues(REGISTRY, config, plan, lambda *a: got.append(a), lambda _: None)
+    reader._schemas = Schemas("json_schema", {5: schema})  # type: ignore[assignment]
+    [value] = JsonSchemaEncoder(5).encode(batch()).outputs[:1]
+    reader.add(value, frozenset({"n"}))
+    assert [(orjson.loads(a[0]), a[1]) for a in got] == [(RELEASED[0], frozenset({"n"}))]
