@@ -25,15 +25,16 @@ from typing import Any, Literal
 from privstream.config import timestamps
 
 OnMissing = Literal["dead_letter", "impute", "null"]
-#: the options added with ``on_missing`` (and a real field's ``spread``, added later); a
-#: release id leaves them out at their defaults (``privstream.pipeline.plan.release_id``), so
-#: existing configs keep their noise
+#: the options added with ``on_missing`` (and a real field's ``spread`` and ``target``, added
+#: later); a release id leaves them out at their defaults
+#: (``privstream.pipeline.plan.release_id``), so existing configs keep their noise
 MISSING_DEFAULTS: dict[str, object] = {
     "on_missing": "dead_letter",
     "impute": None,
     "presence_public": False,
     "presence_epsilon": None,
     "spread": None,
+    "target": "mean",
 }
 #: the output key of a field's presence bit (``presence_epsilon``)
 PRESENCE_SUFFIX = "_present"
