@@ -95,9 +95,10 @@ def law_mse(name: str, data: Floats, eps: float) -> float:
     """The expected squared error of the mean by the mechanism's own variance law (nan: none)."""
     if name not in MECHANISMS:
         return float("nan")
-    slope, constant = MECHANISMS[name](bounds=(0.0, UPPER), epsilon=eps).variance_law()
+    law = MECHANISMS[name](bounds=(0.0, UPPER), epsilon=eps).variance_law()
     t = data / (UPPER / 2) - 1
-    per_rep = (slope * t**2 + constant).mean(axis=1) / data.shape[1]
+    per_rep = (law.square * t**2 + law.absolute * abs(t) + law.constant).mean(axis=1)
+    per_rep /= data.shape[1]
     return float((UPPER / 2) ** 2 * per_rep.mean())
 
 

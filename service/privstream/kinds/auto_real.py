@@ -50,17 +50,18 @@ from privstream.kinds.base import AutoChoice
 from privstream.kinds.registry import registration_of
 from privstream.mechanisms.base import Mechanism
 from privstream.mechanisms.selection import VARIANCE_N
+from privstream.mechanisms.variance_law import VarianceLaw, ratio_turning_points
 
 #: candidates in tie-break order
 CANDIDATES = ("laplace", "piecewise", "hybrid", "pm_sub", "duchi")
 #: the local mechanisms among them (pure epsilon-DP)
 LOCAL = CANDIDATES[1:]
-#: the mean of ``t^2`` a declared ``spread`` stands for
-SPREAD_Q = {"wide": 1.0 / 3.0, "near_bounds": 1.0}
+#: the means of ``|t|`` and of ``t^2`` a declared ``spread`` stands for
+SPREAD_MOMENTS = {"wide": (0.5, 1.0 / 3.0), "near_bounds": (1.0, 1.0)}
 
 
-#: a candidate's variance law ``(s, c)`` and its worst-case variance of the mean at ``VARIANCE_N``
-Measures = tuple[tuple[float, float], float]
+#: a candidate's variance law and its worst-case variance of the mean at ``VARIANCE_N``
+Measures = tuple[VarianceLaw, float]
 
 
 def _measures(mechanism: Mechanism) -> Measures:
@@ -107,16 +108,20 @@ def _candidates(
     return built
 
 
-def regrets(laws: dict[str, tuple[float, float]]) -> dict[str, float]:
-    """Each law's largest ratio to the least variance at the same ``q`` in ``[0, 1]``."""
+def regrets(laws: dict[str, VarianceLaw]) -> dict[str, float]:
+    """Each law's largest ratio to the least variance over every data spread.
+
+    The worst spread is data at one ``|t| = a`` (``privstream.mechanisms.variance_law``),
+    and ``f_i(a) / min_j f_j(a) = max_j f_i(a) / f_j(a)`` peaks at ``a = 0``, ``a = 1`` or
+    where some pair's ratio turns, all computed from the laws.
+    """
     points = {0.0, 1.0}
-    for s1, c1 in laws.values():
-        for s2, c2 in laws.values():
-            if s1 != s2 and 0.0 < (q := (c2 - c1) / (s1 - s2)) < 1.0:
-                points.add(q)
+    for first in laws.values():
+        for second in laws.values():
+            points.update(ratio_turning_points(first, second))
     worst: dict[str, float] = dict.fromkeys(laws, 1.0)
-    for q in sorted(points):
-        at = {name: s * q + c for name, (s, c) in laws.items()}
+    for a in sorted(points):
+        at = {name: law.at(a) for name, law in laws.items()}
         best = min(at.values())
         for name, v in at.items():
             ratio = 1.0 if v == best else (v / best if best > 0.0 else math.inf)
@@ -159,10 +164,8 @@ def _assess(
     if spec.spread is None:
         chosen = min(ranked, key=lambda name: (regret[name], ranked.index(name)))
     else:
-        q = SPREAD_Q[spec.spread]
-        chosen = min(
-            ranked, key=lambda name: (laws[name][0] * q + laws[name][1], ranked.index(name))
-        )
+        moments = SPREAD_MOMENTS[spec.spread]
+        chosen = min(ranked, key=lambda name: (laws[name].mean(*moments), ranked.index(name)))
     choice = AutoChoice(mechanism=chosen, variances=variances, restricted=_why(variances, share))
     return choice, regret
 
@@ -208,8 +211,8 @@ def explain_auto_real(
             "criterion": "worst-case variance of the mean",
             "rule": "least regret over every data spread"
             if spec.spread is None
-            else f"least variance of the mean at spread {spec.spread} (mean t^2 "
-            f"{SPREAD_Q[spec.spread]:.3g})",
+            else f"least variance of the mean at spread {spec.spread} (mean |t| "
+            f"{SPREAD_MOMENTS[spec.spread][0]:.3g}, mean t^2 {SPREAD_MOMENTS[spec.spread][1]:.3g})",
             "candidate_regrets": regret,
             "variances_n": choice.n,
             "candidate_variances": choice.variances,
