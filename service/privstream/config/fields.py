@@ -66,6 +66,8 @@ MemoField = Annotated[StrictStr, Field(min_length=1)]
 #: kinds whose values can be a memo identity: never a noised kind, whose raw value would
 #: then steer the noise and be given away by it (docs/protection.md, "Repeated reports")
 MEMO_KINDS = ("drop", "public")
+#: the pure epsilon-DP local mechanisms for means (no calibration choice, no delta used)
+LOCAL_REAL_MECHANISMS = ("piecewise", "hybrid", "duchi", "pm_sub", "three_outputs")
 #: truncation draws one word per item after the mechanism's one per universe item, and a
 #: record's stream holds 2**17 words per field
 MAX_TRUNCATED_UNIVERSE = 2**16
@@ -172,22 +174,21 @@ class RealField(_NoisedField):
     ``auto`` (the default) picks the mechanism of least regret over every data
     spread at the field's resolved (epsilon, delta), or of least variance at a
     declared ``spread`` (``privstream.kinds.auto_real``); piecewise and hybrid
-    (Wang et al. 2019), duchi (Duchi et al. 2018) and pm_sub (Zhao et al. 2020)
-    are pure epsilon-DP local mechanisms for means.
+    (Wang et al. 2019), duchi (Duchi et al. 2018), pm_sub and three_outputs (Zhao et al.
+    2020) are pure epsilon-DP local mechanisms for means.
     """
 
     kind: Literal["real"]
     bounds: Bounds
-    mechanism: Literal["auto", "laplace", "gaussian", "piecewise", "hybrid", "duchi", "pm_sub"] = (
-        "auto"
-    )
+    mechanism: Literal[
+        "auto", "laplace", "gaussian", "piecewise", "hybrid", "duchi", "pm_sub", "three_outputs"
+    ] = "auto"
     #: what is known of the data, for ``auto`` only: ``wide`` (spread over the bounds, taken
     #: as a mean t^2 of 1/3) or ``near_bounds`` (at or near them, t^2 = 1); ``auto`` then
     #: picks the least variance there instead of the least regret over every spread
     spread: Literal["wide", "near_bounds"] | None = None
     #: laplace (and auto, if it picks laplace): tight (default) | thesis;
-    #: gaussian: analytic (default) | classical; piecewise, hybrid, duchi, pm_sub: none (tight,
-    #: the default)
+    #: gaussian: analytic (default) | classical; the local mechanisms: none (tight, the default)
     calibration: Literal["tight", "thesis", "analytic", "classical"]
 
     @model_validator(mode="before")
@@ -210,7 +211,7 @@ class RealField(_NoisedField):
             "laplace": ("tight", "thesis"),
             "gaussian": ("analytic", "classical"),
         }
-        if self.mechanism in ("piecewise", "hybrid", "duchi", "pm_sub"):
+        if self.mechanism in LOCAL_REAL_MECHANISMS:
             if self.calibration != "tight":
                 raise ValueError(
                     f"calibration {self.calibration!r} does not apply to {self.mechanism}, "

@@ -96,7 +96,7 @@ def timestamp_releases(handler: Any, kind: str, options: Options) -> Accumulator
 
 
 def unit_mean_releases(handler: Any, kind: str, options: Options) -> Accumulator:
-    """Piecewise, PM-SUB, hybrid and duchi reals."""
+    """The reals of the local mechanisms (piecewise, PM-SUB, hybrid, duchi, three_outputs)."""
     mech = handler.mechanism
     if not isinstance(mech, UnitIntervalMechanism):  # the registry builds these only
         raise TypeError(f"{handler.name}: expected a unit-interval mechanism, got {mech.name}")
@@ -232,6 +232,7 @@ ESTIMATORS: dict[tuple[str, str | None], Estimator] = {
     ("real", "hybrid"): unit_mean_releases,
     ("real", "duchi"): unit_mean_releases,
     ("real", "pm_sub"): unit_mean_releases,
+    ("real", "three_outputs"): unit_mean_releases,
     ("integer", "discrete_laplace"): integer_releases,
     ("categorical", "randomized_response"): category_counts,
     ("boolean", "randomized_response"): category_counts,

@@ -53,7 +53,7 @@ from privstream.mechanisms.selection import VARIANCE_N
 from privstream.mechanisms.variance_law import VarianceLaw, ratio_turning_points
 
 #: candidates in tie-break order
-CANDIDATES = ("laplace", "piecewise", "hybrid", "pm_sub", "duchi")
+CANDIDATES = ("laplace", "piecewise", "hybrid", "pm_sub", "duchi", "three_outputs")
 #: the local mechanisms among them (pure epsilon-DP)
 LOCAL = CANDIDATES[1:]
 #: the means of ``|t|`` and of ``t^2`` a declared ``spread`` stands for

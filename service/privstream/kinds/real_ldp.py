@@ -1,7 +1,8 @@
-"""Registrations of the local mechanisms for bounded reals: PM, PM-SUB, hybrid, duchi.
+"""Registrations of the local mechanisms for bounded reals: PM, PM-SUB, hybrid, duchi, 3-out.
 
 Both report an unbiased estimate of the clamped value on a fixed output
-set (``privstream.mechanisms.piecewise``, ``pm_sub``, ``hybrid``, ``duchi``); ``estimate`` gives the
+set (``privstream.mechanisms.piecewise``, ``pm_sub``, ``hybrid``, ``duchi``,
+``three_outputs``); ``estimate`` gives the
 mean with an interval (``privstream.estimate.unit_mean``), the audit tests
 ``lo`` against ``hi`` on half-lines, as for the Laplace real field. Reals are
 never memoized (``memo=None``: ``RealField`` has no ``memo_identity`` or ``memoize_by``).
@@ -20,6 +21,7 @@ from privstream.mechanisms.duchi import DuchiMechanism
 from privstream.mechanisms.hybrid import HybridMechanism
 from privstream.mechanisms.piecewise import PiecewiseMechanism
 from privstream.mechanisms.pm_sub import PiecewiseSubMechanism
+from privstream.mechanisms.three_outputs import ThreeOutputsMechanism
 from privstream.mechanisms.unit_interval import UnitIntervalMechanism
 from privstream.pipeline import canary, columns, encode
 from privstream.pipeline.handlers import RealHandler
@@ -29,6 +31,7 @@ MECHANISMS: dict[str, type[UnitIntervalMechanism]] = {
     "hybrid": HybridMechanism,
     "duchi": DuchiMechanism,
     "pm_sub": PiecewiseSubMechanism,
+    "three_outputs": ThreeOutputsMechanism,
 }
 
 
