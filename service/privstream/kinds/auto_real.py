@@ -2,33 +2,34 @@ r"""Resolve ``mechanism: auto`` of a real field: the least regret over every dat
 
 The candidates are Laplace (``privstream.mechanisms.laplace``, with the
 field's calibration and delta: ``tight`` by default, ``thesis`` when
-declared), the Piecewise Mechanism, the Hybrid Mechanism, PM-SUB and
-Duchi et al.'s mechanism (``piecewise``, ``hybrid``, ``pm_sub``,
-``duchi``), each built at the field's resolved (epsilon, delta). Gaussian
-is not a candidate: it is chosen for its composition, not its one-shot
-variance.
+declared), the Piecewise Mechanism, the Hybrid Mechanism, PM-SUB,
+Duchi et al.'s mechanism and Three-Outputs (``piecewise``, ``hybrid``,
+``pm_sub``, ``duchi``, ``three_outputs``), each built at the field's
+resolved (epsilon, delta). Gaussian is not a candidate: it is chosen for
+its composition, not its one-shot variance.
 
-The criterion. With ``t`` a value mapped to ``[-1, 1]``, every candidate's
-per-record variance is linear in ``t^2``: ``Var[y | t] = s t^2 + c``
-(Laplace: ``s = 0``; PM, PM-SUB: ``s > 0``, the window moves out with
-``t``; Duchi et al.: ``s = -1``; HM: a mix of PM and Duchi). The variance of the mean of
-``n`` reports is therefore ``(s q + c) / n`` with ``q`` the mean of ``t^2``
-over the data, and ``q`` is the only thing about the data that matters.
-No single mechanism is best for every ``q``: Duchi's is the least at
-``q = 1``, PM-SUB's for data off the bounds from eps ~1 on. ``auto``
-picks the candidate whose largest ratio to the best candidate *at the same
-q*, over every ``q`` in ``[0, 1]``, is the least (minimax regret). The ratio
-of two linear functions is monotone between the points where the best
-candidate changes, so the maximum is taken at ``q = 0``, ``q = 1`` and the
-crossing points, all computed exactly from the laws. The choice depends on
-(epsilon, delta, calibration) only, never on the bounds (all laws scale
-with ``diam^2``) nor on the data, and is deterministic from the config.
+The criterion. With ``t`` a value mapped to ``[-1, 1]``, every candidate
+states its per-record variance law ``Var[y | t] = s t^2 + u |t| + c``
+(``privstream.mechanisms.variance_law``; Laplace: flat; PM, PM-SUB:
+``s > 0``; Duchi et al.: ``s = -1``; HM: a mix of PM and Duchi; all these
+``u = 0``; Three-Outputs: ``s = -1``, ``u > 0``). The variance of the mean
+of ``n`` reports is ``(s E[t^2] + u E|t| + c) / n`` over the data, and no
+single mechanism is best for every data spread: Duchi's is the least at the
+bounds, PM-SUB's for data off them from eps ~3 on, Three-Outputs' between.
+``auto`` picks the candidate whose largest ratio to the best candidate *on
+the same data*, over every data spread, is the least (minimax regret). The
+ratio is largest for data at one ``|t| = a``, and over ``a`` it peaks at 0,
+1 or where a ratio of two laws turns (``regrets``), all computed exactly
+from the laws. The choice depends on (epsilon, delta, calibration) only,
+never on the bounds (all laws scale with ``diam^2``) nor on the data, and
+is deterministic from the config.
 
-Where it lands at delta 0: HM up to eps ~1.5, PM-SUB from eps 2 on
-(``explain`` prints the regrets). A field that declares ``spread``
-(``wide``: ``q = 1/3``, values spread over the bounds; ``near_bounds``:
-``q = 1``) gets the least variance at that ``q`` instead (Duchi's at
-``near_bounds`` from eps ~0.6, where it parts from HM; ties to HM below).
+Where it lands at delta 0: HM below eps ~0.61, Duchi's up to ~0.7,
+Three-Outputs up to ~2.9, PM-SUB above (``explain`` prints the regrets). A
+field that declares ``spread`` (``wide``: ``E|t| = 1/2``, ``E[t^2] =
+1/3``, values spread over the bounds; ``near_bounds``: ``|t| = 1``) gets
+the least variance there instead (Duchi's at ``near_bounds`` from eps
+~0.6, where it parts from HM; ties to HM below).
 The local mechanisms are pure epsilon-DP: a delta > 0 only helps Laplace
 (``b = diam / (eps - 2 ln(1 - delta))`` tight, ``diam / (eps - ln(1 -
 delta))`` thesis), which wins once delta is large enough to pay for its
