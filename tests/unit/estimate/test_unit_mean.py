@@ -91,7 +91,8 @@ def test_sanitize_then_estimate_with_the_default_real_mechanism(
     estimate = ["estimate", "--config", str(config), "--input", str(out), "--truth", str(source)]
     assert main([*estimate, "--format", "json"]) == 0
     fields = {f["name"]: f for f in json.loads(capsys.readouterr().out)["fields"]}
-    assert fields["temp"]["mechanism"] == "hybrid" and fields["load"]["mechanism"] == "piecewise"
+    assert fields["temp"]["mechanism"] == "three_outputs"
+    assert fields["load"]["mechanism"] == "piecewise"
     for entry in fields.values():
         mean = entry["mean"]
         assert abs(mean["estimate"] - mean["true"]) < 5.0 * mean["stderr"]
