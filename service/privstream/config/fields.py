@@ -232,11 +232,25 @@ class RealField(_NoisedField):
 
 
 class IntegerField(_NoisedField):
-    """A bounded integer counter: clamped, then discrete Laplace noise."""
+    """A bounded integer counter: clamped, then discrete Laplace noise (the default).
+
+    The real-field local mechanisms (``LOCAL_REAL_MECHANISMS``) treat the integer
+    as a real in ``bounds`` and release reals; ``auto`` picks between discrete
+    Laplace and them by the least regret over every data spread
+    (``privstream.kinds.auto_real``). Integers are never memoized.
+    """
 
     kind: Literal["integer"]
     bounds: IntegerBounds
-    mechanism: Literal["discrete_laplace"] = "discrete_laplace"
+    mechanism: Literal[
+        "discrete_laplace", "auto", "piecewise", "hybrid", "duchi", "pm_sub", "three_outputs"
+    ] = "discrete_laplace"
+
+    @model_validator(mode="after")
+    def _local_mechanisms_are_pure(self) -> "IntegerField":
+        if self.mechanism in LOCAL_REAL_MECHANISMS and self.delta != 0.0:
+            raise ValueError(f"{self.mechanism} is pure epsilon-DP; set delta to 0")
+        return self
 
 
 class CategoricalField(_NoisedField):

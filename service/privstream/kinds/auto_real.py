@@ -45,7 +45,7 @@ import math
 from typing import Any
 
 from privstream.config import Guarantee
-from privstream.config.fields import RealField
+from privstream.config.fields import IntegerField, RealField
 from privstream.errors import MechanismError, RegistryError
 from privstream.kinds.base import AutoChoice
 from privstream.kinds.registry import registration_of
@@ -57,12 +57,26 @@ from privstream.mechanisms.variance_law import VarianceLaw, ratio_turning_points
 CANDIDATES = ("laplace", "piecewise", "hybrid", "pm_sub", "duchi", "three_outputs")
 #: the local mechanisms among them (pure epsilon-DP)
 LOCAL = CANDIDATES[1:]
+#: an ``integer`` field's candidates: discrete Laplace in Laplace's place (the integer is a
+#: real in its bounds for the others, which release reals)
+INTEGER_CANDIDATES = ("discrete_laplace", *LOCAL)
 #: the means of ``|t|`` and of ``t^2`` a declared ``spread`` stands for
 SPREAD_MOMENTS = {"wide": (0.5, 1.0 / 3.0), "near_bounds": (1.0, 1.0)}
 
 
 #: a candidate's variance law and its worst-case variance of the mean at ``VARIANCE_N``
 Measures = tuple[VarianceLaw, float]
+#: the fields ``auto`` resolves here
+MeanField = RealField | IntegerField
+
+
+def _names(spec: MeanField) -> tuple[str, ...]:
+    """The candidates in tie-break order, the field's own Laplace first."""
+    return CANDIDATES if isinstance(spec, RealField) else INTEGER_CANDIDATES
+
+
+def _spread(spec: MeanField) -> str | None:
+    return spec.spread if isinstance(spec, RealField) else None
 
 
 def _measures(mechanism: Mechanism) -> Measures:
@@ -73,7 +87,7 @@ def _measures(mechanism: Mechanism) -> Measures:
 
 
 @functools.lru_cache(maxsize=256)
-def _candidate_measures(spec: RealField, share: Guarantee) -> Measures | None:
+def _candidate_measures(spec: MeanField, share: Guarantee) -> Measures | None:
     """One candidate's measures, built by its registration; None where it does not run (an
     epsilon too small for 64-bit thresholds). A build calibrates a sampler (up to ~20 ms) and
     the plan's ``auto`` and the declared-mechanism warnings ask for the same ones: the numbers
@@ -85,12 +99,12 @@ def _candidate_measures(spec: RealField, share: Guarantee) -> Measures | None:
         return None
     mechanism = handler.mechanism
     if mechanism is None:  # pragma: no cover - real registrations are noised
-        raise RegistryError(f"real ({spec.mechanism}) built no mechanism")
+        raise RegistryError(f"{spec.kind} ({spec.mechanism}) built no mechanism")
     return _measures(mechanism)
 
 
 def _candidates(
-    spec: RealField, share: Guarantee, planned: Mechanism | None
+    spec: MeanField, share: Guarantee, planned: Mechanism | None
 ) -> dict[str, Measures]:
     """Each candidate that runs at this share; ``planned`` (the field's own mechanism, built
     by the plan from this spec and share) is measured instead of a build of the same one."""
@@ -98,7 +112,7 @@ def _candidates(
     reuse = None
     if planned is not None and (planned.epsilon, planned.delta) == (share.epsilon, share.delta):
         reuse = planned
-    for name in CANDIDATES:
+    for name in _names(spec):
         if reuse is not None and reuse.name == name:
             measures: Measures | None = _measures(reuse)
         else:
@@ -138,50 +152,52 @@ def _worst_variance(mechanism: Mechanism, n: int) -> float:
         return math.inf
 
 
-def _why(variances: dict[str, float], share: Guarantee) -> str | None:
-    """Why Laplace beats the local mechanisms, when it does."""
+def _why(variances: dict[str, float], share: Guarantee, laplace: str) -> str | None:
+    """Why (discrete) Laplace beats the local mechanisms, when it does."""
     local = [variances[name] for name in LOCAL if name in variances]
-    if "laplace" not in variances or not local or variances["laplace"] > min(local):
+    if laplace not in variances or not local or variances[laplace] > min(local):
         return None
     if share.delta > 0.0:
         return (
-            f"laplace spends delta {share.delta:g} (the local mechanisms are pure epsilon-DP), "
+            f"{laplace} spends delta {share.delta:g} (the local mechanisms are pure epsilon-DP), "
             "which narrows its noise below theirs"
         )
-    return "laplace's variance is the least at this epsilon"
+    return f"{laplace}'s variance is the least at this epsilon"
 
 
 def _assess(
-    spec: RealField, share: Guarantee, planned: Mechanism | None = None
+    spec: MeanField, share: Guarantee, planned: Mechanism | None = None
 ) -> tuple[AutoChoice, dict[str, float]]:
     """The choice and each candidate's regret (``_candidate_measures``: measured once)."""
     built = _candidates(spec, share, planned)
     variances = {name: variance for name, (_, variance) in built.items()}
-    ranked = [name for name in CANDIDATES if name in variances]
+    names = _names(spec)
+    ranked = [name for name in names if name in variances]
     if not ranked:  # pragma: no cover - Laplace runs at every epsilon the config accepts
-        return AutoChoice(mechanism="laplace", variances={}, restricted="no candidate"), {}
+        return AutoChoice(mechanism=names[0], variances={}, restricted="no candidate"), {}
     laws = {name: law for name, (law, _) in built.items()}
     regret = regrets(laws)
-    if spec.spread is None:
+    spread = _spread(spec)
+    if spread is None:
         chosen = min(ranked, key=lambda name: (regret[name], ranked.index(name)))
     else:
-        moments = SPREAD_MOMENTS[spec.spread]
+        moments = SPREAD_MOMENTS[spread]
         chosen = min(ranked, key=lambda name: (laws[name].mean(*moments), ranked.index(name)))
-    choice = AutoChoice(mechanism=chosen, variances=variances, restricted=_why(variances, share))
-    return choice, regret
+    restricted = _why(variances, share, names[0])
+    return AutoChoice(mechanism=chosen, variances=variances, restricted=restricted), regret
 
 
-def auto_real_choice(spec: RealField, share: Guarantee) -> AutoChoice:
-    """The mechanism ``auto`` gives this real field at its resolved share."""
+def auto_real_choice(spec: MeanField, share: Guarantee) -> AutoChoice:
+    """The mechanism ``auto`` gives this real or integer field at its resolved share."""
     return _assess(spec, share)[0]
 
 
-def real_regrets(spec: RealField, share: Guarantee) -> dict[str, float]:
+def real_regrets(spec: MeanField, share: Guarantee) -> dict[str, float]:
     """Each candidate's largest ratio to the best over every data spread (the criterion)."""
     return _assess(spec, share)[1]
 
 
-def resolve_auto_real(spec: RealField, share: Guarantee) -> RealField:
+def resolve_auto_real(spec: MeanField, share: Guarantee) -> MeanField:
     """The spec with ``mechanism: auto`` replaced by the chosen mechanism."""
     chosen = auto_real_choice(spec, share).mechanism
     # no re-validation: the calibration (tight by default) stays for laplace's release id
@@ -189,9 +205,10 @@ def resolve_auto_real(spec: RealField, share: Guarantee) -> RealField:
 
 
 def explain_auto_real(
-    spec: RealField, share: Guarantee, warn_ratio: float, planned: Mechanism | None = None
+    spec: MeanField, share: Guarantee, warn_ratio: float, planned: Mechanism | None = None
 ) -> dict[str, Any]:
-    """``explain``'s ``auto`` entry of a real field (same shape as the categorical one).
+    """``explain``'s ``auto`` entry of a real or integer field (same shape as the categorical
+    one).
 
     ``planned``: the field's mechanism in the plan, reused if it is one of the candidates.
     """
@@ -200,20 +217,23 @@ def explain_auto_real(
     best = regret[choice.mechanism]
     warning = None
     if declared is not None and declared > warn_ratio * best:
+        # an integer field's default stays discrete_laplace: auto must be written
+        fix = "drop mechanism:" if isinstance(spec, RealField) else "write mechanism: auto"
         warning = (
             f"{spec.name}: {spec.mechanism} has up to {declared / best:.3g}x the variance of "
             f"the mean of {choice.mechanism} (what mechanism: auto picks), over every data "
-            "spread; drop mechanism: to use it"
+            f"spread; {fix} to use it"
         )
+    spread = _spread(spec)
     return {
         "auto": {
             "declared": spec.mechanism,
             "chosen": choice.mechanism,
             "criterion": "worst-case variance of the mean",
             "rule": "least regret over every data spread"
-            if spec.spread is None
-            else f"least variance of the mean at spread {spec.spread} (mean |t| "
-            f"{SPREAD_MOMENTS[spec.spread][0]:.3g}, mean t^2 {SPREAD_MOMENTS[spec.spread][1]:.3g})",
+            if spread is None
+            else f"least variance of the mean at spread {spread} (mean |t| "
+            f"{SPREAD_MOMENTS[spread][0]:.3g}, mean t^2 {SPREAD_MOMENTS[spread][1]:.3g})",
             "candidate_regrets": regret,
             "variances_n": choice.n,
             "candidate_variances": choice.variances,

@@ -11,7 +11,7 @@ never memoized (``memo=None``: ``RealField`` has no ``memo_identity`` or ``memoi
 from __future__ import annotations
 
 from privstream.config import Guarantee
-from privstream.config.fields import RealField
+from privstream.config.fields import IntegerField, RealField
 from privstream.kinds.base import (
     FieldKind,
     calibrated,
@@ -35,25 +35,29 @@ MECHANISMS: dict[str, type[UnitIntervalMechanism]] = {
 }
 
 
-def _build(spec: RealField, share: Guarantee | None) -> RealHandler:
-    eps, dlt = calibrated(f"real ({spec.mechanism})", share)
+def _build(spec: RealField | IntegerField, share: Guarantee | None) -> RealHandler:
+    eps, dlt = calibrated(f"{spec.kind} ({spec.mechanism})", share)
     bounds = (float(spec.bounds[0]), float(spec.bounds[1]))
     mech = MECHANISMS[spec.mechanism](bounds=bounds, epsilon=eps, delta=dlt)
     return RealHandler(spec.name, mech, bounds)
 
 
-def _registration(mechanism: str) -> FieldKind[RealHandler]:
+def _registration(mechanism: str, kind: str = "real") -> FieldKind[RealHandler]:
     return FieldKind(
-        kind="real",
+        kind=kind,
         mechanism=mechanism,
-        model=RealField,
+        model=RealField if kind == "real" else IntegerField,
         build=_build,
         column=columns.real_column,
         texts=lambda handler, values: encode.float_texts(values),
-        memo=None,  # reals are not memoized
+        memo=None,  # reals and integers are not memoized
         explain=describe,
         canary=canary.worst_case_inputs,
     )
 
 
-REGISTRATIONS = tuple(_registration(name) for name in MECHANISMS)
+#: an ``integer`` field on the real menu: the integer is a real in its bounds, the output a
+#: real (``RealHandler`` parses any JSON number, so a fraction is used as it is, clamped)
+REGISTRATIONS = tuple(
+    _registration(name, kind) for kind in ("real", "integer") for name in MECHANISMS
+)
