@@ -140,9 +140,11 @@ def write_config(
     topics: Topics,
     *,
     body: dict[str, Any] | None = None,
+    http_port: int = 0,
     **kafka: Any,
 ) -> Path:
-    """A worker config on ``topics`` (``body``: privacy and fields; default the reference)."""
+    """A worker config on ``topics`` (``body``: privacy and fields; default the reference;
+    ``http_port``: of its /metrics, 0 for any free one)."""
     config = {
         "kafka": {
             "bootstrap_servers": bootstrap,
@@ -154,7 +156,7 @@ def write_config(
             **kafka,
         },
         **(BODY if body is None else body),
-        "http": {"host": "127.0.0.1", "port": 0},
+        "http": {"host": "127.0.0.1", "port": http_port},
     }
     path.write_text(yaml.safe_dump(config))
     return path

@@ -27,6 +27,8 @@ from privstream.pipeline.canary import DEFAULT_COUNT, Canaries
 from privstream.pipeline.results import Observation
 
 _BATCH_SIZE_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2000, 5000, 10000, 50000)
+#: fine below 100 ms, where the produce-to-readable target of a steady stream lies
+_STAGE_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1, 2.5, 10)
 
 
 class Metrics:
@@ -58,6 +60,16 @@ class Metrics:
         self.batch_seconds = Histogram(
             "privstream_batch_duration_seconds",
             "Wall time from a polled batch to its committed offsets",
+            registry=registry,
+        )
+        self.batch_stage_seconds = Histogram(
+            "privstream_batch_stage_duration_seconds",
+            "Wall time of one step of a batch: poll (waiting for records, from the call "
+            "to the batch), sanitize, queued (for the previous transaction), produce "
+            "(begun, sent and acknowledged), commit (the offsets, and the transaction's "
+            "commit)",
+            ["stage"],
+            buckets=_STAGE_BUCKETS,
             registry=registry,
         )
         self.batch_records = Histogram(

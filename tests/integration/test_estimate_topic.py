@@ -78,6 +78,20 @@ async def kcat_count(bootstrap: str, topic: str, isolation: str) -> int:
     return len(out.splitlines())
 
 
+async def run_estimate(config: Path) -> tuple[int | None, str, str]:
+    """``privstream estimate --topic`` as a subprocess: exit code, stdout, stderr."""
+    estimate = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "privstream.cli.main", "estimate", "--config", str(config), "--topic"),
+        *("--confidence", "0.9999", "--format", "json"),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(estimate.communicate(), 120)
+    return estimate.returncode, out.decode(), err.decode()
+
+
 async def test_estimate_reads_the_committed_topic_and_covers_the_truth(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -103,32 +117,29 @@ async def test_estimate_reads_the_committed_topic_and_covers_the_truth(
     assert await kcat_count(kafka_bootstrap, kafka["output_topic"], "read_committed") == N
     assert await kcat_count(kafka_bootstrap, kafka["output_topic"], "read_uncommitted") == N + 500
 
-    estimate = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "privstream.cli.main",
-        "estimate",
-        "--config",
-        str(config),
-        "--topic",
-        "--confidence",
-        "0.9999",
-        "--format",
-        "json",
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(estimate.communicate(), 120)
-    assert estimate.returncode == 0, err.decode()
+    code, out, err = await run_estimate(config)
+    assert code == 0, err
     report = json.loads(out)
 
     assert report["records_read"] == N  # committed only; the aborted 500 are invisible
     assert report["records_skipped"] == {}
     fields = {f["name"]: f for f in report["fields"]}
+    report_temp = fields["temp"]["mean"]
     low, high = fields["temp"]["mean"]["ci"]
     true_mean = sum(float(r["temp"]) for r in truth) / N  # type: ignore[arg-type]
     assert low <= true_mean <= high
     for entry in fields["state"]["frequencies"]:
         share = sum(r["state"] == entry["value"] for r in truth) / N
         assert entry["ci"][0] <= share <= entry["ci"][1], entry
+
+    # a later config, its fields reordered and state's epsilon changed: the worker's
+    # privstream-field-releases header keeps temp usable and refuses state, by name
+    seq, temp, state = PRIVACY["fields"]  # type: ignore[misc]
+    later = {**PRIVACY, "fields": [{**state, "epsilon": 0.5}, temp, seq]}
+    code, out, err = await run_estimate(write_config(tmp_path / "later.yaml", kafka_bootstrap,
+                                                     kafka, later))  # fmt: skip
+    assert code == 0, err
+    assert f"field state refused in {N:,} records: released under another release id" in err
+    fields = {f["name"]: f for f in json.loads(out)["fields"]}
+    assert fields["temp"]["records"] == N and fields["temp"]["mean"] == report_temp
+    assert fields["state"]["records"] == 0 and fields["state"]["skipped"] == {"other_release": N}

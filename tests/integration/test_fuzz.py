@@ -58,6 +58,7 @@ BAD = 10_000
 OUTPUT_HEADERS = {
     "privstream-config-sha256",
     "privstream-release-sha256",
+    "privstream-field-releases",
     "privstream-epsilon",
     "privstream-delta",
 }

@@ -102,6 +102,7 @@ async def test_ten_thousand_records_sigterm_handover(kafka_bootstrap: str, tmp_p
         assert {k for k, _ in record.headers} == {
             "privstream-config-sha256",
             "privstream-release-sha256",
+            "privstream-field-releases",
             "privstream-epsilon",
             "privstream-delta",
         }

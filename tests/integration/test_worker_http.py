@@ -79,6 +79,13 @@ async def test_metrics_health_and_readiness(kafka_bootstrap: str, tmp_path: Path
     for reason in ("not_object", "invalid_json", "missing_field", "unknown_category"):
         assert got[("privstream_records_dead_lettered_total", (("reason", reason),))] == 1
     assert got[("privstream_batch_duration_seconds_count", ())] >= 1
+    # every committed batch went through every step; a batch a rebalance voided was only
+    # polled and sanitized
+    batches = got[("privstream_batch_size_records_count", ())]
+    stage = "privstream_batch_stage_duration_seconds_count"
+    for step in ("poll", "sanitize", "queued", "produce", "commit"):
+        steps = got[(stage, (("stage", step),))]
+        assert steps == batches if step in ("queued", "produce", "commit") else steps >= batches
     assert got[("privstream_broker_connected", ())] == 1
     laplace = LaplaceMechanism(bounds=(0, 100), epsilon=1.0)
     rr = RandomizedResponse(domain=["a", "b", "c"], epsilon=0.5)

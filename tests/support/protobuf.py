@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -89,12 +90,19 @@ def frame(schema_id: int, indexes: list[int], payload: bytes) -> bytes:
     return b"\x00" + schema_id.to_bytes(4, "big") + zigzag_varints(indexes) + payload
 
 
-def register(url: str, subject: str, schema_type: str, schema: str) -> int:
-    """Register ``schema`` under ``subject`` over the Confluent REST API; its id."""
-    body = json.dumps({"schemaType": schema_type, "schema": schema}).encode()
+def register(
+    url: str,
+    subject: str,
+    schema_type: str,
+    schema: str,
+    references: list[dict[str, Any]] | None = None,
+) -> int:
+    """Register ``schema`` (with ``references``: name, subject, version each) under
+    ``subject`` over the Confluent REST API; its id."""
+    entry = {"schemaType": schema_type, "schema": schema, "references": references or []}
     request = urllib.request.Request(  # noqa: S310 -- the suite's registry
-        f"{url}/subjects/{subject}/versions",
-        data=body,
+        f"{url}/subjects/{urllib.parse.quote(subject, safe='')}/versions",
+        data=json.dumps(entry).encode(),
         headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
         method="POST",
     )

@@ -84,7 +84,11 @@ class RecordReader:
         if name is None:
             return b""
         raw = read(record, name)
-        return None if raw is None else orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)
+        if raw is None:
+            return None
+        # a copy: orjson's bytes keep a 4 KiB block however short, and the accumulator holds
+        # one identity per subject (100,000 subjects x 3 aggregates: 1.2 GB instead of 15 MB)
+        return bytes(memoryview(orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)))
 
 
 def read(record: Mapping[str, Any], name: str) -> Any:

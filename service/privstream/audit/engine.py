@@ -77,6 +77,8 @@ class Scenario:
     show: list[tuple[str, int, int]] = field(default_factory=list)
     #: the sampler behind ``draw`` (to count the records it ran through the pipeline)
     sampler: PipelineSampler | None = None
+    #: draws per input at most, below the run's (aggregates: one release per draw is slow)
+    max_samples: int | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,8 @@ def run_scenario(
 ) -> AuditResult:
     """Pilot, count, bound (module docstring)."""
     began = time.perf_counter()
+    if scenario.max_samples is not None:
+        samples = min(samples, scenario.max_samples)
     inputs = len(scenario.input_labels)
     pilot_n = pilot_size(samples) if scenario.needs_pilot else 0
     pilot = [scenario.draw(i, pilot_n) for i in range(inputs)] if scenario.needs_pilot else None

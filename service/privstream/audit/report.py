@@ -79,9 +79,11 @@ def report_data(report: AuditReport) -> dict[str, Any]:
         "alpha_per_audit": report.alpha_per_audit,
         "fields": [result_data(r) for r in report.fields],
         "record": result_data(report.record) if report.record is not None else None,
+        "aggregates": [result_data(r) for r in report.aggregates],
         "not_audited": list(report.skipped),
         "self_check": [result_data(r) for r in report.self_check],
         "records_processed": report.records_processed,
+        "aggregate_releases": report.releases_drawn,
         "run_time_seconds": round(report.seconds, 3),
     }
 
@@ -107,7 +109,11 @@ def render_table(report: AuditReport) -> str:
         f"reported failing with probability <= {1.0 - report.confidence:.3g} for the whole run",
         "",
     ]
-    audits = [*report.fields, *([report.record] if report.record is not None else [])]
+    audits = [
+        *report.fields,
+        *([report.record] if report.record is not None else []),
+        *report.aggregates,
+    ]
     if audits:
         header = ("field", "mechanism", "claimed eps", "delta", "eps lower bound", "result")
         rows: list[tuple[str, ...]] = [header]
@@ -165,7 +171,9 @@ def render_table(report: AuditReport) -> str:
     lines.append(f"result: {verdict}")
     lines.append(
         f"run time: {report.seconds:.1f} s "
-        f"({report.records_processed} records through the pipeline)"
+        f"({report.records_processed} records through the pipeline"
+        + (f", {report.releases_drawn} aggregate releases" if report.releases_drawn else "")
+        + ")"
     )
     return "\n".join(lines)
 

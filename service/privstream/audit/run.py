@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from privstream.audit.aggregate_controls import DEFAULT_AGGREGATE_SAMPLES, AggregateScenarios
 from privstream.audit.engine import (
     DEFAULT_CONFIDENCE,
     DEFAULT_SAMPLES,
@@ -46,10 +47,14 @@ class AuditReport:
     records_processed: int
     #: fields with a mechanism that were not audited (``--field`` given)
     skipped: tuple[str, ...] = ()
+    #: the config's aggregates (``privstream.audit.aggregates``)
+    aggregates: tuple[AuditResult, ...] = ()
+    #: releases of aggregates drawn
+    releases_drawn: int = 0
 
     @property
     def config_passed(self) -> bool:
-        audits = [*self.fields, *([self.record] if self.record else [])]
+        audits = [*self.fields, *([self.record] if self.record else []), *self.aggregates]
         return all(a.passed for a in audits)
 
     @property
@@ -72,25 +77,44 @@ def audit(
     record: bool | None = None,
     self_check: bool = True,
     progress: Progress | None = None,
+    aggregates: Sequence[str] | None = None,
+    aggregate_samples: int = DEFAULT_AGGREGATE_SAMPLES,
 ) -> AuditReport:
     """Audit ``plan`` (built from ``config``) and/or run the self-check.
 
     ``fields``: audit only these (default: every field with a mechanism);
-    ``record``: the whole-record audit (default: when no ``fields`` are
-    given). ``config``/``plan`` may be None for a self-check-only run.
+    ``aggregates``: audit only these aggregates (default: all of them unless
+    ``fields`` are given, then none); ``record``: the whole-record audit
+    (default: when neither is given). ``config``/``plan`` may be None for a
+    self-check-only run. Aggregates draw ``min(samples, aggregate_samples)``
+    releases per input (one ``release`` call each).
     """
     if samples < 100:
         raise AuditError(f"--samples {samples} is too small; use at least 100 (default 100000)")
     if not 0.0 < confidence < 1.0:
         raise AuditError(f"--confidence {confidence} must lie strictly between 0 and 1")
+    if aggregate_samples < 100:
+        raise AuditError(
+            f"--aggregate-samples {aggregate_samples} is too small; use at least 100 "
+            f"(default {DEFAULT_AGGREGATE_SAMPLES})"
+        )
     began = time.perf_counter()
     scenarios: list[Scenario] = []
     kinds: list[str] = []
     skipped: tuple[str, ...] = ()
+    chosen_aggregates: AggregateScenarios | None = None
     if plan is not None and config is not None:
+        chosen_aggregates = AggregateScenarios.of(config, aggregates, fields, aggregate_samples)
         auditor = PlanAuditor(plan)
         names = [t.name for t in auditor.targets]
-        chosen = list(names) if fields is None else list(dict.fromkeys(fields))
+        only_aggregates = fields is None and aggregates is not None
+        chosen = (
+            []
+            if only_aggregates
+            else list(names)
+            if fields is None
+            else list(dict.fromkeys(fields))
+        )
         for name in chosen:
             if name not in auditor.by_name:
                 raise AuditError(
@@ -100,12 +124,15 @@ def audit(
             scenarios.append(auditor.field_scenario(name))
             kinds.append("field")
         skipped = tuple(n for n in names if n not in chosen)
-        want_record = fields is None if record is None else record
+        want_record = fields is None and aggregates is None if record is None else record
         if want_record:
             scenarios.append(auditor.record_scenario())
             kinds.append("record")
+        scenarios += chosen_aggregates.audits
+        kinds += ["aggregate"] * len(chosen_aggregates.audits)
     if self_check:
-        for scenario in self_check_scenarios():
+        controls = [] if chosen_aggregates is None else chosen_aggregates.controls
+        for scenario in [*self_check_scenarios(), *controls]:
             scenarios.append(scenario)
             kinds.append("self")
     if not scenarios:
@@ -125,4 +152,6 @@ def audit(
         seconds=time.perf_counter() - began,
         records_processed=records,
         skipped=skipped,
+        aggregates=tuple(r for k, r in by_kind if k == "aggregate"),
+        releases_drawn=0 if chosen_aggregates is None else chosen_aggregates.releases,
     )

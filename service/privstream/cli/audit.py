@@ -2,12 +2,14 @@
 
 For every noised field (and the whole record), worst-case neighbouring raw
 values are sanitized many times by the real pipeline with the production
-noise source; Clopper-Pearson intervals on a family of test sets give a
-lower bound on the epsilon actually realised. A field *fails* when that
-bound exceeds its claimed epsilon. A self-check runs the same procedure on
-deliberately broken mechanisms and on the thesis's Example 4.5 and must see
-them fail. The statistics are in ``privstream.audit`` (docstrings of ``stats``,
-``events``, ``engine``).
+noise source (every aggregate: neighbouring windows, one subject in or out,
+released many times by the file mode's release code); Clopper-Pearson
+intervals on a family of test sets give a lower bound on the epsilon
+actually realised. A field *fails* when that bound exceeds its claimed
+epsilon. A self-check runs the same procedure on deliberately broken
+mechanisms (the config's aggregates at half their noise among them) and on
+the thesis's Example 4.5 and must see them fail. The statistics are in
+``privstream.audit`` (docstrings of ``stats``, ``events``, ``engine``).
 
 Exit codes: 0 every audit passed and the self-check came out as it must;
 1 a field or the record failed, or the self-check did not catch a broken
@@ -20,6 +22,7 @@ import argparse
 import sys
 
 from privstream.audit import (
+    DEFAULT_AGGREGATE_SAMPLES,
     DEFAULT_CONFIDENCE,
     DEFAULT_SAMPLES,
     AuditError,
@@ -57,6 +60,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="audit only this field (repeatable); the whole-record audit is then skipped",
     )
+    parser.add_argument(
+        "--aggregate",
+        action="append",
+        metavar="NAME",
+        help="audit only this aggregate (repeatable); the whole-record audit is then skipped, "
+        "and so are the fields unless --field names some",
+    )
+    parser.add_argument(
+        "--aggregate-samples",
+        type=int,
+        default=DEFAULT_AGGREGATE_SAMPLES,
+        metavar="N",
+        help="releases per audited window of an aggregate, at most (default: %(default)s; "
+        "each is one release of every cell)",
+    )
     checks = parser.add_mutually_exclusive_group()
     checks.add_argument(
         "--self-check",
@@ -82,6 +100,8 @@ def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
             samples=args.samples,
             confidence=args.confidence,
             fields=args.field,
+            aggregates=args.aggregate,
+            aggregate_samples=args.aggregate_samples,
             self_check=not args.no_self_check,
             progress=_progress,
         )

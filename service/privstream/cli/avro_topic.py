@@ -18,6 +18,7 @@ import orjson
 from fastavro import schemaless_reader
 
 from privstream.config.registry import SchemaRegistryConfig
+from privstream.estimate.releases import Sink
 from privstream.pipeline import RecordPlan
 from privstream.pipeline.avro import HEADER_BYTES, Undecoded, schema_id
 from privstream.pipeline.avro_encode import plain
@@ -34,7 +35,7 @@ class AvroValues:
         self,
         registry: SchemaRegistryConfig,
         plan: RecordPlan,
-        add: Callable[[bytes], None],
+        add: Sink,
         skip: Callable[[str], None],
     ) -> None:
         self._schemas = WriterSchemas(registry, codec("avro", read_names(plan, None)))
@@ -42,7 +43,7 @@ class AvroValues:
         self._add = add
         self._skip = skip
 
-    def add(self, value: bytes) -> None:
+    def add(self, value: bytes, refused: frozenset[str] = frozenset()) -> None:
         sid = schema_id(value)
         if sid is None:
             self._skip("avro_no_magic_byte")
@@ -61,4 +62,8 @@ class AvroValues:
         if not isinstance(record, dict) or buffer.tell() != len(value):
             self._skip("avro_undecodable")
             return
-        self._add(orjson.dumps(plain(record, self._reports)))
+        text = orjson.dumps(plain(record, self._reports))
+        if refused:
+            self._add(text, refused)
+        else:
+            self._add(text)

@@ -17,10 +17,11 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from privstream.cli.avro_files import reads_avro
 from privstream.cli.metadata import MetadataError, check_metadata, read_sidecar, sidecar_path
 from privstream.config import AppConfig
 from privstream.errors import PrivstreamError
@@ -32,10 +33,13 @@ from privstream.estimate import (
     render_table,
     suppression,
 )
-from privstream.estimate.report import impossible_values
+from privstream.estimate.releases import Sink
+from privstream.estimate.report import report_warnings
 from privstream.estimate.source import PROGRESS_THRESHOLD, Progress, file_lines
 from privstream.kinds import registration_for
 from privstream.pipeline import RecordPlan
+from privstream.pipeline.avro_container import json_records
+from privstream.pipeline.avro_schema import hash_report_fields
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -67,10 +71,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "non-negative, summing to 1; biased for rare values, no intervals), JSON only",
     )
     parser.add_argument(
+        "--release-metadata",
         "--metadata",
+        dest="metadata",
         metavar="PATH",
         help="the release metadata of --input (default: INPUT.privstream.json, written by "
-        "`privstream sanitize`); checked against --config",
+        "`privstream sanitize`, or `privstream explain --release-metadata` for a topic dump "
+        "without headers); checked against --config field by field",
     )
     parser.add_argument(
         "--unchecked",
@@ -93,6 +100,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         dest="fields",
         metavar="NAME",
         help="estimate only this field (repeatable; default: every released field)",
+    )
+    parser.add_argument(
+        "--by",
+        metavar="FIELD",
+        help="also give every estimate per value of this released field (best a public one: "
+        "a noised one groups records by their noisy value, with a warning), up to 100 groups",
     )
     parser.add_argument(
         "--bins",
@@ -167,6 +180,8 @@ def options_from(args: argparse.Namespace, plan: RecordPlan) -> Options:
             raise UsageError(f"--field {name}: no released field of that name in the config")
         if name not in estimable:
             raise UsageError(f"--field {name}: a public field has nothing to estimate")
+    if args.by is not None and args.by not in by_name:
+        raise UsageError(f"--by {args.by}: no released field of that name in the config")
     candidates: dict[str, tuple[str, ...]] = {}
     for spec in args.candidates:
         name, values = _read_candidates(spec)
@@ -205,11 +220,18 @@ def _counted(lines: Iterable[bytes], progress: Progress) -> Iterator[bytes]:
     progress.update(count)
 
 
-def _read_file(path: str, stream: StreamAggregate, progress: Progress) -> dict[str, Any]:
+def _read_file(
+    path: str, plan: RecordPlan, stream: StreamAggregate, progress: Progress
+) -> dict[str, Any]:
+    """JSON Lines, or an Avro container file (``sanitize --output-format avro``) by its magic."""
     with contextlib.ExitStack() as stack:
         handle = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))
-        stream.consume(_counted(file_lines(handle), progress))
-    return {"type": "file", "path": "stdin" if path == "-" else path}
+        name = "stdin" if path == "-" else path
+        records = file_lines(handle)
+        if reads_avro("auto", handle):
+            records = json_records(handle, name, hash_report_fields(plan))
+        stream.consume(_counted(records, progress))
+    return {"type": "file", "path": name}
 
 
 def _read_topic(
@@ -219,7 +241,7 @@ def _read_topic(
 
     kafka = config.needs_kafka("estimate --topic")
     progress = Progress(enabled=args.progress, threshold=0)
-    sink: Callable[[bytes], None] = stream.add
+    sink: Sink = stream.add
     registry = kafka.schema_registry
     if kafka.avro_output and registry is not None:  # read through the registry
         from privstream.cli.avro_topic import AvroValues
@@ -232,6 +254,7 @@ def _read_topic(
             sink,
             expected_config=plan.config_sha256,
             expected_release=plan.release_sha256,
+            expected_fields={a.name: plan.field_releases[a.name] for a in stream.fields},
             skip=stream.skip,
             environ=os.environ,
             progress=progress,
@@ -250,17 +273,22 @@ def _read_topic(
         "records_read": read.records,
         "other_config": read.other_config,
         "ledger": suppression.summary(read.ledger_counts.values()),
+        "refused": {
+            name: {"records": read.field_mismatch[name], "reason": reason}
+            for name, reason in sorted(read.field_reasons.items())
+        },
     }
 
 
 def check_file_input(
     path: str, metadata: str | None, plan: RecordPlan, unchecked: bool
-) -> str | None:
-    """The checked metadata path of a file input, or None when ``unchecked`` lets it be.
+) -> tuple[str | None, dict[str, str]]:
+    """The checked metadata path of a file input (None when ``unchecked`` lets it be
+    missing), and the fields it released otherwise (``name -> reason``: refused).
 
-    MetadataError (exit 2) when the metadata names another config, or is
-    missing without ``unchecked``: the input may be raw records or another
-    release, and its estimates would look plausible and be wrong.
+    MetadataError (exit 2) when version-1 metadata names another config, or
+    metadata is missing without ``unchecked``: the input may be raw records
+    or another release, and its estimates would look plausible and be wrong.
     """
     where = metadata or (sidecar_path(path) if path != "-" else None)
     if where is None or not os.path.exists(where):
@@ -280,9 +308,8 @@ def check_file_input(
             "the estimates are meaningful only if it is sanitized output of this config",
             file=sys.stderr,
         )
-        return None
-    check_metadata(read_sidecar(where), plan, where)
-    return where
+        return None, {}
+    return where, check_metadata(read_sidecar(where), plan, where)
 
 
 def check_topic_read(
@@ -330,6 +357,64 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _estimated(plan: RecordPlan, args: argparse.Namespace, refused: dict[str, str]) -> list[str]:
+    """The fields to estimate: those asked for (or all), less those the input released
+    otherwise; MetadataError when one asked for by ``--field`` is refused, or none is left."""
+    asked = args.fields or [f.name for f in plan.fields if f.handler.mechanism is not None]
+    for name in args.fields or ():
+        if name in refused:
+            raise MetadataError(f"--field {name} is refused: {refused[name]}")
+    kept = [name for name in asked if name not in refused]
+    if not kept:
+        raise MetadataError(
+            "every field of --config was released otherwise in the input: "
+            + "; ".join(f"{name}: {why}" for name, why in refused.items())
+        )
+    return kept
+
+
+def _warn_refused(source: dict[str, Any]) -> None:
+    for name, refusal in source.get("refused", {}).items():
+        records = refusal.get("records")
+        count = f" in {records:,} records" if records else ""
+        print(
+            f"privstream: estimate: warning: field {name} refused{count}: {refusal['reason']}",
+            file=sys.stderr,
+        )
+
+
+def _aggregate(
+    plan: RecordPlan, options: Options, fields: list[str] | None, by: str | None
+) -> StreamAggregate:
+    if by is None:
+        return StreamAggregate(plan, options, fields)
+    from privstream.estimate.groups import GroupedAggregate
+
+    return GroupedAggregate(plan, options, fields, by)
+
+
+def _read(
+    args: argparse.Namespace, config: AppConfig, plan: RecordPlan, options: Options
+) -> tuple[StreamAggregate, dict[str, Any]]:
+    """Check and read the input; MetadataError when it is refused."""
+    if args.topic is not None:
+        stream = _aggregate(plan, options, args.fields, args.by)
+        topic = args.topic or config.needs_kafka("estimate --topic").output_topic
+        source = _read_topic(config, plan, topic, stream, args)
+        check_topic_read(source, stream.skipped, plan, args.unchecked)
+        return stream, source
+    checked, refused = check_file_input(args.input, args.metadata, plan, args.unchecked)
+    stream = _aggregate(plan, options, _estimated(plan, args, refused), args.by)
+    progress = Progress(enabled=args.progress)
+    try:
+        source = _read_file(args.input, plan, stream, progress)
+    finally:
+        progress.finish()
+    source["metadata"] = checked
+    source["refused"] = {name: {"reason": why} for name, why in refused.items()}
+    return stream, source
+
+
 def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
     """Run the command; returns the exit code."""
     try:
@@ -343,34 +428,19 @@ def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
         if not matplotlib_available():
             print(f"privstream: estimate: {MISSING_MATPLOTLIB}", file=sys.stderr)
             return EXIT_USAGE
-    stream = StreamAggregate(plan, options, args.fields)
-    if args.topic is not None:
-        topic = args.topic or config.needs_kafka("estimate --topic").output_topic
-        source = _read_topic(config, plan, topic, stream, args)
-        try:
-            check_topic_read(source, stream.skipped, plan, args.unchecked)
-        except MetadataError as exc:
-            print(f"privstream: estimate: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-    else:
-        try:
-            checked = check_file_input(args.input, args.metadata, plan, args.unchecked)
-        except MetadataError as exc:
-            print(f"privstream: estimate: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        progress = Progress(enabled=args.progress)
-        try:
-            source = _read_file(args.input, stream, progress)
-        finally:
-            progress.finish()
-        source["metadata"] = checked
+    try:
+        stream, source = _read(args, config, plan, options)
+    except MetadataError as exc:
+        print(f"privstream: estimate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    _warn_refused(source)
     truth = None
     if args.truth:
         truth = TruthAggregate(plan, stream)
         with open(args.truth, "rb") as handle:
             truth.consume(file_lines(handle))
     report = build_report(stream, source, options, truth, args.truth)
-    for warning in impossible_values(report):
+    for warning in report_warnings(report):
         print(f"privstream: estimate: warning: {warning}", file=sys.stderr)
     if args.format == "json":
         print(json.dumps(_finite(report), indent=2, allow_nan=False))
@@ -379,10 +449,13 @@ def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
     if args.plot:
         from privstream.estimate.plots import write_plots
 
-        written = write_plots(report, args.plot)
+        plotted = write_plots(report, args.plot)
         print(
-            f"privstream estimate: {len(written)} plot(s) written to {args.plot}", file=sys.stderr
+            f"privstream estimate: {len(plotted.written)} plot(s) written to {args.plot}",
+            file=sys.stderr,
         )
+        for name, reason in plotted.reasons.items():
+            print(f"privstream estimate: no plot for field {name}: {reason}", file=sys.stderr)
     if stream.records == 0:
         where = source.get("topic") or source.get("path")
         print(f"privstream: estimate: no sanitized records read from {where}", file=sys.stderr)

@@ -108,10 +108,24 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         "(default: $PRIVSTREAM_REPLICA_ID, else the host name)",
     )
 
-    san = sub.add_parser("sanitize", help="sanitize a JSON Lines file (no Kafka)")
+    san = sub.add_parser("sanitize", help="sanitize a JSON Lines or Avro container file (no Kafka)")
     san.add_argument("--config", required=True, help="YAML config file")
-    san.add_argument("--input", help="JSON Lines input (default: stdin)")
-    san.add_argument("--output", help="sanitized JSON Lines output (default: stdout)")
+    san.add_argument("--input", help="JSON Lines or Avro container file (default: stdin)")
+    san.add_argument("--output", help="sanitized output (default: stdout)")
+    san.add_argument(
+        "--input-format",
+        choices=["auto", "json", "avro"],
+        default="auto",
+        help="json: JSON Lines; avro: an Avro Object Container File; auto: Avro if the "
+        "input starts with the container magic Obj\\x01, else JSON Lines (default: %(default)s)",
+    )
+    san.add_argument(
+        "--output-format",
+        choices=["json", "avro"],
+        default="json",
+        help="json: JSON Lines; avro: an Avro container file of the schema derived from the "
+        "config (docs/avro.md) (default: %(default)s, whatever the input)",
+    )
     san.add_argument(
         "--dead-letter",
         default="privstream-dead-letters.jsonl",
@@ -154,6 +168,13 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="one line per field, however wide (default: the table fits in 100 columns, "
         "each field's params on indented lines under its row when needed)",
+    )
+    exp.add_argument(
+        "--release-metadata",
+        metavar="FILE",
+        help="also write the release metadata of this config as this privstream calibrates it "
+        "(what `run` releases): keep it beside a topic dump without headers, for "
+        "`estimate --release-metadata`",
     )
 
     top = sub.add_parser("topics", help="create or check the topics a config needs")
@@ -288,6 +309,10 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
             from privstream.cli.explain import TABLE_WIDTH, explain
 
             print(explain(config, plan, args.format, None if args.wide else TABLE_WIDTH))
+            if args.release_metadata:
+                from privstream.cli.metadata import write_sidecar
+
+                write_sidecar(args.release_metadata, plan, None, written_by="explain")
         elif args.command == "sanitize":
             from privstream.cli.aggregates_file import check_aggregates_output, file_aggregates
             from privstream.cli.metadata import MetadataError, metadata_target
@@ -297,7 +322,12 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
                 check_paths,
                 exit_cleanly_on_sigterm,
             )
-            from privstream.cli.sanitize import FileModeError, check_file_mode, run_sanitize
+            from privstream.cli.sanitize import (
+                FileModeError,
+                check_file_mode,
+                file_output,
+                run_sanitize,
+            )
             from privstream.pipeline.noise import KernelSeededAes
 
             try:  # a usage error: refused before any output is written
@@ -313,7 +343,14 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
                 check_aggregates_output(config, paths.aggregates)
                 check_paths(paths)
                 aggregates = file_aggregates(config)
-            except (FilePathError, FileModeError, MetadataError, MechanismError) as exc:
+                output = file_output(args.output_format, config, plan)
+            except (
+                FilePathError,
+                FileModeError,
+                MetadataError,
+                MechanismError,
+                OutputSchemaError,
+            ) as exc:
                 print(f"privstream: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
 
@@ -331,7 +368,14 @@ def _main(argv: Sequence[str], owns_process: bool) -> int:
             _startup_done(args.command, owns_process)
             if owns_process:
                 exit_cleanly_on_sigterm()
-            summary = run_sanitize(plan, paths, KernelSeededAes(), aggregates)
+            summary = run_sanitize(
+                plan,
+                paths,
+                KernelSeededAes(),
+                aggregates,
+                input_format=args.input_format,
+                output=output,
+            )
             print(summary.render(args.dead_letter), file=sys.stderr)
             if paths.metadata is None:
                 print(

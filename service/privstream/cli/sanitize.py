@@ -18,18 +18,19 @@ import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from privstream.aggregates import FreshCells
 from privstream.cli.aggregates_file import FileAggregates
+from privstream.cli.avro_files import AvroOutput, avro_chunks, reads_avro
 from privstream.cli.metadata import write_sidecar
 from privstream.cli.release_files import OUTPUT_MODE, PRIVATE_MODE, AtomicFile, FilePaths
 from privstream.config import AppConfig
 from privstream.errors import MisuseError, PrivstreamError, Rejected
 from privstream.mechanisms import NoiseSource
-from privstream.pipeline import RecordPlan
+from privstream.pipeline import BatchResult, RecordPlan
 from privstream.pipeline.batch import process_block
 from privstream.pipeline.parse import parse_row
 from privstream.pipeline.plan import unkeyed
@@ -57,6 +58,8 @@ class Summary:
     reasons: Counter[str] = field(default_factory=Counter)
     #: reason -> (line, detail) of its first dead letter: a detail names the field, never a value
     first: dict[str, tuple[int, str]] = field(default_factory=dict)
+    #: what a dead letter's position counts: lines of JSON Lines, records of an Avro file
+    unit: str = "line"
 
     @property
     def dead_lettered(self) -> int:
@@ -76,7 +79,7 @@ class Summary:
         ]
         for reason, count in sorted(self.reasons.items(), key=lambda rc: (-rc[1], rc[0])):
             line, detail = self.first[reason]
-            lines.append(f"  {reason} {count}, the first at line {line}: {detail}")
+            lines.append(f"  {reason} {count}, the first at {self.unit} {line}: {detail}")
         lines += self._next_steps(output, dead_letter)
         return "\n".join(f"privstream: {line}" for line in lines)
 
@@ -84,16 +87,16 @@ class Summary:
         if not self.records_out:  # nothing released: a second run is no second release
             overwrite = f" (with --overwrite: {output} holds no record)" if output else ""
             return [
-                f"no record was released: fix the cause (the raw dead-lettered lines are in "
-                f"{dead_letter}) and run again{overwrite}"
+                f"no record was released: fix the cause (the raw dead-lettered {self.unit}s are "
+                f"in {dead_letter}) and run again{overwrite}"
             ]
         where = f"in {output}" if output else "on stdout"
         return [
             f"the sanitized records ({self.records_out}) are {where} all the same, a release "
             "like any other: never also release another run over the same records",
-            f"the raw dead-lettered lines are in {dead_letter}: fix them and sanitize those "
-            "lines alone, or fix the config and run again with --overwrite if the output was "
-            "never shared; a larger --max-dead-letter-share accepts this share",
+            f"the raw dead-lettered {self.unit}s are in {dead_letter}: fix them and sanitize "
+            f"those {self.unit}s alone, or fix the config and run again with --overwrite if "
+            "the output was never shared; a larger --max-dead-letter-share accepts this share",
         ]
 
     def render(self, dead_letter_path: str) -> str:
@@ -147,8 +150,8 @@ def _block_chunks(stream: io.BufferedIOBase) -> Iterator[Chunk]:
         yield first, [carry]
 
 
-def _dead_letter_line(number: int, raw: bytes, reason: str, detail: str) -> bytes:
-    entry: dict[str, object] = {"line": number, "reason": reason, "detail": detail}
+def _dead_letter_line(unit: str, number: int, raw: bytes, reason: str, detail: str) -> bytes:
+    entry: dict[str, object] = {unit: number, "reason": reason, "detail": detail}
     try:
         entry["raw"] = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -176,6 +179,40 @@ def check_file_mode(config: AppConfig) -> None:
         )
 
 
+class Output(Protocol):
+    """How released records are written: JSON Lines (``JsonLines``) or an Avro container
+    file (``privstream.cli.avro_files.AvroOutput``)."""
+
+    def begin(self, out: BinaryIO) -> None:
+        """Write what precedes the first record (a header)."""
+
+    def release(
+        self, plan: RecordPlan, lines: Sequence[bytes], source: NoiseSource, out: BinaryIO
+    ) -> BatchResult:
+        """Sanitize ``lines``, write the released records to ``out``, return the result."""
+
+
+class JsonLines:
+    """One JSON object per line, as ``process_block`` joins them."""
+
+    def begin(self, out: BinaryIO) -> None:
+        pass
+
+    def release(
+        self, plan: RecordPlan, lines: Sequence[bytes], source: NoiseSource, out: BinaryIO
+    ) -> BatchResult:
+        result = process_block(plan, lines, source)
+        if result.joined:  # every record followed by its newline, in one text
+            out.write(result.joined)
+        return result
+
+
+def file_output(output_format: str, config: AppConfig, plan: RecordPlan) -> Output:
+    """The ``--output-format``'s writer; ``avro`` raises ``OutputSchemaError`` for a config
+    whose fields Avro cannot hold, before anything is read."""
+    return AvroOutput(config, plan) if output_format == "avro" else JsonLines()
+
+
 def sanitize_stream(
     plan: RecordPlan,
     lines: BinaryIO | Iterable[bytes],
@@ -183,21 +220,33 @@ def sanitize_stream(
     dead_letter_path: str,
     source: NoiseSource,
     aggregates: FileAggregates | None = None,
+    *,
+    chunks: Iterable[Chunk] | None = None,
+    output: Output | None = None,
 ) -> Summary:
     """Sanitize a binary stream (read in blocks) or an iterable of lines into ``out``.
 
-    ``aggregates``, when given, is fed every released line (``FileAggregates``).
+    ``chunks``, when given, are read instead of ``lines`` (records of an Avro file:
+    ``avro_files.avro_chunks``; dead letters then count records, not lines).
+    ``output`` writes the released records (default: JSON Lines). ``aggregates``,
+    when given, is fed every released record (``FileAggregates``).
 
     The dead letters appear at ``dead_letter_path`` only if the whole input was
     read (``AtomicFile``), and only if there are any: a run without dead letters
     leaves whatever is at that path as it was.
     """
-    chunks = _block_chunks(lines) if isinstance(lines, io.BufferedIOBase) else _line_chunks(lines)
-    summary = Summary()
+    summary = Summary(unit="line" if chunks is None else "record")
+    if chunks is None:
+        chunks = (
+            _block_chunks(lines) if isinstance(lines, io.BufferedIOBase) else _line_chunks(lines)
+        )
+    output = JsonLines() if output is None else output
     dead_file = AtomicFile(dead_letter_path, PRIVATE_MODE)  # created at the first dead letter
     try:
+        output.begin(out)
         for first, chunk in chunks:
-            released = _sanitize_chunk(plan, first, chunk, out, dead_file, source, summary)
+            result = output.release(plan, chunk, source, out)
+            released = _sanitize_chunk(plan, first, chunk, result, dead_file, summary)
             if aggregates is not None:
                 aggregates.feed(chunk, released)
         out.flush()
@@ -211,12 +260,12 @@ def _sanitize_chunk(
     plan: RecordPlan,
     first: int,
     lines: list[bytes],
-    out: BinaryIO,
+    result: BatchResult,
     dead_file: AtomicFile,
-    source: NoiseSource,
     summary: Summary,
 ) -> list[int]:
-    """One ``process_block`` call over every line; per-line Python only for dead letters.
+    """The dead letters and counts of one chunk, released in one ``process_block`` call
+    (``result``); per-line Python only for dead letters.
 
     Returns the positions in ``lines`` of the records released.
 
@@ -228,9 +277,6 @@ def _sanitize_chunk(
     line without its line end: a syntax error's position is recomputed on it
     (``_names_a_position``), every other verdict ignores trailing whitespace.
     """
-    result = process_block(plan, lines, source)
-    if result.joined:  # every record followed by its newline, in one text
-        out.write(result.joined)
     blank = 0
     for dead in result.dead_letters:
         line = lines[dead.index]
@@ -241,7 +287,7 @@ def _sanitize_chunk(
         reason, detail = dead.reason, dead.detail
         if raw is not line and _names_a_position(reason, detail):
             reason, detail = _verdict(plan, raw)
-        dead_file.write(_dead_letter_line(first + dead.index, raw, reason, detail))
+        dead_file.write(_dead_letter_line(summary.unit, first + dead.index, raw, reason, detail))
         summary.reasons[reason] += 1
         summary.first.setdefault(reason, (first + dead.index, detail))
     summary.blank_lines += blank
@@ -277,8 +323,15 @@ def run_sanitize(
     paths: FilePaths,
     source: NoiseSource,
     aggregates: FileAggregates | None = None,
+    *,
+    input_format: str = "auto",
+    output: Output | None = None,
 ) -> Summary:
     """Sanitize ``paths.input`` into ``paths.output``, whole or not at all (``AtomicFile``).
+
+    ``input_format`` (``--input-format``): ``json`` (JSON Lines), ``avro`` (a container
+    file) or ``auto``, which reads a file that starts with the container magic as Avro
+    (``avro_files.reads_avro``). ``output`` writes the records (default: JSON Lines).
 
     Once the input is read: the dead letters appear, the aggregates are
     released into a temporary file (``aggregates``), an earlier sidecar goes,
@@ -294,7 +347,12 @@ def run_sanitize(
         if out is not None:
             stack.callback(out.discard)  # a no-op once committed
         dst = sys.stdout.buffer if out is None else out.stream
-        summary = sanitize_stream(plan, src, dst, paths.dead_letter, source, aggregates)
+        chunks = None
+        if reads_avro(input_format, src):
+            chunks = avro_chunks(src, paths.input or "stdin")
+        summary = sanitize_stream(
+            plan, src, dst, paths.dead_letter, source, aggregates, chunks=chunks, output=output
+        )
         rows = None
         if aggregates is not None and paths.aggregates is not None:
             rows = AtomicFile(paths.aggregates, OUTPUT_MODE)

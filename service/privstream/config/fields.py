@@ -66,7 +66,8 @@ MemoField = Annotated[StrictStr, Field(min_length=1)]
 #: kinds whose values can be a memo identity: never a noised kind, whose raw value would
 #: then steer the noise and be given away by it (docs/protection.md, "Repeated reports")
 MEMO_KINDS = ("drop", "public")
-#: the pure epsilon-DP local mechanisms for means (no calibration choice, no delta used)
+#: the pure epsilon-DP local mechanisms for means (no calibration choice, no delta used);
+#: an ``integer`` field may take them too
 LOCAL_REAL_MECHANISMS = ("piecewise", "hybrid", "duchi", "pm_sub", "three_outputs")
 #: truncation draws one word per item after the mechanism's one per universe item, and a
 #: record's stream holds 2**17 words per field
@@ -168,6 +169,23 @@ class _NoisedField(_NamedField):
         return _checked_missing(self)
 
 
+#: the pure epsilon-DP local mechanisms of a real field (no calibration option, delta 0)
+LOCAL_REAL = (*LOCAL_REAL_MECHANISMS, "square_wave")
+
+
+def _distribution_mechanism(data: dict[str, Any]) -> dict[str, Any]:
+    """``target: distribution``: ``auto`` (or nothing) becomes square_wave; others are refused."""
+    mechanism = data.get("mechanism", "auto")
+    if mechanism == "auto":
+        return {**data, "mechanism": "square_wave"}
+    if mechanism != "square_wave":
+        raise ValueError(
+            f"target: distribution is served by square_wave only, and this field declares "
+            f"mechanism {mechanism}; remove mechanism (or set it to square_wave)"
+        )
+    return data
+
+
 class RealField(_NoisedField):
     """A bounded real: clamped into ``bounds``, then noised on a fixed grid.
 
@@ -175,14 +193,27 @@ class RealField(_NoisedField):
     spread at the field's resolved (epsilon, delta), or of least variance at a
     declared ``spread`` (``privstream.kinds.auto_real``); piecewise and hybrid
     (Wang et al. 2019), duchi (Duchi et al. 2018), pm_sub and three_outputs (Zhao et al.
-    2020) are pure epsilon-DP local mechanisms for means.
+    2020) are pure epsilon-DP local mechanisms for means. ``target: distribution``
+    asks for a histogram instead and takes square_wave (Li et al. 2020), whose
+    reports stay near the value.
     """
 
     kind: Literal["real"]
     bounds: Bounds
     mechanism: Literal[
-        "auto", "laplace", "gaussian", "piecewise", "hybrid", "duchi", "pm_sub", "three_outputs"
+        "auto",
+        "laplace",
+        "gaussian",
+        "piecewise",
+        "hybrid",
+        "duchi",
+        "pm_sub",
+        "three_outputs",
+        "square_wave",
     ] = "auto"
+    #: what the analyst wants of the field: its ``mean`` (default) or its ``distribution``
+    #: (a histogram: ``auto`` then means square_wave, the only mechanism offered for it)
+    target: Literal["mean", "distribution"] = "mean"
     #: what is known of the data, for ``auto`` only: ``wide`` (spread over the bounds, taken
     #: as a mean t^2 of 1/3) or ``near_bounds`` (at or near them, t^2 = 1); ``auto`` then
     #: picks the least variance there instead of the least regret over every spread
@@ -194,6 +225,8 @@ class RealField(_NoisedField):
     @model_validator(mode="before")
     @classmethod
     def _default_calibration(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("target") == "distribution":
+            data = _distribution_mechanism(data)
         if isinstance(data, dict) and "calibration" not in data:
             default = "analytic" if data.get("mechanism") == "gaussian" else "tight"
             return {**data, "calibration": default}
@@ -211,7 +244,12 @@ class RealField(_NoisedField):
             "laplace": ("tight", "thesis"),
             "gaussian": ("analytic", "classical"),
         }
-        if self.mechanism in LOCAL_REAL_MECHANISMS:
+        if self.mechanism == "square_wave" and self.target != "distribution":
+            raise ValueError(
+                "square_wave releases reports for a histogram, not a mean; "
+                "set target: distribution (or pick a mean mechanism)"
+            )
+        if self.mechanism in LOCAL_REAL:
             if self.calibration != "tight":
                 raise ValueError(
                     f"calibration {self.calibration!r} does not apply to {self.mechanism}, "

@@ -26,12 +26,7 @@ from privstream.config.budget import (
     noised_fields,
     resolve_budget,
 )
-from privstream.config.fields import (
-    FIELD_KINDS,
-    FIELD_MODELS,
-    LOCAL_REAL_MECHANISMS,
-    RealField,
-)
+from privstream.config.fields import FIELD_KINDS, FIELD_MODELS, LOCAL_REAL, RealField
 from privstream.config.ledger import changelog_problems
 from privstream.config.missing import MISSING_DEFAULTS
 from privstream.config.models import AppConfig
@@ -129,7 +124,7 @@ def _real_scale(spec: RealField, share: Guarantee) -> float | None:
     report on a fixed grid of their own and check their reach when built.
     """
     width, eps, dlt = spec.bounds[1] - spec.bounds[0], share.epsilon, share.delta
-    if spec.mechanism in LOCAL_REAL_MECHANISMS:
+    if spec.mechanism in LOCAL_REAL:
         return None
     if spec.mechanism in ("laplace", "auto"):
         return laplace_scale(width, eps, dlt, "thesis" if spec.calibration == "thesis" else "tight")

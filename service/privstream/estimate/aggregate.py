@@ -102,15 +102,23 @@ class StreamAggregate:
         self.records = 0
         self.skipped: Counter[str] = Counter()
         self._chunk: list[dict[str, Any]] = []
+        #: per chunk record: the fields refused for it (released under another id)
+        self._refused: list[frozenset[str]] = []
 
-    def add(self, raw: bytes) -> None:
-        """One sanitized record (a JSON object per line or message)."""
+    def add(self, raw: bytes, refused: frozenset[str] = frozenset()) -> None:
+        """One sanitized record (a JSON object per line or message); ``refused`` fields of it
+        were released under another release id and are not counted (``releases``)."""
         obj, reason = decode(raw)
         if obj is None:
             self.skipped[reason] += 1
             return
+        self.add_object(obj, refused)
+
+    def add_object(self, obj: dict[str, Any], refused: frozenset[str] = frozenset()) -> None:
+        """One decoded record."""
         self.records += 1
         self._chunk.append(obj)
+        self._refused.append(refused)
         if len(self._chunk) >= CHUNK_RECORDS:
             self.flush()
 
@@ -120,14 +128,20 @@ class StreamAggregate:
 
     def flush(self) -> None:
         chunk, self._chunk = self._chunk, []
+        refused, self._refused = self._refused, []
         if not chunk:
             return
         for acc in self.fields:
+            records = chunk
+            if any(refused):
+                records = [r for r, no in zip(chunk, refused, strict=True) if acc.name not in no]
+                if len(records) < len(chunk):
+                    acc.skipped["other_release"] += len(chunk) - len(records)
             keys = split_path(acc.name)
             if len(keys) == 1:
-                acc.add([record.get(acc.name, MISSING) for record in chunk])
+                acc.add([record.get(acc.name, MISSING) for record in records])
             else:
-                acc.add([released(record, keys, MISSING) for record in chunk])
+                acc.add([released(record, keys, MISSING) for record in records])
 
     def consume(self, lines: Iterable[bytes]) -> None:
         for line in lines:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from privstream.estimate.accumulators import Accumulator, Options, Truth
+from privstream.estimate.distribution import SquareWaveReleases
 from privstream.estimate.frequency import (
     CONSISTENT_CAVEAT,
     CategoryCounts,
@@ -184,6 +185,10 @@ class SubsetCounts(DomainCounts):
         return entry
 
 
+def square_wave_releases(handler: Any, kind: str, options: Options) -> Accumulator:
+    return SquareWaveReleases(handler.name, kind, handler.mechanism, options.bins)
+
+
 def subset_counts(handler: Any, kind: str, options: Options) -> Accumulator:
     return SubsetCounts(handler.name, kind, handler.mechanism)
 
@@ -238,6 +243,7 @@ ESTIMATORS: dict[tuple[str, str | None], Estimator] = {
     ("integer", "duchi"): unit_mean_releases,
     ("integer", "pm_sub"): unit_mean_releases,
     ("integer", "three_outputs"): unit_mean_releases,
+    ("real", "square_wave"): square_wave_releases,
     ("integer", "discrete_laplace"): integer_releases,
     ("categorical", "randomized_response"): category_counts,
     ("boolean", "randomized_response"): category_counts,

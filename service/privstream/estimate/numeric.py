@@ -240,7 +240,13 @@ class ScalarReleases(BaseAccumulator):
             for row, bias, problem in zip(
                 entry["histogram"]["bins"], checked.bias.tolist(), checked.problems, strict=True
             ):
-                row.update(bias=bias, unreliable=problem or None)
+                # the interval carries the model's bias (``resolution``): stderr alone missed
+                width = math.hypot(row["stderr"], bias) if row["stderr"] is not None else math.nan
+                row.update(
+                    bias=_clean(bias),
+                    unreliable=problem or None,
+                    ci=interval(row["estimate"], width, options.z),
+                )
         return entry
 
     def _histogram_entry(self, hist: HistogramEstimate, truth: Truth | None) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 MISSING_MATPLOTLIB = (
     "--plot needs matplotlib, which is not installed: pip install 'privstream[plot]' "
@@ -34,8 +34,26 @@ def _file_name(field: str, taken: set[str]) -> str:
     return f"{name}.png"
 
 
-def write_plots(report: dict[str, Any], directory: str | Path) -> list[Path]:
-    """Write the plots; returns their paths."""
+class Plotted(NamedTuple):
+    """The files written, and for each field without a plot, why."""
+
+    written: list[Path]
+    reasons: dict[str, str]
+
+
+def not_plotted(entry: dict[str, Any]) -> str | None:
+    """Why an estimated field gets no plot (None: it gets one)."""
+    if entry["records"] == 0:
+        return "no usable values"
+    if "frequencies" in entry and not entry["frequencies"]:
+        return "nothing estimated (a local-hashing field without --candidates)"
+    if not any(key in entry for key in ("frequencies", "histogram", "curve", "mean")):
+        return "nothing estimated"
+    return None
+
+
+def write_plots(report: dict[str, Any], directory: str | Path) -> Plotted:
+    """One PNG per estimated field, or the reason there is none."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -43,24 +61,50 @@ def write_plots(report: dict[str, Any], directory: str | Path) -> list[Path]:
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
+    plotted = Plotted([], {})
     taken: set[str] = set()
     level = f"{report['confidence']:.0%}"
     for entry in report["fields"]:
-        figure = None
+        reason = not_plotted(entry)
+        if reason is not None:
+            plotted.reasons[entry["name"]] = reason
+            continue
         if entry.get("frequencies"):
             figure = _frequencies(plt, entry, level)
         elif entry.get("histogram"):
             figure = _histogram(plt, entry, level)
         elif entry.get("curve"):
             figure = _curve(plt, entry, level)
-        if figure is None:
-            continue
+        else:
+            figure = _mean(plt, entry, level)
         path = out / _file_name(entry["name"], taken)
         figure.savefig(path, dpi=110)
         plt.close(figure)
-        written.append(path)
-    return written
+        plotted.written.append(path)
+    return plotted
+
+
+def _mean(plt: Any, entry: dict[str, Any], level: str) -> Any:
+    """A mean without a histogram (mean-oriented mechanisms): its intervals on the bounds."""
+    mean = entry["mean"]
+    figure, ax = plt.subplots(figsize=(8, 2.8), layout="constrained")
+    for y, (key, label) in enumerate(
+        (("ci", f"{level} CI (noise)"), ("ci_population", f"{level} CI with the spread"))
+    ):
+        low, high = mean[key]
+        if low is not None and high is not None:
+            ax.plot([low, high], [y, y], "-|", color="tab:blue", lw=2, ms=10, label=label)
+    ax.plot([mean["estimate"]] * 2, [0, 1], "o", color="tab:blue", label="estimated mean")
+    if "true" in mean:
+        ax.axvline(mean["true"], color="tab:red", ls=":", label="true mean (clamped)")
+    lower, upper = entry["bounds"]
+    ax.axvspan(lower, upper, color="tab:gray", alpha=0.1, label="bounds")
+    ax.set_yticks([0, 1], ["noise", "population"])
+    ax.set_ylim(-0.8, 1.8)
+    ax.set_xlabel(entry["name"])
+    ax.set_title(f"{_title(entry)}\nthe mean only: {entry['mechanism']} gives no histogram")
+    ax.legend(fontsize="small", loc="upper right")
+    return figure
 
 
 def _title(entry: dict[str, Any]) -> str:
@@ -114,17 +158,26 @@ def _histogram(plt: Any, entry: dict[str, Any], level: str) -> Any:
     centres = [(b["lower"] + b["upper"]) / 2.0 for b in bins]
     widths = [max(b["upper"] - b["lower"], 1.0 if hist["integer_bins"] else 0.0) for b in bins]
     figure, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
-    errors = [2.0 * (b["stderr"] or 0.0) for b in bins]
-    ax.bar(
-        centres,
-        [b["estimate"] for b in bins],
-        width=[0.9 * w for w in widths],
-        yerr=errors,
-        capsize=2,
-        color="tab:blue",
-        alpha=0.8,
-        label="estimate (deconvolved, +-2 bootstrap se)",
-    )
+    shown = [i for i, b in enumerate(bins) if not b.get("unreliable") and "ci" in b]
+    if shown:  # withheld bins are not drawn: the plot says no more than the table
+        estimates = [bins[i]["estimate"] for i in shown]
+        errors = [
+            [bins[i]["estimate"] - bins[i]["ci"][0] for i in shown],
+            [bins[i]["ci"][1] - bins[i]["estimate"] for i in shown],
+        ]
+        ax.bar(
+            [centres[i] for i in shown],
+            estimates,
+            width=[0.9 * widths[i] for i in shown],
+            yerr=errors,
+            capsize=2,
+            color="tab:blue",
+            alpha=0.8,
+            label=f"estimate (deconvolved, {level} CI with the bias bound)",
+        )
+    else:
+        ax.text(0.5, 0.9, "every bin withheld: too fine for n and epsilon",
+                transform=ax.transAxes, ha="center")  # fmt: skip
     ax.step(
         centres,
         [b["noisy_share"] for b in bins],

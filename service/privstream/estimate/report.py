@@ -7,7 +7,9 @@ from typing import Any
 from privstream.estimate import suppression
 from privstream.estimate.accumulators import Options
 from privstream.estimate.aggregate import StreamAggregate, TruthAggregate
+from privstream.estimate.groups import NOISED_SPLIT, GroupedAggregate
 from privstream.estimate.presence import add_present_estimates
+from privstream.estimate.small_n import range_warnings
 
 
 def build_report(
@@ -23,6 +25,8 @@ def build_report(
         known = truth.truths.get(acc.name) if truth is not None else None
         fields.append(acc.report(options, known))
     add_present_estimates(stream.plan, fields, options)
+    for entry in fields:
+        entry["warnings"] = range_warnings(entry)
     report: dict[str, Any] = {
         "source": source,
         "config_sha256": stream.plan.config_sha256,
@@ -37,6 +41,8 @@ def build_report(
         "truth": None,
         "fields": fields,
     }
+    if isinstance(stream, GroupedAggregate):
+        report["by"] = _by_report(stream, options)
     if truth is not None:
         report["truth"] = {
             "path": truth_path,
@@ -46,8 +52,28 @@ def build_report(
     return report
 
 
-def impossible_values(report: dict[str, Any]) -> list[str]:
-    """One line per field whose values its mechanism cannot have released.
+def _by_report(stream: GroupedAggregate, options: Options) -> dict[str, Any]:
+    """Each group's field entries (no truth: ``--truth`` compares the overall estimates)."""
+    planned = {f.name: f for f in stream.plan.fields}[stream.by]
+    mechanism = planned.handler.mechanism
+    groups = []
+    for value, group in sorted(stream.groups.items()):
+        fields = [acc.report(options, None) for acc in group.fields]
+        add_present_estimates(stream.plan, fields, options)
+        for entry in fields:
+            entry["warnings"] = range_warnings(entry)
+        groups.append({"value": value, "records": group.records, "fields": fields})
+    return {
+        "field": stream.by,
+        "noised": None if mechanism is None else NOISED_SPLIT.format(stream.by, mechanism.name),
+        "ungrouped": dict(sorted(stream.ungrouped.items())),
+        "groups": groups,
+    }
+
+
+def report_warnings(report: dict[str, Any]) -> list[str]:
+    """The warnings for stderr: each field's estimates out of range (``small_n``), and one
+    line per field whose values its mechanism cannot have released.
 
     A sanitized value is impossible when it is malformed for the field (not
     a bool for a boolean, a category outside the domain, a non-number for a
@@ -55,7 +81,16 @@ def impossible_values(report: dict[str, Any]) -> list[str]:
     mechanism's output grid. Either means the input is not (only) this
     config's output: raw records, another release, or edited data.
     """
-    lines = []
+    lines = [f"field {entry['name']}: {w}" for entry in report["fields"] for w in entry["warnings"]]
+    by = report.get("by")
+    if by is not None:
+        lines += [by["noised"]] if by["noised"] else []
+        lines += [
+            f"--by {by['field']} = {group['value']}: field {entry['name']}: {w}"
+            for group in by["groups"]
+            for entry in group["fields"]
+            for w in entry["warnings"]
+        ]
     for entry in report["fields"]:
         invalid = entry["skipped"].get("invalid", 0)
         off_grid = entry.get("off_grid", 0)
@@ -165,13 +200,15 @@ def _mean_lines(entry: dict[str, Any], level: str) -> list[str]:
     return lines
 
 
-def _histogram_lines(entry: dict[str, Any]) -> list[str]:
+def _histogram_lines(entry: dict[str, Any], level: str) -> list[str]:
+    if entry.get("no_histogram"):
+        return [f"  histogram: none can be had: {entry['no_histogram']}"]
     hist = entry.get("histogram")
     if hist is None:
         return []
     has_true = any("true" in b for b in hist["bins"])
     table: list[tuple[str, ...]] = [
-        ("bin", "estimate", "stderr", "noisy share", *(("true",) if has_true else ()))
+        ("bin", "estimate", "stderr", f"{level} CI", "noisy share", *(("true",) * has_true))
     ]
     for b in hist["bins"]:
         if hist["integer_bins"]:
@@ -181,19 +218,25 @@ def _histogram_lines(entry: dict[str, Any]) -> list[str]:
         else:
             span = f"[{b['lower']:.6g}, {b['upper']:.6g})"
         if b.get("unreliable"):
-            cells = (span, "withheld", "-", _f(b["noisy_share"]))
+            cells = (span, "withheld", "-", "-", _f(b["noisy_share"]))
         else:
-            cells = (span, _f(b["estimate"]), _f(b["stderr"]), _f(b["noisy_share"]))
+            ci = _ci(b["ci"]) if "ci" in b else "-"
+            cells = (span, _f(b["estimate"]), _f(b["stderr"]), ci, _f(b["noisy_share"]))
         table.append(cells + ((_f(b.get("true")),) if has_true else ()))
     lines = [f"  histogram: {hist['method']}", *_columns(table, "    ")]
     withheld = [b for b in hist["bins"] if b.get("unreliable")]
     if withheld:
         lines.append(
             f"    {len(withheld)} of {len(hist['bins'])} bins withheld: too fine for these "
-            f"records and this epsilon ({withheld[0]['unreliable']}); a bin is shown when "
-            "the noise resolves bins this wide, its stderr is at most 1/(2 bins) and its "
-            "estimated bias at most its stderr: try fewer --bins, or more records; the mean "
+            f"records and this epsilon ({withheld[0]['unreliable']}); the rule reads only n, "
+            "epsilon, the bounds and --bins: try fewer --bins, or more records; the mean "
             "above is unbiased"
+        )
+    elif any("ci" in b for b in hist["bins"]):
+        lines.append(
+            "    intervals: +- z sqrt(stderr^2 + bias^2), the bias bounded over the shapes "
+            "the records cannot tell apart (each bin's share spread evenly or on one point): "
+            "conservative"
         )
     low, high = hist["at_bounds"]
     if low or high:
@@ -235,6 +278,8 @@ def _curve_lines(entry: dict[str, Any], level: str) -> list[str]:
 def render_table(report: dict[str, Any]) -> str:
     level = f"{report['confidence']:.0%}"
     lines = [_source_line(report)]
+    for name, refusal in report["source"].get("refused", {}).items():
+        lines.append(f"refused: field {name}: {refusal['reason']}")
     ledger = suppression.render(report["source"].get("ledger"))
     if ledger is not None:
         lines.append(ledger)
@@ -245,19 +290,41 @@ def render_table(report: dict[str, Any]) -> str:
             text += f" (skipped as the sanitizer would: {_skips(truth['skipped'])})"
         lines.append(text)
     for entry in report["fields"]:
-        lines.append("")
-        head = (
-            f"{entry['name']}  {entry['kind']}  {entry['mechanism']}  "
-            f"eps={entry['epsilon']:g} delta={entry['delta']:g}  n={entry['records']:,}"
-        )
-        if entry["skipped"]:
-            head += f"  (skipped: {_skips(entry['skipped'])})"
-        lines.append(head)
-        if entry["records"] == 0:
-            lines.append("  no usable values")
-        lines += _frequency_lines(entry, level)
-        lines += _mean_lines(entry, level)
-        lines += _histogram_lines(entry)
-        lines += _curve_lines(entry, level)
-        lines += [f"  note: {note}" for note in entry["notes"]]
+        lines += _field_lines(entry, level)
+    lines += _by_lines(report.get("by"), level)
     return "\n".join(lines)
+
+
+def _by_lines(by: dict[str, Any] | None, level: str) -> list[str]:
+    if by is None:
+        return []
+    lines = ["", f"by {by['field']}: {len(by['groups'])} groups"]
+    if by["noised"]:
+        lines.append(f"warning: {by['noised']}")
+    if by["ungrouped"]:
+        lines.append(f"not in any group: {_skips(by['ungrouped'])}")
+    for group in by["groups"]:
+        lines += ["", f"== {by['field']} = {group['value']}  ({group['records']:,} records)"]
+        for entry in group["fields"]:
+            lines += _field_lines(entry, level)
+    return lines
+
+
+def _field_lines(entry: dict[str, Any], level: str) -> list[str]:
+    lines = [""]
+    head = (
+        f"{entry['name']}  {entry['kind']}  {entry['mechanism']}  "
+        f"eps={entry['epsilon']:g} delta={entry['delta']:g}  n={entry['records']:,}"
+    )
+    if entry["skipped"]:
+        head += f"  (skipped: {_skips(entry['skipped'])})"
+    lines.append(head)
+    if entry["records"] == 0:
+        lines.append("  no usable values")
+    lines += _frequency_lines(entry, level)
+    lines += _mean_lines(entry, level)
+    lines += _histogram_lines(entry, level)
+    lines += _curve_lines(entry, level)
+    lines += [f"  warning: {warning}" for warning in entry.get("warnings", ())]
+    lines += [f"  note: {note}" for note in entry["notes"]]
+    return lines

@@ -20,12 +20,14 @@ import asyncio
 import logging
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
 from privstream.config.models import KafkaConfig
 from privstream.errors import PrivstreamError
+from privstream.estimate.releases import FIELD_HEADER, Sink, parse_header, refused_fields
 from privstream.estimate.suppression import COUNTS_HEADER, parse_counts
 
 #: records read from a file before the progress line appears (on a terminal)
@@ -167,6 +169,20 @@ class TopicRead:
     undecodable: int = 0
     #: the last ``privstream-ledger-counts`` header per input partition (cumulative counts)
     ledger_counts: dict[int, dict[str, int]] = field(default_factory=dict)
+    #: per field: records whose ``privstream-field-releases`` refused it (another release id)
+    field_mismatch: Counter[str] = field(default_factory=Counter)
+    #: per refused field: why (``releases.refused_fields``)
+    field_reasons: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What this config released: its hashes, and each estimated field's release id prefix."""
+
+    config: str
+    release: str | None = None
+    #: name -> release id prefix; None: match by the hashes only
+    fields: Mapping[str, str] | None = None
 
 
 def connection_options(kafka: KafkaConfig, environ: Mapping[str, str]) -> dict[str, Any]:
@@ -196,24 +212,32 @@ def make_consumer(kafka: KafkaConfig, environ: Mapping[str, str]) -> Consumer:
     return consumer
 
 
-def _config_hash(headers: Any, name: str = CONFIG_HEADER) -> str | None:
+def _header(headers: Any, name: str) -> Any:
     for key, value in headers or ():
         if key == name:
-            try:
-                return bytes(value).decode("ascii")
-            except (UnicodeDecodeError, TypeError):
-                return ""
+            return value
     return None
+
+
+def _config_hash(headers: Any, name: str = CONFIG_HEADER) -> str | None:
+    value = _header(headers, name)
+    if value is None:
+        return None
+    try:
+        return bytes(value).decode("ascii")
+    except (UnicodeDecodeError, TypeError):
+        return ""
 
 
 async def read_topic(
     consumer: Consumer,
     topic: str,
-    sink: Callable[[bytes], None],
+    sink: Sink,
     *,
     expected_config: str,
     skip: Callable[[str], None],
     expected_release: str | None = None,
+    expected_fields: Mapping[str, str] | None = None,
     progress: Progress | None = None,
     idle_timeout: float = 30.0,
     clock: Callable[[], float] = time.monotonic,
@@ -223,11 +247,15 @@ async def read_topic(
     A record whose ``privstream-config-sha256`` header names another config
     is skipped (``skip("config_mismatch")``): it was released under other
     mechanisms and would bias every estimate. Records without the header
-    (written by another producer) are read and counted.
+    (written by another producer) are read and counted. A record with the
+    ``privstream-field-releases`` header is matched field by field instead
+    (``expected_fields``; ``releases``): it is passed on with the fields of
+    another release id refused, and skipped only when every one is.
     """
     from aiokafka.structs import TopicPartition
 
     read = TopicRead(topic)
+    expected = Expected(expected_config, expected_release, expected_fields)
     try:
         await consumer.start()
         if topic not in await consumer.topics():  # fresh metadata of every topic
@@ -266,7 +294,7 @@ async def read_topic(
                     if message.offset >= end[tp]:
                         continue  # produced after the start
                     moved = True
-                    _deliver(message, read, (expected_config, expected_release), sink, skip)
+                    _deliver(message, read, expected, sink, skip)
             for tp in sorted(pending):
                 position = await consumer.position(tp)
                 if position > reached.get(tp, -1):  # aborted data and markers move it too
@@ -295,22 +323,26 @@ async def read_topic(
 def _deliver(
     message: Message,
     read: TopicRead,
-    expected: tuple[str, str | None],
-    sink: Callable[[bytes], None],
+    expected: Expected,
+    sink: Sink,
     skip: Callable[[str], None],
 ) -> None:
     if getattr(message, "problem", None) is not None:  # ``UndecodableRecord``
         read.undecodable += 1
         skip("undecodable_header")
         return
-    expected_config, expected_release = expected
     config = _config_hash(message.headers)
-    release = _config_hash(message.headers, RELEASE_HEADER)
-    # the same config calibrated otherwise (another privstream's ``auto``) is another release
-    other_release = None not in (release, expected_release) and release != expected_release
+    refused = _refused(message.headers, expected, read)
+    if refused is None:
+        release = _config_hash(message.headers, RELEASE_HEADER)
+        # the same config calibrated otherwise (another privstream's ``auto``) is another release
+        other_release = None not in (release, expected.release) and release != expected.release
+        mismatch = config is not None and (config != expected.config or other_release)
+    else:  # matched field by field: the config hash may differ (fields reordered or added)
+        mismatch = bool(expected.fields) and len(refused) == len(expected.fields or ())
     if config is None:
         read.without_config_header += 1
-    elif config != expected_config or other_release:
+    elif mismatch:
         read.config_mismatch += 1
         read.other_config = read.other_config or config
         skip("config_mismatch")
@@ -321,7 +353,25 @@ def _deliver(
         return
     read.records += 1
     _ledger_counts(message, read)
-    sink(message.value)
+    if refused:
+        read.field_mismatch.update(refused.keys())
+        sink(message.value, frozenset(refused))
+    else:
+        sink(message.value)
+
+
+def _refused(headers: Any, expected: Expected, read: TopicRead) -> dict[str, str] | None:
+    """The fields this record releases under another id (``releases``); None: no header."""
+    if not expected.fields:
+        return None
+    value = _header(headers, FIELD_HEADER)
+    found = parse_header(value) if value is not None else None
+    if found is None:
+        return None
+    refused = refused_fields(expected.fields, found)
+    for name, reason in refused.items():
+        read.field_reasons.setdefault(name, reason)
+    return refused
 
 
 def _ledger_counts(message: Message, read: TopicRead) -> None:
@@ -338,12 +388,13 @@ def _ledger_counts(message: Message, read: TopicRead) -> None:
 def run_topic_read(
     kafka: KafkaConfig,
     topic: str,
-    sink: Callable[[bytes], None],
+    sink: Sink,
     *,
     expected_config: str,
     skip: Callable[[str], None],
     environ: Mapping[str, str],
     expected_release: str | None = None,
+    expected_fields: Mapping[str, str] | None = None,
     progress: Progress | None,
     idle_timeout: float,
 ) -> TopicRead:
@@ -360,6 +411,7 @@ def run_topic_read(
             expected_config=expected_config,
             skip=skip,
             expected_release=expected_release,
+            expected_fields=expected_fields,
             progress=progress,
             idle_timeout=idle_timeout,
         )

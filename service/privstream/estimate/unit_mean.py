@@ -43,6 +43,13 @@ from privstream.estimate.accumulators import BaseAccumulator, Options, Truth, in
 from privstream.estimate.numeric import Moments, _clean, _fast_column, _number
 from privstream.mechanisms.unit_interval import UnitIntervalMechanism
 
+#: why a mean-oriented mechanism gives no histogram, said in place of one
+NO_HISTOGRAM = (
+    "{0} releases are built for the mean, not the distribution: a report is not the value "
+    "plus noise independent of it (Duchi's part puts every report on one of two values), so "
+    "no deconvolution can recover bin shares; a field released with mechanism: laplace "
+    "gets a deconvolved histogram"
+)
 #: below this ``1 + s``, ``E[y^2]`` says (almost) nothing of ``t^2`` (Duchi's mechanism alone)
 _IDENTIFIABLE = 1e-6
 
@@ -91,8 +98,7 @@ class UnitMeanReleases(BaseAccumulator):
         self.off_grid = 0
         self.notes.append(
             f"the mean estimates the mean of the values clamped into [{mechanism.lower:g}, "
-            f"{mechanism.upper:g}]; {mechanism.name} releases no histogram (its reports are "
-            "not the value plus independent noise)"
+            f"{mechanism.upper:g}]"
         )
 
     def add(self, values: Sequence[Any]) -> None:
@@ -123,6 +129,7 @@ class UnitMeanReleases(BaseAccumulator):
         mech = self.unit
         entry["bounds"] = [mech.lower, mech.upper]
         entry["off_grid"] = self.off_grid
+        entry["no_histogram"] = NO_HISTOGRAM.format(mech.name)
         if self.records == 0:
             return entry
         n, z = self.records, options.z

@@ -22,7 +22,12 @@ from aiokafka.conn import create_conn
 from aiokafka.consumer import fetcher
 from aiokafka.helpers import create_ssl_context
 from aiokafka.producer.message_accumulator import BatchBuilder
-from aiokafka.producer.sender import Sender, TxnOffsetCommitHandler
+from aiokafka.producer.sender import (
+    BACKOFF_OVERRIDE,
+    AddPartitionsToTxnHandler,
+    Sender,
+    TxnOffsetCommitHandler,
+)
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.protocol.types import (
@@ -59,6 +64,8 @@ def check_version(version: str) -> None:
 check_version(aiokafka.__version__)
 
 __all__ = [
+    "BACKOFF_OVERRIDE",
+    "AddPartitionsToTxnHandler",
     "BatchBuilder",
     "Boolean",
     "CompactArray",

@@ -12,6 +12,7 @@ from privstream.kinds import (
     ordinal,
     real_ldp,
     scalar,
+    square_wave,
     structured,
     subset,
     timestamp,
@@ -69,7 +70,7 @@ def check_registry(registry: dict[tuple[str, str | None], FieldKind[Any]]) -> No
 
 
 #: the modules whose ``REGISTRATIONS`` make up the registry
-_MODULES = (scalar, real_ldp, finite, ordinal, structured, unary, subset, timestamp)
+_MODULES = (scalar, real_ldp, square_wave, finite, ordinal, structured, unary, subset, timestamp)
 REGISTRY = _index(entry for module in _MODULES for entry in module.REGISTRATIONS)
 check_registry(REGISTRY)
 

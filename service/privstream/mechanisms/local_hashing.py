@@ -56,7 +56,9 @@ _TWO_64 = 2**64
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
-_CANDIDATE_CELLS = 1 << 22  # bound on candidates x records hashed at once
+#: candidates x records hashed per block: two 512 KiB work arrays stay in the core's cache
+#: (blocks of 4M cells, 32 MiB each, ran 3x slower: every step went to memory)
+_BLOCK_CANDIDATES, _BLOCK_RECORDS = 64, 1024
 
 
 def olh_buckets(epsilon: float) -> int:
@@ -176,6 +178,39 @@ class OptimalLocalHashing(Mechanism):
         return out
 
 
+def support_counts(
+    seeds: NDArray[np.uint64], buckets: NDArray[np.uint64], digests: NDArray[np.uint64], g: int
+) -> NDArray[np.int64]:
+    """Per candidate digest, the reports that support it: ``#{i : H_seed_i(v) == bucket_i}``.
+
+    ``hash_to_bucket`` step by step, in place, over cache-sized blocks of
+    candidates x records (the n x k hashes are the whole cost of an estimate).
+    """
+    counts = np.zeros(len(digests), dtype=np.int64)
+    work = np.empty((_BLOCK_CANDIDATES, _BLOCK_RECORDS), dtype=np.uint64)
+    shifted = np.empty_like(work)
+    hits = np.empty(work.shape, dtype=np.bool_)
+    column, modulus = digests[:, None], np.uint64(g)
+    for first in range(0, len(seeds), _BLOCK_RECORDS):
+        seed = seeds[first : first + _BLOCK_RECORDS]
+        bucket = buckets[first : first + _BLOCK_RECORDS]
+        for start in range(0, len(digests), _BLOCK_CANDIDATES):
+            chunk = column[start : start + _BLOCK_CANDIDATES]
+            z, t = work[: len(chunk), : len(seed)], shifted[: len(chunk), : len(seed)]
+            np.bitwise_xor(chunk, seed, out=z)
+            np.add(z, _GOLDEN, out=z)  # splitmix64, as in ``splitmix64``
+            for shift, multiplier in ((30, _MIX1), (27, _MIX2)):
+                np.right_shift(z, np.uint64(shift), out=t)
+                np.bitwise_xor(z, t, out=z)
+                np.multiply(z, multiplier, out=z)
+            np.right_shift(z, np.uint64(31), out=t)
+            np.bitwise_xor(z, t, out=z)
+            np.remainder(z, modulus, out=z)
+            hit = np.equal(z, bucket, out=hits[: len(chunk), : len(seed)])
+            counts[start : start + len(chunk)] += np.count_nonzero(hit, axis=1)
+    return counts
+
+
 def estimate_frequencies(
     seeds: NDArray[np.uint64],
     buckets: NDArray[np.uint64],
@@ -204,13 +239,7 @@ def estimate_frequencies(
     p = olh_keep_probability(epsilon, g)
     if np.any(bucket_arr >= np.uint64(g)):
         raise MechanismError(f"a bucket is outside 0..{g - 1}; were reports made at this epsilon?")
-    digests = value_digests(candidates)
-    counts = np.empty(len(digests), dtype=np.int64)
-    step = max(1, _CANDIDATE_CELLS // n)
-    for start in range(0, len(digests), step):  # a few chunks of candidates, not records
-        chunk = digests[start : start + step, None]
-        support = hash_to_bucket(seed_arr[None, :], chunk, g) == bucket_arr[None, :]
-        counts[start : start + step] = support.sum(axis=1)
+    counts = support_counts(seed_arr, bucket_arr, value_digests(candidates), g)
     q_star = 1.0 / g
     scale = p - q_star
     estimates = (counts / n - q_star) / scale

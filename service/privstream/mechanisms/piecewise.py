@@ -167,6 +167,12 @@ def calibrate(epsilon: float, cells: int = GRID_CELLS, split: int = 2) -> Piecew
     half = math.exp(min(epsilon, 600.0) / split)
     c = (half + 1.0) / (half - 1.0) if half > 1.0 else math.inf
     share = (c - 1.0) / (2.0 * c) if math.isfinite(c) else 0.5
+    return grid_for_share(epsilon, share, cells)
+
+
+def grid_for_share(epsilon: float, share: float, cells: int = GRID_CELLS) -> PiecewiseGrid:
+    """The grid whose window holds ``share`` of the cells, with the largest inside threshold
+    ``T`` keeping the inside and outside densities within ``E <= e^eps`` (checked exactly)."""
     window = min(max(1, round(cells * share)), cells - 1)
     inside_hi = pick_probabilities(window)[1]
     outside_lo = pick_probabilities(cells - window)[0]

@@ -27,6 +27,7 @@ HEADER_BYTES = 5
 NO_MAGIC_BYTE = "avro_no_magic_byte"
 UNKNOWN_SCHEMA_ID = "avro_unknown_schema_id"
 UNSUPPORTED_SCHEMA = "avro_unsupported_schema"
+UNKNOWN_REFERENCE = "avro_unknown_reference"
 UNDECODABLE = "avro_undecodable"
 
 
@@ -89,16 +90,32 @@ def schema_id(value: bytes | None) -> int | None:
     return int.from_bytes(value[1:HEADER_BYTES], "big")
 
 
-def parse_writer_schema(schema_id: int, text: str) -> WriterSchema | Undecoded:
-    """fastavro's parsed form of a registry's schema text, or why it cannot be used."""
+def parse_writer_schema(
+    schema_id: int, text: str, references: Sequence[tuple[str, str]] = ()
+) -> WriterSchema | Undecoded:
+    """fastavro's parsed form of a registry's schema text, or why it cannot be used.
+
+    ``references`` (name, text), dependencies first, hold the named types the schema
+    uses from other subjects: each is parsed first, so its names are known to the next.
+    """
+    named: dict[str, Any] = {}
     try:
-        return parse_schema(orjson.loads(text))
+        for _name, reference in references:
+            parse_schema(orjson.loads(reference), named_schemas=named)
+        return parse_schema(orjson.loads(text), named_schemas=named)
     except Exception as exc:  # fastavro raises several types for a schema it refuses
         return Undecoded(
             UNSUPPORTED_SCHEMA,
-            f"writer schema {schema_id} cannot be parsed ({type(exc).__name__}): "
-            "schemas with references are not supported yet",
+            f"writer schema {schema_id} cannot be parsed ({type(exc).__name__}): not an "
+            "Avro schema, or a named type it uses is neither in it nor in its references",
         )
+
+
+def record_json(record: Any) -> bytes:
+    """A decoded Avro record (fastavro's Python form) as the JSON text the plan reads."""
+    text = _ENCODE(record)
+    # msgspec writes an infinity as null: a record with a null may hold one
+    return _ENCODE(_reals(record)) if b"null" in text and _infinite(record) else text
 
 
 def to_json(
@@ -128,9 +145,7 @@ def _one(value: bytes | None, schemas: Mapping[int, WriterSchema | Undecoded]) -
         left = len(value) - buffer.tell()
         if left:
             raise ValueError(f"{left} bytes left after the record")
-        text = _ENCODE(record)
-        # msgspec writes an infinity as null: a record with a null may hold one
-        return _ENCODE(_reals(record)) if b"null" in text and _infinite(record) else text
+        return record_json(record)
     except Exception as exc:  # a payload that does not match its schema
         return Undecoded(
             UNDECODABLE,

@@ -17,7 +17,10 @@ from privstream.errors import ConfigError
 from privstream.pipeline.avro import Undecoded
 from privstream.pipeline.decode import Names
 
-Parse = Callable[[int, str], Any]
+#: a schema a writer schema references: (the name it uses for it, its registry text)
+Reference = tuple[str, str]
+#: (schema id, its text, its references in dependency order) -> the parsed writer schema
+Parse = Callable[[int, str, Sequence[Reference]], Any]
 ToJson = Callable[[Sequence[bytes | None], Mapping[int, Any]], list[bytes | Undecoded]]
 
 
@@ -29,6 +32,8 @@ class Codec:
     schema_type: str
     unknown_schema_id: str
     unsupported_schema: str
+    #: the reason of a schema whose reference the registry does not have
+    unknown_reference: str
     parse: Parse
     to_json: ToJson
 
@@ -63,4 +68,5 @@ def codec(name: str, reads: Names) -> Codec:
     if name == "json_schema":
         parse = functools.partial(parse, reads=tuple(reads))
     unknown, unsupported = module.UNKNOWN_SCHEMA_ID, module.UNSUPPORTED_SCHEMA
-    return Codec(name, schema_type, unknown, unsupported, parse, module.to_json)
+    missing = module.UNKNOWN_REFERENCE
+    return Codec(name, schema_type, unknown, unsupported, missing, parse, module.to_json)

@@ -33,7 +33,9 @@ from typing import Any
 import orjson
 from jsonschema.exceptions import SchemaError, best_match
 from jsonschema.validators import extend, validator_for
+from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012, specification_with
 
 from privstream.pipeline.avro import HEADER_BYTES, Undecoded, schema_id
 from privstream.pipeline.decode import Names, Tree, read_tree
@@ -42,6 +44,7 @@ from privstream.pipeline.decode import Names, Tree, read_tree
 NO_MAGIC_BYTE = "json_schema_no_magic_byte"
 UNKNOWN_SCHEMA_ID = "json_schema_unknown_schema_id"
 UNSUPPORTED_SCHEMA = "json_schema_unsupported_schema"
+UNKNOWN_REFERENCE = "json_schema_unknown_reference"
 UNDECODABLE = "json_schema_undecodable"
 INVALID = "json_schema_invalid"
 
@@ -155,19 +158,39 @@ class ShapeValidator:
         )
 
 
-def parse_writer_schema(sid: int, text: str, *, reads: Names) -> ShapeValidator | Undecoded:
+def parse_writer_schema(
+    sid: int, text: str, references: Sequence[tuple[str, str]] = (), *, reads: Names
+) -> ShapeValidator | Undecoded:
     """A validator of the shape of what ``reads`` reads under ``text``'s schema, or why the
-    schema cannot be used."""
+    schema cannot be used.
+
+    ``references`` (name, text) are the schemas its ``$ref``s name from other subjects,
+    each found under its reference name, shape-only like the schema itself.
+    """
     try:
         schema = json.loads(text)
         cls = validator_for(schema)
         cls.check_schema(schema)
-        return ShapeValidator(sid, _reading(cls)(shape_only(schema)), read_tree(reads))
+        registry = _registry(cls, references)
+        validator = _reading(cls)(shape_only(schema), registry=registry)
+        return ShapeValidator(sid, validator, read_tree(reads))
     except (ValueError, SchemaError, TypeError, RecursionError) as exc:
         return Undecoded(
             UNSUPPORTED_SCHEMA,
             f"writer schema {sid} is not a usable JSON Schema ({type(exc).__name__})",
         )
+
+
+def _registry(cls: Any, references: Sequence[tuple[str, str]]) -> Registry[Any]:
+    """The referenced schemas by name; one without ``$schema`` in the writer's dialect."""
+    dialect = specification_with(cls.META_SCHEMA.get("$schema", ""), default=DRAFT202012)
+    resources = []
+    for name, text in references:
+        schema = json.loads(text)
+        validator_for(schema, default=cls).check_schema(schema)
+        contents = shape_only(schema)
+        resources.append((name, Resource.from_contents(contents, default_specification=dialect)))
+    return Registry().with_resources(resources)
 
 
 @functools.cache  # a few dialects: one class each
@@ -282,7 +305,7 @@ def _one(
     except Unresolvable as exc:
         return Undecoded(
             UNSUPPORTED_SCHEMA,
-            f"writer schema {sid} refers to {exc}, which is not in it: schemas with "
-            "references are not supported yet",
+            f"writer schema {sid} refers to {exc}, which is neither in it nor in the "
+            "references it was registered with",
         )
     return payload if problem is None else Undecoded(INVALID, problem)

@@ -176,6 +176,13 @@ class RecordPlan:
         return hashlib.sha256(b"".join(f.release_id for f in self.fields)).hexdigest()
 
     @property
+    def field_releases(self) -> dict[str, str]:
+        """Each released field's name -> the first ``FIELD_RELEASE_HEX`` hex digits of its
+        release id: what ``estimate`` matches field by field (``privstream-field-releases``),
+        so reordering or adding fields keeps earlier records usable for the unchanged ones."""
+        return {f.name: f.release_id.hex()[:FIELD_RELEASE_HEX] for f in self.fields}
+
+    @property
     def epsilon(self) -> float:
         """Event-level epsilon of one record (what each record's release satisfies)."""
         return self.budget.event.epsilon
@@ -185,6 +192,9 @@ class RecordPlan:
         return self.budget.event.delta
 
 
+#: hex digits of a release id in the per-field header: 64 bits tell calibrations apart (the
+#: header guards against mistakes, not forgery: anyone who can write the topic can write it)
+FIELD_RELEASE_HEX = 16
 #: version of the release descriptor; part of every release id
 RELEASE_VERSION = 2
 

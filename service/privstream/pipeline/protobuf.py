@@ -38,10 +38,12 @@ from privstream.pipeline.protobuf_schema import (
 #: dead-letter reasons
 NO_MAGIC_BYTE = "protobuf_no_magic_byte"
 UNKNOWN_SCHEMA_ID = "protobuf_unknown_schema_id"
+UNKNOWN_REFERENCE = "protobuf_unknown_reference"
 UNDECODABLE = "protobuf_undecodable"
 __all__ = [
     "NO_MAGIC_BYTE",
     "UNDECODABLE",
+    "UNKNOWN_REFERENCE",
     "UNKNOWN_SCHEMA_ID",
     "UNSUPPORTED_SCHEMA",
     "parse_writer_schema",

@@ -19,8 +19,9 @@ import shutil
 import subprocess
 import sysconfig
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -66,10 +67,20 @@ def _descriptor(messages: Any, indexes: tuple[int, ...]) -> Any:
     return None
 
 
-def parse_writer_schema(schema_id: int, text: str) -> ProtoSchema | Undecoded:
-    """The registry's schema text as a file of message classes, or why it cannot be used."""
+def parse_writer_schema(
+    schema_id: int, text: str, references: Sequence[tuple[str, str]] = ()
+) -> ProtoSchema | Undecoded:
+    """The registry's schema text as a file of message classes, or why it cannot be used.
+
+    ``references`` (name, text), dependencies first, are the files it imports from other
+    subjects, each by its reference name (the import's path), in the schema's own form:
+    all base64 descriptors, or all ``.proto`` source.
+    """
     try:
-        files = _from_base64(text) if _BASE64.fullmatch(text) else _compile(schema_id, text)
+        if _BASE64.fullmatch(text):
+            files = _from_base64(text, references)
+        else:
+            files = _compile(schema_id, text, references)
         pool = descriptor_pool.DescriptorPool()
         for proto in files:
             pool.Add(proto)
@@ -80,7 +91,7 @@ def parse_writer_schema(schema_id: int, text: str) -> ProtoSchema | Undecoded:
         return Undecoded(
             UNSUPPORTED_SCHEMA,
             f"writer schema {schema_id} is not a usable Protobuf file ({type(exc).__name__}: "
-            f"{exc}); schemas with references are not supported yet",
+            f"{exc}): an import that is neither a well-known file nor a reference?",
         )
 
 
@@ -88,21 +99,37 @@ class _Refused(Exception):
     """The schema text is neither a descriptor nor a .proto file protoc compiles."""
 
 
-def _from_base64(text: str) -> list[Any]:
+def _from_base64(text: str, references: Sequence[tuple[str, str]]) -> list[Any]:
+    """The descriptors, dependencies first: each reference (named as imported), the
+    well-known files any of them imports, the writer's file last."""
+    seen = {name for name, _ in references}
+    files: list[Any] = []
+    for name, reference in references:
+        if not _BASE64.fullmatch(reference):
+            raise _Refused(f"its reference {name!r} is .proto source, the schema a descriptor")
+        proto = _descriptor_proto(reference)
+        proto.name = name  # the path the importing file names it by
+        files += [*_well_known(proto.dependency, seen), proto]
+    proto = _descriptor_proto(text)
+    if not proto.name:
+        proto.name = "schema.proto"
+    return [*files, *_well_known(proto.dependency, seen), proto]
+
+
+def _descriptor_proto(text: str) -> Any:
     proto = descriptor_pb2.FileDescriptorProto()
     try:
         proto.ParseFromString(base64.b64decode(text, validate=False))
     except (binascii.Error, DecodeError) as exc:
         raise _Refused(f"base64 text that is not a FileDescriptorProto ({exc})") from None
-    if not proto.name:
-        proto.name = "schema.proto"
-    return [*_well_known(proto.dependency, set()), proto]
+    return proto
 
 
 def _well_known(names: Any, seen: set[str]) -> list[Any]:
-    """The files a descriptor imports, dependencies first: the well-known
-    ``google/protobuf/*.proto`` ones from the ``protobuf`` package (confluent-kafka
-    registers no reference for them); any other import is a reference."""
+    """The files a descriptor imports that are not in ``seen`` (references, files already
+    taken), dependencies first: the well-known ``google/protobuf/*.proto`` ones from the
+    ``protobuf`` package (confluent-kafka registers no reference for them); any other
+    import is a reference the registry did not list."""
     files = []
     for name in names:
         if name in seen:
@@ -115,16 +142,19 @@ def _well_known(names: Any, seen: set[str]) -> list[Any]:
             module = importlib.import_module(f"google.protobuf.{stem}_pb2")
         except ImportError:
             raise _Refused(
-                f"it imports {name}: schemas with references are not supported yet"
+                f"it imports {name}, which is neither a well-known file nor among the "
+                "references it was registered with"
             ) from None
         proto = descriptor_pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
         files += [*_well_known(proto.dependency, seen), proto]
     return files
 
 
-def _compile(schema_id: int, text: str) -> list[Any]:
+def _compile(schema_id: int, text: str, references: Sequence[tuple[str, str]]) -> list[Any]:
     protoc = protoc_path()
     with tempfile.TemporaryDirectory(prefix="privstream-proto-") as work:
+        for name, reference in references:  # each where its importers look for it
+            _source_path(work, name, reference).write_text(reference, encoding="utf-8")
         source = Path(work, f"writer_{schema_id}.proto")
         source.write_text(text, encoding="utf-8")
         out = Path(work, "set.pb")
@@ -138,12 +168,22 @@ def _compile(schema_id: int, text: str) -> list[Any]:
         )
         if done.returncode != 0:
             why = done.stderr.strip().replace(f"{work}/", "")[-500:]
-            raise _Refused(
-                f"protoc does not compile it ({why}); schemas importing other registry "
-                "subjects (references) are not supported yet"
-            )
+            raise _Refused(f"protoc does not compile it with its references ({why})")
         files = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file
     return list(files)  # dependencies first, the writer's file last
+
+
+def _source_path(work: str, name: str, text: str) -> Path:
+    """Where a referenced ``.proto`` goes under ``work``: its name, a relative path that
+    stays inside (a registry's name is never trusted with the file system)."""
+    path = PurePosixPath(name)
+    if _BASE64.fullmatch(text):
+        raise _Refused(f"its reference {name!r} is a descriptor, the schema .proto source")
+    if not name or path.is_absolute() or ".." in path.parts or "\\" in name:
+        raise _Refused(f"its reference name {name!r} is not a relative path to a .proto file")
+    target = Path(work, *path.parts)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return target
 
 
 def protoc_path() -> str:

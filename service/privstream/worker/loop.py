@@ -294,6 +294,7 @@ class Worker:
 
     async def _prepare(self, consumer: AIOKafkaConsumer) -> Prepared | None:
         """The next batch, sanitized in a thread (the previous transaction runs meanwhile)."""
+        polled = time.perf_counter()
         batches, generation = await poll(
             consumer,
             self._kafka,
@@ -309,6 +310,7 @@ class Worker:
         }
         if not owned:  # an empty poll is normal: nothing to produce or commit
             return None
+        self._stage("poll", polled, started)  # an idle wait is no record's: timed with records only
         records = list(chain.from_iterable(owned.values()))
         result = await asyncio.to_thread(self._sanitize, records)
         verdict = None
@@ -322,7 +324,8 @@ class Worker:
                 verdict.result = await self._encoded(verdict.result)
         else:
             result = await self._encoded(result)
-        return Prepared(owned, records, result, generation, started, verdict)
+        ready = self._stage("sanitize", started)
+        return Prepared(owned, records, result, generation, started, verdict, ready=ready)
 
     async def probe(self, producer: AIOKafkaProducer) -> None:
         """Readiness: does a broker answer a small request right now?
@@ -377,11 +380,15 @@ class Worker:
                 log.debug("batch from %s dropped: rebalanced meanwhile", names(set(batch.owned)))
                 return
             offsets = batch.offsets
+            self._stage("queued", batch.ready)
             if self._kafka.transactions:
                 dead = await self._transaction(producer, sender, batch, offsets)
             else:
+                began = time.perf_counter()
                 dead = await self._send(producer, sender, batch)
+                sent = self._stage("produce", began)
                 await consumer.commit(offsets)
+                self._stage("commit", sent)
             dropped = 0 if batch.verdict is None else batch.verdict.dropped  # over budget
             if self._ledger is not None and batch.verdict is not None:
                 self._ledger.committed(batch.verdict)
@@ -416,11 +423,14 @@ class Worker:
                 "a batch reached its transaction before any assignment (please report)"
             )
         group = GroupId(self._kafka.group_id, self.assignment.member)
+        began = time.perf_counter()
         await producer.begin_transaction()
         try:
             dead = await self._send(producer, sender, batch)
+            sent = self._stage("produce", began)
             await producer.send_offsets_to_transaction(offsets, group)
             await producer.commit_transaction()
+            self._stage("commit", sent)
         except BaseException as exc:
             if is_stale_member(exc):
                 self._metrics.stale_commits.inc()
@@ -445,6 +455,13 @@ class Worker:
         if self._encoder is None:
             return result
         return await asyncio.to_thread(self._encoder.encode, result)
+
+    def _stage(self, stage: str, since: float, until: float | None = None) -> float:
+        """Observe a batch step that ran from ``since`` to ``until`` (default: now); returns
+        ``until``, where the next step starts."""
+        until = time.perf_counter() if until is None else until
+        self._metrics.batch_stage_seconds.labels(stage).observe(until - since)
+        return until
 
     def _observe(self, count: int, out: int, dead: list[DeadLetter], seconds: float) -> None:
         m = self._metrics

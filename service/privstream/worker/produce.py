@@ -19,6 +19,7 @@ header says where to find it). Dead letters are rare and keep
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping, Sequence
 
 from aiokafka import AIOKafkaProducer, ConsumerRecord
@@ -38,9 +39,15 @@ def output_headers(plan: RecordPlan) -> Headers:
     return [
         ("privstream-config-sha256", plan.config_sha256.encode()),
         ("privstream-release-sha256", plan.release_sha256.encode()),
+        ("privstream-field-releases", field_releases_header(plan)),
         ("privstream-epsilon", repr(plan.epsilon).encode()),
         ("privstream-delta", repr(plan.delta).encode()),
     ]
+
+
+def field_releases_header(plan: RecordPlan) -> bytes:
+    """``{"name": "release id prefix", ...}``, compact JSON: ``estimate`` matches by it."""
+    return json.dumps(plan.field_releases, separators=(",", ":"), sort_keys=True).encode()
 
 
 def source_of(record: ConsumerRecord) -> str:

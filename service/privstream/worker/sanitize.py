@@ -89,6 +89,8 @@ class Prepared:
     started: float
     #: the ledger's charge of it (``charging.charge``); None without a ledger or once voided
     verdict: Verdict | None = None
+    #: ``time.perf_counter()`` once sanitized: from then on it waits for its transaction
+    ready: float = 0.0
 
     @property
     def offsets(self) -> dict[TopicPartition, int]:

@@ -330,6 +330,8 @@ def _args(**overrides: Any) -> argparse.Namespace:
         "confidence": 0.999,
         "format": "table",
         "field": None,
+        "aggregate": None,
+        "aggregate_samples": 20_000,
         "self_check": False,
         "no_self_check": True,
     }

@@ -263,3 +263,19 @@ def test_unary_intervals_cover_the_truth_95_percent(variant: str) -> None:
         )
         covered += abs(est[1] - 0.35) <= Z95 * se[1]
     assert COVERAGE_RANGE[0] <= covered / RUNS <= COVERAGE_RANGE[1]
+
+
+def test_blocked_support_counts_equal_the_hash_definition() -> None:
+    """The cache-blocked, in-place support count against ``hash_to_bucket`` itself, over
+    record and candidate counts that are not multiples of the blocks (exact equality)."""
+    from privstream.mechanisms.local_hashing import hash_to_bucket, support_counts, value_digests
+
+    rng = np.random.default_rng(4)
+    for n, k, g in ((1, 1, 2), (2_500, 130, 4), (1_025, 65, 2_982)):
+        seeds = rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
+        digests = value_digests([f"value-{i}" for i in range(k)])
+        # half the buckets are the first candidate's own, so counts are far from zero
+        own = hash_to_bucket(seeds, digests[0], g)
+        buckets = np.where(rng.random(n) < 0.5, own, rng.integers(0, g, n).astype(np.uint64))
+        expected = (hash_to_bucket(seeds[None, :], digests[:, None], g) == buckets).sum(axis=1)
+        assert np.array_equal(support_counts(seeds, buckets, digests, g), expected)

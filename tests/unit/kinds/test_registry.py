@@ -47,6 +47,7 @@ EVERY_KIND: list[dict[str, Any]] = [
     {"name": "ps", "kind": "real", "bounds": [0, 1], "epsilon": 1.0, "mechanism": "pm_sub"},
     {"name": "to", "kind": "real", "bounds": [0, 1], "epsilon": 1.0,
      "mechanism": "three_outputs"},
+    {"name": "sw", "kind": "real", "bounds": [0, 1], "epsilon": 1.0, "target": "distribution"},
     {"name": "n", "kind": "integer", "bounds": [0, 10], "epsilon": 1.0},
     *({"name": f"n_{m}", "kind": "integer", "bounds": [0, 10], "epsilon": 1.0, "mechanism": m}
       for m in ("piecewise", "hybrid", "duchi", "pm_sub", "three_outputs")),
@@ -84,7 +85,7 @@ def test_every_kind_and_mechanism_of_the_config_has_one_registration() -> None:
     written = {
         (f["kind"], f.get("mechanism", "discrete_laplace" if "epsilon" in f else None))
         if f["kind"] == "timestamp"
-        else (f["kind"], f.get("mechanism"))
+        else (f["kind"], "square_wave" if f.get("target") == "distribution" else f.get("mechanism"))
         for f in EVERY_KIND
         if f["kind"] != "drop"
     }

@@ -87,7 +87,7 @@ def test_a_schema_fastavro_refuses_is_unsupported_not_a_crash() -> None:
                 "type": "record",
                 "name": "R",
                 "fields": [
-                    {"name": "x", "type": "com.example.Elsewhere"}  # a reference: not resolved yet
+                    {"name": "x", "type": "com.example.Elsewhere"}  # not in it, no references
                 ],
             }
         ),

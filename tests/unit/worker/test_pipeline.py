@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 from privstream.errors import LedgerError
+from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult
 from privstream.worker import charging
 from privstream.worker.assignment import Assignment
@@ -23,6 +24,7 @@ from privstream.worker.generation_fence import Member
 from privstream.worker.ledger_store import LedgerStore
 from privstream.worker.loop import Worker
 from privstream.worker.sanitize import Prepared, Sanitize
+from prometheus_client import CollectorRegistry
 
 from tests.support.faults import poll_until
 from tests.unit.worker.test_ledger_store import record, store, subjects
@@ -73,6 +75,10 @@ class ScriptedConsumer:
 
     def highwater(self, tp: TopicPartition) -> int | None:
         return self._end
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """The offset commit of ``transactions: false``."""
+        self.commits.append(offsets)
 
 
 class TransactionalProducer(SizeLimitedProducer):
@@ -161,6 +167,36 @@ async def test_once_caught_up_the_next_fetch_waits_for_the_commit() -> None:
         "sanitize 100", "begin", "offsets 102", "commit",
         "sanitize 102", "begin", "offsets 103", "commit",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("caught_up", "transactions"), [(False, True), (True, True), (False, False)]
+)
+async def test_every_committed_batch_is_timed_in_every_stage(
+    caught_up: bool, transactions: bool
+) -> None:
+    """poll, sanitize, queued (for the previous transaction), produce, commit: one
+    observation each per batch, overlapped (behind) or not (caught up), in a transaction
+    or not."""
+    registry = CollectorRegistry()
+    stop, producer = asyncio.Event(), TransactionalProducer()
+    w = worker(traced(producer.log), metrics=Metrics(registry), transactions=transactions)
+    w.assignment.assigned = {TP}
+    w.assignment.member = Member(1, "test-member")  # as an assignment sets it
+    consumer = ScriptedConsumer([batch([1.0, 2.0]), batch([3.0], 102)], stop, caught_up=caught_up)
+    producer.release.set()
+    await w.pipeline(stop, consumer, producer, sender_for(producer))  # type: ignore[arg-type]
+    for stage in ("poll", "sanitize", "queued", "produce", "commit"):
+        labels = {"stage": stage}
+        count = registry.get_sample_value(f"{STAGE}_count", labels)
+        assert count == 2, stage
+        total = registry.get_sample_value(f"{STAGE}_sum", labels)
+        assert total is not None and total >= 0, stage
+    assert ("begin" in producer.log) == transactions
+    assert [c[TP] for c in consumer.commits] == ([] if transactions else [102, 103])
+
+
+STAGE = "privstream_batch_stage_duration_seconds"
 
 
 def test_behind_means_a_full_batch_or_a_record_past_it_not_a_commit_marker() -> None:

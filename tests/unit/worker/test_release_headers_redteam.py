@@ -52,7 +52,7 @@ class _Message:
 
 
 def test_estimate_skips_records_of_the_same_config_calibrated_otherwise(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from privstream.estimate.source import TopicRead, _deliver
+    from privstream.estimate.source import Expected, TopicRead, _deliver
 
     config = parse_config(CONFIG)
     today = build_plan(config)
@@ -60,11 +60,15 @@ def test_estimate_skips_records_of_the_same_config_calibrated_otherwise(monkeypa
         plan, "resolve_auto", lambda spec, share: spec.model_copy(update={"mechanism": "laplace"})
     )
     then = build_plan(config)
-    expected = (today.config_sha256, today.release_sha256)
+    expected = Expected(today.config_sha256, today.release_sha256)
     read, sunk, skipped = TopicRead("clean"), [], []
     for released in (today, then):
         _deliver(_Message(output_headers(released)), read, expected, sunk.append, skipped.append)
-    older = [(k, v) for k, v in output_headers(today) if k != "privstream-release-sha256"]
+    older = [
+        (k, v)
+        for k, v in output_headers(today)
+        if k not in ("privstream-release-sha256", "privstream-field-releases")
+    ]
     _deliver(_Message(older), read, expected, sunk.append, skipped.append)  # before the header
     same = today.release_sha256 == then.release_sha256
     assert skipped == ([] if same else ["config_mismatch"])
