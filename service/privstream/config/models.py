@@ -66,6 +66,11 @@ class SecurityConfig(Strict):
         return self
 
 
+#: how values are encoded: JSON text, or Avro, Protobuf or JSON (JSON Schema) in the
+#: Confluent wire format (docs/avro.md)
+Encoding = Literal["json", "avro", "protobuf", "json_schema"]
+
+
 class KafkaConfig(Strict):
     """Where records come from and go to, and how they are delivered."""
 
@@ -95,19 +100,24 @@ class KafkaConfig(Strict):
     security: SecurityConfig = SecurityConfig()
     #: how input values are encoded: JSON text, or Avro, Protobuf or JSON (JSON Schema) in
     #: the Confluent wire format (docs/avro.md)
-    format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
-    #: how sanitized values are encoded (default: Avro for Avro input, else JSON): ``avro``
-    #: is the Confluent wire format with a schema derived from the fields, registered under
-    #: ``<output_topic>-value``
-    output_format: Literal["json", "avro"] | None = None
-    #: where writer schemas come from and the Avro output schema goes (required by every
-    #: format but ``json``, and by Avro output)
+    format: Encoding = "json"
+    #: how sanitized values are encoded (default: the input's format, JSON for JSON): ``avro``,
+    #: ``protobuf`` and ``json_schema`` are the Confluent wire format with a schema derived
+    #: from the fields, registered under ``<output_topic>-value``
+    output_format: Encoding | None = None
+    #: where writer schemas come from and the output schema goes (required by every format
+    #: and output format but ``json``)
     schema_registry: SchemaRegistryConfig | None = None
+
+    @property
+    def output_encoding(self) -> Encoding:
+        """How sanitized values are written: ``output_format``, else the input's format."""
+        return self.output_format or self.format
 
     @property
     def avro_output(self) -> bool:
         """Sanitized values are written as Avro (``output_format``, else the input's)."""
-        return (self.output_format or self.format) == "avro"
+        return self.output_encoding == "avro"
 
     @model_validator(mode="after")
     def _registry_for_framed(self) -> "KafkaConfig":
@@ -115,9 +125,10 @@ class KafkaConfig(Strict):
             raise ValueError(
                 f"kafka.format {self.format} needs kafka.schema_registry (its url at least)"
             )
-        if self.avro_output and self.schema_registry is None:
+        if self.output_encoding != "json" and self.schema_registry is None:
             raise ValueError(
-                "kafka.output_format avro needs kafka.schema_registry (its url at least)"
+                f"kafka.output_format {self.output_encoding} needs kafka.schema_registry "
+                "(its url at least)"
             )
         return self
 

@@ -72,8 +72,8 @@ def _field(planned: PlannedField, spec: FieldConfig | None) -> dict[str, Any]:
             "digits and _); set kafka.output_format: json to release it as JSON"
         )
     avro = _type(planned, spec)
-    entry: dict[str, Any] = {"name": name, "doc": _doc(planned)}
-    if spec is None or not _nullable(spec):
+    entry: dict[str, Any] = {"name": name, "doc": release_doc(planned)}
+    if spec is None or not nullable(spec):
         return {**entry, "type": avro}
     if isinstance(avro, list):  # a union: null first (a public field's has it already)
         union = avro if "null" in avro else ["null", *avro]
@@ -81,11 +81,13 @@ def _field(planned: PlannedField, spec: FieldConfig | None) -> dict[str, Any]:
     return {**entry, "type": ["null", avro], "default": None}
 
 
-def _nullable(spec: FieldConfig) -> bool:
+def nullable(spec: FieldConfig) -> bool:
+    """The field is released as null where it has no value (every public field too)."""
     return spec.kind == "public" or getattr(spec, "on_missing", None) == "null"
 
 
-def _doc(planned: PlannedField) -> str:
+def release_doc(planned: PlannedField) -> str:
+    """Canonical JSON of one field's release (the Avro and Protobuf output schemas' docs)."""
     mechanism = planned.handler.mechanism
     release = {
         "kind": planned.kind,

@@ -65,7 +65,6 @@ from privstream.errors import (
 from privstream.kafka.decode import tolerate_undecodable_records
 from privstream.metrics import Metrics
 from privstream.pipeline import BatchResult, RecordPlan
-from privstream.pipeline.avro_encode import AvroEncoder
 from privstream.pipeline.results import DeadLetter
 from privstream.worker import charging
 from privstream.worker.assignment import Assignment
@@ -90,7 +89,7 @@ from privstream.worker.generation_fence import (
 )
 from privstream.worker.http import Health
 from privstream.worker.ledger_store import LedgerStore
-from privstream.worker.output_schema import OutputSchema
+from privstream.worker.output_schema import Encoder, OutputSchema
 from privstream.worker.produce import BatchSender
 from privstream.worker.rebalance import Rebalance, names
 from privstream.worker.restart import Backoff, describe, unless_failed
@@ -147,9 +146,9 @@ class Worker:
         self._sanitize = sanitizer
         #: the partitions owned now, shared with the rebalance listener
         self.assignment = Assignment()
-        #: Avro output: its schema, and once registered its encoder (None: JSON output)
+        #: Avro or Protobuf output: its schema, and once registered its encoder (None: JSON)
         self._output = output
-        self._encoder: AvroEncoder | None = None
+        self._encoder: Encoder | None = None
         self._backoff = Backoff()
         tolerate_undecodable_records()
         #: partitions stopped before a batch that cannot be decoded: not ready while any is
@@ -451,7 +450,8 @@ class Worker:
         return await charging.send(self._ledger, producer, sender, batch)
 
     async def _encoded(self, result: BatchResult) -> BatchResult:
-        """The outputs as Avro once the output schema is registered (in a thread: CPU)."""
+        """The outputs as Avro or Protobuf once the output schema is registered (in a
+        thread: CPU)."""
         if self._encoder is None:
             return result
         return await asyncio.to_thread(self._encoder.encode, result)

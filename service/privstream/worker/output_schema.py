@@ -1,8 +1,10 @@
-"""Avro output: the derived schema registered under ``<output_topic>-value``, BACKWARD.
+"""Avro, Protobuf and JSON Schema output: the derived schema registered under
+``<output_topic>-value``, BACKWARD.
 
 At the start of the worker's first session (before any record is read) the
 subject's compatibility is set to BACKWARD and the schema derived from the
-config (``privstream.pipeline.avro_schema``) is registered. The registry
+config (``privstream.pipeline.avro_schema``; Protobuf and JSON Schema:
+``privstream.worker.protobuf_output``, ``json_schema_output``) is registered. The registry
 answers with its id; the same config registers the same text, so a restart
 gets the same id and adds no version. A config change whose schema the
 registry refuses as incompatible with the latest version stops the worker
@@ -20,7 +22,7 @@ import logging
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import Any, Protocol
 
 from privstream.config import AppConfig
 from privstream.config.registry import SchemaRegistryConfig
@@ -29,55 +31,113 @@ from privstream.pipeline import RecordPlan
 from privstream.pipeline.avro_compat import backward_problems
 from privstream.pipeline.avro_encode import AvroEncoder
 from privstream.pipeline.avro_schema import hash_report_fields, output_schema, schema_text
+from privstream.pipeline.results import BatchResult
 from privstream.worker.schemas import connection, unavailable
 
 log = logging.getLogger("privstream.worker")
 _CONTENT = "application/vnd.schemaregistry.v1+json"
 
 
+class Encoder(Protocol):
+    """Writes a batch's sanitized JSON records in the output format."""
+
+    def encode(self, result: BatchResult) -> BatchResult: ...
+
+
+class Derived(Protocol):
+    """One format's output schema derived from a config."""
+
+    @property
+    def text(self) -> str:
+        """What is registered."""
+
+    @property
+    def schema_type(self) -> str | None:
+        """The registry's ``schemaType`` (None: Avro, the registry's default)."""
+
+    @property
+    def advice(self) -> str:
+        """How to fix a config whose schema the registry refuses as incompatible."""
+
+    def encoder(self, schema_id: int) -> Encoder:
+        """The encoder of the schema registered as ``schema_id``."""
+
+    def problems(self, latest: str) -> list[str]:
+        """Why records written with the registered text ``latest`` cannot be read with this
+        schema, one line per field; [] if that cannot be told (the registry's message then
+        stands alone)."""
+
+
+class AvroDerived:
+    """The Avro output schema (``privstream.pipeline.avro_schema``)."""
+
+    schema_type = None
+    advice = (
+        "keep the field as it was, add new fields with on_missing: null, or write to a new "
+        "kafka.output_topic"
+    )
+
+    def __init__(self, schema: dict[str, Any], reports: tuple[str, ...]) -> None:
+        self.schema = schema
+        self.text = schema_text(schema)
+        #: the local-hashing fields (``avro_schema.hash_report_fields``)
+        self._reports = reports
+
+    def encoder(self, schema_id: int) -> Encoder:
+        return AvroEncoder(schema_id, self.schema, self._reports)
+
+    def problems(self, latest: str) -> list[str]:
+        found = json.loads(latest)
+        return backward_problems(found, self.schema) if isinstance(found, dict) else []
+
+
 class OutputSchema:
     """The output schema of one config and the registry it goes to."""
 
-    def __init__(
-        self,
-        registry: SchemaRegistryConfig,
-        subject: str,
-        schema: dict[str, Any],
-        reports: tuple[str, ...] = (),
-    ) -> None:
+    def __init__(self, registry: SchemaRegistryConfig, subject: str, derived: Derived) -> None:
         self.subject = subject
-        self.schema = schema
-        self.text = schema_text(schema)
+        self.derived = derived
         self._registry = registry
-        #: the local-hashing fields (``avro_schema.hash_report_fields``)
-        self._reports = reports
         self._quoted = urllib.parse.quote(subject, safe="")
 
     @classmethod
     def of(cls, config: AppConfig, plan: RecordPlan) -> OutputSchema | None:
         """The config's output schema, or None for JSON output.
 
-        Raises ``OutputSchemaError`` naming a field Avro cannot hold.
+        Raises ``OutputSchemaError`` naming a field the format cannot hold.
         """
         kafka = config.needs_kafka("run")
         registry = kafka.schema_registry
-        if not kafka.avro_output or registry is None:
+        if kafka.output_encoding == "json" or registry is None:
             return None
         subject = f"{kafka.output_topic}-value"
-        schema = output_schema(config.fields, plan)
-        return cls(registry, subject, schema, hash_report_fields(plan))
+        derived: Derived
+        if kafka.output_encoding == "protobuf":  # its packages only where it is used
+            from privstream.worker.protobuf_output import ProtobufDerived
 
-    def register(self) -> AvroEncoder:
+            derived = ProtobufDerived.of(config, plan)
+        elif kafka.output_encoding == "json_schema":
+            from privstream.worker.json_schema_output import JsonSchemaDerived
+
+            derived = JsonSchemaDerived.of(config, plan)
+        else:
+            derived = AvroDerived(output_schema(config.fields, plan), hash_report_fields(plan))
+        return cls(registry, subject, derived)
+
+    def register(self) -> Encoder:
         """Set BACKWARD on the subject, register the schema; the encoder of its id.
 
         Raises ``OutputSchemaError`` if the registry refuses the schema and
         ``SchemaRegistryUnavailableError`` if it does not answer.
         """
         self._call("PUT", f"/config/{self._quoted}", {"compatibility": "BACKWARD"})
-        answer = self._call("POST", f"/subjects/{self._quoted}/versions", {"schema": self.text})
+        body = {"schema": self.derived.text}
+        if self.derived.schema_type is not None:
+            body["schemaType"] = self.derived.schema_type
+        answer = self._call("POST", f"/subjects/{self._quoted}/versions", body)
         schema_id = int(answer["id"])
         log.info("output schema of %s is registry id %d", self.subject, schema_id)
-        return AvroEncoder(schema_id, self.schema, self._reports)
+        return self.derived.encoder(schema_id)
 
     def _call(self, method: str, path: str, body: dict[str, Any]) -> Any:
         url = self._registry.url + path
@@ -110,25 +170,25 @@ class OutputSchema:
                 f"{self.subject} (HTTP {code}: {message}); please report it"
             )
         latest = self._latest()
-        problems = [] if latest is None else backward_problems(latest, self.schema)
+        try:
+            problems = [] if latest is None else self.derived.problems(latest)
+        except (ValueError, TypeError, KeyError):  # not a schema of this format
+            problems = []
         why = "; ".join(problems) if problems else f"the registry says: {message}"
         return OutputSchemaError(
             f"the output schema derived from this config is not BACKWARD compatible with "
             f"the latest version of {self.subject} in {self._registry.url}: {why}. Readers "
-            "of the topic could not read the new records beside the old: keep the field as "
-            "it was, add new fields with on_missing: null, or write to a new "
-            "kafka.output_topic"
+            f"of the topic could not read the new records beside the old: {self.derived.advice}"
         )
 
-    def _latest(self) -> dict[str, Any] | None:
-        """The latest registered schema; None if it cannot be had (the registry's message
-        then stands alone)."""
+    def _latest(self) -> str | None:
+        """The latest registered schema's text; None if it cannot be had (the registry's
+        message then stands alone)."""
         try:
             answer = self._request("GET", f"/subjects/{self._quoted}/versions/latest")
-            found = json.loads(answer["schema"])
+            return str(answer["schema"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        return found if isinstance(found, dict) else None
 
 
 def _message(exc: urllib.error.HTTPError) -> str:
