@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ from privstream.kinds.registry import registration_of
 from privstream.mechanisms.integer_laplace import IntegerLaplaceMechanism
 from privstream.mechanisms.three_outputs import ThreeOutputsMechanism
 from privstream.pipeline.avro_schema import output_schema
+from privstream.pipeline.json_schema_output import output_json_schema
+from privstream.pipeline.protobuf_output import output_proto
 from privstream.testing import SeededSource
 
 from tests.support.configs import config_dict
@@ -96,14 +99,16 @@ def test_local_mechanisms_refuse_delta_and_integers_are_never_memoized() -> None
         assert registration_of(_spec(mechanism=mechanism)).memo is None
 
 
-def test_avro_output_is_double_on_the_real_menu_and_long_for_discrete_laplace() -> None:
-    fields = [_field(mechanism="auto"), _field(name="m")]
-    plan = build_plan(parse_config(config_dict(fields)))
-    types = {
-        f["name"]: f["type"]
-        for f in output_schema(parse_config(config_dict(fields)).fields, plan)["fields"]
-    }
-    assert types["n"] == "double" and types["m"] == "long"
+def test_output_schemas_hold_a_real_on_the_real_menu_and_an_integer_otherwise() -> None:
+    """Avro, JSON Schema and Protobuf: ``n`` (auto: three_outputs) a double, ``m`` an integer."""
+    config = parse_config(config_dict([_field(mechanism="auto"), _field(name="m")]))
+    plan = build_plan(config)
+    avro = {f["name"]: f["type"] for f in output_schema(config.fields, plan)["fields"]}
+    assert avro["n"] == "double" and avro["m"] == "long"
+    json_schema = output_json_schema(config.fields, plan)["properties"]
+    assert json_schema["n"]["type"] == "number" and json_schema["m"]["type"] == "integer"
+    proto = output_proto(config.fields, plan).text
+    assert re.search(r"double n = \d+;", proto) and re.search(r"int64 m = \d+;", proto), proto
 
 
 def test_explain_shows_the_choice_and_warns_a_default_field_where_the_menu_wins(
