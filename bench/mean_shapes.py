@@ -12,8 +12,9 @@ mechanism over the same columns: ``auto`` (what a field without
 * ``near_bound``: Beta(0.3, 6), values bunched at the lower bound;
 * ``bimodal``: 0 or 100 exactly, 30% / 70% (``t^2`` = 1).
 
-Anchors: numpy Duchi, PM and HM (``bench/ldp_anchors.py``) and PM-SUB
-(Zhao et al. 2020, here: ``pm_sub``, ``pm_sub_variance``) on the same data;
+Anchors: numpy Duchi, PM and HM (``bench/ldp_anchors.py``), PM-SUB and
+Three-Outputs (Zhao et al. 2020, here: ``pm_sub``, ``pm_sub_variance``,
+``three_outputs_variance``) on the same data;
 reported is each privstream mechanism's measured MSE over the least *exact*
 expected MSE of the four on that very data (``exact_mean_mse``, free of the
 anchors' draw noise), the best anchor's name, and the coverage
@@ -82,12 +83,29 @@ def pm_sub_variance(t: Floats, eps: float) -> Floats:
     return result
 
 
+def three_outputs_variance(t: Floats, eps: float) -> Floats:
+    """``Var[y | t]`` of Three-Outputs, the paper's law, at the ``P(0 | 0)`` of least
+    worst-case variance (a grid of 4,096 shares below ``e^eps / (e^eps + 2)``)."""
+    e = np.exp(eps)
+    shares = np.linspace(0.0, e / (e + 2.0), 4097)[:-1]
+    c2 = (e * (e + 1) / ((e - 1) * (e - shares))) ** 2
+    constant, absolute = c2 * (1 - shares), c2 * shares * (1 - 1 / e)
+    top = np.minimum(absolute / 2, 1.0)
+    best = int(np.argmin(constant + absolute * top - top**2))
+    result: Floats = constant[best] + absolute[best] * np.abs(t) - t**2
+    return result
+
+
+#: the anchors beyond ``bench/utility.py``'s three, by their exact ``Var[y | t]``
+EXTRA_ANCHORS = {"PM-SUB": pm_sub_variance, "3-OUT": three_outputs_variance}
+
+
 def exact_mse(name: str, data: Floats, eps: float) -> float:
-    """``exact_mean_mse`` of ``bench/utility.py``, with PM-SUB beside its three anchors."""
-    if name != "PM-SUB":
+    """``exact_mean_mse`` of ``bench/utility.py``, with PM-SUB and Three-Outputs beside it."""
+    if name not in EXTRA_ANCHORS:
         return exact_mean_mse(name, data, eps)
     t = data / (UPPER / 2) - 1
-    per_rep = pm_sub_variance(t, eps).mean(axis=1) / data.shape[1]
+    per_rep = EXTRA_ANCHORS[name](t, eps).mean(axis=1) / data.shape[1]
     return float((UPPER / 2) ** 2 * per_rep.mean())
 
 
@@ -95,9 +113,10 @@ def law_mse(name: str, data: Floats, eps: float) -> float:
     """The expected squared error of the mean by the mechanism's own variance law (nan: none)."""
     if name not in MECHANISMS:
         return float("nan")
-    slope, constant = MECHANISMS[name](bounds=(0.0, UPPER), epsilon=eps).variance_law()
+    law = MECHANISMS[name](bounds=(0.0, UPPER), epsilon=eps).variance_law()
     t = data / (UPPER / 2) - 1
-    per_rep = (slope * t**2 + constant).mean(axis=1) / data.shape[1]
+    per_rep = (law.square * t**2 + law.absolute * abs(t) + law.constant).mean(axis=1)
+    per_rep /= data.shape[1]
     return float((UPPER / 2) ** 2 * per_rep.mean())
 
 
@@ -119,7 +138,7 @@ def shape_cell(
         for row in data.T.tolist()
     ]
     report = {entry["name"]: entry for entry in privstream_run(work, fields, lines)}
-    exact = {name: exact_mse(name, data, eps) for name in (*BEST_OF, "PM-SUB")}
+    exact = {name: exact_mse(name, data, eps) for name in (*BEST_OF, *EXTRA_ANCHORS)}
     out: dict[str, Any] = {"exact": exact, "mechanisms": {}}
     for m in mechanisms:
         entries = [report[f"{m}{r}"] for r in range(reps)]

@@ -7,7 +7,7 @@ import textwrap
 from typing import Any
 
 from privstream.config import AppConfig, FieldConfig, Guarantee
-from privstream.config.fields import FORGEABLE, CategoricalField, RealField
+from privstream.config.fields import FORGEABLE, CategoricalField, IntegerField, RealField
 from privstream.config.missing import presence_name
 from privstream.errors import RegistryError
 from privstream.kinds import registration_for
@@ -124,7 +124,7 @@ def _auto_entry(
 
     ``planned``: the field's mechanism in the plan (a real field's candidates reuse it).
     """
-    if isinstance(spec, RealField) and share is not None:
+    if isinstance(spec, RealField | IntegerField) and share is not None:
         return explain_auto_real(spec, share, WARN_RATIO, planned)
     if not isinstance(spec, CategoricalField) or share is None:
         return {}

@@ -66,6 +66,9 @@ MemoField = Annotated[StrictStr, Field(min_length=1)]
 #: kinds whose values can be a memo identity: never a noised kind, whose raw value would
 #: then steer the noise and be given away by it (docs/protection.md, "Repeated reports")
 MEMO_KINDS = ("drop", "public")
+#: the pure epsilon-DP local mechanisms for means (no calibration choice, no delta used);
+#: an ``integer`` field may take them too
+LOCAL_REAL_MECHANISMS = ("piecewise", "hybrid", "duchi", "pm_sub", "three_outputs")
 #: truncation draws one word per item after the mechanism's one per universe item, and a
 #: record's stream holds 2**17 words per field
 MAX_TRUNCATED_UNIVERSE = 2**16
@@ -167,7 +170,7 @@ class _NoisedField(_NamedField):
 
 
 #: the pure epsilon-DP local mechanisms of a real field (no calibration option, delta 0)
-LOCAL_REAL = ("piecewise", "hybrid", "duchi", "pm_sub", "square_wave")
+LOCAL_REAL = (*LOCAL_REAL_MECHANISMS, "square_wave")
 
 
 def _distribution_mechanism(data: dict[str, Any]) -> dict[str, Any]:
@@ -189,8 +192,8 @@ class RealField(_NoisedField):
     ``auto`` (the default) picks the mechanism of least regret over every data
     spread at the field's resolved (epsilon, delta), or of least variance at a
     declared ``spread`` (``privstream.kinds.auto_real``); piecewise and hybrid
-    (Wang et al. 2019), duchi (Duchi et al. 2018) and pm_sub (Zhao et al. 2020)
-    are pure epsilon-DP local mechanisms for means. ``target: distribution``
+    (Wang et al. 2019), duchi (Duchi et al. 2018), pm_sub and three_outputs (Zhao et al.
+    2020) are pure epsilon-DP local mechanisms for means. ``target: distribution``
     asks for a histogram instead and takes square_wave (Li et al. 2020), whose
     reports stay near the value.
     """
@@ -198,7 +201,15 @@ class RealField(_NoisedField):
     kind: Literal["real"]
     bounds: Bounds
     mechanism: Literal[
-        "auto", "laplace", "gaussian", "piecewise", "hybrid", "duchi", "pm_sub", "square_wave"
+        "auto",
+        "laplace",
+        "gaussian",
+        "piecewise",
+        "hybrid",
+        "duchi",
+        "pm_sub",
+        "three_outputs",
+        "square_wave",
     ] = "auto"
     #: what the analyst wants of the field: its ``mean`` (default) or its ``distribution``
     #: (a histogram: ``auto`` then means square_wave, the only mechanism offered for it)
@@ -208,8 +219,7 @@ class RealField(_NoisedField):
     #: picks the least variance there instead of the least regret over every spread
     spread: Literal["wide", "near_bounds"] | None = None
     #: laplace (and auto, if it picks laplace): tight (default) | thesis;
-    #: gaussian: analytic (default) | classical; piecewise, hybrid, duchi, pm_sub: none (tight,
-    #: the default)
+    #: gaussian: analytic (default) | classical; the local mechanisms: none (tight, the default)
     calibration: Literal["tight", "thesis", "analytic", "classical"]
 
     @model_validator(mode="before")
@@ -260,11 +270,25 @@ class RealField(_NoisedField):
 
 
 class IntegerField(_NoisedField):
-    """A bounded integer counter: clamped, then discrete Laplace noise."""
+    """A bounded integer counter: clamped, then discrete Laplace noise (the default).
+
+    The real-field local mechanisms (``LOCAL_REAL_MECHANISMS``) treat the integer
+    as a real in ``bounds`` and release reals; ``auto`` picks between discrete
+    Laplace and them by the least regret over every data spread
+    (``privstream.kinds.auto_real``). Integers are never memoized.
+    """
 
     kind: Literal["integer"]
     bounds: IntegerBounds
-    mechanism: Literal["discrete_laplace"] = "discrete_laplace"
+    mechanism: Literal[
+        "discrete_laplace", "auto", "piecewise", "hybrid", "duchi", "pm_sub", "three_outputs"
+    ] = "discrete_laplace"
+
+    @model_validator(mode="after")
+    def _local_mechanisms_are_pure(self) -> "IntegerField":
+        if self.mechanism in LOCAL_REAL_MECHANISMS and self.delta != 0.0:
+            raise ValueError(f"{self.mechanism} is pure epsilon-DP; set delta to 0")
+        return self
 
 
 class CategoricalField(_NoisedField):

@@ -97,7 +97,7 @@ def timestamp_releases(handler: Any, kind: str, options: Options) -> Accumulator
 
 
 def unit_mean_releases(handler: Any, kind: str, options: Options) -> Accumulator:
-    """Piecewise, PM-SUB, hybrid and duchi reals."""
+    """The reals of the local mechanisms (piecewise, PM-SUB, hybrid, duchi, three_outputs)."""
     mech = handler.mechanism
     if not isinstance(mech, UnitIntervalMechanism):  # the registry builds these only
         raise TypeError(f"{handler.name}: expected a unit-interval mechanism, got {mech.name}")
@@ -237,6 +237,12 @@ ESTIMATORS: dict[tuple[str, str | None], Estimator] = {
     ("real", "hybrid"): unit_mean_releases,
     ("real", "duchi"): unit_mean_releases,
     ("real", "pm_sub"): unit_mean_releases,
+    ("real", "three_outputs"): unit_mean_releases,
+    ("integer", "piecewise"): unit_mean_releases,
+    ("integer", "hybrid"): unit_mean_releases,
+    ("integer", "duchi"): unit_mean_releases,
+    ("integer", "pm_sub"): unit_mean_releases,
+    ("integer", "three_outputs"): unit_mean_releases,
     ("real", "square_wave"): square_wave_releases,
     ("integer", "discrete_laplace"): integer_releases,
     ("categorical", "randomized_response"): category_counts,

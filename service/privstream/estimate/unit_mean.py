@@ -20,7 +20,9 @@ law's range ``[c + min(s, 0), c + max(s, 0)]``). Duchi's mechanism alone
 upper bound up to the noise of ``mean(y)``: ``mean(t^2) >= mean(t)^2``; the
 difference, at most 1, is small beside ``c = B^2 >= 11`` below eps*, not
 above: there the interval is conservative for data spread towards both
-bounds, exact for data at one value). Why not the alternatives:
+bounds, exact for data at one value). Three-Outputs' law has an ``|t|`` term
+too, ``Var[y | t] = E[y^2 | t] - t^2``, and ``mean(y^2) - mean(y)^2`` takes
+its place the same way. Why not the alternatives:
 the worst-case bound (``estimator_variance``, shown as
 ``stderr_worst_case``) over-covers wherever the values sit inside the
 bounds (PM's variance at ``t = 0`` is a third of its worst case at
@@ -73,12 +75,15 @@ class MeanTruth:
 
 def law_variance(mechanism: UnitIntervalMechanism, mean: float, second: float) -> float:
     """``V_hat`` (module docstring) from the mean of ``y`` and of ``y^2``, in ``t`` units."""
-    slope, constant = mechanism.variance_law()
-    if 1.0 + slope > _IDENTIFIABLE:
+    law = mechanism.variance_law()
+    slope, constant = law.square, law.constant
+    if law.absolute != 0.0:  # E[y^2] mixes mean|t| and mean t^2: V = E[y^2] - mean t^2
+        estimate = second - mean * mean
+    elif 1.0 + slope > _IDENTIFIABLE:
         estimate = slope * (second - constant) / (1.0 + slope) + constant
     else:  # Duchi alone: y^2 = B^2 always; mean(t^2) >= mean(t)^2 and s < 0 bound it
         estimate = constant + slope * mean * mean
-    low, high = constant + min(slope, 0.0), constant + max(slope, 0.0)
+    low, high = law.extremes()
     return min(max(estimate, low), high)
 
 

@@ -25,7 +25,7 @@ mechanism, so the release id (its ``spec`` dump) names it.
 from __future__ import annotations
 
 from privstream.config import FieldConfig, Guarantee
-from privstream.config.fields import CategoricalField, RealField
+from privstream.config.fields import CategoricalField, IntegerField, RealField
 from privstream.kinds.auto_real import resolve_auto_real
 from privstream.kinds.base import AutoChoice
 from privstream.mechanisms.selection import frequency_variances, least_variance
@@ -56,8 +56,8 @@ def auto_choice(spec: CategoricalField, share: Guarantee) -> AutoChoice:
 
 def resolve_auto(spec: FieldConfig, share: Guarantee | None) -> FieldConfig:
     """The spec with ``mechanism: auto`` replaced by the chosen mechanism (others unchanged)."""
-    if isinstance(spec, RealField) and spec.mechanism == "auto" and share is not None:
-        return resolve_auto_real(spec, share)
+    if isinstance(spec, RealField | IntegerField) and spec.mechanism == "auto":
+        return spec if share is None else resolve_auto_real(spec, share)
     if not isinstance(spec, CategoricalField) or spec.mechanism != "auto" or share is None:
         return spec
     chosen = auto_choice(spec, share).mechanism

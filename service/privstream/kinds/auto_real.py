@@ -2,33 +2,34 @@ r"""Resolve ``mechanism: auto`` of a real field: the least regret over every dat
 
 The candidates are Laplace (``privstream.mechanisms.laplace``, with the
 field's calibration and delta: ``tight`` by default, ``thesis`` when
-declared), the Piecewise Mechanism, the Hybrid Mechanism, PM-SUB and
-Duchi et al.'s mechanism (``piecewise``, ``hybrid``, ``pm_sub``,
-``duchi``), each built at the field's resolved (epsilon, delta). Gaussian
-is not a candidate: it is chosen for its composition, not its one-shot
-variance.
+declared), the Piecewise Mechanism, the Hybrid Mechanism, PM-SUB,
+Duchi et al.'s mechanism and Three-Outputs (``piecewise``, ``hybrid``,
+``pm_sub``, ``duchi``, ``three_outputs``), each built at the field's
+resolved (epsilon, delta). Gaussian is not a candidate: it is chosen for
+its composition, not its one-shot variance.
 
-The criterion. With ``t`` a value mapped to ``[-1, 1]``, every candidate's
-per-record variance is linear in ``t^2``: ``Var[y | t] = s t^2 + c``
-(Laplace: ``s = 0``; PM, PM-SUB: ``s > 0``, the window moves out with
-``t``; Duchi et al.: ``s = -1``; HM: a mix of PM and Duchi). The variance of the mean of
-``n`` reports is therefore ``(s q + c) / n`` with ``q`` the mean of ``t^2``
-over the data, and ``q`` is the only thing about the data that matters.
-No single mechanism is best for every ``q``: Duchi's is the least at
-``q = 1``, PM-SUB's for data off the bounds from eps ~1 on. ``auto``
-picks the candidate whose largest ratio to the best candidate *at the same
-q*, over every ``q`` in ``[0, 1]``, is the least (minimax regret). The ratio
-of two linear functions is monotone between the points where the best
-candidate changes, so the maximum is taken at ``q = 0``, ``q = 1`` and the
-crossing points, all computed exactly from the laws. The choice depends on
-(epsilon, delta, calibration) only, never on the bounds (all laws scale
-with ``diam^2``) nor on the data, and is deterministic from the config.
+The criterion. With ``t`` a value mapped to ``[-1, 1]``, every candidate
+states its per-record variance law ``Var[y | t] = s t^2 + u |t| + c``
+(``privstream.mechanisms.variance_law``; Laplace: flat; PM, PM-SUB:
+``s > 0``; Duchi et al.: ``s = -1``; HM: a mix of PM and Duchi; all these
+``u = 0``; Three-Outputs: ``s = -1``, ``u > 0``). The variance of the mean
+of ``n`` reports is ``(s E[t^2] + u E|t| + c) / n`` over the data, and no
+single mechanism is best for every data spread: Duchi's is the least at the
+bounds, PM-SUB's for data off them from eps ~3 on, Three-Outputs' between.
+``auto`` picks the candidate whose largest ratio to the best candidate *on
+the same data*, over every data spread, is the least (minimax regret). The
+ratio is largest for data at one ``|t| = a``, and over ``a`` it peaks at 0,
+1 or where a ratio of two laws turns (``regrets``), all computed exactly
+from the laws. The choice depends on (epsilon, delta, calibration) only,
+never on the bounds (all laws scale with ``diam^2``) nor on the data, and
+is deterministic from the config.
 
-Where it lands at delta 0: HM up to eps ~1.5, PM-SUB from eps 2 on
-(``explain`` prints the regrets). A field that declares ``spread``
-(``wide``: ``q = 1/3``, values spread over the bounds; ``near_bounds``:
-``q = 1``) gets the least variance at that ``q`` instead (Duchi's at
-``near_bounds`` from eps ~0.6, where it parts from HM; ties to HM below).
+Where it lands at delta 0: HM below eps ~0.61, Duchi's up to ~0.7,
+Three-Outputs up to ~2.9, PM-SUB above (``explain`` prints the regrets). A
+field that declares ``spread`` (``wide``: ``E|t| = 1/2``, ``E[t^2] =
+1/3``, values spread over the bounds; ``near_bounds``: ``|t| = 1``) gets
+the least variance there instead (Duchi's at ``near_bounds`` from eps
+~0.6, where it parts from HM; ties to HM below).
 The local mechanisms are pure epsilon-DP: a delta > 0 only helps Laplace
 (``b = diam / (eps - 2 ln(1 - delta))`` tight, ``diam / (eps - ln(1 -
 delta))`` thesis), which wins once delta is large enough to pay for its
@@ -44,23 +45,38 @@ import math
 from typing import Any
 
 from privstream.config import Guarantee
-from privstream.config.fields import RealField
+from privstream.config.fields import IntegerField, RealField
 from privstream.errors import MechanismError, RegistryError
 from privstream.kinds.base import AutoChoice
 from privstream.kinds.registry import registration_of
 from privstream.mechanisms.base import Mechanism
 from privstream.mechanisms.selection import VARIANCE_N
+from privstream.mechanisms.variance_law import VarianceLaw, ratio_turning_points
 
 #: candidates in tie-break order
-CANDIDATES = ("laplace", "piecewise", "hybrid", "pm_sub", "duchi")
+CANDIDATES = ("laplace", "piecewise", "hybrid", "pm_sub", "duchi", "three_outputs")
 #: the local mechanisms among them (pure epsilon-DP)
 LOCAL = CANDIDATES[1:]
-#: the mean of ``t^2`` a declared ``spread`` stands for
-SPREAD_Q = {"wide": 1.0 / 3.0, "near_bounds": 1.0}
+#: an ``integer`` field's candidates: discrete Laplace in Laplace's place (the integer is a
+#: real in its bounds for the others, which release reals)
+INTEGER_CANDIDATES = ("discrete_laplace", *LOCAL)
+#: the means of ``|t|`` and of ``t^2`` a declared ``spread`` stands for
+SPREAD_MOMENTS = {"wide": (0.5, 1.0 / 3.0), "near_bounds": (1.0, 1.0)}
 
 
-#: a candidate's variance law ``(s, c)`` and its worst-case variance of the mean at ``VARIANCE_N``
-Measures = tuple[tuple[float, float], float]
+#: a candidate's variance law and its worst-case variance of the mean at ``VARIANCE_N``
+Measures = tuple[VarianceLaw, float]
+#: the fields ``auto`` resolves here
+MeanField = RealField | IntegerField
+
+
+def _names(spec: MeanField) -> tuple[str, ...]:
+    """The candidates in tie-break order, the field's own Laplace first."""
+    return CANDIDATES if isinstance(spec, RealField) else INTEGER_CANDIDATES
+
+
+def _spread(spec: MeanField) -> str | None:
+    return spec.spread if isinstance(spec, RealField) else None
 
 
 def _measures(mechanism: Mechanism) -> Measures:
@@ -71,7 +87,7 @@ def _measures(mechanism: Mechanism) -> Measures:
 
 
 @functools.lru_cache(maxsize=256)
-def _candidate_measures(spec: RealField, share: Guarantee) -> Measures | None:
+def _candidate_measures(spec: MeanField, share: Guarantee) -> Measures | None:
     """One candidate's measures, built by its registration; None where it does not run (an
     epsilon too small for 64-bit thresholds). A build calibrates a sampler (up to ~20 ms) and
     the plan's ``auto`` and the declared-mechanism warnings ask for the same ones: the numbers
@@ -83,12 +99,12 @@ def _candidate_measures(spec: RealField, share: Guarantee) -> Measures | None:
         return None
     mechanism = handler.mechanism
     if mechanism is None:  # pragma: no cover - real registrations are noised
-        raise RegistryError(f"real ({spec.mechanism}) built no mechanism")
+        raise RegistryError(f"{spec.kind} ({spec.mechanism}) built no mechanism")
     return _measures(mechanism)
 
 
 def _candidates(
-    spec: RealField, share: Guarantee, planned: Mechanism | None
+    spec: MeanField, share: Guarantee, planned: Mechanism | None
 ) -> dict[str, Measures]:
     """Each candidate that runs at this share; ``planned`` (the field's own mechanism, built
     by the plan from this spec and share) is measured instead of a build of the same one."""
@@ -96,7 +112,7 @@ def _candidates(
     reuse = None
     if planned is not None and (planned.epsilon, planned.delta) == (share.epsilon, share.delta):
         reuse = planned
-    for name in CANDIDATES:
+    for name in _names(spec):
         if reuse is not None and reuse.name == name:
             measures: Measures | None = _measures(reuse)
         else:
@@ -107,16 +123,20 @@ def _candidates(
     return built
 
 
-def regrets(laws: dict[str, tuple[float, float]]) -> dict[str, float]:
-    """Each law's largest ratio to the least variance at the same ``q`` in ``[0, 1]``."""
+def regrets(laws: dict[str, VarianceLaw]) -> dict[str, float]:
+    """Each law's largest ratio to the least variance over every data spread.
+
+    The worst spread is data at one ``|t| = a`` (``privstream.mechanisms.variance_law``),
+    and ``f_i(a) / min_j f_j(a) = max_j f_i(a) / f_j(a)`` peaks at ``a = 0``, ``a = 1`` or
+    where some pair's ratio turns, all computed from the laws.
+    """
     points = {0.0, 1.0}
-    for s1, c1 in laws.values():
-        for s2, c2 in laws.values():
-            if s1 != s2 and 0.0 < (q := (c2 - c1) / (s1 - s2)) < 1.0:
-                points.add(q)
+    for first in laws.values():
+        for second in laws.values():
+            points.update(ratio_turning_points(first, second))
     worst: dict[str, float] = dict.fromkeys(laws, 1.0)
-    for q in sorted(points):
-        at = {name: s * q + c for name, (s, c) in laws.items()}
+    for a in sorted(points):
+        at = {name: law.at(a) for name, law in laws.items()}
         best = min(at.values())
         for name, v in at.items():
             ratio = 1.0 if v == best else (v / best if best > 0.0 else math.inf)
@@ -132,52 +152,52 @@ def _worst_variance(mechanism: Mechanism, n: int) -> float:
         return math.inf
 
 
-def _why(variances: dict[str, float], share: Guarantee) -> str | None:
-    """Why Laplace beats the local mechanisms, when it does."""
+def _why(variances: dict[str, float], share: Guarantee, laplace: str) -> str | None:
+    """Why (discrete) Laplace beats the local mechanisms, when it does."""
     local = [variances[name] for name in LOCAL if name in variances]
-    if "laplace" not in variances or not local or variances["laplace"] > min(local):
+    if laplace not in variances or not local or variances[laplace] > min(local):
         return None
     if share.delta > 0.0:
         return (
-            f"laplace spends delta {share.delta:g} (the local mechanisms are pure epsilon-DP), "
+            f"{laplace} spends delta {share.delta:g} (the local mechanisms are pure epsilon-DP), "
             "which narrows its noise below theirs"
         )
-    return "laplace's variance is the least at this epsilon"
+    return f"{laplace}'s variance is the least at this epsilon"
 
 
 def _assess(
-    spec: RealField, share: Guarantee, planned: Mechanism | None = None
+    spec: MeanField, share: Guarantee, planned: Mechanism | None = None
 ) -> tuple[AutoChoice, dict[str, float]]:
     """The choice and each candidate's regret (``_candidate_measures``: measured once)."""
     built = _candidates(spec, share, planned)
     variances = {name: variance for name, (_, variance) in built.items()}
-    ranked = [name for name in CANDIDATES if name in variances]
+    names = _names(spec)
+    ranked = [name for name in names if name in variances]
     if not ranked:  # pragma: no cover - Laplace runs at every epsilon the config accepts
-        return AutoChoice(mechanism="laplace", variances={}, restricted="no candidate"), {}
+        return AutoChoice(mechanism=names[0], variances={}, restricted="no candidate"), {}
     laws = {name: law for name, (law, _) in built.items()}
     regret = regrets(laws)
-    if spec.spread is None:
+    spread = _spread(spec)
+    if spread is None:
         chosen = min(ranked, key=lambda name: (regret[name], ranked.index(name)))
     else:
-        q = SPREAD_Q[spec.spread]
-        chosen = min(
-            ranked, key=lambda name: (laws[name][0] * q + laws[name][1], ranked.index(name))
-        )
-    choice = AutoChoice(mechanism=chosen, variances=variances, restricted=_why(variances, share))
-    return choice, regret
+        moments = SPREAD_MOMENTS[spread]
+        chosen = min(ranked, key=lambda name: (laws[name].mean(*moments), ranked.index(name)))
+    restricted = _why(variances, share, names[0])
+    return AutoChoice(mechanism=chosen, variances=variances, restricted=restricted), regret
 
 
-def auto_real_choice(spec: RealField, share: Guarantee) -> AutoChoice:
-    """The mechanism ``auto`` gives this real field at its resolved share."""
+def auto_real_choice(spec: MeanField, share: Guarantee) -> AutoChoice:
+    """The mechanism ``auto`` gives this real or integer field at its resolved share."""
     return _assess(spec, share)[0]
 
 
-def real_regrets(spec: RealField, share: Guarantee) -> dict[str, float]:
+def real_regrets(spec: MeanField, share: Guarantee) -> dict[str, float]:
     """Each candidate's largest ratio to the best over every data spread (the criterion)."""
     return _assess(spec, share)[1]
 
 
-def resolve_auto_real(spec: RealField, share: Guarantee) -> RealField:
+def resolve_auto_real(spec: MeanField, share: Guarantee) -> MeanField:
     """The spec with ``mechanism: auto`` replaced by the chosen mechanism."""
     chosen = auto_real_choice(spec, share).mechanism
     # no re-validation: the calibration (tight by default) stays for laplace's release id
@@ -185,9 +205,10 @@ def resolve_auto_real(spec: RealField, share: Guarantee) -> RealField:
 
 
 def explain_auto_real(
-    spec: RealField, share: Guarantee, warn_ratio: float, planned: Mechanism | None = None
+    spec: MeanField, share: Guarantee, warn_ratio: float, planned: Mechanism | None = None
 ) -> dict[str, Any]:
-    """``explain``'s ``auto`` entry of a real field (same shape as the categorical one).
+    """``explain``'s ``auto`` entry of a real or integer field (same shape as the categorical
+    one).
 
     ``planned``: the field's mechanism in the plan, reused if it is one of the candidates.
     """
@@ -196,20 +217,23 @@ def explain_auto_real(
     best = regret[choice.mechanism]
     warning = None
     if declared is not None and declared > warn_ratio * best:
+        # an integer field's default stays discrete_laplace: auto must be written
+        fix = "drop mechanism:" if isinstance(spec, RealField) else "write mechanism: auto"
         warning = (
             f"{spec.name}: {spec.mechanism} has up to {declared / best:.3g}x the variance of "
             f"the mean of {choice.mechanism} (what mechanism: auto picks), over every data "
-            "spread; drop mechanism: to use it"
+            f"spread; {fix} to use it"
         )
+    spread = _spread(spec)
     return {
         "auto": {
             "declared": spec.mechanism,
             "chosen": choice.mechanism,
             "criterion": "worst-case variance of the mean",
             "rule": "least regret over every data spread"
-            if spec.spread is None
-            else f"least variance of the mean at spread {spec.spread} (mean t^2 "
-            f"{SPREAD_Q[spec.spread]:.3g})",
+            if spread is None
+            else f"least variance of the mean at spread {spread} (mean |t| "
+            f"{SPREAD_MOMENTS[spread][0]:.3g}, mean t^2 {SPREAD_MOMENTS[spread][1]:.3g})",
             "candidate_regrets": regret,
             "variances_n": choice.n,
             "candidate_variances": choice.variances,

@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 
 from privstream.errors import MechanismError
 from privstream.mechanisms.rng import NoiseSource
+from privstream.mechanisms.variance_law import VarianceLaw
 
 
 class Mechanism(ABC):
@@ -60,8 +61,8 @@ class Mechanism(ABC):
     def release(self, values: NDArray[Any], source: NoiseSource) -> NDArray[Any]:
         """Sanitize a whole column; calls ``source.words`` exactly once."""
 
-    def variance_law(self) -> tuple[float, float] | None:
-        """``(s, c)`` with ``Var[y | t] = s t^2 + c`` for the value ``t`` rescaled to ``[-1, 1]``.
+    def variance_law(self) -> VarianceLaw | None:
+        """``Var[y | t]`` for the value ``t`` rescaled to ``[-1, 1]`` (``VarianceLaw``).
 
         What ``mechanism: auto`` ranks the mean-oriented candidates by (their
         regret over every data spread). None where the mechanism releases no

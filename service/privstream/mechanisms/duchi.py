@@ -36,6 +36,7 @@ from privstream.mechanisms.hybrid import duchi_coin
 from privstream.mechanisms.piecewise import round_up
 from privstream.mechanisms.rng import Words
 from privstream.mechanisms.unit_interval import UnitIntervalMechanism
+from privstream.mechanisms.variance_law import VarianceLaw
 
 
 class DuchiMechanism(UnitIntervalMechanism):
@@ -66,8 +67,8 @@ class DuchiMechanism(UnitIntervalMechanism):
     def reach(self) -> float:
         return self.coin.magnitude
 
-    def variance_law(self) -> tuple[float, float]:
-        return -1.0, round_up(self._constant())
+    def variance_law(self) -> VarianceLaw:
+        return VarianceLaw(-1.0, round_up(self._constant()))
 
     def unit_bias(self) -> float:
         return self.coin.bias()

@@ -43,6 +43,7 @@ from privstream.mechanisms.piecewise import (
 )
 from privstream.mechanisms.rng import Words
 from privstream.mechanisms.unit_interval import UnitIntervalMechanism
+from privstream.mechanisms.variance_law import VarianceLaw
 
 #: below this HM is Duchi's mechanism alone (the worst-case variances cross here)
 EPS_STAR = 0.6093524930273092
@@ -143,9 +144,9 @@ class HybridMechanism(UnitIntervalMechanism):
     def reach(self) -> float:
         return max(float(self.grid.cells * self.grid.step / 2), self.coin.magnitude)
 
-    def variance_law(self) -> tuple[float, float]:
+    def variance_law(self) -> VarianceLaw:
         slope, constant = self._law()
-        return float(slope), round_up(constant)
+        return VarianceLaw(float(slope), round_up(constant))
 
     def unit_bias(self) -> float:
         return max(self.grid.bias_bound(), self.coin.bias())

@@ -41,6 +41,7 @@ from privstream.mechanisms.estimation import (
 )
 from privstream.mechanisms.rng import NoiseSource
 from privstream.mechanisms.validation import check_delta, check_epsilon, check_integer_bounds
+from privstream.mechanisms.variance_law import VarianceLaw
 
 
 class IntegerLaplaceMechanism(Mechanism):
@@ -70,6 +71,12 @@ class IntegerLaplaceMechanism(Mechanism):
 
     def estimator_variance(self, n: int) -> float:
         return 0.0 if self.noise is None else self.noise.variance / n
+
+    def variance_law(self) -> VarianceLaw:
+        """Flat, in ``t`` units of ``[lo, hi]`` (``half = (hi - lo) / 2``): what ``auto``
+        compares with the real menu's laws."""
+        half = self.sensitivity / 2.0
+        return VarianceLaw(0.0, self.estimator_variance(1) / (half * half) if half else 0.0)
 
     def params(self) -> dict[str, float | int | str]:
         t = 0.0 if self.noise is None else self.noise.t

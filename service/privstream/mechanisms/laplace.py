@@ -57,6 +57,7 @@ from privstream.mechanisms.grid import (
 )
 from privstream.mechanisms.rng import NoiseSource
 from privstream.mechanisms.validation import check_bounds, check_delta, check_epsilon
+from privstream.mechanisms.variance_law import VarianceLaw
 
 Calibration = Literal["tight", "thesis"]
 
@@ -128,22 +129,26 @@ class LaplaceMechanism(Mechanism):
     def gamma_lower_bound(self) -> float:
         return compact_gamma(self.diameter, self.epsilon, self.delta)
 
-    def variance_law(self) -> tuple[float, float]:
-        """``(0, c)``: the noise is the same at every value (``t`` units, ``half`` = 1)."""
+    def variance_law(self) -> VarianceLaw:
+        """Flat: the noise is the same at every value (``t`` units, ``half`` = 1)."""
+        return VarianceLaw(0.0, self._flat_variance())
+
+    def _flat_variance(self) -> float:
+        """The variance of one report in ``t`` units (``half`` = 1)."""
         half = (self.upper - self.lower) / 2.0
         noise = self.noise
         if half <= 0.0 or noise is None:  # zero width: no noise
-            return 0.0, 0.0
+            return 0.0
         square = half * half
         if math.isfinite(square) and square > 0.0:
             with contextlib.suppress(OverflowError, ZeroDivisionError):
-                return 0.0, self.estimator_variance(1) / square
+                return self.estimator_variance(1) / square
         # bounds near the double range (g^2 or half^2 beyond it), or so narrow that half^2
         # underflows to 0: g / half before squaring (an overflow is an infinite variance)
         try:
-            return 0.0, (self.granularity / half) ** 2 * noise.variance
+            return (self.granularity / half) ** 2 * noise.variance
         except OverflowError:
-            return 0.0, math.inf
+            return math.inf
 
     def estimator_variance(self, n: int) -> float:
         if self.noise is None:

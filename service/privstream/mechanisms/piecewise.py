@@ -43,6 +43,7 @@ from privstream.mechanisms.base import (
 from privstream.mechanisms.randomized_response import pick_probabilities
 from privstream.mechanisms.rng import Words
 from privstream.mechanisms.unit_interval import UnitIntervalMechanism
+from privstream.mechanisms.variance_law import VarianceLaw
 
 #: cells of the output grid over ``[-C_d, C_d]``
 GRID_CELLS = 4096
@@ -215,9 +216,9 @@ class PiecewiseMechanism(UnitIntervalMechanism):
     def reach(self) -> float:
         return float(self.grid.cells * self.grid.step / 2)
 
-    def variance_law(self) -> tuple[float, float]:
+    def variance_law(self) -> VarianceLaw:
         slope, constant = self.grid.variance_parts()
-        return float(slope), round_up(constant * PICK_SLACK)
+        return VarianceLaw(float(slope), round_up(constant * PICK_SLACK))
 
     def unit_bias(self) -> float:
         return self.grid.bias_bound()

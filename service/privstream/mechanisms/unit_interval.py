@@ -23,6 +23,7 @@ from privstream.errors import MechanismError
 from privstream.mechanisms.base import Mechanism, compact_gamma, require_finite
 from privstream.mechanisms.rng import NoiseSource, Words
 from privstream.mechanisms.validation import check_bounds, check_delta, check_epsilon
+from privstream.mechanisms.variance_law import VarianceLaw
 
 #: ``t`` values at which ``max_t E|y - t|`` is evaluated
 ERROR_POINTS = 129
@@ -53,8 +54,8 @@ class UnitIntervalMechanism(Mechanism):
         """The largest ``|y|`` any report can have (``t`` units)."""
 
     @abstractmethod
-    def variance_law(self) -> tuple[float, float]:
-        """``(s, c)`` with ``Var[y | t] = s t^2 + c`` (``c`` rounded up; ``t`` units)."""
+    def variance_law(self) -> VarianceLaw:
+        """``Var[y | t]`` bounded by the law (rounded up; ``t`` units)."""
 
     @abstractmethod
     def unit_bias(self) -> float:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from privstream.config import FieldConfig
+from privstream.config.fields import LOCAL_REAL_MECHANISMS
 from privstream.errors import OutputSchemaError
 from privstream.mechanisms.selection import ARRAY_OUTPUTS
 from privstream.pipeline.plan import PlannedField, RecordPlan
@@ -116,6 +117,8 @@ def _type(planned: PlannedField, spec: FieldConfig | None) -> Avro:
         return {"type": "array", "items": _domain(spec.name, spec.universe)}
     if spec.kind == "timestamp":
         return "string" if spec.output == "iso" else "long"
+    if spec.kind == "integer" and planned.mechanism in LOCAL_REAL_MECHANISMS:
+        return "double"  # an integer on the real menu releases reals
     return _SCALAR[spec.kind]
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from privstream.config import FieldConfig
+from privstream.config.fields import LOCAL_REAL_MECHANISMS
 from privstream.config.paths import split_path
 from privstream.mechanisms.selection import ARRAY_OUTPUTS
 from privstream.pipeline.avro import HEADER_BYTES, MAGIC
@@ -98,6 +99,8 @@ def _leaf(planned: PlannedField, spec: FieldConfig | None) -> dict[str, Any]:
         return {"type": "array", "items": {"enum": list(spec.universe)}}
     if spec.kind == "timestamp":
         return {"type": "string" if spec.output == "iso" else "integer"}
+    if spec.kind == "integer" and planned.mechanism in LOCAL_REAL_MECHANISMS:
+        return dict(_KINDS["real"])  # an integer on the real menu releases reals
     return dict(_KINDS[spec.kind])
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from privstream.config import FieldConfig
+from privstream.config.fields import LOCAL_REAL_MECHANISMS
 from privstream.config.paths import split_path
 from privstream.errors import OutputSchemaError
 from privstream.mechanisms.selection import ARRAY_OUTPUTS
@@ -215,6 +216,8 @@ def _leaf(key: str, planned: PlannedField, spec: FieldConfig | None) -> _Type:
         return _repeated(_domain(spec.universe))
     if spec.kind == "timestamp":
         return _Type("string" if spec.output == "iso" else "int64")
+    if spec.kind == "integer" and planned.mechanism in LOCAL_REAL_MECHANISMS:
+        return _KINDS["real"]  # an integer on the real menu releases reals
     return _KINDS[spec.kind]
 
 

@@ -15,7 +15,7 @@ from privstream.config.fields import RealField
 from privstream.errors import ConfigError
 from privstream.kinds import build_plan
 from privstream.kinds.auto_real import auto_real_choice, explain_auto_real, real_regrets
-from privstream.mechanisms.hybrid import HybridMechanism
+from privstream.mechanisms.three_outputs import ThreeOutputsMechanism, zero_share
 
 from tests.support.configs import config_dict, laplace_tight_scale
 
@@ -54,9 +54,18 @@ def pm_sub_paper(epsilon: float, t: float) -> float:
     return p_in * inside + (1.0 - p_in) * outside - t * t
 
 
-def paper_laws(epsilon: float) -> dict[str, Callable[[float], float]]:
-    """Variance of one report at mean t^2 = q: Laplace (b = 2 / eps), PM, HM (Wang et al. 2019),
-    PM-SUB (Zhao et al. 2020; its variance is linear in t^2) and Duchi et al."""
+def three_outputs_paper(epsilon: float, p: float) -> tuple[float, float]:
+    """Zhao et al. 2020, Three-Outputs at P(0 | 0) = p: ``Var[y | t] = C^2 (1 - P(0 | t)) - t^2``
+    with ``P(0 | t) = p - p (1 - e^-eps) |t|``: the constant and the ``|t|`` coefficient."""
+    e = math.exp(epsilon)
+    c = e * (e + 1.0) / ((e - 1.0) * (e - p))
+    return c * c * (1.0 - p), c * c * p * (1.0 - 1.0 / e)
+
+
+def paper_laws(epsilon: float) -> dict[str, Callable[[float, float], float]]:
+    """Mean variance of one report over data with mean |t| = m1 and mean t^2 = m2: Laplace
+    (b = 2 / eps), PM, HM (Wang et al. 2019), PM-SUB (Zhao et al. 2020; linear in t^2),
+    Duchi et al. and Three-Outputs (Zhao et al. 2020; at the p the mechanism chose)."""
     a, e = math.exp(epsilon / 2.0), math.exp(epsilon)
     mix = 1.0 - 1.0 / a if epsilon > 0.61 else 0.0  # HM: PM with this probability, else Duchi
     sub0, sub1 = pm_sub_paper(epsilon, 0.0), pm_sub_paper(epsilon, 1.0)
@@ -70,18 +79,20 @@ def paper_laws(epsilon: float) -> dict[str, Callable[[float], float]]:
     def hm(q: float) -> float:
         return mix * pm(q) + (1.0 - mix) * duchi(q)
 
+    three_c, three_u = three_outputs_paper(epsilon, zero_share(epsilon))
     return {
-        "laplace": lambda q: 8.0 / epsilon**2,
-        "piecewise": pm,
-        "hybrid": hm,
-        "pm_sub": lambda q: sub0 + (sub1 - sub0) * q,
-        "duchi": duchi,
+        "laplace": lambda m1, m2: 8.0 / epsilon**2,
+        "piecewise": lambda m1, m2: pm(m2),
+        "hybrid": lambda m1, m2: hm(m2),
+        "pm_sub": lambda m1, m2: sub0 + (sub1 - sub0) * m2,
+        "duchi": lambda m1, m2: duchi(m2),
+        "three_outputs": lambda m1, m2: three_c + three_u * m1 - m2,
     }
 
 
 @pytest.mark.parametrize(
     ("epsilon", "chosen"),
-    [(0.5, "hybrid"), (1.0, "hybrid"), (2.0, "pm_sub"), (4.0, "pm_sub")],
+    [(0.5, "hybrid"), (1.0, "three_outputs"), (2.0, "three_outputs"), (4.0, "pm_sub")],
 )
 def test_the_worst_cases_are_the_papers_and_the_choice_minimises_the_regret(
     epsilon: float, chosen: str
@@ -97,13 +108,13 @@ def test_the_worst_cases_are_the_papers_and_the_choice_minimises_the_regret(
     if epsilon > 0.61:
         assert variances["hybrid"] == pytest.approx(hm_paper(epsilon) * scale, rel=0.01)
     assert variances["hybrid"] < variances["piecewise"] < variances["laplace"]
-    # the regret recomputed from the papers' laws on a fine grid of q = mean of t^2
+    # the regret recomputed from the papers' laws on a fine grid of data at one |t| = a
     regret = real_regrets(real(epsilon=epsilon), share(epsilon))
     laws = paper_laws(epsilon)
-    qs = [i / 2000 for i in range(2001)]
-    best = [min(law(q) for law in laws.values()) for q in qs]
+    points = [i / 2000 for i in range(2001)]
+    best = [min(law(a, a * a) for law in laws.values()) for a in points]
     for name, law in laws.items():
-        worst = max(law(q) / b for q, b in zip(qs, best, strict=True))
+        worst = max(law(a, a * a) / b for a, b in zip(points, best, strict=True))
         assert regret[name] == pytest.approx(worst, rel=0.02), name
 
 
@@ -139,10 +150,10 @@ def test_the_choice_depends_on_the_budget_only_not_on_the_bounds() -> None:
 def test_a_real_field_without_mechanism_is_released_by_the_choice() -> None:
     written = {"name": "x", "kind": "real", "bounds": [0, 100], "epsilon": 1.0}
     (auto,) = build_plan(parse_config(config_dict([written]))).fields
-    assert isinstance(auto.handler.mechanism, HybridMechanism)
-    explicit = {**written, "mechanism": "hybrid"}
+    assert isinstance(auto.handler.mechanism, ThreeOutputsMechanism)
+    explicit = {**written, "mechanism": "three_outputs"}
     (named,) = build_plan(parse_config(config_dict([explicit]))).fields
-    # the release id names the chosen mechanism: auto and an explicit hybrid are one release
+    # the release id names the chosen mechanism: auto and an explicit choice are one release
     assert auto.release_id == named.release_id
 
 
@@ -179,13 +190,14 @@ def test_explain_shows_the_candidates_and_warns_of_a_losing_declaration(
     assert main(["explain", "--config", str(path), "--format", "json"]) == 0
     fields = {f["name"]: f for f in json.loads(capsys.readouterr().out)["fields"]}
     a, b, c = fields["a"], fields["b"], fields["c"]
-    assert a["mechanism"] == "hybrid" and a["auto"]["chosen"] == "hybrid"
+    assert a["mechanism"] == "three_outputs" and a["auto"]["chosen"] == "three_outputs"
     assert set(a["auto"]["candidate_variances"]) == {
         "laplace",
         "piecewise",
         "hybrid",
         "pm_sub",
         "duchi",
+        "three_outputs",
     }
     assert a["auto"]["rule"] == "least regret over every data spread"
     assert a["auto_warning"] is None
@@ -194,7 +206,7 @@ def test_explain_shows_the_candidates_and_warns_of_a_losing_declaration(
     assert c["mechanism"] == "laplace" and "spends delta" in c["auto"]["restricted"]
     assert main(["explain", "--config", str(path)]) == 0
     table = capsys.readouterr().out
-    assert "auto: a uses hybrid" in table
+    assert "auto: a uses three_outputs" in table
     assert "auto: c uses laplace" in table and "WARNING: b: laplace" in table
 
 
@@ -210,11 +222,11 @@ def test_explain_shows_the_candidates_and_warns_of_a_losing_declaration(
 def test_a_declared_spread_picks_the_least_variance_there(
     spread: str, epsilon: float, chosen: str
 ) -> None:
-    q = {"wide": 1.0 / 3.0, "near_bounds": 1.0}[spread]
+    moments = {"wide": (0.5, 1.0 / 3.0), "near_bounds": (1.0, 1.0)}[spread]
     choice = auto_real_choice(real(epsilon=epsilon, spread=spread), share(epsilon))
     assert choice.mechanism == chosen
     laws = paper_laws(epsilon)
-    at_q = {name: law(q) for name, law in laws.items()}
+    at_q = {name: law(*moments) for name, law in laws.items()}
     assert at_q[chosen] == pytest.approx(min(at_q.values()), rel=0.01)
     entry = explain_auto_real(real(epsilon=epsilon, spread=spread), share(epsilon), 1.5)["auto"]
     assert entry["chosen"] == chosen and f"at spread {spread}" in entry["rule"]

@@ -1,4 +1,5 @@
-"""``real`` with ``mechanism: duchi`` or ``pm_sub``: parse, release, explain, estimate, audit."""
+"""``real`` with ``mechanism: duchi``, ``pm_sub`` or ``three_outputs``: parse, release, explain,
+estimate, audit."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from privstream.mechanisms.duchi import DuchiMechanism
 from privstream.mechanisms.hybrid import duchi_coin
 from privstream.mechanisms.piecewise import calibrate
 from privstream.mechanisms.pm_sub import PiecewiseSubMechanism
+from privstream.mechanisms.three_outputs import ThreeOutputsMechanism, zero_share
+from privstream.mechanisms.three_outputs import calibrate as three_outputs_counts
 from privstream.pipeline.plan import PlannedField
 from privstream.testing import SeededSource
 
@@ -56,7 +59,7 @@ def test_the_release_is_one_of_two_values_around_the_middle() -> None:
     assert set(np.round(column.values, 6).tolist()) == {round(250 - b, 6), round(250 + b, 6)}
 
 
-@pytest.mark.parametrize("mechanism", ["duchi", "pm_sub"])
+@pytest.mark.parametrize("mechanism", ["duchi", "pm_sub", "three_outputs"])
 def test_refuses_delta_and_calibration(mechanism: str) -> None:
     with pytest.raises(ConfigError, match=f"{mechanism} is pure epsilon-DP"):
         fields = [_field(mechanism=mechanism, delta=1e-6)]
@@ -86,7 +89,7 @@ fields:
 """
 
 
-@pytest.mark.parametrize("mechanism", ["duchi", "pm_sub"])
+@pytest.mark.parametrize("mechanism", ["duchi", "pm_sub", "three_outputs"])
 def test_estimate_end_to_end_covers_the_truth(
     mechanism: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -114,7 +117,9 @@ def test_estimate_end_to_end_covers_the_truth(
     assert abs(mean["estimate"] - truth) < 5 * mean["stderr"], text
 
 
-@pytest.mark.parametrize(("mechanism", "width"), [("duchi", 2), ("pm_sub", 4)])
+@pytest.mark.parametrize(
+    ("mechanism", "width"), [("duchi", 2), ("pm_sub", 4), ("three_outputs", 2)]
+)
 def test_the_audit_passes_and_comes_close(mechanism: str, width: int) -> None:
     config = parse_config(config_dict([_field(mechanism=mechanism)], epsilon=5.0))
     plan = build_plan(config)
@@ -124,7 +129,8 @@ def test_the_audit_passes_and_comes_close(mechanism: str, width: int) -> None:
     (result,) = report.fields
     assert result.passed
     # duchi: {y > mid} has probability ~0.88 vs ~0.12 at the bounds; pm_sub: the windows at
-    # the bounds hold ~0.8 of the mass: the bound comes near eps
+    # the bounds hold ~0.8 of the mass; three_outputs: {y > mid} ~0.80 vs ~0.11: the bound
+    # comes near eps
     assert result.epsilon_lower_bound > 0.6 * result.claimed_epsilon
 
 
@@ -148,6 +154,17 @@ def test_the_audit_fails_a_pm_sub_grid_calibrated_for_twice_the_epsilon() -> Non
     assert isinstance(mech, PiecewiseSubMechanism)
     mech.grid = calibrate(4.0, split=3)
     mech._outputs = mech.grid.outputs()
+    report = audit(config, plan, samples=10_000, self_check=False)
+    (result,) = report.fields
+    assert not result.passed and result.epsilon_lower_bound > 2.0
+
+
+def test_the_audit_fails_three_outputs_counts_calibrated_for_twice_the_epsilon() -> None:
+    config = parse_config(config_dict([_field(mechanism="three_outputs")], epsilon=5.0))
+    plan = build_plan(config)
+    mech = plan.fields[0].handler.mechanism
+    assert isinstance(mech, ThreeOutputsMechanism)
+    mech.law = three_outputs_counts(4.0, zero_share(4.0))
     report = audit(config, plan, samples=10_000, self_check=False)
     (result,) = report.fields
     assert not result.passed and result.epsilon_lower_bound > 2.0

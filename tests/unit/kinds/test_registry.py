@@ -45,8 +45,12 @@ EVERY_KIND: list[dict[str, Any]] = [
     {"name": "hm", "kind": "real", "bounds": [0, 1], "epsilon": 1.0, "mechanism": "hybrid"},
     {"name": "du", "kind": "real", "bounds": [0, 1], "epsilon": 1.0, "mechanism": "duchi"},
     {"name": "ps", "kind": "real", "bounds": [0, 1], "epsilon": 1.0, "mechanism": "pm_sub"},
+    {"name": "to", "kind": "real", "bounds": [0, 1], "epsilon": 1.0,
+     "mechanism": "three_outputs"},
     {"name": "sw", "kind": "real", "bounds": [0, 1], "epsilon": 1.0, "target": "distribution"},
     {"name": "n", "kind": "integer", "bounds": [0, 10], "epsilon": 1.0},
+    *({"name": f"n_{m}", "kind": "integer", "bounds": [0, 10], "epsilon": 1.0, "mechanism": m}
+      for m in ("piecewise", "hybrid", "duchi", "pm_sub", "three_outputs")),
     {"name": "c", "kind": "categorical", "domain": ["b", "a", 3], "epsilon": 1.0},
     {"name": "h", "kind": "categorical", "mechanism": "local_hashing", "epsilon": 2.0},
     {"name": "o", "kind": "categorical", "mechanism": "exponential", "domain": ["lo", "mid", "hi"],
