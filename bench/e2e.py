@@ -20,6 +20,11 @@ are left out) and the CPU seconds its processes spent over the same span:
 ``--avro`` runs the Avro scenario instead (``bench/avro_e2e.py``): `privstream run`
 on Avro against a confluent-kafka AvroDeserializer/AvroSerializer pass-through,
 target >= 1.0x.
+``--nested`` runs the reference scenario on issue 32's nested records instead (the
+reference record plus a ``device`` object and two optional fields, 10% absent or null;
+``bench/reference.py``, ``NESTED_FIELDS``) with that config: the pass-through worker, the
+librdkafka pass-through and `privstream run` (the Quix app knows the reference fields
+only), target privstream >= 1.0x the librdkafka pass-through.
 
 The contenders alternate, round after round (``--rounds``), each keeping its
 best drain. Targets: privstream >= 0.8x the librdkafka pass-through and >= 3x
@@ -37,12 +42,13 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.kafka import Drain, Worker, broker, drain, new_topics, preload, write_config
 from bench.ledger import check_throughput
-from bench.reference import Targets, print_environment
+from bench.reference import Targets, nested_config, print_environment
 
 #: CPUs needed before the 2-worker throughput target is meaningful: two workers + broker/load
 SCALING_CPUS = 4
@@ -54,16 +60,36 @@ CONTENDERS: dict[str, tuple[str | None, int]] = {
     "privstream": (None, 1),
     "privstream-x2": (None, 2),
 }
+#: the contenders of ``--nested`` (unless ``--only``), and its target against librdkafka
+NESTED_CONTENDERS = ["passthrough", "librdkafka", "privstream"]
+NESTED_TARGET = 1.0
+
+
+def nested_body() -> dict[str, Any]:
+    """Privacy and fields of the nested scenario (``write_config``'s ``body``)."""
+    config = nested_config()
+    return {key: value for key, value in config.items() if key != "kafka"}
 
 
 async def scenario(
-    bootstrap: str, raw: str, total: int, workdir: Path, name: str, contender: str
+    bootstrap: str,
+    raw: str,
+    total: int,
+    workdir: Path,
+    name: str,
+    contender: str,
+    body: dict[str, Any] | None = None,
 ) -> Drain:
     script, replicas = CONTENDERS[contender]
     topics = await new_topics(bootstrap, name)
     topics.raw = raw  # every scenario drains the same pre-loaded topic as a new group
     config = write_config(
-        workdir / f"{name}.yaml", bootstrap, topics, max_batch_records=10_000, poll_timeout_ms=100
+        workdir / f"{name}.yaml",
+        bootstrap,
+        topics,
+        body=body,
+        max_batch_records=10_000,
+        poll_timeout_ms=100,
     )
     workers = [
         Worker(config, workdir, f"{name}-{i}", passthrough=False, script=script)
@@ -78,20 +104,22 @@ async def scenario(
 
 async def run(args: argparse.Namespace) -> int:
     total = 100_000 if args.quick else args.records
-    names = args.only or list(CONTENDERS)
+    names = args.only or (NESTED_CONTENDERS if args.nested else list(CONTENDERS))
+    body = nested_body() if args.nested else None
     best: dict[str, Drain] = {}
     with broker() as bootstrap, tempfile.TemporaryDirectory(prefix="privstream-bench-") as tmp:
         workdir = Path(tmp)
         topics = await new_topics(bootstrap, "e2e")
-        load_rate = await preload(bootstrap, topics.raw, total)
-        print(f"pre-loaded {total:,} records into 4 partitions ({load_rate:,.0f} records/s)")
+        load_rate = await preload(bootstrap, topics.raw, total, nested=args.nested)
+        kind = "nested" if args.nested else "reference"
+        print(f"pre-loaded {total:,} {kind} records into 4 partitions ({load_rate:,.0f} records/s)")
         # the broker (a JVM) warms up over the first drains: one unrecorded drain first
-        await scenario(bootstrap, topics.raw, total, workdir, "warm-up", "passthrough")
+        await scenario(bootstrap, topics.raw, total, workdir, "warm-up", "passthrough", body)
         for round_ in range(1 if args.quick else args.rounds):
             shift = round_ % len(names)  # each contender early in one round, late in another
             for name in names[shift:] + names[:shift]:
                 result = await scenario(
-                    bootstrap, topics.raw, total, workdir, f"{name}-{round_}", name
+                    bootstrap, topics.raw, total, workdir, f"{name}-{round_}", name, body
                 )
                 per_100k = result.cpu_s / max(result.records, 1) * 100_000
                 print(
@@ -100,10 +128,10 @@ async def run(args: argparse.Namespace) -> int:
                 )
                 if name not in best or result.rate > best[name].rate:
                     best[name] = result
-    return report(best)
+    return report(best, nested=args.nested)
 
 
-def report(best: dict[str, Drain]) -> int:
+def report(best: dict[str, Drain], *, nested: bool = False) -> int:
     print("\nbest of each: records/s, CPU s per 100,000 records, privstream / it")
     mine = best.get("privstream")
     for name, result in best.items():
@@ -113,7 +141,12 @@ def report(best: dict[str, Drain]) -> int:
     targets = Targets()
     if mine is None:
         return targets.report()
-    for peer, target in (("librdkafka", 0.8), ("quix", 3.0), ("passthrough", 0.8)):
+    peers = (
+        (("librdkafka", NESTED_TARGET),)
+        if nested
+        else (("librdkafka", 0.8), ("quix", 3.0), ("passthrough", 0.8))
+    )
+    for peer, target in peers:
         if peer in best:
             targets.check(f"privstream / {peer}", mine.rate / best[peer].rate, target)
     two = best.get("privstream-x2")
@@ -136,6 +169,12 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", nargs="*", choices=list(CONTENDERS), help="these only")
+    parser.add_argument(
+        "--nested",
+        action="store_true",
+        help="issue 32's nested records (a device object, two optional fields) and their "
+        "config; target privstream >= 1.0x the librdkafka pass-through",
+    )
     parser.add_argument(
         "--ledger",
         action="store_true",

@@ -30,7 +30,7 @@ from aiokafka.structs import OffsetAndMetadata
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.reference import BODY, messages  # noqa: E402
+from bench.reference import BODY, messages, nested_messages  # noqa: E402
 from tests.support.broker import LocalBroker, create_topics  # noqa: E402
 
 PARTITIONS = 4
@@ -102,18 +102,21 @@ async def preload(
     *,
     key_field: str | None = None,
     devices: int | None = None,
+    nested: bool = False,
 ) -> float:
     """Produce ``count`` reference records to ``topic``, keyed by ``key_field``'s value if
     given (the default partitioner then places them); returns records/s of the load.
 
     ``devices``: fold the reference ``device_id`` (one of 1,000,000) onto this many.
+    ``nested``: the nested records (``bench.reference.nested_messages``) instead.
     """
+    make = nested_messages if nested else messages
     started = time.perf_counter()
     client = producer(bootstrap)
     await client.start()
     try:
         for start in range(0, count, chunk):
-            batch = messages(min(chunk, count - start), seed=start, start=start)
+            batch = make(min(chunk, count - start), seed=start, start=start)
             if devices is not None:
                 batch = [_fold_device(value, devices) for value in batch]
             keys = [_key(value, key_field) for value in batch]

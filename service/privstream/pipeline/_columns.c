@@ -8,10 +8,10 @@
  *
  * fill(records, key, kind, out, table) -> bool
  *
- * For each record (an exact dict, as orjson decodes a JSON object) reads
- * record[key] and writes it to out[i], a writable C-contiguous buffer of
- * len(records) native 8-byte items (float64 for FLOAT, int64 otherwise; the
- * format is checked). Returns True if every record has the key and every
+ * For each record (an exact dict, as orjson decodes a JSON object, or a
+ * decoded struct: see field() below) reads record[key] and writes it to out[i],
+ * a writable C-contiguous buffer of len(records) native 8-byte items (float64
+ * for FLOAT, int64 otherwise; the format is checked). Returns True if every record has the key and every
  * value is of the kind's exact types; else False, as soon as one is not
  * (what was written is then garbage, and the caller takes its Python path,
  * which decides). The kinds are the fast path's column parsers
@@ -31,6 +31,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <structmember.h> /* T_OBJECT_EX */
 
 #include "_buffer_checks.h"
 
@@ -94,34 +95,64 @@ put(PyObject *value, int kind, PyObject *table, char *at)
     return 1;
 }
 
-/* One record's value into ``at``: 1 written, 0 missing or not of the kind (no exception
- * set), -1 an exception.
+/* A record's value under ``key``, a new reference in *value (NULL, no exception set,
+ * where the record lacks it); 0, or -1 with an exception.
  *
- * Invariant: the record and its value stay alive while they are read. The lookups run
- * the key's and the value's __hash__ and __eq__ (for a POSITION, the table lookup hashes
- * the value), which for a Python caller's objects may empty the record or the list of
- * records and free either: the record is held until the value is written, and a
- * POSITION's value across the table lookup (the other kinds run no code on a value:
- * put() tests exact types and converts exact ints). */
+ * ``key`` is a str, and the record an exact dict (orjson's and the stdlib's objects), or a
+ * member descriptor of a struct type, and the record exactly of that type (the field
+ * decoder's structs, privstream.pipeline.decode): the value is then the struct's slot,
+ * read as Python's attribute access reads it (an unset slot: absent). Anything else is
+ * refused (TypeError naming ``who`` and the record's position ``i``).
+ *
+ * Invariant: the record stays alive while it is read. A dict lookup runs the key's
+ * __hash__ and __eq__, which for a Python caller's objects may empty the list of records
+ * and free the record: it is held across the lookup, and the value is returned owned. */
 static int
-take(PyObject *record, PyObject *key, int kind, PyObject *table, char *at)
+field(PyObject *record, PyObject *key, PyObject **value, const char *who, Py_ssize_t i)
 {
-    Py_INCREF(record);
-    PyObject *value = PyDict_GetItemWithError(record, key);
-    int written;
-    if (value == NULL) {
-        written = PyErr_Occurred() ? -1 : 0;  /* a missing field: the Python path decides */
-    } else {
-        Py_XINCREF(kind == POSITION ? value : NULL);
-        written = put(value, kind, table, at);
-        Py_XDECREF(kind == POSITION ? value : NULL);
-        if (written < 0 && (PyErr_ExceptionMatches(PyExc_TypeError)
-                            || PyErr_ExceptionMatches(PyExc_OverflowError))) {
-            PyErr_Clear();  /* unhashable (table.get raises it too) or beyond a double */
-            written = 0;
+    *value = NULL;
+    if (Py_IS_TYPE(key, &PyMemberDescr_Type)) {
+        PyMemberDescrObject *member = (PyMemberDescrObject *)key;
+        if (member->d_member->type != T_OBJECT_EX || Py_TYPE(record) != PyDescr_TYPE(member)) {
+            PyErr_Format(PyExc_TypeError, "%s: record %zd is not a %.100s, or the member is not "
+                         "an object slot", who, i, PyDescr_TYPE(member)->tp_name);
+            return -1;
         }
+        *value = *(PyObject **)((char *)record + member->d_member->offset);
+        Py_XINCREF(*value);
+        return 0;
     }
+    if (!PyDict_CheckExact(record)) {
+        PyErr_Format(PyExc_TypeError, "%s: record %zd is not a dict", who, i);
+        return -1;
+    }
+    Py_INCREF(record);
+    *value = PyDict_GetItemWithError(record, key);
+    Py_XINCREF(*value);
     Py_DECREF(record);
+    return *value == NULL && PyErr_Occurred() ? -1 : 0;
+}
+
+/* One record's value into ``at``: 1 written, 0 missing or not of the kind (no exception
+ * set), -1 an exception. The value is held while it is written (a POSITION's table lookup
+ * hashes it, which may run Python code). */
+static int
+take(PyObject *record, PyObject *key, int kind, PyObject *table, char *at, Py_ssize_t i)
+{
+    PyObject *value;
+    if (field(record, key, &value, "fill", i) < 0) {
+        return -1;
+    }
+    if (value == NULL) {
+        return 0;  /* a missing field: the Python path decides */
+    }
+    int written = put(value, kind, table, at);
+    Py_DECREF(value);
+    if (written < 0 && (PyErr_ExceptionMatches(PyExc_TypeError)
+                        || PyErr_ExceptionMatches(PyExc_OverflowError))) {
+        PyErr_Clear();  /* unhashable (table.get raises it too) or beyond a double */
+        written = 0;
+    }
     return written;
 }
 
@@ -167,12 +198,7 @@ fill(PyObject *Py_UNUSED(module), PyObject *args)
                          "that nothing changes while it is read", n, PyList_GET_SIZE(records));
             goto done;
         }
-        PyObject *record = PyList_GET_ITEM(records, i);
-        if (!PyDict_CheckExact(record)) {
-            PyErr_Format(PyExc_TypeError, "fill: record %zd is not a dict", i);
-            goto done;
-        }
-        good = take(record, key, kind, table, at);
+        good = take(PyList_GET_ITEM(records, i), key, kind, table, at, i);
         if (good < 0) {
             goto done;
         }
@@ -388,7 +414,7 @@ done:
 }
 
 /* column(records, key, missing) -> list: record.get(key, missing) of each record (an exact
- * dict; TypeError otherwise), the raw column the fast path's parsers see. */
+ * dict, or a decoded struct: field()), the raw column the fast path's parsers see. */
 static PyObject *
 column(PyObject *Py_UNUSED(module), PyObject *args)
 {
@@ -407,19 +433,11 @@ column(PyObject *Py_UNUSED(module), PyObject *args)
             PyErr_Format(PyExc_RuntimeError, "column: the records changed size during the call");
             goto fail;
         }
-        PyObject *record = PyList_GET_ITEM(records, i);
-        if (!PyDict_CheckExact(record)) {
-            PyErr_Format(PyExc_TypeError, "column: record %zd is not a dict", i);
+        PyObject *value;
+        if (field(PyList_GET_ITEM(records, i), key, &value, "column", i) < 0) {
             goto fail;
         }
-        Py_INCREF(record);
-        PyObject *value = PyDict_GetItemWithError(record, key);
-        Py_XINCREF(value);
-        Py_DECREF(record);
         if (value == NULL) {
-            if (PyErr_Occurred()) {
-                goto fail;
-            }
             Py_INCREF(missing);
             value = missing;
         }
@@ -482,20 +500,22 @@ done:
     return result;
 }
 
-/* descend(holders, key, empty) -> (children, wrong)
+/* descend(holders, key, empty, missing) -> (children, wrong)
  *
  * One level down a field's path (privstream.pipeline.nesting): for each holder
- * (an exact dict), the object under ``key``; ``empty`` (an empty dict the caller
- * owns) where the key is absent or its value null, so that the next level
- * finds the field missing; ``empty`` too where the value is neither an
- * object nor null, with its position in ``wrong`` (the reference rejects
- * that record). A holder that is not a dict is refused (TypeError).
+ * (an exact dict, or a decoded struct: field()), the object under ``key``, an
+ * object being of exactly ``empty``'s type (a dict, or the struct type the decoder
+ * reads that object into); ``empty`` (an object with no field, which the caller
+ * owns) where the key is absent, its value null or ``missing`` (a struct's absent
+ * field), so that the next level finds the field missing; ``empty`` too where the
+ * value is neither an object nor null, with its position in ``wrong`` (the
+ * reference rejects that record). Any other holder is refused (TypeError).
  */
 static PyObject *
 descend(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *holders, *key, *empty;
-    if (!PyArg_ParseTuple(args, "O!OO!", &PyList_Type, &holders, &key, &PyDict_Type, &empty)) {
+    PyObject *holders, *key, *empty, *missing;
+    if (!PyArg_ParseTuple(args, "O!OOO", &PyList_Type, &holders, &key, &empty, &missing)) {
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(holders);
@@ -509,20 +529,13 @@ descend(PyObject *Py_UNUSED(module), PyObject *args)
             PyErr_Format(PyExc_RuntimeError, "descend: the holders changed size during the call");
             goto fail;
         }
-        PyObject *holder = PyList_GET_ITEM(holders, i);
-        if (!PyDict_CheckExact(holder)) {
-            PyErr_Format(PyExc_TypeError, "descend: holder %zd is not a dict", i);
+        PyObject *child;
+        if (field(PyList_GET_ITEM(holders, i), key, &child, "descend", i) < 0) {
             goto fail;
         }
-        Py_INCREF(holder);
-        PyObject *child = PyDict_GetItemWithError(holder, key);
-        Py_XINCREF(child);
-        Py_DECREF(holder);
-        if (child == NULL && PyErr_Occurred()) {
-            goto fail;
-        }
-        if (child == NULL || child == Py_None || !PyDict_CheckExact(child)) {
-            if (child != NULL && child != Py_None) {
+        int absent = child == NULL || child == Py_None || child == missing;
+        if (absent || !Py_IS_TYPE(child, Py_TYPE(empty))) {
+            if (!absent) {
                 PyObject *at = PyLong_FromSsize_t(i);
                 int failed = at == NULL || PyList_Append(wrong, at) < 0;
                 Py_XDECREF(at);
@@ -672,7 +685,8 @@ static PyMethodDef methods[] = {
     {"column", column, METH_VARARGS,
      "column(records, key, missing) -> list: record.get(key, missing) of each record."},
     {"descend", descend, METH_VARARGS,
-     "descend(holders, key, empty) -> (children, wrong): each holder's object under key."},
+     "descend(holders, key, empty, missing) -> (children, wrong): each holder's object "
+     "under key."},
     {"replace_absent", replace_absent, METH_VARARGS,
      "replace_absent(values, missing, replacement) -> (replaced, positions): None and "
      "missing replaced."},

@@ -12,8 +12,8 @@ BOOL: int
 POSITION: int
 
 def fill(
-    records: list[dict[str, Any]],
-    key: str,
+    records: list[Any],
+    key: Any,
     kind: int,
     out: npt.NDArray[np.float64] | npt.NDArray[np.int64],
     table: dict[Any, int] | None,
@@ -27,10 +27,10 @@ def assemble(
 def assemble(
     parts: list[bytes | list[bytes] | tuple[bytes]], count: int, joined: Literal[True], /
 ) -> bytes: ...
-def column(records: list[dict[str, Any]], key: str, missing: object, /) -> list[Any]: ...
+def column(records: list[Any], key: Any, missing: object, /) -> list[Any]: ...
 def descend(
-    holders: list[dict[str, Any]], key: str, empty: dict[str, Any], /
-) -> tuple[list[dict[str, Any]], list[int]]: ...
+    holders: list[Any], key: Any, empty: Any, missing: object, /
+) -> tuple[list[Any], list[int]]: ...
 def replace_absent(
     values: Sequence[Any], missing: object, replacement: object, /
 ) -> tuple[list[Any], list[int]]: ...

@@ -118,7 +118,7 @@ def _render(prefix: bytes, part: _Part, suffix: bytes) -> list[Piece]:
         return [_choices_texts(prefix, part.columns, suffix)]
     if isinstance(part, tuple):
         numbers, planned, column = part
-        pieces = number_pieces(numbers.values, prefix, suffix)
+        pieces = number_pieces(numbers.values, prefix, suffix, numbers.nulls)
         if pieces is not None:
             return pieces
         part = planned.codec.texts(planned.handler, column.values)
@@ -131,18 +131,27 @@ def _framed(prefix: bytes, texts: Piece, suffix: bytes) -> list[Piece]:
 
 
 def number_pieces(
-    values: NDArray[np.float64] | NDArray[np.int64], prefix: bytes, suffix: bytes
+    values: NDArray[np.float64] | NDArray[np.int64],
+    prefix: bytes,
+    suffix: bytes,
+    nulls: NDArray[np.bool_] | None = None,
 ) -> list[Piece] | None:
-    """The pieces of ``prefix + text + suffix`` for each number, from one ``orjson.dumps``;
-    None where orjson would not write what ``json.dumps`` does (a float below 1e-4, inf, nan).
+    """The pieces of ``prefix + text + suffix`` for each number (``null`` where ``nulls``
+    holds), from one ``orjson.dumps``; None where orjson would not write what
+    ``json.dumps`` does (a float below 1e-4, inf, nan).
 
     orjson writes int64 as ``repr`` does; any other dtype (a float32's shortest digits are
     not its float64 value's) is left to the kind's texts too. Its text of the array, less
     the brackets, holds every number separated by commas (a number holds none): one
-    piece that ``_columns.assemble`` cuts, with no Python object per number.
+    piece that ``_columns.assemble`` cuts, with no Python object per number. With null
+    rows, orjson writes the column's list (numpy's ``tolist`` of the masked array: None
+    in those rows) in the same notation.
     """
     if not _as_repr(values):
         return None
+    if nulls is not None and nulls.any():
+        listed = np.ma.masked_array(values, nulls).tolist()
+        return _framed(prefix, (orjson.dumps(listed)[1:-1],), suffix)
     body = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
     return _framed(prefix, (body,), suffix)
 

@@ -221,7 +221,7 @@ def generic_column(handler: FieldHandler, col: Sequence[Any]) -> tuple[Values, l
 
 
 def direct_column(
-    parser: ColumnParser, handler: Any, records: list[dict[str, Any]], key: str
+    parser: ColumnParser, handler: Any, records: list[Any], key: Any
 ) -> Values | None:
     """``parser(handler, column of key)``'s values when it would reject no row, read straight
     from the records (``_columns.fill``: one C loop, the types the parser's fast exit takes,

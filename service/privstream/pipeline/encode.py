@@ -45,6 +45,8 @@ class Numbers:
     """A released column of JSON numbers: a float64 or int64 array."""
 
     values: NDArray[np.float64] | NDArray[np.int64]
+    #: the rows written as ``null`` instead (``on_missing: null``), if any
+    nulls: NDArray[np.bool_] | None = None
 
 
 @dataclass(frozen=True)

@@ -14,20 +14,27 @@ null value is parsed as the field's *stand-in* (``privstream.config.missing.stan
   (docs/protection.md).
 
 ``missing_codec`` gives the fast path the same: its column parser replaces
-absent and null values before the kind's parser sees the column.
+absent and null values before the kind's parser sees the column. Under
+``null`` a parsed array of scalars comes back as a masked array (``numpy.ma``: the null
+rows masked, holding the parsed stand-in; its ``tolist`` has None there, the
+list the reference parses), which ``release`` hands on as ``Numbers`` with
+those rows as ``nulls``: the column reaches the encoder as an array, no
+Python object per value.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from privstream.mechanisms import Mechanism, NoiseSource
 from privstream.pipeline import _columns
 from privstream.pipeline.columns import MISSING, ColumnParser, Values
+from privstream.pipeline.encode import Numbers
 from privstream.pipeline.handlers import BooleanHandler, Column, FieldHandler
 from privstream.pipeline.plan import FieldCodec
 
@@ -78,7 +85,9 @@ class MissingHandler:
         return self.inner.parse(value)
 
     def release(self, values: Sequence[Any], source: NoiseSource) -> Column:
-        # a parsed array (the fast path's) holds no None
+        if isinstance(values, np.ma.MaskedArray):  # the fast path's null rows, masked
+            return self._release_masked(values, source)
+        # any other parsed array (the fast path's) holds no None
         if self.mode != "null" or isinstance(values, np.ndarray):
             return self.inner.release(values, source)
         filled, nulls = _columns.replace_absent(values, None, self._parsed)  # one C loop
@@ -91,6 +100,27 @@ class MissingHandler:
         # the error is a function of the noise alone (``Mechanism.noise_error``), so the
         # null rows' draws measure it as well as the others'
         return Column(written, lambda: released.error, released.clamped)
+
+    def _release_masked(self, values: np.ma.MaskedArray[Any, Any], source: NoiseSource) -> Column:
+        """``release`` of a masked column: what the list with None in the masked rows gives."""
+        nulls = np.ma.getmaskarray(values)
+        filled = cast(Sequence[Any], values.filled(self._parsed))  # an array, as parsed
+        released = self.inner.release(filled, source)
+        form = released.encoded
+        return Column(
+            lambda: _nulled(released.values, nulls),
+            lambda: released.error,
+            released.clamped,
+            replace(form, nulls=nulls) if isinstance(form, Numbers) else None,
+        )
+
+
+def _nulled(values: list[Any], nulls: NDArray[np.bool_]) -> list[Any]:
+    """The values with None in the ``nulls`` rows."""
+    out = list(values)
+    for row in np.flatnonzero(nulls).tolist():
+        out[row] = None
+    return out
 
 
 @dataclass(frozen=True)
@@ -132,6 +162,10 @@ class _MissingColumn:
         values, bad = self.inner(handler.inner, filled)
         if handler.mode != "null":
             return values, bad
+        if isinstance(values, np.ndarray) and values.ndim == 1:  # (vectors stay lists)
+            nulls = np.zeros(len(values), dtype=np.bool_)
+            nulls[absent] = True
+            return np.ma.masked_array(values, nulls), bad
         out = values.tolist() if isinstance(values, np.ndarray) else list(values)
         for row in absent:
             out[row] = None

@@ -13,7 +13,8 @@ never copied), in the order of their first field in the plan (``nest`` for
 the reference, ``layout`` for the fast encoder: the same bytes).
 
 The fast path reads a batch's column one level at a time (``holders``): one C
-loop per level (``_columns.descend``), no Python call per record.
+loop per level (``_columns.descend``), no Python call per record, over the
+decoder's structs or dicts (``privstream.pipeline.decode.reader``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 from privstream.config.paths import join_path, split_path
 from privstream.pipeline import _columns
 from privstream.pipeline.columns import MISSING
+from privstream.pipeline.decode import empty_below, reader
 from privstream.pipeline.handlers import FieldHandler, Rejected, json_type
 
 
@@ -71,8 +73,8 @@ def released(record: dict[str, Any], keys: tuple[str, ...], missing: object) -> 
 
 
 def holders(
-    records: list[dict[str, Any]], keys: tuple[str, ...], cache: dict[tuple[str, ...], Any]
-) -> tuple[list[dict[str, Any]], set[int]]:
+    records: list[Any], keys: tuple[str, ...], cache: dict[tuple[str, ...], Any]
+) -> tuple[list[Any], set[int]]:
     """The object holding the path's last key, for every record (an empty one where the path
     breaks), and the rows where a value on the way is neither an object nor null.
 
@@ -83,9 +85,12 @@ def holders(
         return records, set()
     if parents not in cache:
         above, wrong = holders(records, keys[:-1], cache)
-        children, more = _columns.descend(above, parents[-1], {})
+        key = parents[-1]
+        children, more = _columns.descend(
+            above, reader(above, key), empty_below(above, key), MISSING
+        )
         cache[parents] = (children, wrong | set(more))
-    found: tuple[list[dict[str, Any]], set[int]] = cache[parents]
+    found: tuple[list[Any], set[int]] = cache[parents]
     return found
 
 

@@ -29,6 +29,8 @@ from typing import Any, cast
 import orjson
 
 from privstream.errors import Rejected
+from privstream.pipeline import _columns
+from privstream.pipeline.decode import reader
 from privstream.pipeline.long_integers import LongInteger
 from privstream.pipeline.parse import decode_record
 
@@ -53,12 +55,13 @@ def subject_column(messages: Sequence[bytes], field: str) -> list[bytes | None]:
 
 
 def subject_values(
-    objs: Sequence[dict[str, Any]],
+    objs: list[Any],
     messages: Sequence[bytes],
     field: str,
     where: Sequence[int] | None = None,
 ) -> list[bytes | None]:
-    """``subject_column`` of messages orjson decoded already into ``objs``.
+    """``subject_column`` of messages decoded already into ``objs`` (dicts, or the field
+    decoder's structs: ``privstream.pipeline.decode``).
 
     The pipeline's own decode (``process_batch(..., subject=)``) passes its
     objects here, so the subject costs no second decode. ``messages[where[i]]``
@@ -66,7 +69,7 @@ def subject_values(
     again by the reference only for a float subject (an integer beyond 64
     bits that orjson rounded).
     """
-    values = list(map(dict.get, objs, repeat(field)))
+    values = _columns.column(objs, reader(objs, field), None)  # MISSING in a struct: no str
     try:  # the common batch, one C loop (orjson's strings are exact str)
         encoded: list[bytes | None] = list(map(str.encode, cast(list[str], values)))
     except (TypeError, UnicodeEncodeError):  # a value that is no string, or a lone surrogate

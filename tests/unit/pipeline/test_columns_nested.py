@@ -2,16 +2,23 @@
 
 Each gives what its Python model gives (``record.get(key, missing)``; the object under
 the key, an empty one where the path breaks), refuses a holder that is not a dict, and
-raises instead of reading a freed list when a key's hash empties the records.
+raises instead of reading a freed list when a key's hash empties the records. The field
+decoder's structs (``privstream.pipeline.decode``) read through their member descriptors
+give what the same messages' dicts give; a record of another type than the member's, or
+a member that is no object slot, is refused.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 from privstream.pipeline import _columns
+from privstream.pipeline.columns import MISSING as ABSENT
+from privstream.pipeline.decode import _field_decoder, empty_below, reader
 
 from tests.unit.pipeline.test_columns_hostile import ClearsOnHash
 
@@ -47,7 +54,7 @@ def test_column_and_descend_match_their_models(seed: int) -> None:
     holders = random_holders(random.Random(seed), 50)
     assert _columns.column(holders, "k", MISSING) == [h.get("k", MISSING) for h in holders]
     empty: dict[str, Any] = {}
-    children, wrong = _columns.descend(holders, "k", empty)
+    children, wrong = _columns.descend(holders, "k", empty, MISSING)
     assert (children, wrong) == descend_model(holders, "k")
     # every break on the path is the caller's one empty object, never a copy
     breaks = [at for at, h in enumerate(holders) if type(h.get("k")) is not dict]
@@ -56,7 +63,7 @@ def test_column_and_descend_match_their_models(seed: int) -> None:
 
 def test_an_empty_batch() -> None:
     assert _columns.column([], "k", MISSING) == []
-    assert _columns.descend([], "k", {}) == ([], [])
+    assert _columns.descend([], "k", {}, MISSING) == ([], [])
 
 
 @pytest.mark.parametrize("call", ["column", "descend"])
@@ -66,7 +73,7 @@ def test_a_holder_that_is_no_dict_is_refused(call: str) -> None:
         if call == "column":
             _columns.column(holders, "k", MISSING)
         else:
-            _columns.descend(holders, "k", {})
+            _columns.descend(holders, "k", {}, MISSING)
 
 
 @pytest.mark.parametrize("call", ["column", "descend"])
@@ -77,9 +84,9 @@ def test_a_keys_hash_that_empties_the_records_raises(call: str) -> None:
     key.armed = True
     with pytest.raises(RuntimeError, match="changed size during the call"):
         if call == "column":
-            _columns.column(records, key, MISSING)  # type: ignore[arg-type]
+            _columns.column(records, key, MISSING)
         else:
-            _columns.descend(records, key, {})  # type: ignore[arg-type]
+            _columns.descend(records, key, {}, MISSING)
     assert records == []
 
 
@@ -96,3 +103,78 @@ def test_replace_absent_matches_its_model(seed: int) -> None:
     assert _columns.replace_absent([], MISSING, stand_in) == ([], [])
     with pytest.raises(TypeError, match="must be a sequence"):
         _columns.replace_absent(7, MISSING, stand_in)  # type: ignore[arg-type]
+
+
+#: what the struct tests' messages hold under "k" (the decoder refuses any other value on a
+#: path: those batches go to orjson)
+OBJECTS: list[Any] = [None, {}, {"k": 1}, {"k": {"k": None}}, {"k": 2.5, "x": [1]}, {"x": 0}]
+
+
+def _messages(rng: random.Random, count: int) -> list[bytes]:
+    made = []
+    for _ in range(count):
+        record: dict[str, Any] = {"k": rng.choice(OBJECTS)} if rng.random() < 0.8 else {}
+        if rng.random() < 0.7:
+            record["v"] = rng.choice([1, -7, 2.5, 1e300, 2**70, True, "s", None])
+        made.append(json.dumps(record).encode())
+    return made
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_structs_read_as_their_dicts(seed: int) -> None:
+    """column, descend and fill over the decoder's structs give what they give over the same
+    messages' dicts (absent fields: ``MISSING``, the pipeline's own marker)."""
+    messages = _messages(random.Random(seed), 60)
+    structs = list(map(_field_decoder(("v", ("k", "k"))).decode, messages))
+    dicts = [json.loads(m) for m in messages]
+    assert _columns.column(structs, reader(structs, "v"), ABSENT) == _columns.column(
+        dicts, "v", ABSENT
+    )
+    empty = empty_below(structs, "k")
+    children, wrong = _columns.descend(structs, reader(structs, "k"), empty, ABSENT)
+    model, model_wrong = descend_model(dicts, "k")
+    assert wrong == model_wrong == []
+    assert [c is empty for c in children] == [type(d.get("k")) is not dict for d in dicts]
+    assert _columns.column(children, reader(children, "k"), ABSENT) == [
+        m.get("k", ABSENT) for m in model
+    ]
+    for kind in (_columns.FLOAT, _columns.INT64, _columns.BOOL):
+        dtype = np.float64 if kind == _columns.FLOAT else np.int64
+        out, expected = np.zeros(len(dicts), dtype), np.zeros(len(dicts), dtype)
+        mine = _columns.fill(structs, reader(structs, "v"), kind, out, None)
+        assert mine == _columns.fill(dicts, "v", kind, expected, None)
+        assert not mine or out.tolist() == expected.tolist()
+
+
+def test_an_all_float_struct_column_fills_as_its_dicts() -> None:
+    messages = [json.dumps({"v": v}).encode() for v in (1.5, -2, 0.0, 2**60)]
+    structs = list(map(_field_decoder(("v",)).decode, messages))
+    out = np.zeros(4)
+    assert _columns.fill(structs, reader(structs, "v"), _columns.FLOAT, out, None)
+    assert out.tolist() == [1.5, -2.0, 0.0, float(2**60)]
+
+
+class Slotted:
+    __slots__ = ("a",)
+
+
+class SlottedChild(Slotted):
+    __slots__ = ()
+
+
+def test_a_member_reads_its_own_type_only() -> None:
+    """A member descriptor reads records of exactly its type (an unset slot: absent); a
+    subclass, a dict or a member that is no object slot (``slice.start``) is refused."""
+    member = vars(Slotted)["a"]
+    unset, held = Slotted(), Slotted()
+    held.a = 5
+    assert _columns.column([unset, held], member, MISSING) == [MISSING, 5]
+    for records in ([held, SlottedChild()], [held, {"a": 1}]):
+        with pytest.raises(TypeError, match="record 1 is not a Slotted"):
+            _columns.column(records, member, MISSING)
+        with pytest.raises(TypeError, match="record 1 is not a Slotted"):
+            _columns.descend(records, member, {}, MISSING)
+        with pytest.raises(TypeError, match="record 1 is not a Slotted"):
+            _columns.fill(records, member, _columns.INT64, np.zeros(2, np.int64), None)
+    with pytest.raises(TypeError, match="not an object slot"):
+        _columns.column([slice(1)], vars(slice)["start"], MISSING)

@@ -18,7 +18,7 @@ import pytest
 from privstream.pipeline.batch import process_batch
 from privstream.pipeline.decode import _field_decoder, decode_batch
 
-from tests.unit.pipeline.test_decode import _alone, _released
+from tests.unit.pipeline.test_decode import _alone, _released, fields_of
 from tests.unit.pipeline.test_fast_path import MIXED, assert_same, noise, plan_of
 
 
@@ -55,7 +55,7 @@ def test_non_ascii_names_match_their_own_keys_not_the_empty_key() -> None:
     ]
     records, where, slow = decode_batch(messages, None, names)
     assert where == [0, 1, 2, 3] and slow == []
-    read = [{name: record[name] for name in names if name in record} for record in records]
+    read = [{n: v for n, v in fields_of(record).items() if n in names} for record in records]
     assert read == [_stdlib(raw, names) for raw in messages]
 
 
