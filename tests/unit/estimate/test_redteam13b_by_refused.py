@@ -43,5 +43,6 @@ def test_by_a_refused_field_is_refused_or_warned(
         return  # refused: what --field does
     report = json.loads(captured.out)
     by = report["by"]
-    # today: code 0, nothing on stderr, source.refused {}, by["noised"] None, groups '"CA"' and '"TX"' of noisy values
+    # today: code 0, nothing on stderr, source.refused {}, by["noised"] None,
+    # groups '"CA"' and '"TX"' of the noisy values
     assert by["noised"] is not None or "--by state" in captured.err, (code, by["noised"])
