@@ -124,6 +124,8 @@ def _auto_entry(
 
     ``planned``: the field's mechanism in the plan (a real field's candidates reuse it).
     """
+    if isinstance(spec, RealField) and spec.target == "distribution":
+        return {}  # square_wave alone serves it: the mean mechanisms are no alternative
     if isinstance(spec, RealField | IntegerField) and share is not None:
         return explain_auto_real(spec, share, WARN_RATIO, planned)
     if not isinstance(spec, CategoricalField) or share is None:

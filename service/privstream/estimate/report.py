@@ -232,13 +232,15 @@ def _histogram_lines(entry: dict[str, Any], level: str) -> list[str]:
             "epsilon, the bounds and --bins: try fewer --bins, or more records; the mean "
             "above is unbiased"
         )
+    elif "intervals" in hist:  # an estimator that states its own intervals (square_wave)
+        lines.append(f"    intervals: {hist['intervals']}")
     elif any("ci" in b for b in hist["bins"]):
         lines.append(
             "    intervals: +- z sqrt(stderr^2 + bias^2), the bias bounded over the shapes "
             "the records cannot tell apart (each bin's share spread evenly or on one point): "
             "conservative"
         )
-    low, high = hist["at_bounds"]
+    low, high = hist.get("at_bounds", (0.0, 0.0))  # square_wave fits no point masses
     if low or high:
         err_low, err_high = hist["at_bounds_stderr"]
         lines.append(

@@ -89,9 +89,15 @@ class SquareWaveMechanism(Mechanism):
             # and b' < M / 2 keep them finite (check_bounds); checked all the same
             raise MechanismError(
                 f"square_wave: bounds [{self.lower:g}, {self.upper:g}] at epsilon "
-                f"{self.epsilon:g} give reports beyond the double range (up to "
-                f"{self.grid.window / (2 * outside):.3g} widths past each bound); "
-                "express the field in a larger unit"
+                f"{self.epsilon:g} give reports beyond the double range; express the field "
+                "in a larger unit"
+            )
+        if self.diameter > 0 and not np.all(np.diff(self._outputs) > 0):
+            raise MechanismError(
+                f"square_wave: bounds [{self.lower:g}, {self.upper:g}] are too narrow for "
+                f"their magnitude: the {self.grid.cells} reports would not be distinct doubles, "
+                "so estimate could not tell them apart; subtract an offset from the values "
+                "(or express them in a smaller unit) so that the bounds lie nearer zero"
             )
 
     @property
@@ -116,17 +122,13 @@ class SquareWaveMechanism(Mechanism):
         return out
 
     def cells_of(self, released: NDArray[np.float64]) -> NDArray[np.int64]:
-        """The grid cell of each released value (``-1`` where it is no report of this grid)."""
+        """The grid cell of each released value: exactly one of the ``M`` outputs (increasing,
+        distinct: checked at construction), else ``-1``."""
         if self.diameter == 0.0:
-            return np.zeros(len(released), dtype=np.int64)
-        outside = self.grid.cells - self.grid.window
-        raw = (
-            (released - self.lower) / self.diameter + self.grid.window / (2.0 * outside)
-        ) * outside
-        cells = np.rint(raw - 0.5).astype(np.int64)
-        inside = (cells >= 0) & (cells < self.grid.cells)
-        near = np.abs(raw - 0.5 - cells) < 1e-6
-        return np.where(inside & near, cells, -1)
+            return np.where(released == self.lower, 0, -1).astype(np.int64)
+        found = np.clip(np.searchsorted(self._outputs, released), 0, self.grid.cells - 1)
+        exact = self._outputs[found] == released
+        return np.where(exact, found, -1).astype(np.int64)
 
     def law(self, v: NDArray[np.float64]) -> NDArray[np.float64]:
         """``P(cell k | v)``: one row per value of ``v`` (``[0, 1]`` units), ``M`` columns.

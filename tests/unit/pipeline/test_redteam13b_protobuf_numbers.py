@@ -11,11 +11,15 @@ the docs promise is safe is refused. Deterministic (SHA-256 of fixed names).
 
 from __future__ import annotations
 
+import pytest
+from privstream.errors import OutputSchemaError
 from privstream.pipeline.protobuf_output import _numbers, field_number
 
 
-def test_adding_a_field_keeps_every_existing_number() -> None:
+def test_adding_a_field_never_moves_an_existing_number() -> None:
+    """The fix: numbers are a function of the name alone; a colliding name is refused."""
     assert field_number("f9691") == field_number("f9857")
-    before = _numbers(["f9857"])
-    after = _numbers(["f9691", "f9857"])
-    assert after["f9857"] == before["f9857"], (before, after)
+    before = _numbers(["f9857", "other"])
+    assert before["f9857"] == field_number("f9857")
+    with pytest.raises(OutputSchemaError, match="'f9691' and 'f9857'"):
+        _numbers(["f9691", "f9857"])
