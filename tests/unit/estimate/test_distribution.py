@@ -44,7 +44,8 @@ def test_em_on_the_expected_counts_recovers_a_smooth_distribution(epsilon: float
 
 def test_the_report_is_a_function_of_the_releases_and_its_intervals_cover() -> None:
     """3 datasets x 10 bins at eps 2, n = 50,000 (Beta(2, 5), arcsine, uniform): these seeds
-    cover 29 of 30; the smoothing's bias is not in the intervals (module docstring)."""
+    covered 29 of 30 with the bootstrap alone; with the stated bias added they are
+    conservative (module docstring)."""
     covered, total = 0, 0
     mech = SquareWaveMechanism(bounds=(0.0, 100.0), epsilon=2.0)
     rng = np.random.default_rng(7)
