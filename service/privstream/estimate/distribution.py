@@ -102,7 +102,8 @@ class SquareWaveReleases(BaseAccumulator):
     def _noisy_shares(self) -> NDArray[np.float64]:
         """The share of releases in each bin (those past a bound in the bin at that bound)."""
         at = bin_of(np.clip(self.square.positions, 0.0, 1.0), self.bins)
-        shares: NDArray[np.float64] = np.bincount(at, weights=self.counts, minlength=self.bins)
+        weights = self.counts.astype(np.float64)
+        shares: NDArray[np.float64] = np.bincount(at, weights=weights, minlength=self.bins)
         return shares / self.records
 
     def new_truth(self) -> BinTruth:
