@@ -103,8 +103,9 @@ class SquareWaveReleases(BaseAccumulator):
         """The share of releases in each bin (those past a bound in the bin at that bound)."""
         at = bin_of(np.clip(self.square.positions, 0.0, 1.0), self.bins)
         weights = self.counts.astype(np.float64)
-        shares: NDArray[np.float64] = np.bincount(at, weights=weights, minlength=self.bins)
-        return shares / self.records
+        shares = np.bincount(at, weights=weights, minlength=self.bins).astype(np.float64)
+        out: NDArray[np.float64] = shares / self.records
+        return out
 
     def new_truth(self) -> BinTruth:
         return BinTruth(self.square, self.bins)
