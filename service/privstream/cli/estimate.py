@@ -414,9 +414,28 @@ def _read(
         source = _read_file(args.input, plan, stream, progress)
     finally:
         progress.finish()
+    if checked is not None:
+        _check_count(read_sidecar(checked).get("records"), stream.records, checked, args.unchecked)
     source["metadata"] = checked
     source["refused"] = {name: {"reason": why} for name, why in refused.items()}
     return stream, source
+
+
+def _check_count(named: object, read: int, where: str, unchecked: bool) -> None:
+    """MetadataError (exit 2) unless the file holds the records its metadata names: records
+    appended (or cut) after the release would be estimated under its calibration."""
+    if not isinstance(named, int) or named == read:
+        return
+    found = f"the input holds {read:,} records and its release metadata {where} names {named:,}"
+    if not unchecked:
+        raise MetadataError(
+            f"{found}: records added to (or taken from) the file after its release would be "
+            "estimated under that release's calibration; estimate the file sanitize wrote "
+            "as it is, or pass --unchecked to read it anyway"
+        )
+    print(
+        f"privstream: estimate: warning: {found}; reading it anyway (--unchecked)", file=sys.stderr
+    )
 
 
 def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
