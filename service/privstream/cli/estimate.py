@@ -408,6 +408,8 @@ def _read(
         check_topic_read(source, stream.skipped, plan, args.unchecked)
         return stream, source
     checked, refused = check_file_input(args.input, args.metadata, plan, args.unchecked)
+    if args.by in refused:
+        raise MetadataError(f"--by {args.by} is refused: {refused[args.by]}")
     stream = _aggregate(plan, options, _estimated(plan, args, refused), args.by)
     progress = Progress(enabled=args.progress)
     try:

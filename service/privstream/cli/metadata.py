@@ -163,9 +163,14 @@ def check_metadata(data: dict[str, Any], plan: RecordPlan, where: str) -> dict[s
     found = {f.get("name"): f for f in data.get("fields", []) if isinstance(f, dict)}
     refused = {}
     for planned in plan.fields:
-        if planned.handler.mechanism is None:
-            continue  # public: released as is, nothing to debias
         theirs = found.get(planned.name)
+        if planned.handler.mechanism is None:
+            # public here: nothing to debias, but a field noised there is no exact key (--by)
+            if theirs is not None and theirs.get("mechanism") is not None:
+                refused[planned.name] = (
+                    f"released noised there ({theirs['mechanism']}), public here"
+                )
+            continue
         reason = ABSENT if theirs is None else _difference(theirs, _field(planned))
         if reason:
             refused[planned.name] = reason
