@@ -417,27 +417,22 @@ def _read(
     finally:
         progress.finish()
     if checked is not None:
-        _check_count(read_sidecar(checked).get("records"), stream.records, checked, args.unchecked)
+        _check_count(read_sidecar(checked).get("records"), stream.records, checked)
     source["metadata"] = checked
     source["refused"] = {name: {"reason": why} for name, why in refused.items()}
     return stream, source
 
 
-def _check_count(named: object, read: int, where: str, unchecked: bool) -> None:
-    """MetadataError (exit 2) unless the file holds the records its metadata names: records
-    appended (or cut) after the release would be estimated under its calibration."""
-    if not isinstance(named, int) or named == read:
-        return
-    found = f"the input holds {read:,} records and its release metadata {where} names {named:,}"
-    if not unchecked:
-        raise MetadataError(
-            f"{found}: records added to (or taken from) the file after its release would be "
-            "estimated under that release's calibration; estimate the file sanitize wrote "
-            "as it is, or pass --unchecked to read it anyway"
+def _check_count(named: object, read: int, where: str) -> None:
+    """Warn unless the file holds the records its metadata names: records appended after the
+    release (another run's, another calibration's) would be estimated under its parameters."""
+    if isinstance(named, int) and named != read:
+        print(
+            f"privstream: estimate: warning: the input holds {read:,} records and its release "
+            f"metadata {where} names {named:,}: records added to the file after its release are "
+            "estimated under that release's calibration; estimate the file sanitize wrote as it is",
+            file=sys.stderr,
         )
-    print(
-        f"privstream: estimate: warning: {found}; reading it anyway (--unchecked)", file=sys.stderr
-    )
 
 
 def run(args: argparse.Namespace, config: AppConfig, plan: RecordPlan) -> int:
