@@ -140,7 +140,9 @@ class _Families:
             f"Error rho(Y, d) of the field's mechanism on {MEASURED}",
             labels=labels,
         )
-        self.mean = gauge("privstream_field_canary_error_mean", f"Mean error since start of {MEASURED}")
+        self.mean = gauge(
+            "privstream_field_canary_error_mean", f"Mean error since start of {MEASURED}"
+        )
         self.ratio = gauge(
             "privstream_field_canary_error_ratio_to_gamma",
             f"Mean error of {MEASURED}, divided by the gamma lower bound "
@@ -152,7 +154,8 @@ class _Families:
         )
         self.second_moment = gauge(
             "privstream_field_canary_error_second_moment",
-            "Upper bound on the mean E[(Y - d)^2] at the field's canary inputs (squared field units)",
+            "Upper bound on the mean E[(Y - d)^2] at the field's canary inputs "
+            "(squared field units)",
         )
         self.bias = gauge(
             "privstream_field_canary_bias_bound",
