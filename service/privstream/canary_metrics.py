@@ -177,8 +177,9 @@ class _Families:
         buckets.append(("+Inf", int(cumulative[-1])))
         self.histogram.add_metric(values, buckets, state.total)
         self.expected.add_metric(values, state.law.error)
-        if state.law.second_moment is not None and state.law.bias is not None:
+        if state.law.second_moment is not None:
             self.second_moment.add_metric(values, state.law.second_moment)
+        if state.law.bias is not None:
             self.bias.add_metric(values, state.law.bias)
             self.overshoot.add_metric(values, state.overshoot)
             self.undershoot.add_metric(values, state.undershoot)

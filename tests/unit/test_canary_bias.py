@@ -149,3 +149,23 @@ def test_fields_without_a_signed_law_export_no_signed_series() -> None:
     assert mech is not None
     assert canaries.laws["v"] == CanaryLaw(mech.expected_error)
     assert canaries.draw(SeededSource(1)).signed == {}
+
+
+def test_square_wave_canaries_are_judged_on_their_exact_law_not_the_worst_case() -> None:
+    """Square Wave's canaries were already spread, but judged against the worst case:
+    at epsilon 4 their exact mean is 71% of it, so a correct sampler fell below the
+    80% band. 20,000 draws, 5 standard-error bounds from the law's second moment
+    (which 2 mu^2, the rules' fallback, would understate: 442 against 184)."""
+    field = {"name": "v", "kind": "real", "bounds": [0, 100], "target": "distribution"}
+    plan = build_plan(parse_config(config_dict([{**field, "epsilon": 4.0}], 4.0)))
+    canaries = Canaries(plan, count=32)
+    mech = plan.handlers[0].mechanism
+    assert mech is not None
+    law = canaries.laws["v"]
+    assert law.bias is None and law.error < 0.8 * mech.expected_error
+    assert law.second_moment is not None and law.second_moment > 2 * law.error**2
+    source = SeededSource(15)
+    drawn = [canaries.draw(source) for _ in range(625)]
+    assert all(d.signed == {} for d in drawn)
+    error = float(np.mean([d.errors["v"] for d in drawn]))
+    assert abs(error - law.error) <= band(law, 625 * 32)

@@ -28,11 +28,12 @@ from privstream.mechanisms.variance_law import VarianceLaw
 class CanaryLaw:
     """What the canary statistics of a mechanism are, exactly, at a fixed set of inputs.
 
-    ``error`` is ``E`` of the mean ``noise_error`` over the inputs. A mechanism
-    that releases an unbiased scalar also gives ``bias`` (a bound on
-    ``|E mean(y - d)|``) and ``second_moment`` (a bound on ``mean E (y - d)^2``),
-    for the signed statistic: a sampler that leans one way moves it, where
-    the mean ``|y - d|`` over inputs on both sides barely changes.
+    ``error`` is ``E`` of the mean ``noise_error`` over the inputs;
+    ``second_moment``, where known, a bound on ``mean E (y - d)^2`` (the
+    alert rules' standard errors). A mechanism that releases an unbiased
+    scalar also gives ``bias``, a bound on ``|E mean(y - d)|``, for the signed
+    statistic: a sampler that leans one way moves it, where the mean
+    ``|y - d|`` over inputs on both sides barely changes.
     """
 
     error: float
