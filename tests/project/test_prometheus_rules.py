@@ -205,7 +205,7 @@ def exported_series() -> set[str]:
                     "bounds": [0, 9],
                     "epsilon": 1.0,
                     "mechanism": "hybrid",
-                },  # fmt: skip
+                },
                 {"name": "clicks", "kind": "integer", "bounds": [0, 20], "epsilon": 1.0},
                 {"name": "tier", "kind": "categorical", "domain": ["a", "b"], "epsilon": 1.0},
                 {"name": "opted_in", "kind": "boolean", "epsilon": 1.0},
