@@ -22,6 +22,13 @@ errors just as in its real ones. (A fault confined to the keyed word source,
 which canaries do not use, is the business of the ``rng`` tests and the
 audit.)
 
+Each field's canaries come with their law (``Mechanism.canary_law``): the
+exact expectation of the mean error at those inputs, which the alerts compare
+with (the bounded-real mechanisms' error differs from input to input), and,
+for mechanisms with unbiased reports, the signed errors ``y - d``, whose mean
+a sampler that leans one way moves although the mean ``|y - d|`` over inputs
+on both sides of the middle hardly changes.
+
 A field is measured when its mechanism has an error function of the noise
 alone (``Mechanism.noise_error``): real, integer, categorical, boolean and
 vector fields. Memoized fields are measured too (the canaries exercise the
