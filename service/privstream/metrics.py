@@ -198,7 +198,7 @@ class Metrics:
         self.canaries = Canaries(plan, count=canaries)
         self._canary_interval = canary_interval_s
         self._clock = clock
-        self.canary_errors = CanaryErrors(plan, self.canaries.fields)
+        self.canary_errors = CanaryErrors(plan, self.canaries.laws)
         self.registry.register(self.canary_errors)
         if canary_source is not None:
             self._canary_source = canary_source
@@ -224,7 +224,8 @@ class Metrics:
         due = now - self._last_round >= self._canary_interval
         if due and self.canaries is not None and self.canary_errors is not None:
             self._last_round = now
-            self.canary_errors.observe(self.canaries.draw(self._canary_source))
+            drawn = self.canaries.draw(self._canary_source)
+            self.canary_errors.observe(drawn.errors, drawn.signed)
         if self.clamped_counts is not None:
             self.clamped_counts.observe(observations)
 

@@ -198,18 +198,28 @@ def exported_series() -> set[str]:
             [
                 {"name": "seq", "kind": "public"},
                 {"name": "amount", "kind": "real", "bounds": [0, 100], "epsilon": 1.0},
+                # a bounded-real mechanism: the signed canary statistic's series
+                {
+                    "name": "latency",
+                    "kind": "real",
+                    "bounds": [0, 9],
+                    "epsilon": 1.0,
+                    "mechanism": "hybrid",
+                },
                 {"name": "clicks", "kind": "integer", "bounds": [0, 20], "epsilon": 1.0},
                 {"name": "tier", "kind": "categorical", "domain": ["a", "b"], "epsilon": 1.0},
                 {"name": "opted_in", "kind": "boolean", "epsilon": 1.0},
             ],
-            epsilon=4.0,
+            epsilon=5.0,
         )
     )
     plan = build_plan(config)
     metrics = Metrics(CollectorRegistry())
     metrics.describe_plan(plan)
     good = [
-        json.dumps({"seq": i, "amount": 5.0, "clicks": 3, "tier": "a", "opted_in": True}).encode()
+        json.dumps(
+            {"seq": i, "amount": 5.0, "latency": 1.0, "clicks": 3, "tier": "a", "opted_in": True}
+        ).encode()
         for i in range(20)
     ]
     result = process_batch(plan, [*good, b"{oops"], SeededSource(1))
@@ -246,7 +256,11 @@ def test_every_metric_the_rules_query_is_exported() -> None:
         "privstream_undecodable_batches_total",
         "privstream_field_canary_error_sum",
         "privstream_field_canary_error_count",
-        "privstream_field_expected_error",
+        "privstream_field_canary_expected_error",
+        "privstream_field_canary_error_second_moment",
+        "privstream_field_canary_bias_bound",
+        "privstream_field_canary_overshoot_total",
+        "privstream_field_canary_undershoot_total",
         "privstream_field_gamma_lower_bound",
     } <= queried
     missing = queried - exported_series() - PROMETHEUS_SERIES

@@ -52,7 +52,7 @@ def _registration(mechanism: str, kind: str = "real") -> FieldKind[RealHandler]:
         texts=lambda handler, values: encode.float_texts(values),
         memo=None,  # reals and integers are not memoized
         explain=describe,
-        canary=canary.worst_case_inputs,
+        canary=canary.real_inputs,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from decimal import Context, Decimal
 from fractions import Fraction
 from typing import Any, ClassVar
@@ -21,6 +22,23 @@ from numpy.typing import NDArray
 from privstream.errors import MechanismError
 from privstream.mechanisms.rng import NoiseSource
 from privstream.mechanisms.variance_law import VarianceLaw
+
+
+@dataclass(frozen=True)
+class CanaryLaw:
+    """What the canary statistics of a mechanism are, exactly, at a fixed set of inputs.
+
+    ``error`` is ``E`` of the mean ``noise_error`` over the inputs;
+    ``second_moment``, where known, a bound on ``mean E (y - d)^2`` (the
+    alert rules' standard errors). A mechanism that releases an unbiased
+    scalar also gives ``bias``, a bound on ``|E mean(y - d)|``, for the signed
+    statistic: a sampler that leans one way moves it, where the mean
+    ``|y - d|`` over inputs on both sides barely changes.
+    """
+
+    error: float
+    bias: float | None = None
+    second_moment: float | None = None
 
 
 class Mechanism(ABC):
@@ -83,6 +101,15 @@ class Mechanism(ABC):
         (sets: the error depends on the set's size; hashed reports).
         """
         return None
+
+    def canary_law(self, inputs: NDArray[Any]) -> CanaryLaw:
+        """The canary statistics' expectations at ``inputs`` (``privstream.pipeline.canary``).
+
+        Here the error's law is the same at every input (or the canaries sit
+        where ``expected_error`` is taken), so the mean error's expectation is
+        ``expected_error``; mechanisms whose error depends on the input override it.
+        """
+        return CanaryLaw(self.expected_error)
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.params().items())

@@ -38,6 +38,7 @@ from numpy.typing import NDArray
 from privstream.errors import MechanismError
 from privstream.mechanisms.base import (
     TWO_64,
+    CanaryLaw,
     Mechanism,
     compact_gamma,
     log_upper_bound,
@@ -159,9 +160,27 @@ class SquareWaveMechanism(Mechanism):
         """``max_v E|y - clamp(d)|`` in field units, over ``ERROR_POINTS`` values of ``v``."""
         if self.diameter == 0.0:
             return 0.0
-        v = np.linspace(0.0, 1.0, ERROR_POINTS)
-        distance = np.abs(self.positions[None, :] - v[:, None])
-        return self.diameter * float((self.law(v) * distance).sum(axis=1).max())
+        return self.diameter * float(self._unit_errors(np.linspace(0.0, 1.0, ERROR_POINTS)).max())
+
+    def _unit_errors(self, v: NDArray[np.float64], power: int = 1) -> NDArray[np.float64]:
+        """``E|y - v|^power`` of the implemented law at each ``v`` (``[0, 1]`` units)."""
+        distance = np.abs(self.positions[None, :] - v[:, None]) ** power
+        errors: NDArray[np.float64] = (self.law(v) * distance).sum(axis=1)
+        return errors
+
+    def canary_law(self, inputs: NDArray[np.float64]) -> CanaryLaw:
+        """``E`` of the mean error and of the mean squared error at the (spread) canary
+        inputs, exactly: not the worst case.
+
+        No signed statistic: the reports are biased towards the middle by design.
+        """
+        if self.diameter == 0.0:
+            return CanaryLaw(0.0)
+        v = np.clip((np.asarray(inputs, dtype=np.float64) - self.lower) / self.diameter, 0.0, 1.0)
+        return CanaryLaw(
+            self.diameter * float(self._unit_errors(v).mean()),
+            second_moment=self.diameter**2 * float(self._unit_errors(v, 2).mean()),
+        )
 
     @property
     def gamma_lower_bound(self) -> float:

@@ -4,7 +4,7 @@ Piecewise and hybrid (and Duchi's, inside hybrid) clamp a field value ``x``
 into ``[lo, hi]``, map it to ``t = (x - mid) / half`` and report
 ``mid + half y`` for a report ``y`` of ``t``. This class holds that mapping,
 the release, the reach check (every report a finite double), the error and
-variance accounting over ``t``, and the canary inputs; each mechanism gives
+variance accounting over ``t``, and the canary law; each mechanism gives
 its sampler and its law (``privstream.mechanisms.piecewise`` and
 ``hybrid``).
 """
@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from privstream.errors import MechanismError
-from privstream.mechanisms.base import Mechanism, compact_gamma, require_finite
+from privstream.mechanisms.base import CanaryLaw, Mechanism, compact_gamma, require_finite
 from privstream.mechanisms.rng import NoiseSource, Words
 from privstream.mechanisms.validation import check_bounds, check_delta, check_epsilon
 from privstream.mechanisms.variance_law import VarianceLaw
@@ -124,15 +124,25 @@ class UnitIntervalMechanism(Mechanism):
         words = source.words(len(column), self.words_per_value)
         return self.middle + self.half * self.sample(self.to_unit(column), words)
 
-    def worst_inputs(self, count: int) -> NDArray[np.float64]:
-        """``count`` field values where ``E|y - d|`` is ``expected_error`` (both signs of ``t``).
+    def canary_law(self, inputs: NDArray[np.float64]) -> CanaryLaw:
+        """Exact expectations of the canary statistics at ``inputs`` (inside the bounds).
 
-        The error of these reports depends on the input, so the canaries that
-        measure it (``privstream.pipeline.canary``) sit where ``expected_error``
-        is taken: their mean error then estimates it, as for Laplace anywhere.
+        The error of these reports depends on the input (``E|y - t|`` grows
+        towards the bounds), so the canaries are spread over the bounds and
+        their mean error is judged against the mean of ``unit_errors`` at
+        exactly those inputs, not against the worst case. The signed error
+        ``y - d`` has mean within ``bias_bound`` of 0, and ``E (y - d)^2`` is
+        ``Var[y | t] + bias^2`` (the variance law bounds the first term).
         """
-        signs = np.where(np.arange(count) % 2 == 0, 1.0, -1.0)
-        return np.clip(self.middle + self.half * self.worst_t * signs, self.lower, self.upper)
+        t = self.to_unit(np.asarray(inputs, dtype=np.float64))
+        law = self.variance_law()
+        variance = float(np.mean(law.square * t * t + law.absolute * np.abs(t) + law.constant))
+        bias = self.bias_bound()
+        return CanaryLaw(
+            error=self.half * float(np.mean(self.unit_errors(t))) if self.diameter > 0 else 0.0,
+            bias=bias,
+            second_moment=self.half * self.half * variance + bias * bias,
+        )
 
     def noise_error(
         self, inputs: NDArray[np.float64], outputs: NDArray[np.float64]

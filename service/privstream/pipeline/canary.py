@@ -22,6 +22,13 @@ errors just as in its real ones. (A fault confined to the keyed word source,
 which canaries do not use, is the business of the ``rng`` tests and the
 audit.)
 
+Each field's canaries come with their law (``Mechanism.canary_law``): the
+exact expectation of the mean error at those inputs, which the alerts compare
+with (the bounded-real mechanisms' error differs from input to input), and,
+for mechanisms with unbiased reports, the signed errors ``y - d``, whose mean
+a sampler that leans one way moves although the mean ``|y - d|`` over inputs
+on both sides of the middle hardly changes.
+
 A field is measured when its mechanism has an error function of the noise
 alone (``Mechanism.noise_error``): real, integer, categorical, boolean and
 vector fields. Memoized fields are measured too (the canaries exercise the
@@ -40,6 +47,7 @@ from numpy.typing import NDArray
 
 from privstream.errors import MisuseError
 from privstream.mechanisms import Mechanism, NoiseSource
+from privstream.mechanisms.base import CanaryLaw
 from privstream.pipeline.handlers import FieldHandler
 from privstream.pipeline.plan import RecordPlan
 
@@ -57,7 +65,7 @@ def real_inputs(handler: Any, count: int) -> NDArray[Any]:
 
 
 def worst_case_inputs(handler: Any, count: int) -> NDArray[Any]:
-    """Where the mechanism's error is its ``expected_error`` (its error depends on the input)."""
+    """The mechanism's own canary inputs (``SquareWaveMechanism.worst_inputs``)."""
     inputs: NDArray[Any] = handler.mechanism.worst_inputs(count)
     return inputs
 
@@ -98,6 +106,18 @@ class _Canary:
     handler: FieldHandler
     #: parsed values, as ``parse`` would give them (a list, like a real column)
     inputs: list[Any]
+    #: the exact expectations of the statistics at these inputs
+    law: CanaryLaw
+
+
+@dataclass(frozen=True)
+class CanaryRound:
+    """One round of shadow draws, by field name."""
+
+    #: ``rho(y, d)`` of each canary
+    errors: dict[str, NDArray[np.float64]]
+    #: ``y - d`` of each canary, for the fields whose law has a signed statistic
+    signed: dict[str, NDArray[np.float64]]
 
 
 class Canaries:
@@ -110,24 +130,34 @@ class Canaries:
         self._canaries: list[_Canary] = []
         for planned in plan.fields:
             build, handler = planned.codec.canary, planned.handler
-            if build is not None and measurable(handler.mechanism):
-                self._canaries.append(_Canary(handler, build(handler, count).tolist()))
+            mech = handler.mechanism
+            if build is not None and mech is not None and measurable(mech):
+                inputs = build(handler, count)
+                self._canaries.append(_Canary(handler, inputs.tolist(), mech.canary_law(inputs)))
 
     @property
     def fields(self) -> tuple[str, ...]:
         """The measured fields, in plan order."""
         return tuple(c.handler.name for c in self._canaries)
 
-    def draw(self, source: NoiseSource) -> dict[str, NDArray[np.float64]]:
+    @property
+    def laws(self) -> dict[str, CanaryLaw]:
+        """The measured fields' canary laws (what the statistics' expectations are)."""
+        return {c.handler.name: c.law for c in self._canaries}
+
+    def draw(self, source: NoiseSource) -> CanaryRound:
         """One shadow release per measured field: its ``count`` canary errors.
 
         ``source`` must be independent of every released draw (the worker
         passes a fresh ``OsEntropy``); each field calls ``words`` once, as a
-        real release does.
+        real release does. The signed errors ``y - d`` need no clamping: the
+        canary inputs lie inside the bounds.
         """
-        errors: dict[str, NDArray[np.float64]] = {}
+        drawn = CanaryRound({}, {})
         for canary in self._canaries:
-            column = canary.handler.release(canary.inputs, source)
+            name, column = canary.handler.name, canary.handler.release(canary.inputs, source)
             if column.error is not None:
-                errors[canary.handler.name] = column.error
-        return errors
+                drawn.errors[name] = column.error
+            if canary.law.bias is not None:
+                drawn.signed[name] = np.asarray(column.values, np.float64) - canary.inputs
+        return drawn
