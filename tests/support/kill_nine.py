@@ -125,7 +125,8 @@ async def stream_with_kills(
             worker, port = await _start_worker(run, config, logs)
             # the next kill must hit a worker that got going (stream ends after the last kill)
             await poll_until(_committed_a_batch(worker, port), 120, f"a commit after kill {k + 1}")
-            run.kills.append({"outputs": at_kill, "first_commit_s": time.perf_counter() - killed_at})
+            since = time.perf_counter() - killed_at
+            run.kills.append({"outputs": at_kill, "first_commit_s": since})
         run.coords = await producing
         await out.wait_distinct(plan.good, within_s=180)
         await dead.wait_distinct(plan.bad, within_s=60)
