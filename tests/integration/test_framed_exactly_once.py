@@ -50,7 +50,7 @@ from tests.support.kill_nine import KillPlan, kill_thresholds, stream_with_kills
 from tests.support.worker_proc import PRIVACY, TEST_SECRET, Message, read_all, write_config
 
 SEED = 20_261_128
-TOTAL = 12_000  # inputs, all good: a third of them written with v2
+TOTAL = 20_000  # inputs, all good: a third of them written with v2
 KILLS = 4
 BATCH = 200  # max_batch_records: many small transactions
 AHEAD = 3_000  # how far the producer may run ahead of the committed output

@@ -132,8 +132,11 @@ async def stream_with_kills(
             killed_at = time.perf_counter()
             # same replica id, so the same transactional id: aborts the open transaction
             worker, port = await _start_worker(run, config, logs)
-            # the next kill must hit a worker that got going (stream ends after the last kill)
-            await poll_until(_committed_a_batch(worker, port), 120, f"a commit after kill {k + 1}")
+            # the next kill must hit a worker that got going; once all is out (a kill that
+            # came too late, ``kills_before`` counts it out) there is nothing left to commit
+            if at_kill < plan.good:
+                committed = _committed_a_batch(worker, port)
+                await poll_until(committed, 120, f"a commit after kill {k + 1}")
             since = time.perf_counter() - killed_at
             run.kills.append({"outputs": at_kill, "first_commit_s": since})
         run.coords = await producing
