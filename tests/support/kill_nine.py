@@ -99,50 +99,64 @@ async def stream_with_kills(
     Worker logs go to ``logs``/worker<k>.log."""
     t0 = time.perf_counter()
     run = KillRun(coords=[])
-    async with (
-        Tail(bootstrap, kafka["output_topic"], identity=identity) as out,
-        Tail(
-            bootstrap, kafka["output_topic"], isolation_level="read_uncommitted", identity=identity
-        ) as unc,
-        Tail(bootstrap, kafka["dead_letter_topic"], identity=source_of) as dead,
-    ):
+    try:
+        async with (
+            Tail(bootstrap, kafka["output_topic"], identity=identity) as out,
+            Tail(
+                bootstrap,
+                kafka["output_topic"],
+                isolation_level="read_uncommitted",
+                identity=identity,
+            ) as unc,
+            Tail(bootstrap, kafka["dead_letter_topic"], identity=source_of) as dead,
+        ):
 
-        async def gate(start: int) -> None:
-            need = plan.good_before[start] - plan.ahead
-            await out.wait_until(lambda: len(out.distinct) >= need, 180, f"{need} outputs")
+            async def gate(start: int) -> None:
+                need = plan.good_before[start] - plan.ahead
+                await out.wait_until(lambda: len(out.distinct) >= need, 180, f"{need} outputs")
 
-        def uncommitted_after(mark: int) -> Callable[[], bool]:
-            def seen() -> bool:  # a record past ``mark`` the committed reader has not seen
-                fresh = (identity(r) for r in unc.records[mark:])
-                return any(n not in out.distinct for n in fresh) or len(out.distinct) >= plan.good
+            def uncommitted_after(mark: int) -> Callable[[], bool]:
+                def seen() -> bool:  # a record past ``mark`` the committed reader has not seen
+                    fresh = (identity(r) for r in unc.records[mark:])
+                    return (
+                        any(n not in out.distinct for n in fresh) or len(out.distinct) >= plan.good
+                    )
 
-            return seen
+                return seen
 
-        producing = asyncio.create_task(
-            stream(bootstrap, kafka["input_topic"], messages, chunk=plan.chunk, before_chunk=gate)
-        )
-        worker, _ = await _start_worker(run, config, logs)
-        for k, threshold in enumerate(plan.thresholds):
-            await out.wait_distinct(threshold, within_s=120)
-            # kill right after the next record of an open transaction shows up
-            await unc.wait_until(uncommitted_after(len(unc.records)), 60, "an uncommitted record")
-            at_kill = len(out.distinct)
-            assert worker.alive, worker.log_text()[-5000:]
-            assert await worker.kill() == -signal.SIGKILL
-            killed_at = time.perf_counter()
-            # same replica id, so the same transactional id: aborts the open transaction
-            worker, port = await _start_worker(run, config, logs)
-            # the next kill must hit a worker that got going; once all is out (a kill that
-            # came too late, ``kills_before`` counts it out) there is nothing left to commit
-            if at_kill < plan.good:
-                committed = _committed_a_batch(worker, port)
-                await poll_until(committed, 120, f"a commit after kill {k + 1}")
-            since = time.perf_counter() - killed_at
-            run.kills.append({"outputs": at_kill, "first_commit_s": since})
-        run.coords = await producing
-        await out.wait_distinct(plan.good, within_s=180)
-        await dead.wait_distinct(plan.bad, within_s=60)
-        assert await worker.terminate() == 0, worker.log_text()[-5000:]
+            producing = asyncio.create_task(
+                stream(
+                    bootstrap, kafka["input_topic"], messages, chunk=plan.chunk, before_chunk=gate
+                )
+            )
+            worker, _ = await _start_worker(run, config, logs)
+            for k, threshold in enumerate(plan.thresholds):
+                await out.wait_distinct(threshold, within_s=120)
+                # kill right after the next record of an open transaction shows up
+                await unc.wait_until(
+                    uncommitted_after(len(unc.records)), 60, "an uncommitted record"
+                )
+                at_kill = len(out.distinct)
+                assert worker.alive, worker.log_text()[-5000:]
+                assert await worker.kill() == -signal.SIGKILL
+                killed_at = time.perf_counter()
+                # same replica id, so the same transactional id: aborts the open transaction
+                worker, port = await _start_worker(run, config, logs)
+                # the next kill must hit a worker that got going; once all is out (a kill that
+                # came too late, ``kills_before`` counts it out) there is nothing left to commit
+                if at_kill < plan.good:
+                    committed = _committed_a_batch(worker, port)
+                    await poll_until(committed, 120, f"a commit after kill {k + 1}")
+                since = time.perf_counter() - killed_at
+                run.kills.append({"outputs": at_kill, "first_commit_s": since})
+            run.coords = await producing
+            await out.wait_distinct(plan.good, within_s=180)
+            await dead.wait_distinct(plan.bad, within_s=60)
+            assert await worker.terminate() == 0, worker.log_text()[-5000:]
+    finally:  # a failed wait must not leave a worker running after the test
+        for leftover in run.workers:
+            if leftover.alive:
+                await leftover.kill()
     run.seconds = time.perf_counter() - t0
     return run
 
