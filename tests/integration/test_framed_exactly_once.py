@@ -1,23 +1,26 @@
 """Exactly-once under kill -9 for framed input and output (issue 33), real broker and registry.
 
-The JSON test (``test_exactly_once.py``) with Avro in and Avro out, through the same
-kill loop (``tests/support/kill_nine.py``): ``TOTAL`` records, framed by
-confluent-kafka's ``AvroSerializer`` with v1 and v2 of the input subject mixed (v2
-adds a field with a default), stream into a 4-partition topic while the worker is
-killed with SIGKILL ``KILLS`` times mid-stream and restarted with the same
-transactional id. The output is Avro of the schema derived from the config (the
-default ``output_format`` for Avro input).
+The JSON test (``test_exactly_once.py``) with Avro in and Avro out, then Protobuf
+in and Protobuf out, through the same kill loop (``tests/support/kill_nine.py``):
+``TOTAL`` records, framed by confluent-kafka's ``AvroSerializer`` (Protobuf:
+``ProtobufSerializer`` for v1, v2 registered as .proto text and framed by hand)
+with v1 and v2 of the input subject mixed (v2 adds a field), stream into a
+4-partition topic while the worker is killed with SIGKILL ``KILLS`` times
+mid-stream and restarted with the same transactional id. The output is in the
+input's format, of the schema derived from the config (the default
+``output_format``).
 
 Checked afterwards:
 
 * read_committed, every input comes out exactly once (its public ``seq``, read
-  with confluent-kafka's ``AvroDeserializer``), every output framed with the one
-  registered output schema id, byte-identical to ``replay_framed`` (what an
-  uncrashed worker with the same key makes of that input: the keyed noise);
+  with confluent-kafka's ``AvroDeserializer`` or ``ProtobufDeserializer``), every
+  output framed with the one registered output schema id, byte-identical to
+  ``replay_framed`` (what an uncrashed worker with the same key makes of that
+  input: the keyed noise);
 * read_uncommitted, the aborted copies written by killed workers are there too,
   and every copy is those same bytes: replays released nothing new;
 * nothing is dead-lettered, committed or aborted;
-* read back with ``AvroDeserializer``, the records hold the config's fields only,
+* read back with those deserializers, the records hold the config's fields only,
   no salary as it was sent, and the DEBUG logs of all the workers no raw value.
 
 "Some seq has more than one copy" needs one of the ``KILLS`` kills to land inside
@@ -35,12 +38,17 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import pytest
 from aiokafka import ConsumerRecord
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 
 from tests.integration.test_avro_input import V1, V2
+from tests.integration.test_protobuf_json_schema_input import protobuf_values
 from tests.support.avro import (
     AvroDeserializer,
     MessageField,
@@ -51,6 +59,7 @@ from tests.support.avro import (
 from tests.support.faults import assert_each_once, fault_topics, read_to_end
 from tests.support.framed_replay import replay_framed
 from tests.support.kill_nine import KillPlan, kill_thresholds, stream_with_kills
+from tests.support.protobuf import compiled_class
 from tests.support.worker_proc import PRIVACY, TEST_SECRET, Message, read_all, write_config
 
 SEED = 20_261_128
@@ -84,12 +93,28 @@ def reading(i: int) -> dict[str, Any]:
     return body
 
 
-def avro_messages(url: str, topic: str) -> list[Message]:
-    """Input i as a user's producer frames it: v1, or v2 every third, with canaries in
-    the key, a header and the value."""
+def avro_values(url: str, topic: str) -> list[bytes]:
+    """Input i as a user's producer frames it: v1, or v2 every third
+    (confluent-kafka's ``AvroSerializer``)."""
     with SchemaRegistryClient({"url": url}) as client:
         v1, v2 = avro_writer(client, topic, V1), avro_writer(client, topic, V2)
-        values = [(v2 if i % 3 == 2 else v1)(reading(i)) for i in range(TOTAL)]
+        return [(v2 if i % 3 == 2 else v1)(reading(i)) for i in range(TOTAL)]
+
+
+def proto_values(url: str, topic: str) -> list[bytes]:
+    """Input i as Protobuf: v1 through confluent-kafka's ``ProtobufSerializer``, or v2
+    (registered as .proto text) every third."""
+    v2_seqs = range(2, TOTAL, 3)
+    v1_seqs = [i for i in range(TOTAL) if i % 3 != 2]
+    first, second = protobuf_values(
+        url, topic, [reading(i) for i in v1_seqs], [reading(i) for i in v2_seqs]
+    )
+    by_seq = dict(zip(v1_seqs, first, strict=True)) | dict(zip(v2_seqs, second, strict=True))
+    return [by_seq[i] for i in range(TOTAL)]
+
+
+def framed_messages(values: list[bytes]) -> list[Message]:
+    """The values with canaries in each key and a header."""
     assert values[0][1:5] != values[2][1:5], "v1 and v2 must have schema ids of their own"
     return [
         (f"{CANARY}-KEY-{i}".encode(), value, [("trace", f"{CANARY}-HEADER-{i}".encode())])
@@ -97,9 +122,14 @@ def avro_messages(url: str, topic: str) -> list[Message]:
     ]
 
 
+class Reader(Protocol):
+    """Reads output values as an analyst does, with confluent-kafka's deserializers."""
+
+    def __call__(self, value: bytes) -> dict[str, Any]: ...
+
+
 class AvroReader:
-    """Output values as an analyst reads them: confluent-kafka's ``AvroDeserializer``,
-    writer schema by the id in each value."""
+    """``AvroDeserializer``, writer schema by the id in each value."""
 
     def __init__(self, client: SchemaRegistryClient, topic: str) -> None:
         self._deserializer = AvroDeserializer(client)
@@ -109,35 +139,72 @@ class AvroReader:
         record: dict[str, Any] = self._deserializer(value, self._context)
         return record
 
-    def seq(self, record: ConsumerRecord) -> int:
-        return int(self(record.value)["seq"])
+
+class ProtobufReader:
+    """``ProtobufDeserializer`` of the registered output ``.proto`` compiled with protoc
+    (fetched at the first value: the worker registers it)."""
+
+    def __init__(self, client: SchemaRegistryClient, topic: str) -> None:
+        self._client, self._topic = client, topic
+        self._context = SerializationContext(topic, MessageField.VALUE)
+        self._deserializer: ProtobufDeserializer | None = None
+
+    def __call__(self, value: bytes) -> dict[str, Any]:
+        if self._deserializer is None:
+            text = self._client.get_latest_version(f"{self._topic}-value").schema.schema_str
+            options = {"use.deprecated.format": False}
+            self._deserializer = ProtobufDeserializer(compiled_class(text), options)
+        message = self._deserializer(value, self._context)
+        record = {f.name: getattr(message, f.name) for f in message.DESCRIPTOR.fields}
+        record["seq"] = message.seq.long_value  # a public integer: a wrapper message
+        return record
+
+
+@dataclass(frozen=True)
+class Framed:
+    """One format under test: how its input is produced and its output read."""
+
+    format: str
+    values: Callable[[str, str], list[bytes]]
+    reader: Callable[[SchemaRegistryClient, str], Reader]
+
+
+FORMATS = [
+    pytest.param(Framed("avro", avro_values, AvroReader), id="avro"),
+    pytest.param(Framed("protobuf", proto_values, ProtobufReader), id="protobuf"),
+]
 
 
 def schema_ids(records: list[ConsumerRecord]) -> set[int]:
     return {int.from_bytes(r.value[1:5], "big") for r in records}
 
 
-async def test_kill_nine_mid_stream_exactly_once_avro_in_avro_out(
-    kafka_bootstrap: str, schema_registry: str, tmp_path: Path
+@pytest.mark.parametrize("framed", FORMATS)
+async def test_kill_nine_mid_stream_exactly_once_framed_in_framed_out(
+    kafka_bootstrap: str, schema_registry: str, tmp_path: Path, framed: Framed
 ) -> None:
-    kafka = await fault_topics(kafka_bootstrap, "eos-avro")
+    kafka = await fault_topics(kafka_bootstrap, f"eos-{framed.format}")
     settings = {
         **kafka,
-        "format": "avro",  # output_format: avro by default
+        "format": framed.format,  # output_format: the same by default
         "schema_registry": {"url": schema_registry},
         "transactions": True,
         "max_batch_records": BATCH,
         "session_timeout_ms": 6000,
     }
     config = write_config(tmp_path / "config.yaml", kafka_bootstrap, settings, PRIVACY)
-    messages = avro_messages(schema_registry, kafka["input_topic"])
+    messages = framed_messages(framed.values(schema_registry, kafka["input_topic"]))
     thresholds = kill_thresholds(TOTAL, KILLS, SEED)
     plan = KillPlan(thresholds, list(range(TOTAL + 1)), ahead=AHEAD, chunk=CHUNK)
 
     with SchemaRegistryClient({"url": schema_registry}) as client:
-        reader = AvroReader(client, kafka["output_topic"])
+        reader = framed.reader(client, kafka["output_topic"])
+
+        def seq(record: ConsumerRecord) -> int:
+            return int(reader(record.value)["seq"])
+
         run = await stream_with_kills(
-            kafka_bootstrap, kafka, config, messages, plan, logs=tmp_path, identity=reader.seq
+            kafka_bootstrap, kafka, config, messages, plan, logs=tmp_path, identity=seq
         )
         sanitized = await read_all(kafka_bootstrap, kafka["output_topic"], partitions=4)
         every_copy = await read_to_end(
@@ -148,9 +215,9 @@ async def test_kill_nine_mid_stream_exactly_once_avro_in_avro_out(
         )
         output_id = client.get_latest_version(f"{kafka['output_topic']}-value").schema_id
         records = [reader(r.value) for r in sanitized]
-        copies = Counter(reader.seq(r) for r in every_copy)
+        copies = Counter(seq(r) for r in every_copy)
         replay = replay_framed(config, TEST_SECRET, run.coords, messages, output_id)
-        differ = [reader.seq(r) for r in every_copy if r.value != replay[reader.seq(r)]]
+        differ = [seq(r) for r in every_copy if r.value != replay[seq(r)]]
     summary = (
         f"thresholds={thresholds} kills={run.kills} committed={len(sanitized)} "
         f"copies={len(every_copy)} dead_copies={len(dead_copies)} stream_s={run.seconds:.1f}"
@@ -163,7 +230,7 @@ async def test_kill_nine_mid_stream_exactly_once_avro_in_avro_out(
 
     # read_committed: every input exactly once, one output schema, the replay's bytes
     assert schema_ids(sanitized) == {output_id}, summary
-    assert_each_once(sanitized, set(range(TOTAL)), replay, summary, seq=reader.seq)
+    assert_each_once(sanitized, set(range(TOTAL)), replay, summary, seq=seq)
 
     # read_uncommitted: aborted copies exist, and every copy is the expected bytes
     assert not differ, f"a replayed copy differs for seqs {differ[:20]}; {summary}"
