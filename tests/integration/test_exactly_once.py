@@ -17,60 +17,42 @@ Checked afterwards:
   to the expected bytes: replays happened, and released nothing new;
 * the DEBUG logs of all the workers hold no raw value.
 
-Kill points: thresholds on the number of distinct committed outputs, one
-drawn uniformly in each of ``KILLS`` equal strata of [4 %, 86 %] of the
-stream with ``random.Random(SEED)``. Once a threshold is reached, the test
-waits for the read_uncommitted reader to see one more record (a batch of a
-transaction being written) and kills the worker right then, so that most
-kills land inside an open transaction. After each restart the test waits for
-the new worker's first commit (its ``privstream_records_in_total`` > 0)
-before it may kill again, so every kill hits a worker that was running.
-The check "some record has more than one copy" only needs one of the
-``KILLS`` kills to land before its transaction commits; the kill is sent
-within milliseconds of the first record of a batch becoming visible, while
-the rest of a ``BATCH``-record transaction is still being written. In nine
-runs while writing this test, 574 to 2,114 seqs had more than one copy (most
-kills landed inside a transaction), so a false failure of that check would
-take all six kills missing; none came close.
-
-The producer streams the input concurrently, at most ``AHEAD`` records ahead
-of the committed output (back-pressure on the output reader, no timer), so
-kills happen while input is still arriving.
+Kill points and the kill loop: ``tests/support/kill_nine.py`` (``KILLS`` kills,
+thresholds drawn with ``random.Random(SEED)``, the producer at most ``AHEAD``
+records ahead of the committed output). The check "some record has more than
+one copy" only needs one of the ``KILLS`` kills to land before its transaction
+commits; the kill is sent within milliseconds of the first record of a batch
+becoming visible, while the rest of a ``BATCH``-record transaction is still
+being written. In nine runs while writing this test, 574 to 2,114 seqs had
+more than one copy (most kills landed inside a transaction), so a false
+failure of that check would take all six kills missing; none came close. Since
+the loop waits for a record not yet committed (``kill_nine``), one run: 1,064,
+all six kills before the end of the stream.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import random
 import re
-import signal
-import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiokafka import ConsumerRecord
 
 from tests.support.faults import (
-    Tail,
     assert_dead_once,
     assert_each_once,
     fault_topics,
-    free_port,
     good_before,
     is_bad,
-    metric,
-    poll_until,
     read_to_end,
     seq_of,
     source_of,
-    stream,
 )
+from tests.support.kill_nine import KillPlan, kill_thresholds, stream_with_kills
 from tests.support.worker_proc import (
     TEST_SECRET,
     Message,
-    WorkerProcess,
     read_all,
     replay_expected,
     write_config,
@@ -144,15 +126,7 @@ def header(record: ConsumerRecord, name: str) -> str:
     return str(dict(record.headers)[name].decode())
 
 
-def kill_thresholds(good: int) -> list[int]:
-    rng = random.Random(SEED)
-    lo, hi = 0.04 * good, 0.86 * good
-    width = (hi - lo) / KILLS
-    return [int(lo + width * (k + rng.random())) for k in range(KILLS)]
-
-
 async def test_kill_nine_mid_stream_exactly_once(kafka_bootstrap: str, tmp_path: Path) -> None:
-    t0 = time.perf_counter()
     kafka = await fault_topics(kafka_bootstrap, "eos")
     source_topic = kafka["input_topic"]
     overrides = {
@@ -165,60 +139,13 @@ async def test_kill_nine_mid_stream_exactly_once(kafka_bootstrap: str, tmp_path:
 
     messages = [message(i) for i in range(TOTAL)]
     good_seqs = {i for i in range(TOTAL) if not is_bad(i)}
-    good, bad = len(good_seqs), TOTAL - len(good_seqs)
-    good_so_far = good_before(TOTAL)
-    thresholds = kill_thresholds(good)
-
-    workers: list[WorkerProcess] = []
-    kills: list[dict[str, float]] = []  # per kill: committed outputs seen, s to the next commit
-    async with (
-        Tail(kafka_bootstrap, kafka["output_topic"], identity=seq_of) as out,
-        Tail(kafka_bootstrap, kafka["output_topic"], isolation_level="read_uncommitted") as unc,
-        Tail(kafka_bootstrap, kafka["dead_letter_topic"], identity=source_of) as dead,
-    ):
-
-        async def gate(start: int) -> None:
-            need = good_so_far[start] - AHEAD
-            await out.wait_until(lambda: len(out.distinct) >= need, 180, f"{need} outputs")
-
-        def one_more(mark: int) -> Callable[[], bool]:
-            return lambda: len(unc.records) > mark or len(out.distinct) >= good
-
-        async def start_worker(name: str) -> tuple[WorkerProcess, int]:
-            worker, port = WorkerProcess(config, tmp_path / f"{name}.log"), free_port()
-            await worker.start("--http-port", str(port))
-            workers.append(worker)
-            return worker, port
-
-        def committed_a_batch(worker: WorkerProcess, port: int) -> Callable[[], Awaitable[bool]]:
-            async def probe() -> bool:  # records_in moves once a transaction has committed
-                assert worker.alive, worker.log_text()[-5000:]
-                return bool(await metric(port, "privstream_records_in_total"))
-
-            return probe
-
-        producing = asyncio.create_task(
-            stream(kafka_bootstrap, source_topic, messages, chunk=CHUNK, before_chunk=gate)
-        )
-        worker, _ = await start_worker("worker0")
-        for k, threshold in enumerate(thresholds):
-            await out.wait_distinct(threshold, within_s=120)
-            # kill right after the next record of an open transaction shows up
-            await unc.wait_until(one_more(len(unc.records)), 60, "one more record")
-            at_kill = len(out.distinct)
-            assert worker.alive, worker.log_text()[-5000:]
-            assert await worker.kill() == -signal.SIGKILL
-            killed_at = time.perf_counter()
-            # same replica id, so the same transactional id: aborts the open transaction
-            worker, port = await start_worker(f"worker{k + 1}")
-            # the next kill must hit a worker that got going (stream ends after the last kill)
-            await poll_until(committed_a_batch(worker, port), 120, f"a commit after kill {k + 1}")
-            kills.append({"outputs": at_kill, "first_commit_s": time.perf_counter() - killed_at})
-        coords = await producing
-        await out.wait_distinct(good, within_s=180)
-        await dead.wait_distinct(bad, within_s=60)
-        assert await worker.terminate() == 0, worker.log_text()[-5000:]
-    t_stream = time.perf_counter() - t0
+    good = len(good_seqs)
+    thresholds = kill_thresholds(good, KILLS, SEED)
+    plan = KillPlan(thresholds, good_before(TOTAL), ahead=AHEAD, chunk=CHUNK)
+    run = await stream_with_kills(
+        kafka_bootstrap, kafka, config, messages, plan, logs=tmp_path, identity=seq_of
+    )
+    coords, workers, kills = run.coords, run.workers, run.kills
 
     sanitized = await read_all(kafka_bootstrap, kafka["output_topic"], partitions=4)
     every_copy = await read_to_end(
@@ -233,12 +160,12 @@ async def test_kill_nine_mid_stream_exactly_once(kafka_bootstrap: str, tmp_path:
     summary = (
         f"thresholds={thresholds} kills={kills} committed={len(sanitized)} "
         f"copies={len(every_copy)} dead={len(dead_letters)} dead_copies={len(dead_copies)} "
-        f"stream_s={t_stream:.1f}"
+        f"stream_s={run.seconds:.1f}"
     )
     print(summary)
 
     # >= 5 kills while the stream was incomplete, or the test proves nothing
-    assert sum(1 for kill in kills if kill["outputs"] < good) >= 5, summary
+    assert run.kills_before(good) >= 5, summary
 
     # read_committed: every good input exactly once, byte-identical to an uncrashed run
     assert_each_once(sanitized, good_seqs, expected, summary)

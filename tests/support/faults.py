@@ -160,15 +160,17 @@ def assert_each_once(
     good_seqs: set[int],
     expected: list[bytes | None],
     summary: str,
+    seq: Callable[[ConsumerRecord], int] = seq_of,
 ) -> None:
-    """Every good seq committed exactly once, byte-identical to ``expected`` (the replay)."""
-    counts = Counter(seq_of(r) for r in sanitized)
+    """Every good seq committed exactly once, byte-identical to ``expected`` (the replay);
+    ``seq`` reads a record's seq (default: from its JSON)."""
+    counts = Counter(seq(r) for r in sanitized)
     duplicated = sorted(s for s, c in counts.items() if c > 1)
     missing = sorted(good_seqs - counts.keys())
     assert not duplicated, f"duplicated seqs {duplicated[:20]} ({len(duplicated)}); {summary}"
     assert not missing, f"missing seqs {missing[:20]} ({len(missing)}); {summary}"
     assert counts.keys() == good_seqs, summary
-    differ = [seq_of(r) for r in sanitized if r.value != expected[seq_of(r)]]
+    differ = [seq(r) for r in sanitized if r.value != expected[seq(r)]]
     assert not differ, f"committed bytes differ from replay for seqs {differ[:20]}; {summary}"
 
 
