@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from privstream.estimate.accumulators import BaseAccumulator, Options, Truth, interval
-from privstream.estimate.numeric import _clean, _fast_column, _number
+from privstream.estimate.numeric import _clean, real_column
 from privstream.mechanisms.square_wave import (
     SquareWaveMechanism,
     bin_law,
@@ -84,16 +84,7 @@ class SquareWaveReleases(BaseAccumulator):
         )
 
     def add(self, values: Sequence[Any]) -> None:
-        column = _fast_column(values, integer=False)
-        if column is None:
-            good: list[float] = []
-            for value in values:
-                number = _number(value)
-                if number is None:
-                    self._skip(value)
-                else:
-                    good.append(number)
-            column = np.array(good, dtype=np.float64)
+        column = real_column(values, self._skip)
         cells = self.square.cells_of(column)
         self.off_grid += int(np.count_nonzero(cells < 0))
         self.records += int(np.count_nonzero(cells >= 0))

@@ -58,6 +58,21 @@ def _fast_column(values: Sequence[Any], integer: bool) -> NDArray[np.float64] | 
     return column
 
 
+def real_column(values: Sequence[Any], skip: Callable[[object], None]) -> NDArray[np.float64]:
+    """The finite JSON numbers of ``values`` as one array; ``skip`` is called with each other."""
+    column = _fast_column(values, integer=False)
+    if column is not None:
+        return column
+    good: list[float] = []
+    for value in values:
+        number = _number(value)
+        if number is None:
+            skip(value)
+        else:
+            good.append(number)
+    return np.array(good, dtype=np.float64)
+
+
 def _fast_matrix(values: Sequence[Any], width: int) -> NDArray[np.float64] | None:
     """All values arrays of ``width`` plain finite numbers: one matrix, else None."""
     if not all(type(v) is list and len(v) == width for v in values):

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from privstream.estimate.accumulators import BaseAccumulator, Options, Truth, interval
-from privstream.estimate.numeric import Moments, _clean, _fast_column, _number
+from privstream.estimate.numeric import Moments, _clean, real_column
 from privstream.mechanisms.unit_interval import UnitIntervalMechanism
 
 #: why a mean-oriented mechanism gives no histogram, said in place of one
@@ -102,16 +102,7 @@ class UnitMeanReleases(BaseAccumulator):
         )
 
     def add(self, values: Sequence[Any]) -> None:
-        column = _fast_column(values, integer=False)
-        if column is None:
-            good: list[float] = []
-            for value in values:
-                number = _number(value)
-                if number is None:
-                    self._skip(value)
-                else:
-                    good.append(number)
-            column = np.array(good, dtype=np.float64)
+        column = real_column(values, self._skip)
         if not len(column):
             return
         mech = self.unit

@@ -18,7 +18,11 @@ from privstream.mechanisms.pm_sub import PiecewiseSubMechanism
 from privstream.testing import SeededSource
 from scipy import stats
 
-from tests.unit.mechanisms.test_piecewise import cell_law, exact_mean, sampled_cell
+from tests.unit.mechanisms.test_piecewise import (
+    assert_small_grid_keeps_the_ratio,
+    cell_law,
+    exact_mean,
+)
 from tests.unit.mechanisms.unit_interval_checks import (
     coverage,
     draws,
@@ -45,19 +49,7 @@ def pm_sub_worst_variance(epsilon: float) -> float:
 @pytest.mark.parametrize("cells", [4, 7, 12])
 @pytest.mark.parametrize("epsilon", [0.05, 0.7, 2.0, 9.0])
 def test_enumerated_cell_law_of_small_grids_keeps_the_ratio(cells: int, epsilon: float) -> None:
-    grid = calibrate(epsilon, cells, split=3)
-    m, top = grid.window, cells - grid.window
-    for start in range(top + 1):
-        others = [k for k in range(cells) if not start <= k < start + m]
-        for j in range(max(m, top)):
-            if j < m:
-                assert sampled_cell(grid, start, True, j) == start + j
-            if j < top:
-                assert sampled_cell(grid, start, False, j) == others[j]
-    laws = [cell_law(grid, start) for start in range(top + 1)]
-    assert all(sum(law) == 1 for law in laws)
-    ratio = max(a / b for law in laws for other in laws for a, b in zip(law, other, strict=True))
-    assert ratio <= grid.realised_ratio() <= exp_upper(epsilon)
+    assert_small_grid_keeps_the_ratio(calibrate(epsilon, cells, split=3), epsilon)
 
 
 @pytest.mark.parametrize("epsilon", [2.0**-40, 1e-3, 0.5, 2.0, 8.0, 60.0, 700.0])

@@ -18,8 +18,9 @@ from privstream.mechanisms.square_wave import SquareWaveMechanism, window_share
 from privstream.testing import SeededSource
 from scipy import stats
 
-from tests.unit.mechanisms.test_piecewise import cell_law, sampled_cell
-from tests.unit.mechanisms.unit_interval_checks import exp_upper
+from tests.unit.mechanisms.test_piecewise import (
+    assert_small_grid_keeps_the_ratio,
+)
 
 
 def continuous_b(epsilon: float) -> float:
@@ -43,18 +44,9 @@ def test_the_window_share_stays_finite_at_the_extremes(epsilon: float) -> None:
 @pytest.mark.parametrize("cells", [4, 7, 12])
 @pytest.mark.parametrize("epsilon", [0.05, 0.7, 2.0, 9.0])
 def test_enumerated_cell_law_of_small_grids_keeps_the_ratio(cells: int, epsilon: float) -> None:
-    grid = grid_for_share(epsilon, window_share(epsilon), cells)
-    m, top = grid.window, cells - grid.window
-    for start in range(top + 1):
-        others = [k for k in range(cells) if not start <= k < start + m]
-        for j in range(max(m, top)):
-            if j < m:
-                assert sampled_cell(grid, start, True, j) == start + j
-            if j < top:
-                assert sampled_cell(grid, start, False, j) == others[j]
-    laws = [cell_law(grid, start) for start in range(top + 1)]
-    ratio = max(a / b for law in laws for other in laws for a, b in zip(law, other, strict=True))
-    assert ratio <= grid.realised_ratio() <= exp_upper(epsilon)
+    assert_small_grid_keeps_the_ratio(
+        grid_for_share(epsilon, window_share(epsilon), cells), epsilon
+    )
 
 
 @pytest.mark.parametrize("epsilon", [0.3, 1.0, 4.0])
