@@ -29,7 +29,11 @@ uncommitted record and kills it only if the broker shows, twice, a transaction
 open on the output (last stable offset below the high watermark), else lets it
 go on (SIGCONT); it holds input back, so the stream cannot end before the
 last kill. A kill misses only if the worker had sent its commit just before
-it froze. RUNS
+it froze. In four Avro runs and three Protobuf runs (one Avro run beside the
+two other kill tests, load average 9 on 2 cores), thresholds 2,689, 7,909,
+12,198, 17,151, the kills came at 4,400 to 18,500 inputs after 1 to 5
+attempts each, with 700 to 800 seqs with aborted copies: every kill aborted
+the records the loop saw open (the last batch, or part of it).
 """
 
 from __future__ import annotations
