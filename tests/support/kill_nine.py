@@ -222,7 +222,7 @@ class _Loop:
         return len(self.out.distinct) + len(self.dead.distinct)
 
     async def reach(self, inputs: int, within_s: float) -> None:
-        what = f"{inputs} inputs accounted for ({len(self.dead.distinct)} dead letters)"
+        what = f"{inputs} inputs released or dead-lettered"
         await self.out.wait_until(lambda: self.accounted() >= inputs, within_s, what)
 
     async def gate(self, start: int) -> None:
