@@ -226,10 +226,10 @@ def test_support() -> None:
     for _ in range(ROUNDS):
         g = rng.choice([1, 2, 3, 2**32 + 1, 2**63, TOP, rng.randrange(1, TOP + 1)])
         n, k = rng.randint(0, 6), rng.randint(0, 4)
-        seeds = np.array([rng.choice([0, TOP, rng.randrange(TOP + 1)]) for _ in range(n)],
-                         dtype=np.uint64)  # fmt: skip
-        buckets = np.array([rng.choice([0, g - 1, rng.randrange(g)]) for _ in range(n)],
-                           dtype=np.uint64)  # fmt: skip
+        seed_words = [rng.choice([0, TOP, rng.randrange(TOP + 1)]) for _ in range(n)]
+        bucket_words = [rng.choice([0, g - 1, rng.randrange(g)]) for _ in range(n)]
+        seeds = np.array(seed_words, dtype=np.uint64)
+        buckets = np.array(bucket_words, dtype=np.uint64)
         digests = np.array([rng.randrange(TOP + 1) for _ in range(k)], dtype=np.uint64)
         out = np.full(k, -1, dtype=np.int64)
         if n and rng.random() < 0.1:
