@@ -123,7 +123,8 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 # The Avro scenario of e2e.py needs the tests' schema registry (schema-registry).
 bench: $(BENCH_STAMP) schema-registry ## benchmarks (ratios against baselines measured in the same run; minutes)
 	@status=0; \
-	for script in samplers pipeline file_mode e2e latency memory ledger utility http_flood aggregates; do \
+	for script in samplers pipeline file_mode e2e latency memory ledger utility http_flood aggregates \
+		olh_estimate; do \
 		echo "== bench/$$script.py $(BENCH_ARGS)"; \
 		$(BIN)/python bench/$$script.py $(BENCH_ARGS) || status=1; \
 	done; \
