@@ -48,7 +48,8 @@
  * over the block; the loop over the block is vectorised (omp simd, -fopenmp-simd:
  * also at the -O1 of make csan) in three clones chosen at load time (x86-64-v4's
  * 64-bit vector multiply, AVX2, and the baseline: never -march=native, the wheel
- * must run on any x86-64).
+ * must run on any x86-64; one baseline loop where clones cannot be built, see
+ * SUPPORT_CLONES).
  *
  * Buffers: seeds, buckets and digests uint64, out int64 (writable), native,
  * aligned, C-contiguous (read as flat); buckets as many as seeds, out one per
@@ -208,8 +209,17 @@ block_support(const uint64_t *restrict seeds, const uint64_t *restrict buckets, 
     return hits;
 }
 
+/* Clones need x86-64, GCC 11+ (arch=x86-64-v4) and glibc (the loader's ifunc picks the
+ * clone); elsewhere (ARM, musl, clang) one loop, vectorised for the baseline ISA. */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__) \
+    && __GNUC__ >= 11
+#define SUPPORT_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#else
+#define SUPPORT_CLONES
+#endif
+
 /* out[j] = the support of digests[j] among the n reports; runs without the GIL. */
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) static void
+SUPPORT_CLONES static void
 support_loop(const uint64_t *seeds, const uint64_t *buckets, Py_ssize_t n,
              const uint64_t *digests, Py_ssize_t k, divisor d, int64_t *out)
 {
