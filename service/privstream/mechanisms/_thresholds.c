@@ -164,8 +164,8 @@ done:
  * first-level cache while every candidate runs over them. */
 #define SUPPORT_BLOCK 2048
 
-/* The divisibility test by g = 2^shift * odd (support's comment above; the proof page
- * names these three). */
+/* The divisibility test by g = 2^shift * odd (support's comment above): the proof page's
+ * u, t and L. */
 typedef struct {
     uint64_t inverse; /* odd^-1 mod 2^64 */
     unsigned shift;   /* the power of two in g */
