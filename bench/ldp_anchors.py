@@ -3,8 +3,9 @@
 Frequencies: GRR (k-ary randomized response), OUE (every bit drawn), OLH
 (a pairwise-independent hash ``((a v + b) mod (2^31 - 1)) mod g`` per
 record) and SS (Subset Selection, Wang et al. 2016: ``d`` values by random
-keys, ``d`` the best for the summed variance), with their unbiased
-estimators and exact expected MSE; pure-ldp's
+keys, ``d`` the best for the summed variance) and HR (Hadamard response,
+Acharya, Sun and Zhang 2019), with their unbiased estimators and exact
+expected MSE; pure-ldp's
 clients and servers as a check of them. Means: Duchi et al.'s mechanism, the
 Piecewise and Hybrid Mechanisms (Wang et al. 2019, Sec. III-B/C) and numpy
 Laplace, with each report's exact variance.
