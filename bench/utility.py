@@ -39,9 +39,10 @@ deviations; pooled coverage in [0.93, 0.97]. The mean-MSE target (1.1x the
 best of Duchi, PM and HM) is enforced where ``auto`` is not Laplace.
 
 Repetitions (``Reps``): 100 up to k = 48, 5 at k = 1000, 2 at k = 10,000,
-300 per mean cell; ``--quick``: 20, 2, 1 and 50. ``--domains``,
-``--epsilons`` and ``--truth`` pick frequency cells, ``--no-means`` skips
-the means. Exit status 1 if an enforced target is missed.
+300 per mean cell; ``--quick``: 20, 2, 1 and 50; ``--reps`` sets those up
+to k = 48. ``--domains``, ``--epsilons`` and ``--truth`` pick frequency
+cells, ``--no-means`` skips the means. Exit status 1 if an enforced target
+is missed. ``bench/utility_laws.py`` gives every cell by the laws alone.
 """
 
 from __future__ import annotations
