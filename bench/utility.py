@@ -233,16 +233,23 @@ def frequency_cell(
     return {
         "mechanism": report[0]["mechanism"],
         "privstream": float(np.mean(errors)),
-        # one standard deviation of the mean of the repetitions' errors, relative
-        "precision": float(np.std(errors, ddof=1) / np.mean(errors) / np.sqrt(len(errors)))
-        if len(errors) > 1
-        else float(np.sqrt(2 / (k - 1))),
+        "precision": precision(errors, k),
         "measured": measured,
         "exact": exact,
         "pure_ldp": checks,
         "hits": hits,
         "total": total,
     }
+
+
+def precision(errors: list[float], k: int) -> float:
+    """One standard deviation of the mean of the repetitions' summed errors, relative: from
+    their spread, but at least ``sqrt(2 / (k - 1))`` over root reps (two repetitions' spread
+    can be near 0 by chance)."""
+    floor = float(np.sqrt(2 / (k - 1) / len(errors)))
+    if len(errors) < 2:
+        return floor
+    return max(floor, float(np.std(errors, ddof=1) / np.mean(errors) / np.sqrt(len(errors))))
 
 
 def _mse(run: Protocol, data: Ints, truth: Floats, k: int, eps: float, rng: Any) -> float:
