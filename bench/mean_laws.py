@@ -32,7 +32,26 @@ from privstream.kinds.real_ldp import MECHANISMS  # noqa: E402
 from privstream.mechanisms.laplace import LaplaceMechanism  # noqa: E402
 from privstream.mechanisms.variance_law import VarianceLaw  # noqa: E402
 
-EPSILONS = (0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
+EPSILONS = (
+    0.1,
+    0.2,
+    0.3,
+    0.5,
+    0.6,
+    0.7,
+    0.8,
+    1.0,
+    1.25,
+    1.5,
+    2.0,
+    2.5,
+    3.0,
+    3.5,
+    4.0,
+    5.0,
+    6.0,
+    8.0,
+)
 TARGET = 1.1
 BOUNDS = (0.0, 100.0)
 #: a shape by the two moments the laws need: ``(E|t|, E t^2)`` of ``t = 2 x - 1``
@@ -92,7 +111,9 @@ def minimax(table: dict[str, dict[str, float]]) -> str:
 
 
 def auto_at(eps: float) -> str:
-    spec = RealField.model_validate({"name": "x", "kind": "real", "bounds": list(BOUNDS)})
+    spec = RealField.model_validate(
+        {"name": "x", "kind": "real", "bounds": list(BOUNDS), "epsilon": eps}
+    )
     return auto_real_choice(spec, Guarantee(epsilon=eps, delta=0.0)).mechanism
 
 
@@ -103,7 +124,11 @@ def five_row(eps: float) -> tuple[str, list[float], float]:
     cells = [table[chosen][s] / table[best][s] for s in FIVE]
     regret = max(table[chosen].values()) / max(table[best].values())
     head = f"| {eps:g} | {chosen} | {best} ({max(table[best].values()):.3f}x) "
-    return head + "| " + " | ".join(f"{c:.3f}x" for c in cells) + f" | {regret:.3f}x |", cells, regret
+    return (
+        head + "| " + " | ".join(f"{c:.3f}x" for c in cells) + f" | {regret:.3f}x |",
+        cells,
+        regret,
+    )
 
 
 def more_row(eps: float) -> tuple[str, float]:
@@ -114,7 +139,11 @@ def more_row(eps: float) -> tuple[str, float]:
 
 def main() -> int:
     print("## five shapes: auto's law / the best data-blind choice's law (minimax over the five)")
-    print("| eps | auto | best data-blind (its worst ratio) | " + " | ".join(FIVE) + " | worst / minimax |")
+    print(
+        "| eps | auto | best data-blind (its worst ratio) | "
+        + " | ".join(FIVE)
+        + " | worst / minimax |"
+    )
     print("|---|---|---|" + "---|" * (len(FIVE) + 1))
     worst = 0.0
     for eps in EPSILONS:
