@@ -25,7 +25,6 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.reference import nested_config, nested_messages
 from privstream.config import parse_config
 from privstream.kafka.compat import BatchBuilder, ConsumerRecord, fetcher
 from privstream.kafka.decode import tolerate_undecodable_records
@@ -34,6 +33,8 @@ from privstream.mechanisms.rng import NoiseKeys
 from privstream.pipeline import BatchResult
 from privstream.worker.produce import output_headers
 from privstream.worker.sanitize import sanitize
+
+from bench.reference import nested_config, nested_messages
 
 #: aiokafka's default batch size, the producer's and so the record batches a fetch returns
 BATCH_BYTES = 16_384
