@@ -87,8 +87,7 @@ _LOST = (
     aiokafka_errors.RequestTimedOutError,
     aiokafka_errors.KafkaTimeoutError,
     aiokafka_errors.NoBrokersAvailable,
-    OSError,
-    TimeoutError,
+    OSError,  # TimeoutError and ConnectionError among them
 )
 
 
