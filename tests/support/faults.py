@@ -196,20 +196,22 @@ async def stream(
     messages: Sequence[Message],
     *,
     chunk: int,
-    before_chunk: Callable[[int], Awaitable[None]],
+    before_chunk: Callable[[int], Awaitable[bool | None]],
 ) -> list[tuple[int, int]]:
-    """Produce ``messages`` in chunks; ``await before_chunk(i)`` gates the chunk starting at i.
+    """Produce ``messages`` in chunks; ``await before_chunk(i)`` gates the chunk starting at i
+    (a gate that returns False ends the stream there).
 
     Each chunk is acknowledged (acks=all) before the next one is gated, so a
     gate that waits for output of earlier inputs never waits for unsent ones.
-    Returns each message's (partition, offset), in order.
+    Returns each produced message's (partition, offset), in order.
     """
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks="all")
     await producer.start()
     coords: list[tuple[int, int]] = []
     try:
         for start in range(0, len(messages), chunk):
-            await before_chunk(start)
+            if await before_chunk(start) is False:
+                break
             pending = [
                 await producer.send(topic, value, key=key, headers=headers)
                 for key, value, headers in messages[start : start + chunk]
