@@ -11,9 +11,11 @@ timings, reason codes when on); the error metrics come from shadow draws
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -87,6 +89,24 @@ class Metrics:
             "privstream_consumer_lag_records",
             "Records of an assigned input partition not yet processed (high watermark - position)",
             ["partition"],
+            registry=registry,
+        )
+        self.aggregate_windows = Counter(
+            "privstream_aggregate_windows_released",
+            "Windows an aggregate released (each once)",
+            ["aggregate"],
+            registry=registry,
+        )
+        self.aggregate_window_end = Gauge(
+            "privstream_aggregate_window_end_seconds",
+            "The end (Unix seconds) of the latest window an aggregate released",
+            ["aggregate"],
+            registry=registry,
+        )
+        self.aggregate_value = Gauge(
+            "privstream_aggregate_value",
+            "The latest released window's noisy value per group (a released value: public)",
+            ["aggregate", "group"],
             registry=registry,
         )
         self.transactions = Counter(
@@ -176,6 +196,16 @@ class Metrics:
 
     def _field_gauge(self, name: str, doc: str) -> Gauge:
         return Gauge(name, doc, ["field", "mechanism"], registry=self.registry)
+
+    def observe_window(
+        self, aggregate: str, end_ms: int, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """An aggregate's released window: its rows' noisy values as the latest ones."""
+        self.aggregate_windows.labels(aggregate).inc()
+        self.aggregate_window_end.labels(aggregate).set(end_ms / 1000)
+        for row in rows:
+            group = json.dumps(row["group"], sort_keys=True, separators=(",", ":"))
+            self.aggregate_value.labels(aggregate, group).set(float(row["value"]))
 
     def describe_plan(
         self,

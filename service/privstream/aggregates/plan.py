@@ -17,6 +17,7 @@ import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import orjson
 
@@ -32,6 +33,9 @@ from privstream.config.aggregates import AggregateConfig, declared_keys
 from privstream.config.fields import DomainValue
 from privstream.errors import MechanismError
 from privstream.mechanisms.grid import MAX_GRID_INDEX, granularity
+
+#: stream settings left out of a file-mode release id when unset (ids stay as they were)
+_UNSET_STREAM = frozenset({"window", "output_topic"})
 
 
 @dataclass(frozen=True)
@@ -71,8 +75,21 @@ class AggregatePlan:
         chosen = self.cells if cells is None else cells
         return [orjson.dumps(dict(zip(fields, cell, strict=True))) for cell in chosen]
 
+    @cached_property
+    def partial_id(self) -> str:
+        """What a window's partials are made under: a hash of every part's release id (the
+        bounds, clamp range, grid and window with them). A partial of another plan is never
+        merged into this plan's release (``privstream.aggregates.stream.releases``)."""
+        parts = [t.part for t in self.query.totals]
+        if self.query.density is not None:
+            parts.append("density")
+        ids = b"".join(self.release_id(part) for part in parts)
+        return hashlib.sha256(ids).hexdigest()[:32]
+
     def release_id(self, part: str) -> bytes:
-        """A hash of everything that determines the release of one part."""
+        """A hash of everything that determines the release of one part (the window and
+        grace too: another grace is another set of records, never the same noise)."""
+        unset = {name for name in _UNSET_STREAM if getattr(self.spec, name) is None}
         density = self.query.density
         if part == "density" and density is not None:
             scale, step = density.sigma, density.step
@@ -80,7 +97,7 @@ class AggregatePlan:
             total = self.query.total(part)
             scale, step = total.noise.t, total.step
         payload = {
-            "aggregate": self.spec.model_dump(mode="json"),
+            "aggregate": self.spec.model_dump(mode="json", exclude=set(unset)),
             "part": part,
             "t": scale.hex(),
             "step": step.hex(),

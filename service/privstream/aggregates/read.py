@@ -4,10 +4,11 @@ A record the aggregate cannot read is left out of it (and of its bounds):
 a group value that is not a declared key (or a boolean: ``True == 1`` in
 Python), a histogram value outside the domain, a sum or mean value that is
 not a number (a boolean, NaN; an infinity or an integer beyond the doubles
-is clamped like any value past a bound), or a missing subject or
-correlation value. Fields are read by their paths (``device.os``, as the
-record path reads them: ``read``). Which records are left out is a function of each record
-alone, so it is part of the query, covered by its sensitivity.
+is clamped like any value past a bound), a ``select_groups`` key longer than
+``MAX_KEY_CHARS``, or a missing subject or correlation value. Fields are
+read by their paths (``device.os``, as the record path reads them:
+``read``). Which records are left out is a function of each record alone,
+so it is part of the query, covered by its sensitivity.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from privstream.config.paths import split_path
 
 #: one cell: its group keys in group-by order, then the histogram bin
 Cell = tuple[DomainValue, ...]
+#: ``select_groups``: a string group key longer than this is no key (each cell of a
+#: window's partial stays a few kilobytes at most: ``windows.encode_partial``)
+MAX_KEY_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class RecordReader:
             # exact types: a JSON boolean is no key (``True == 1``), nor a float
             kind = type(key)
             if (kind is not str and kind is not int) or (
-                allowed is not None and key not in allowed
+                key not in allowed if allowed is not None else len(str(key)) > MAX_KEY_CHARS
             ):
                 return None
             keys.append(key)

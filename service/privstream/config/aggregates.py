@@ -64,6 +64,14 @@ class Correlation(Strict):
     max_group: int = Field(ge=1, le=10_000)
 
 
+class Window(Strict):
+    """``privstream run``: the tumbling event-time window (the Kafka timestamp)."""
+
+    size_seconds: int = Field(ge=1, le=366 * 86_400)
+    #: how long past a window's end (by the wall clock) its records may still arrive
+    grace_seconds: int = Field(default=0, ge=0, le=7 * 86_400)
+
+
 class AggregateConfig(Strict):
     """One noisy query answered per window on the raw records."""
 
@@ -86,6 +94,9 @@ class AggregateConfig(Strict):
     #: release only the groups whose noisy count passes a threshold set by delta; a
     #: group-by field may then come without keys (partition selection, docs/aggregates.md)
     select_groups: bool = False
+    #: ``privstream run``: the window and the topic its rows go to (file mode: one window)
+    window: Window | None = None
+    output_topic: str | None = Field(default=None, min_length=1, max_length=249)
 
     @model_validator(mode="after")
     def _selection_needs(self) -> "AggregateConfig":
@@ -262,4 +273,35 @@ def aggregate_problems(
                         "declare fewer keys",
                     )
                 )
+    return problems
+
+
+def stream_problems(
+    aggregates: Sequence[AggregateConfig], transactions: bool, ledger: bool
+) -> list[str]:
+    """Why ``privstream run`` cannot answer these aggregates over Kafka (empty: it can)."""
+    problems = []
+    if aggregates and ledger:
+        problems.append(
+            "aggregates: the per-subject ledger (privacy.ledger) does not charge aggregate "
+            "releases yet, so its per-window caps would not hold for them; remove "
+            "privacy.ledger or the aggregates from the run config"
+        )
+    if aggregates and not transactions:
+        problems.append(
+            "aggregates: a window is released exactly once through Kafka transactions: "
+            "set kafka.transactions: true"
+        )
+    for spec in aggregates:
+        where = f"aggregates ({spec.name})"
+        if spec.window is None or spec.output_topic is None:
+            problems.append(
+                f"{where}: `run` releases an aggregate per window to its own topic: give "
+                "window: {size_seconds: 3600} and output_topic: <topic>"
+            )
+        if spec.correlation is not None:
+            problems.append(
+                f"{where}: correlation bounds each `by` value in one accumulator, and `run` "
+                "has one per input partition; remove correlation (file mode answers it)"
+            )
     return problems

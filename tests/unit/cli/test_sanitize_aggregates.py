@@ -179,11 +179,13 @@ def test_an_aggregate_no_noise_can_serve_is_a_config_error(
     assert "raise epsilon" in err
 
 
-def test_run_refuses_aggregates_rather_than_leave_them_unanswered(
+def test_run_refuses_aggregates_without_a_window_rather_than_leave_them_unanswered(
     files: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["run", "--config", str(files["config"])]) == 2
-    assert "which `run` does not answer yet" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "config error: aggregates (" in err
+    assert "give window: {size_seconds: 3600} and output_topic" in err
 
 
 def test_a_density_over_a_file_releases_one_row_per_grid_point(tmp_path: Path) -> None:

@@ -1,0 +1,221 @@
+"""Tumbling event-time windows over Kafka partitions, and the aggregates' internal topic.
+
+Pure (no Kafka): which window a timestamp falls in, its label (what the noise
+is keyed to), when the wall clock closes it, and the records of the internal
+compacted topic ``<input>-privstream-aggregates`` with the state they fold
+into (``View``). The worker (``privstream.worker.aggregates``) writes them in
+its transactions. Keys and values are canonical JSON:
+
+* ``{"t":"deployment","g":G}``: deployment (``kafka.group_id``) ``G``
+  uses the topic; a session finding another's is refused
+  (``privstream.aggregates.deployments``);
+* ``{"t":"epoch"}``: the wall-clock millisecond of the first transaction;
+  every aggregate's windows are released from the one holding it onwards,
+  each one, in order, records or not (whether a window is released never
+  depends on the records);
+* ``{"t":"progress","a":A,"p":P}``: input partition ``P`` has closed every
+  window of aggregate ``A`` ending at or before ``until`` (by the wall clock:
+  ``closed_until``);
+* ``{"t":"partial","a":A,"i":I,"w":W,"p":P}``: the partial of aggregate
+  ``A`` made under the plan of partial id ``I`` (``AggregatePlan.partial_id``:
+  its release ids, so its bounds), window start ``W``, partition ``P``
+  (tombstoned once the window is released; a release merges only the
+  partials of its own plan);
+* ``{"t":"released","a":A}``: every window of ``A`` ending at or before
+  ``until`` is released (written with the rows, in one transaction).
+
+Proof: docs/proofs/aggregates.md ("Over Kafka").
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import orjson
+
+from privstream.aggregates.partial import Partial
+from privstream.aggregates.read import Cell
+
+MS = 1000
+#: how far past the wall clock a record's timestamp may be (as the ledger's default
+#: ``max_future``): further, it is a future record, left out
+MAX_FUTURE_MS = 300_000
+#: the bytes of one partial record's cells at most (Kafka's default max.message.bytes: 1 MiB)
+CHUNK_BYTES = 512 * 1024
+#: windows released per aggregate per step at most (a backlog is released over steps)
+MAX_DUE = 64
+
+
+def window_start(timestamp_ms: int, size_ms: int) -> int:
+    """The start of the tumbling window holding ``timestamp_ms`` (windows from the epoch 0)."""
+    return timestamp_ms - timestamp_ms % size_ms
+
+
+def window_label(start_ms: int, size_ms: int) -> str:
+    """The window's released label (and noise key): its UTC start and length."""
+    start = datetime.datetime.fromtimestamp(start_ms / MS, datetime.UTC)
+    return f"{start.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z/{size_ms // MS}s"
+
+
+def closed_until(now_ms: int, size_ms: int, grace_ms: int) -> int:
+    """Where the windows the wall clock has closed end: window ``[s, e)`` closes once
+    ``now >= e + grace``, so every window ending at or before the largest window
+    boundary at or below ``now - grace``. The records never move it."""
+    return window_start(now_ms - grace_ms, size_ms)
+
+
+def _key(**parts: Any) -> bytes:
+    return orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)
+
+
+def _value(**parts: Any) -> bytes:
+    return orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)
+
+
+#: (key, value) of the internal topic (value None: a tombstone)
+Write = tuple[bytes, bytes | None]
+
+
+def deployment_record(group: str) -> tuple[bytes, bytes]:
+    return _key(t="deployment", g=group), _value()
+
+
+def epoch_record(now_ms: int) -> tuple[bytes, bytes]:
+    return _key(t="epoch"), _value(start=now_ms)
+
+
+def progress_record(aggregate: str, partition: int, until_ms: int) -> tuple[bytes, bytes]:
+    return _key(t="progress", a=aggregate, p=partition), _value(until=until_ms)
+
+
+def released_record(aggregate: str, until_ms: int) -> tuple[bytes, bytes]:
+    return _key(t="released", a=aggregate), _value(until=until_ms)
+
+
+class PartialAt(NamedTuple):
+    """Where a partial belongs: aggregate, plan (its partial id), window start, partition."""
+
+    aggregate: str
+    #: ``AggregatePlan.partial_id`` ("": written before partials named their plan)
+    plan: str
+    start: int
+    partition: int
+    #: which of the partial's records (``encode_partial``): its cells are split over several
+    chunk: int = 0
+
+
+def partial_key(at: PartialAt) -> bytes:
+    return _key(t="partial", a=at.aggregate, i=at.plan, w=at.start, p=at.partition, c=at.chunk)
+
+
+def encode_partial(partial: Partial) -> list[bytes]:
+    """The partial's cells and integers (cells as JSON lists: strings and integers kept), in
+    records of at most about ``CHUNK_BYTES`` each: with ``select_groups`` the cells come
+    from the records, and one record larger than the topic's ``max.message.bytes`` could
+    never be committed. Each chunk holds whole cells; the chunks of one partial merge
+    (``merge``: disjoint cells) into the partial. A cell is at most a few kilobytes
+    (``read.MAX_KEY_CHARS`` per group key), so no chunk passes ``CHUNK_BYTES`` by more.
+    An empty partial is no record (its partition had no record in the window)."""
+    chunks: list[dict[str, list[bytes]]] = []
+    size = CHUNK_BYTES
+    for part, totals in (("counts", partial.counts), ("sums", partial.sums)):
+        for cell, n in totals.items():
+            entry = orjson.dumps([list(cell), n])
+            if size + len(entry) > CHUNK_BYTES:
+                chunks.append({"counts": [], "sums": []})
+                size = 0
+            chunks[-1][part].append(entry)
+            size += len(entry) + 1
+    return [
+        b'{"counts":[%b],"sums":[%b]}' % (b",".join(c["counts"]), b",".join(c["sums"]))
+        for c in chunks
+    ]
+
+
+def decode_partial(aggregate: str, label: str, value: bytes) -> Partial:
+    raw = orjson.loads(value)
+
+    def cells(pairs: Iterable[list[Any]]) -> dict[Cell, int]:
+        return {tuple(cell): int(n) for cell, n in pairs}
+
+    return Partial(aggregate, label, cells(raw["counts"]), cells(raw["sums"]))
+
+
+@dataclass
+class View:
+    """What the internal topic says: the epoch, each partition's progress, each
+    aggregate's released end and the partials not released yet."""
+
+    epoch_ms: int | None = None
+    #: (aggregate, partition) -> the end of its last closed window
+    progress: dict[tuple[str, int], int] = field(default_factory=dict)
+    released: dict[str, int] = field(default_factory=dict)
+    #: the deployments (``kafka.group_id``) whose marker the topic holds
+    deployments: set[str] = field(default_factory=set)
+    #: a partial's key (as read) -> where it belongs and its encoded value
+    partials: dict[bytes, tuple[PartialAt, bytes]] = field(default_factory=dict)
+
+    def fold(self, keys: list[bytes], values: list[bytes | None]) -> None:
+        """Apply the next records of the topic, in offset order."""
+        for key, value in zip(keys, values, strict=True):
+            self.apply(key, value)
+
+    def apply(self, key: bytes, value: bytes | None) -> None:
+        parts = orjson.loads(key)
+        kind = parts["t"]
+        if kind == "partial":
+            if value is None:
+                self.partials.pop(key, None)
+            else:
+                at = PartialAt(parts["a"], parts.get("i", ""), parts["w"], parts["p"])
+                self.partials[key] = (at, value)
+            return
+        if kind == "deployment":
+            (self.deployments.add if value is not None else self.deployments.discard)(parts["g"])
+            return
+        if value is None:
+            return
+        until = orjson.loads(value)
+        if kind == "epoch":
+            self.epoch_ms = until["start"]
+        elif kind == "progress":
+            self.progress[parts["a"], parts["p"]] = until["until"]
+        elif kind == "released":
+            self.released[parts["a"]] = until["until"]
+
+    def first_window(self, size_ms: int) -> int:
+        """The start of an aggregate's first window (the one holding the epoch)."""
+        return window_start(self.epoch_ms or 0, size_ms)
+
+    def closed_until(self, aggregate: str, partitions: int) -> int | None:
+        """The time every input partition has closed the aggregate's windows up to (None:
+        one has closed none)."""
+        found = [self.progress.get((aggregate, p)) for p in range(partitions)]
+        known = [f for f in found if f is not None]
+        return None if len(known) < partitions else min(known)
+
+    def due(self, aggregate: str, size_ms: int, partitions: int) -> list[int]:
+        """The starts of the aggregate's windows every partition has closed and that are
+        not released yet, in order (at most ``MAX_DUE``)."""
+        closed = self.closed_until(aggregate, partitions)
+        if closed is None or self.epoch_ms is None:
+            return []
+        released = self.released.get(aggregate, self.first_window(size_ms))
+        start = -(-released // size_ms) * size_ms  # aligned, should the size have changed
+        starts: list[int] = []
+        while start + size_ms <= closed and len(starts) < MAX_DUE:
+            starts.append(start)
+            start += size_ms
+        return starts
+
+    def inputs(self, aggregate: str, start_ms: int) -> Mapping[bytes, tuple[PartialAt, bytes]]:
+        """The window's committed partials, of every plan, by key (a partition without one
+        had no record in it)."""
+        return {
+            key: (at, value)
+            for key, (at, value) in self.partials.items()
+            if at.aggregate == aggregate and at.start == start_ms
+        }
