@@ -1,0 +1,210 @@
+"""Red team 13a: failing tests against the streaming aggregates of merge 684cdac.
+
+Each test states the claim it checks (docs/proofs/aggregates.md, steps 1, 18-20) and
+fails on the code as merged. Pure (no Kafka): the worker's steps are replayed with
+``OpenWindows``, ``misplaced_records`` and ``releases`` as ``worker/aggregates.py``
+calls them.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import reduce
+from typing import Any
+
+import pytest
+from aiokafka.structs import ConsumerRecord
+from privstream.aggregates import KeyedCells, Partial, build_aggregates, merge
+from privstream.aggregates.stream import OpenWindows, releases
+from privstream.aggregates.windows import View, decode_partial, epoch_record
+from privstream.worker.aggregate_input import misplaced_records
+
+from tests.support.aggregates import aggregates_config
+
+WINDOW = {"size_seconds": 10, "grace_seconds": 2}
+COUNT = {"name": "n", "query": "histogram", "field": "os", "epsilon": 1.0}
+
+
+def _plans(records_per_group: int = 1) -> tuple:
+    bounds = {"records_per_group": records_per_group, "groups_per_subject": 1}
+    config = aggregates_config(
+        {**COUNT, "window": WINDOW, "output_topic": "agg", "contribution": bounds},
+        subject="user",
+    )
+    return build_aggregates(config)
+
+
+def _view() -> View:
+    view = View()
+    view.apply(*epoch_record(0))
+    return view
+
+
+def _message(partition: int, offset: int, value: bytes) -> ConsumerRecord:
+    return ConsumerRecord("in", partition, offset, 0, 0, None, value, None, 0, len(value), ())
+
+
+def _feed(windows: OpenWindows, partition: int, values: list[bytes], partitions: int) -> None:
+    """One batch of a partition, as ``_Step.run`` adds it (misplaced by the ledger's rule)."""
+    batch = [_message(partition, i, v) for i, v in enumerate(values)]
+    wrong = misplaced_records(batch, partition, partitions, "user")
+    for m, misplaced in zip(batch, wrong, strict=True):
+        windows.add(partition, m.offset, 1_000, m.value, 0, misplaced=misplaced)
+
+
+def _commit(windows: OpenWindows, view: View, partition: int, now: int) -> None:
+    for key, value in windows.close(partition, now):
+        view.apply(key, value)
+
+
+def _counts(view: View, start: int) -> dict:
+    parts = [decode_partial("n", "w", value) for _, value in view.inputs("n", start).values()]
+    return dict(reduce(merge, parts, Partial("n", "w")).counts)
+
+
+def _record(user: Any, os_name: str = "ios") -> bytes:
+    return json.dumps({"user": user, "os": os_name}).encode()
+
+
+def test_a_subject_sent_as_an_integer_and_as_a_string_counts_once() -> None:
+    """Finding 1. Step 1: a subject's records are bounded together. The home partition
+    (``misplaced_records``: the ledger's canonical bytes) takes ``7`` and ``"7"`` as ONE
+    subject (``b"7"``, docs/ledger.md), so both records sit on one partition; the
+    accumulator's ``RecordReader.identity`` (canonical JSON) takes them as two, and
+    admits a record per cell (and a cell) for each: 2x the bound the noise is calibrated
+    for (records_per_group 1, groups_per_subject 1: one record)."""
+    (plan,) = _plans()
+    view = _view()
+    windows = OpenWindows((plan,), view)
+    _feed(windows, 0, [_record(7, "ios"), _record("7", "ios"), _record("7", "web")], 1)
+    _commit(windows, view, 0, 12_000)
+    counted = sum(_counts(view, 0).values())
+    assert counted <= 1, (
+        f"subject 7 (sent as 7 and as '7', one subject to the ledger and one home "
+        f"partition) put {counted} records into a window bounded at 1: {_counts(view, 0)}"
+    )
+
+
+@pytest.mark.parametrize("user", [True, 7.5, "", [7], {"id": 7}])
+def test_a_subject_the_ledger_cannot_read_is_not_counted_on_every_partition(user: Any) -> None:
+    """Finding 2. Step 20: every counted record of a subject sits on one partition. A
+    subject value with no canonical bytes (``true``, a float, ``""``, a list, an object:
+    ``subject_column`` gives None, the ledger's ``no_subject``) is never misplaced, yet the
+    accumulator counts it as a subject (its JSON): a producer sending it to P partitions
+    gets P times the bound (the red-team-12b finding 6, through another door)."""
+    (plan,) = _plans()
+    view = _view()
+    windows = OpenWindows((plan,), view)
+    for partition in (0, 1):
+        _feed(windows, partition, [_record(user)], 2)
+        _commit(windows, view, partition, 12_000)
+    counted = sum(_counts(view, 0).values())
+    assert counted <= 1, (
+        f"subject {user!r} counted {counted} times (once per partition) against a bound of 1"
+    )
+
+
+NOW = 1_000_500  # ms; window [1_000_000, 1_010_000) is open, [990_000, 1_000_000) too
+FUTURE = NOW + 360_000  # more than MAX_FUTURE_MS (5 min) ahead of NOW
+
+
+def _future_window_counts(with_victim: bool) -> dict:
+    """The worker's steps on one partition, a crash and a restart (a rebalance does the
+    same), with or without the victim's one record. The attacker's record ``u`` is
+    stamped 6 min ahead: a future record when first read, left out."""
+    (plan,) = build_aggregates(aggregates_config({**COUNT, "window": WINDOW, "output_topic": "a"}))
+    view = _view()
+    session = OpenWindows((plan,), view)
+    log = [(995_000, "ios")]  # z: in window [990 s, 1000 s)
+    if with_victim:
+        log.append((NOW, "web"))  # the victim's record, in window [1000 s, 1010 s)
+    log.append((FUTURE, "android"))  # u
+    for offset, (stamp, os_name) in enumerate(log):
+        session.add(0, offset, stamp, _record("x", os_name), NOW, misplaced=False)
+    _commit(session, view, 0, 1_002_500)  # [990 s, 1000 s) closes; offsets committed
+    committed = session.held(0, len(log))
+    # crash; the restart (1 min later) reads the input again from the committed offset
+    restarted = OpenWindows((plan,), view)
+    later = NOW + 70_000
+    for offset in range(committed, len(log)):
+        stamp, os_name = log[offset]
+        restarted.add(0, offset, stamp, _record("x", os_name), later, misplaced=False)
+    _commit(restarted, view, 0, FUTURE + 20_000)  # every window closes
+    return _counts(view, FUTURE - FUTURE % 10_000)
+
+
+def test_whether_a_future_record_counts_does_not_depend_on_another_record() -> None:
+    """Finding 3. Step 19: a record's treatment is a function of that record and of when
+    it is read, never of another record. The committed offset is held at the oldest open
+    window's first record, so the victim's record (window [1000 s, 1010 s), open at the
+    commit) makes the restart read ``u`` again, when it is no longer future: ``u`` is
+    counted in ITS window (which does not hold the victim's record) only if the victim's
+    record exists. Removing the victim changes a window it is not in."""
+    with_victim = _future_window_counts(with_victim=True)
+    without = _future_window_counts(with_victim=False)
+    assert with_victim == without, (
+        f"the victim's record (not in the window) changed the window's exact counts: "
+        f"{with_victim} with it, {without} without"
+    )
+
+
+def test_the_left_out_partials_logged_do_not_reveal_whether_a_partition_had_records() -> None:
+    """Finding 4. Step 19: nothing unnoised about records leaves the worker. After a
+    restart under another plan, ``Release.left_out`` (logged at WARNING by
+    ``_Step._release``) counts the old plan's partial records of the window; an empty
+    partial is no record, so it is exactly 1 if one record reached the window on the
+    partition and 0 if none did (and grows with the number of cells, one per chunk)."""
+
+    def left_out(records: int) -> int:
+        old, new = _plans(10), _plans(1)
+        view = _view()
+        windows = OpenWindows(old, view)
+        for i in range(records):
+            windows.add(0, i, 1_000, _record("u1"), 0, misplaced=False)
+        _commit(windows, view, 0, 12_000)
+        (done,) = releases(new, view, KeyedCells(bytes(32), "raw"), partitions=1)
+        return done.left_out
+
+    assert left_out(1) == left_out(0), (
+        f"the logged count of left-out partials is {left_out(1)} with one record in the "
+        f"window and {left_out(0)} without: an exact, unnoised function of the data"
+    )
+
+
+def test_progress_alone_is_not_enough_to_release_a_partition_read_under_other_counts() -> (
+    None
+):
+    """Finding 5 (documented, not fixed by this test file's author). Step 20 after the input
+    gains partitions: ``_Step`` fixes the partition count at the session's start, so two
+    replicas (one started before, one after the topic grew from 2 to 4 partitions) apply
+    ``misplaced`` with different counts; a subject whose home moved is counted on its old
+    home by one and on its new home by the other, and ``releases`` merges both. The
+    internal topic records no partition count to refuse it (the ledger's changelog does)."""
+    (plan,) = _plans()
+    from privstream.worker.partitioner import partitions_of
+
+    user = next(u for u in (f"u{i}" for i in range(100)) if len(set(_homes(partitions_of, u))) == 2)
+    old_home, new_home = _homes(partitions_of, user)
+    view = _view()
+    windows = OpenWindows((plan,), view)
+    _feed_at(windows, old_home, user, partitions=2)  # a replica started before the growth
+    _feed_at(windows, new_home, user, partitions=4)  # a replica started after it
+    for partition in range(4):
+        _commit(windows, view, partition, 12_000)
+    (done,) = releases((plan,), view, KeyedCells(bytes(32), "raw"), partitions=4)
+    counted = sum(_counts(view, 0).values())
+    assert counted <= 1, (
+        f"subject {user!r} counted {counted} times (old home {old_home} under 2 partitions, "
+        f"new home {new_home} under 4) against a bound of 1; window {done.label}"
+    )
+
+
+def _homes(partitions_of: Any, user: str) -> tuple[int, int]:
+    key = [user.encode()]
+    return int(partitions_of(key, 2)[0]), int(partitions_of(key, 4)[0])
+
+
+def _feed_at(windows: OpenWindows, partition: int, user: str, partitions: int) -> None:
+    batch = [_message(partition, 0, _record(user))]
+    (wrong,) = misplaced_records(batch, partition, partitions, "user")
+    windows.add(partition, 0, 1_000, batch[0].value, 0, misplaced=wrong)
