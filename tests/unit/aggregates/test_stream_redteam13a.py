@@ -208,3 +208,48 @@ def _feed_at(windows: OpenWindows, partition: int, user: str, partitions: int) -
     batch = [_message(partition, 0, _record(user))]
     (wrong,) = misplaced_records(batch, partition, partitions, "user")
     windows.add(partition, 0, 1_000, batch[0].value, 0, misplaced=wrong)
+
+
+def _renamed_plans(name: str) -> tuple:
+    day = {**COUNT, "name": "day", "window": {"size_seconds": 86_400, "grace_seconds": 2}}
+    short = {**COUNT, "name": name, "window": WINDOW}
+    return build_aggregates(aggregates_config({**day, "output_topic": "a"}, {**short, "output_topic": "a"}))
+
+
+def test_renaming_an_aggregate_does_not_release_its_released_windows_again() -> None:
+    """Finding 6. Step 16: each window released at most once; step 11: the budget check
+    charges each aggregate of the config once. The ``released`` marker is per aggregate
+    name and a newly seen name starts at the epoch's window, while the committed input
+    offset is held by the config's longest window (here a day): after a rename (``n`` to
+    ``n2``, nothing else changed), the restart reads the day's records again and ``n2``
+    releases every window ``n`` already released, over the same records, with
+    independent noise (another release id): the same records released twice, beyond
+    ``privacy.epsilon``, with no refusal."""
+    view = _view()
+    first = OpenWindows(_renamed_plans("n"), view)
+    first.add(0, 0, 1_000, _record("u1"), 1_000, misplaced=False)
+    _commit(first, view, 0, 12_000)  # n's [0, 10 s) closes; the day stays open
+    released = releases(_renamed_plans("n"), view, KeyedCells(bytes(32), "raw"), 1)
+    assert [r.label for r in released if r.plan.name == "n"] == ["1970-01-01T00:00:00.000Z/10s"]
+    for done in released:
+        for key, value in done.writes:
+            view.apply(key, value)
+    committed = first.held(0, 1)
+    assert committed == 0  # the day's window holds the offset
+    # the operator renames n to n2 and restarts: the input is read again from `committed`
+    second = OpenWindows(_renamed_plans("n2"), view)
+    second.add(0, 0, 1_000, _record("u1"), 13_000, misplaced=False)
+    _commit(second, view, 0, 13_000)
+    counts = dict(
+        reduce(
+            merge,
+            [decode_partial("n2", "w", v) for _, v in view.inputs("n2", 0).values()],
+            Partial("n2", "w"),
+        ).counts
+    )
+    again = releases(_renamed_plans("n2"), view, KeyedCells(bytes(32), "raw"), 1)
+    due = [r.label for r in again if r.plan.name == "n2"]
+    assert counts == {} or "1970-01-01T00:00:00.000Z/10s" not in due, (
+        f"window [0, 10 s), released under 'n', is released again under 'n2' over the same "
+        f"record: {counts}, due {due}"
+    )
