@@ -253,3 +253,25 @@ def test_renaming_an_aggregate_does_not_release_its_released_windows_again() -> 
         f"window [0, 10 s), released under 'n', is released again under 'n2' over the same "
         f"record: {counts}, due {due}"
     )
+
+
+def test_removing_a_subject_changes_the_window_by_at_most_its_bound() -> None:
+    """Finding 1, the other way. Step 1: per-subject state, so removing a subject changes
+    no other subject's admitted records. Two subjects beyond 64 bits (``10**30`` and
+    ``10**30 + 1``: two subjects, two keys, to the ledger) parse (orjson) to one float and
+    so share one identity and one bound: removing the first lets the second's record in,
+    an L1 change of 2 against noise calibrated for 1."""
+    big = 10**30
+
+    def counts(users: list[tuple[int, str]]) -> dict:
+        (plan,) = _plans()
+        view = _view()
+        windows = OpenWindows((plan,), view)
+        values = [b'{"user":%d,"os":"%s"}' % (u, os.encode()) for u, os in users]
+        _feed(windows, 0, values, 1)
+        _commit(windows, view, 0, 12_000)
+        return _counts(view, 0)
+
+    both, without = counts([(big, "ios"), (big + 1, "web")]), counts([(big + 1, "web")])
+    change = sum(abs(both.get(c, 0) - without.get(c, 0)) for c in set(both) | set(without))
+    assert change <= 1, f"removing subject 10**30 changed the window by {change}: {both} {without}"
