@@ -171,10 +171,8 @@ def test_the_left_out_partials_logged_do_not_reveal_whether_a_partition_had_reco
     )
 
 
-def test_progress_alone_is_not_enough_to_release_a_partition_read_under_other_counts() -> (
-    None
-):
-    """Finding 5 (documented, not fixed by this test file's author). Step 20 after the input
+def test_a_subject_whose_home_moved_when_the_input_grew_counts_once() -> None:
+    """Finding 5. Step 20 after the input
     gains partitions: ``_Step`` fixes the partition count at the session's start, so two
     replicas (one started before, one after the topic grew from 2 to 4 partitions) apply
     ``misplaced`` with different counts; a subject whose home moved is counted on its old
@@ -213,7 +211,9 @@ def _feed_at(windows: OpenWindows, partition: int, user: str, partitions: int) -
 def _renamed_plans(name: str) -> tuple:
     day = {**COUNT, "name": "day", "window": {"size_seconds": 86_400, "grace_seconds": 2}}
     short = {**COUNT, "name": name, "window": WINDOW}
-    return build_aggregates(aggregates_config({**day, "output_topic": "a"}, {**short, "output_topic": "a"}))
+    return build_aggregates(
+        aggregates_config({**day, "output_topic": "a"}, {**short, "output_topic": "a"})
+    )
 
 
 def test_renaming_an_aggregate_does_not_release_its_released_windows_again() -> None:
