@@ -275,3 +275,28 @@ def test_removing_a_subject_changes_the_window_by_at_most_its_bound() -> None:
     both, without = counts([(big, "ios"), (big + 1, "web")]), counts([(big + 1, "web")])
     change = sum(abs(both.get(c, 0) - without.get(c, 0)) for c in set(both) | set(without))
     assert change <= 1, f"removing subject 10**30 changed the window by {change}: {both} {without}"
+
+
+def test_an_open_windows_memory_per_subject_is_not_kilobytes() -> None:
+    """Finding 7 (liveness). Memory grows with the distinct subjects of every open window
+    (docs/aggregates.md names only the cells): each subject's identity key
+    (``RecordReader.identity``, ``orjson.dumps``) keeps a ~4 KiB buffer for a ~20-byte
+    value, so a producer sending a million distinct subject values in a window costs
+    ~4.6 GB per aggregate; the worker dies, its restart replays the same window (the
+    committed offset is held at its first record) and dies again: no window of any
+    partition is released again. Deterministic (tracemalloc counts the allocations)."""
+    import tracemalloc
+
+    (plan,) = _plans()
+    accumulator = plan.accumulator("w")
+    records = [{"user": f"subject-{i:08d}", "os": "ios"} for i in range(20_000)]
+    tracemalloc.start()
+    try:
+        for record in records:
+            accumulator.add(record)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held / len(records) < 1024, (
+        f"{held / len(records):.0f} bytes per distinct subject in one open window"
+    )
