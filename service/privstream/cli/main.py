@@ -388,7 +388,8 @@ def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
 
     transactions = config.kafka is None or config.kafka.transactions
     ledger = config.privacy.ledger is not None
-    problems = stream_problems(config.aggregates, transactions, ledger)
+    input_format = "json" if config.kafka is None else config.kafka.format
+    problems = stream_problems(config.aggregates, transactions, ledger, input_format)
     for problem in problems:  # refused rather than silently not answered
         print(f"privstream: config error: {problem}", file=sys.stderr)
     if problems:

@@ -277,10 +277,16 @@ def aggregate_problems(
 
 
 def stream_problems(
-    aggregates: Sequence[AggregateConfig], transactions: bool, ledger: bool
+    aggregates: Sequence[AggregateConfig], transactions: bool, ledger: bool, input_format: str
 ) -> list[str]:
     """Why ``privstream run`` cannot answer these aggregates over Kafka (empty: it can)."""
     problems = []
+    if aggregates and input_format != "json":
+        problems.append(
+            f"aggregates: `run` reads the aggregates' records as JSON, and kafka.format is "
+            f"{input_format}: every record would be left out; aggregate a JSON input topic, "
+            "or remove the aggregates from this config"
+        )
     if aggregates and ledger:
         problems.append(
             "aggregates: the per-subject ledger (privacy.ledger) does not charge aggregate "

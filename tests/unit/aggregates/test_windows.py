@@ -180,11 +180,19 @@ def test_run_refuses_aggregates_it_cannot_release_once(
     extra: dict, transactions: bool, ledger: bool, found: str | None
 ) -> None:
     config = aggregates_config({**COUNT, **extra})
-    problems = stream_problems(config.aggregates, transactions, ledger)
+    problems = stream_problems(config.aggregates, transactions, ledger, "json")
     if found is None:
         assert problems == []
     else:
         assert len(problems) == 1 and found in problems[0]
+
+
+@pytest.mark.parametrize("input_format", ["avro", "protobuf", "json_schema"])
+def test_run_refuses_aggregates_over_framed_input(input_format: str) -> None:
+    """The stream reads the aggregates' records as JSON: framed ones would all be left out."""
+    config = aggregates_config({**COUNT, "window": WINDOW, "output_topic": "agg"})
+    (problem,) = stream_problems(config.aggregates, True, False, input_format)
+    assert f"kafka.format is {input_format}" in problem
 
 
 def test_the_window_is_part_of_the_release_id_only_when_set() -> None:
