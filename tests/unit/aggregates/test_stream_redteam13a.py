@@ -302,19 +302,5 @@ def test_an_open_windows_memory_per_subject_is_not_kilobytes() -> None:
     )
 
 
-def test_a_record_in_a_framed_input_format_is_counted_or_run_refuses_the_format() -> None:
-    """Finding 8 (correctness). ``kafka.format`` may be ``avro``, ``protobuf`` or
-    ``json_schema`` (Confluent wire format: a zero byte, a 4-byte schema id, the payload),
-    and ``stream_problems`` does not look at it; the aggregates' worker hands each raw
-    value to ``OpenWindows.add``, which reads JSON text only: every framed record is left
-    out and every window releases noise over zero records, its rows claiming the
-    guarantee of an answer. A ``json_schema`` record whose payload is the very JSON the
-    aggregate reads is not counted. (If the fix is a refusal of framed formats by
-    ``run``, replace this test by one on that refusal.)"""
-    (plan,) = build_aggregates(aggregates_config({**COUNT, "window": WINDOW, "output_topic": "a"}))
-    view = _view()
-    windows = OpenWindows((plan,), view)
-    framed = b"\x00" + (7).to_bytes(4, "big") + _record("u1")
-    windows.add(0, 0, 1_000, framed, 0, misplaced=False)
-    _commit(windows, view, 0, 12_000)
-    assert _counts(view, 0) == {("ios",): 1}, "a json_schema record was left out"
+# Finding 8 (framed input formats): `run` refuses them (``stream_problems``), asserted by
+# tests/unit/aggregates/test_windows.py::test_run_refuses_aggregates_over_framed_input.
