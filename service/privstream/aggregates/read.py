@@ -88,7 +88,10 @@ class RecordReader:
         if name is None:
             return b""
         raw = read(record, name)
-        return None if raw is None else orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)
+        if raw is None:
+            return None
+        # a copy: orjson's bytes keep a ~4 KiB buffer, and identities are kept per unit
+        return memoryview(orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)).tobytes()
 
 
 def read(record: Mapping[str, Any], name: str) -> Any:

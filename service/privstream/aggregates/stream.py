@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from privstream.aggregates.noise import CellNoise
-from privstream.aggregates.partial import Accumulator, Partial, merge
+from privstream.aggregates.partial import FROM_RECORD, Accumulator, Partial, Subject, merge
 from privstream.aggregates.plan import AggregatePlan
 from privstream.aggregates.release import Row, release
 from privstream.aggregates.windows import (
@@ -42,6 +42,7 @@ from privstream.aggregates.windows import (
     window_start,
 )
 from privstream.errors import MisuseError
+from privstream.pipeline.subjects import subject_column
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class OpenWindows:
         self._plans = tuple(plans)
         self._timing = tuple(Timing.of(plan) for plan in plans)
         self._view = view
+        self._subject_field = plans[0].reader.subject if plans else None
         #: (aggregate index, window start, partition) -> (accumulator, first offset)
         self._open: dict[tuple[int, int, int], tuple[Accumulator, int]] = {}
 
@@ -96,6 +98,7 @@ class OpenWindows:
         record = _parse(value)
         if record is None or misplaced or timestamp_ms > now_ms + MAX_FUTURE_MS:
             return
+        subject = self._subject(value)
         for index, (plan, timing) in enumerate(zip(self._plans, self._timing, strict=True)):
             start = window_start(timestamp_ms, timing.size)
             if not self._is_open(plan.name, timing, partition, start):
@@ -104,7 +107,14 @@ class OpenWindows:
             if where not in self._open:
                 label = window_label(start, timing.size)
                 self._open[where] = (plan.accumulator(label), offset)
-            self._open[where][0].add(record)
+            self._open[where][0].add(record, subject)
+
+    def _subject(self, value: bytes | None) -> Subject:
+        """The record's subject as the ledger and ``misplaced`` read it: the canonical bytes
+        of the RAW value (an integer beyond 64 bits is its digits, never a parsed float)."""
+        if self._subject_field is None or value is None:
+            return FROM_RECORD
+        return subject_column([value], self._subject_field)[0]
 
     def _is_open(self, name: str, timing: Timing, partition: int, start: int) -> bool:
         closed = self._view.progress.get((name, partition))
