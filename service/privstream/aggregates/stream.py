@@ -30,14 +30,17 @@ from privstream.aggregates.windows import (
     MAX_FUTURE_MS,
     MS,
     PartialAt,
+    Start,
     View,
     Write,
+    aligned_up,
     closed_until,
     decode_partial,
     encode_partial,
     partial_key,
     progress_record,
     released_record,
+    start_record,
     window_label,
     window_start,
 )
@@ -76,6 +79,14 @@ class OpenWindows:
         self._subject_field = plans[0].reader.subject if plans else None
         #: (aggregate index, window start, partition) -> (accumulator, first offset)
         self._open: dict[tuple[int, int, int], tuple[Accumulator, int]] = {}
+        #: aggregate -> the start of its first window, as this session judges records
+        self._firsts: dict[str, int] = {}
+        #: the epoch records to write with the next ``close``: the names the config lost
+        #: (tombstoned: a name that comes back starts again) and the new ones
+        names = {plan.name for plan in self._plans}
+        self._starts: list[Write] = [
+            start_record(a, None) for a in sorted(view.starts) if a not in names
+        ]
 
     def add(
         self,
@@ -101,8 +112,8 @@ class OpenWindows:
         subject = self._subject(value)
         for index, (plan, timing) in enumerate(zip(self._plans, self._timing, strict=True)):
             start = window_start(timestamp_ms, timing.size)
-            if not self._is_open(plan.name, timing, partition, start):
-                continue  # late
+            if not self._is_open(index, partition, start, now_ms):
+                continue  # late, or before the aggregate's first window
             where = (index, start, partition)
             if where not in self._open:
                 label = window_label(start, timing.size)
@@ -116,10 +127,39 @@ class OpenWindows:
             return FROM_RECORD
         return subject_column([value], self._subject_field)[0]
 
-    def _is_open(self, name: str, timing: Timing, partition: int, start: int) -> bool:
-        closed = self._view.progress.get((name, partition))
-        first = self._view.first_window(timing.size)
-        return start >= first and (closed is None or start + timing.size > closed)
+    def _is_open(self, index: int, partition: int, start: int, now_ms: int) -> bool:
+        size = self._timing[index].size
+        closed = self._view.progress.get((self._plans[index].name, partition))
+        first = self._first(index, now_ms)
+        return start >= first and (closed is None or start + size > closed)
+
+    def _first(self, index: int, now_ms: int) -> int:
+        """The start of the aggregate's first window: its epoch record's, or, for a name
+        the topic does not hold, the one holding the deployment's epoch if nothing has
+        closed yet, else the first starting at or after ``now_ms`` (its epoch record is
+        written with the next ``close``)."""
+        plan, size = self._plans[index], self._timing[index].size
+        first = self._firsts.get(plan.name)
+        if first is None:
+            first = self._view.first_window(plan.name, size)
+        if first is None:
+            epoch = self._view.epoch_ms
+            fresh = epoch is not None and not self._view.progress
+            first = (
+                window_start(epoch, size)
+                if fresh and epoch is not None
+                else aligned_up(now_ms, size)
+            )
+            self._starts.append(start_record(plan.name, Start(first, plan.partial_id)))
+        self._firsts[plan.name] = first
+        return first
+
+    @property
+    def starting(self) -> bool:
+        """Whether the topic's epoch records name other aggregates than the config (the
+        next ``close`` writes them; the worker reads the topic again after: a replica
+        that wrote another start beside it is then judged by the one kept)."""
+        return {plan.name for plan in self._plans} != set(self._view.starts)
 
     def rebase(self, view: View) -> None:
         """Go on with a newer read of the internal topic (other workers' progress)."""
@@ -127,13 +167,15 @@ class OpenWindows:
 
     def close(self, partition: int, now_ms: int) -> list[Write]:
         """The records closing every window of the partition the wall clock has passed
-        (its end plus the grace): their partials, then each aggregate's progress (empty
-        when nothing closes)."""
-        writes: list[Write] = []
+        (its end plus the grace): the epoch records not written yet, the partials, then
+        each aggregate's progress (empty when nothing closes)."""
+        for index in range(len(self._plans)):
+            self._first(index, now_ms)
+        writes, self._starts = self._starts, []
         for index, (plan, timing) in enumerate(zip(self._plans, self._timing, strict=True)):
             until = closed_until(now_ms, timing.size, timing.grace)
             before = self._view.progress.get((plan.name, partition))
-            if until <= max(self._view.first_window(timing.size), before or 0):
+            if until <= max(self._firsts[plan.name], before or 0):
                 continue  # no window newly closed
             for where in sorted(w for w in self._open if w[0] == index and w[2] == partition):
                 start = where[1]

@@ -10,9 +10,15 @@ its transactions. Keys and values are canonical JSON:
   uses the topic; a session finding another's is refused
   (``privstream.aggregates.deployments``);
 * ``{"t":"epoch"}``: the wall-clock millisecond of the first transaction;
-  every aggregate's windows are released from the one holding it onwards,
-  each one, in order, records or not (whether a window is released never
-  depends on the records);
+* ``{"t":"epoch","a":A}``: where aggregate ``A``'s windows start, written
+  with the first transaction that sees its name (``OpenWindows``): the
+  window holding the deployment's epoch if nothing has closed yet, else the
+  first window starting at or after the wall clock (a renamed or added
+  aggregate never counts a record an older name may have released), and the
+  partial id of the plan that wrote it last. Tombstoned by a session whose
+  config lacks ``A``, so a name that comes back starts again. Its windows are
+  released from there onwards, each one, in order, records or not (whether a
+  window is released never depends on the records);
 * ``{"t":"progress","a":A,"p":P}``: input partition ``P`` has closed every
   window of aggregate ``A`` ending at or before ``until`` (by the wall clock:
   ``closed_until``);
@@ -54,6 +60,11 @@ def window_start(timestamp_ms: int, size_ms: int) -> int:
     return timestamp_ms - timestamp_ms % size_ms
 
 
+def aligned_up(time_ms: int, size_ms: int) -> int:
+    """The first window boundary at or after ``time_ms``."""
+    return -(-time_ms // size_ms) * size_ms
+
+
 def window_label(start_ms: int, size_ms: int) -> str:
     """The window's released label (and noise key): its UTC start and length."""
     start = datetime.datetime.fromtimestamp(start_ms / MS, datetime.UTC)
@@ -85,6 +96,19 @@ def deployment_record(group: str) -> tuple[bytes, bytes]:
 
 def epoch_record(now_ms: int) -> tuple[bytes, bytes]:
     return _key(t="epoch"), _value(start=now_ms)
+
+
+class Start(NamedTuple):
+    """Where an aggregate's windows start, and the partial id of the plan that wrote it."""
+
+    start: int
+    plan: str
+
+
+def start_record(aggregate: str, start: Start | None) -> Write:
+    """An aggregate's epoch record (None: its tombstone, the name left the config)."""
+    value = None if start is None else _value(start=start.start, i=start.plan)
+    return _key(t="epoch", a=aggregate), value
 
 
 def progress_record(aggregate: str, partition: int, until_ms: int) -> tuple[bytes, bytes]:
@@ -150,6 +174,8 @@ class View:
     aggregate's released end and the partials not released yet."""
 
     epoch_ms: int | None = None
+    #: aggregate -> where its windows start (``start_record``)
+    starts: dict[str, Start] = field(default_factory=dict)
     #: (aggregate, partition) -> the end of its last closed window
     progress: dict[tuple[str, int], int] = field(default_factory=dict)
     released: dict[str, int] = field(default_factory=dict)
@@ -176,6 +202,9 @@ class View:
         if kind == "deployment":
             (self.deployments.add if value is not None else self.deployments.discard)(parts["g"])
             return
+        if kind == "epoch" and "a" in parts:
+            self._start(parts["a"], value)
+            return
         if value is None:
             return
         until = orjson.loads(value)
@@ -186,9 +215,18 @@ class View:
         elif kind == "released":
             self.released[parts["a"]] = until["until"]
 
-    def first_window(self, size_ms: int) -> int:
-        """The start of an aggregate's first window (the one holding the epoch)."""
-        return window_start(self.epoch_ms or 0, size_ms)
+    def _start(self, aggregate: str, value: bytes | None) -> None:
+        if value is None:
+            self.starts.pop(aggregate, None)
+        else:
+            start = orjson.loads(value)
+            self.starts[aggregate] = Start(start["start"], start["i"])
+
+    def first_window(self, aggregate: str, size_ms: int) -> int | None:
+        """The start of an aggregate's first window (None: it has no epoch record): its
+        recorded start, aligned up should the window size have changed since."""
+        start = self.starts.get(aggregate)
+        return None if start is None else aligned_up(start.start, size_ms)
 
     def closed_until(self, aggregate: str, partitions: int) -> int | None:
         """The time every input partition has closed the aggregate's windows up to (None:
@@ -201,10 +239,11 @@ class View:
         """The starts of the aggregate's windows every partition has closed and that are
         not released yet, in order (at most ``MAX_DUE``)."""
         closed = self.closed_until(aggregate, partitions)
-        if closed is None or self.epoch_ms is None:
+        first = self.first_window(aggregate, size_ms)
+        if closed is None or first is None:
             return []
-        released = self.released.get(aggregate, self.first_window(size_ms))
-        start = -(-released // size_ms) * size_ms  # aligned, should the size have changed
+        # a name that came back: its epoch is past what it released before
+        start = max(first, aligned_up(self.released.get(aggregate, first), size_ms))
         starts: list[int] = []
         while start + size_ms <= closed and len(starts) < MAX_DUE:
             starts.append(start)

@@ -239,6 +239,9 @@ class _Step:
     async def _close(self) -> None:
         consumer, now = self._consumer, _now_ms()
         writes = list(self._pending)
+        # a new marker or epoch record: read the topic again after it commits (a replica
+        # that started beside this one and wrote its own is then refused, or followed)
+        marked = self._owner.kafka.group_id not in self._view.deployments or self._windows.starting
         offsets: dict[TopicPartition, int] = {}
         for tp in sorted(consumer.assignment()):
             position = await consumer.position(tp)
@@ -246,10 +249,8 @@ class _Step:
                 writes += self._windows.close(tp.partition, now)
             offsets[tp] = self._windows.held(tp.partition, position)
         if writes and offsets:  # a worker without partitions leaves the epoch to another
-            log.debug("closing: %d internal records, offsets %s", len(writes), offsets)
-            marked = self._owner.kafka.group_id not in self._view.deployments
             await self._transaction(writes, [], offsets)
-            if marked:  # read the topic again: a deployment started beside it is refused
+            if marked:
                 self._moved.moved = True
 
     async def _release(self) -> None:

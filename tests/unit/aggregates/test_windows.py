@@ -11,6 +11,7 @@ from privstream.aggregates.stream import OpenWindows, releases
 from privstream.aggregates.windows import (
     MAX_DUE,
     MAX_FUTURE_MS,
+    Start,
     View,
     closed_until,
     decode_partial,
@@ -18,6 +19,7 @@ from privstream.aggregates.windows import (
     epoch_record,
     progress_record,
     released_record,
+    start_record,
     window_label,
     window_start,
 )
@@ -43,8 +45,11 @@ def record(os_name: str) -> bytes:
 
 
 def fresh_view(epoch_ms: int = 0) -> View:
+    """The topic after the deployment's first transaction: its epoch and ``n``'s start."""
     view = View()
     view.apply(*epoch_record(epoch_ms))
+    (plan,) = plans()
+    view.apply(*start_record("n", Start(window_start(epoch_ms, 10_000), plan.partial_id)))
     return view
 
 

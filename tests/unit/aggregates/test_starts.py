@@ -1,0 +1,92 @@
+"""Each aggregate's epoch record: a name's windows start where no other name's were released.
+
+Pure: the worker's steps replayed with ``OpenWindows`` and ``releases`` over one ``View``
+(docs/proofs/aggregates.md, step 16).
+"""
+
+from __future__ import annotations
+
+import json
+
+from privstream.aggregates import KeyedCells, build_aggregates
+from privstream.aggregates.stream import OpenWindows, Release, releases
+from privstream.aggregates.windows import View, epoch_record
+
+from tests.support.aggregates import aggregates_config
+
+COUNT = {"query": "histogram", "field": "os", "epsilon": 1.0, "output_topic": "a"}
+DAY = {**COUNT, "name": "day", "window": {"size_seconds": 86_400, "grace_seconds": 2}}
+NOISE = KeyedCells(bytes(32), "raw")
+
+
+def _plans(name: str, size: int = 10) -> tuple:
+    short = {**COUNT, "name": name, "window": {"size_seconds": size, "grace_seconds": 2}}
+    return build_aggregates(aggregates_config(DAY, short))
+
+
+def _session(plans: tuple, view: View, read_at: int, close_at: int) -> list[str]:
+    """A restart: the day's window held the offset, so the records at 1 s and 21 s are
+    read again (at ``read_at``); the windows close at ``close_at`` and every due window is
+    released. The labels released with a record, other than the day's."""
+    windows = OpenWindows(plans, view)
+    for offset, stamp in enumerate((1_000, 21_000)):
+        record = json.dumps({"os": "ios"}).encode()
+        windows.add(0, offset, stamp, record, read_at, misplaced=False)
+    for key, value in windows.close(0, close_at):
+        view.apply(key, value)
+    done = releases(plans, view, NOISE, 1)
+    # a release over a record: a partial of its plan, for its window, is in the view
+    counted = [
+        f"{r.plan.name} {r.label}"
+        for r in done
+        if r.plan.name != "day"
+        and any(
+            at.plan == r.plan.partial_id for at, _ in view.inputs(r.plan.name, _start(r)).values()
+        )
+    ]
+    for release in done:
+        for key, value in release.writes:
+            view.apply(key, value)
+    return counted
+
+
+def _start(release: Release) -> int:
+    window = release.plan.spec.window
+    return release.end_ms - window.size_seconds * 1000
+
+
+def _view() -> View:
+    view = View()
+    view.apply(*epoch_record(0))
+    return view
+
+
+def test_a_name_that_comes_back_does_not_release_its_windows_again() -> None:
+    view = _view()
+    first = ["n 1970-01-01T00:00:00.000Z/10s"]
+    assert _session(_plans("n"), view, 12_000, 12_000) == first
+    # n2 starts at 20 s and releases the record at 21 s
+    assert _session(_plans("n2"), view, 13_000, 32_000) == ["n2 1970-01-01T00:00:20.000Z/10s"]
+    assert "n" not in view.starts  # the session without n tombstoned its start
+    # n comes back: it starts again past the wall clock, so [20 s, 30 s) is not its again
+    assert _session(_plans("n"), view, 33_000, 45_000) == []
+    assert view.starts["n"].start == 40_000
+
+
+def test_a_window_size_changed_under_one_name_never_releases_a_released_record() -> None:
+    view = _view()
+    assert _session(_plans("n"), view, 12_000, 12_000) == ["n 1970-01-01T00:00:00.000Z/10s"]
+    # the record at 1 s is counted in [0, 60 s) again, but that window starts before n's
+    # released end: it is never due (``View.due`` starts at the released end, aligned up)
+    assert _session(_plans("n", size=60), view, 13_000, 62_000) == []
+    assert view.released["n"] == 10_000  # [0, 60 s) skipped: the next due is [60 s, 120 s)
+
+
+def test_the_aggregates_of_a_new_deployment_start_at_its_epochs_window() -> None:
+    view = View()
+    view.apply(*epoch_record(25_000))
+    windows = OpenWindows(_plans("n"), view)
+    windows.add(0, 0, 20_000, json.dumps({"os": "ios"}).encode(), 25_000, misplaced=False)
+    for key, value in windows.close(0, 25_000):
+        view.apply(key, value)
+    assert view.starts["n"].start == 20_000  # nothing closed yet: the epoch's window
