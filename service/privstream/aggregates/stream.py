@@ -87,6 +87,13 @@ class OpenWindows:
         self._starts: list[Write] = [
             start_record(a, None) for a in sorted(view.starts) if a not in names
         ]
+        #: the aggregates whose plan changed since their start was recorded: a function of
+        #: the configs alone (logged; never of the records: no count of partials)
+        self.changed = [p.name for p in self._plans if _replanned(view, p)]
+        for plan in self._plans:
+            if _replanned(view, plan):  # the same start, under the new plan
+                start = view.starts[plan.name]._replace(plan=plan.partial_id)
+                self._starts.append(start_record(plan.name, start))
 
     def add(
         self,
@@ -159,7 +166,7 @@ class OpenWindows:
         """Whether the topic's epoch records name other aggregates than the config (the
         next ``close`` writes them; the worker reads the topic again after: a replica
         that wrote another start beside it is then judged by the one kept)."""
-        return {plan.name for plan in self._plans} != set(self._view.starts)
+        return {plan.name for plan in self._plans} != set(self._view.starts) or bool(self.changed)
 
     def rebase(self, view: View) -> None:
         """Go on with a newer read of the internal topic (other workers' progress)."""
@@ -193,6 +200,11 @@ class OpenWindows:
         return min([position, *firsts])
 
 
+def _replanned(view: View, plan: AggregatePlan) -> bool:
+    start = view.starts.get(plan.name)
+    return start is not None and start.plan != plan.partial_id
+
+
 def _parse(value: bytes | None) -> Mapping[str, Any] | None:
     if value is None:
         return None
@@ -212,8 +224,6 @@ class Release:
     end_ms: int
     rows: list[Row]
     writes: list[Write]
-    #: partials of the window made under another plan: left out (and tombstoned)
-    left_out: int = 0
 
 
 def releases(
@@ -224,7 +234,9 @@ def releases(
 
     A partial made under another plan (committed before a restart with other bounds,
     clamp range, grid or epsilon: another ``partial_id``) is left out, never merged: its
-    records were bounded for another calibration. It is tombstoned with the rest.
+    records were bounded for another calibration. It is tombstoned with the rest. How many
+    were left out is never said (an empty partial is no record: the count would tell
+    whether a partition had records); ``OpenWindows.changed`` names the plan change.
     """
     out = []
     for plan in plans:
@@ -239,5 +251,5 @@ def releases(
             writes: list[Write] = [(key, None) for key, _ in inputs]
             writes.append(released_record(plan.name, end))
             rows = release(plan, merged, noise)
-            out.append(Release(plan, label, end, rows, writes, len(inputs) - len(ours)))
+            out.append(Release(plan, label, end, rows, writes))
     return out

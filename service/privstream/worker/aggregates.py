@@ -218,6 +218,13 @@ class _Step:
             self._view.epoch_ms = now
             self._pending.append(epoch_record(now))
         self._windows = OpenWindows(self._owner.plans, self._view)
+        for name in self._windows.changed:  # the configs' change alone, never a count
+            log.warning(
+                "aggregate %s: its plan (bounds, epsilon, grid or window) changed since its "
+                "partials were committed; the windows still open are released without the "
+                "records counted under the old plan",
+                name,
+            )
         self._refreshed = time.monotonic()
 
     async def run(self) -> None:
@@ -270,17 +277,8 @@ class _Step:
         offsets = {input0: self._windows.held(0, position)}
         await self._transaction([w for r in due for w in r.writes], due, offsets)
         for done in due:
-            if done.left_out:  # a restart under other bounds: those partials' records lost
-                log.warning(
-                    "aggregate %s window %s: left out %d partials made under another plan "
-                    "(other bounds, epsilon or grid since they were committed); released "
-                    "without them",
-                    done.plan.name,
-                    done.label,
-                    done.left_out,
-                )
             self._owner.metrics.observe_window(done.plan.name, done.end_ms, done.rows)
-            log.info("released %s window %s: %d rows", done.plan.name, done.label, len(done.rows))
+            log.info("released %s window %s", done.plan.name, done.label)
 
     async def _transaction(
         self, writes: list[Write], due: list[Release], offsets: dict[TopicPartition, int]
