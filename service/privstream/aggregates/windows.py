@@ -9,6 +9,9 @@ its transactions. Keys and values are canonical JSON:
 * ``{"t":"deployment","g":G}``: deployment (``kafka.group_id``) ``G``
   uses the topic; a session finding another's is refused
   (``privstream.aggregates.deployments``);
+* ``{"t":"partitions"}``: the input topic's partition count the subjects'
+  home partitions were computed with (``misplaced``); a session that finds
+  another count is refused (``privstream.aggregates.deployments``);
 * ``{"t":"epoch"}``: the wall-clock millisecond of the first transaction;
 * ``{"t":"epoch","a":A}``: where aggregate ``A``'s windows start, written
   with the first transaction that sees its name (``OpenWindows``): the
@@ -94,6 +97,10 @@ def deployment_record(group: str) -> tuple[bytes, bytes]:
     return _key(t="deployment", g=group), _value()
 
 
+def partitions_record(count: int) -> tuple[bytes, bytes]:
+    return _key(t="partitions"), _value(n=count)
+
+
 def epoch_record(now_ms: int) -> tuple[bytes, bytes]:
     return _key(t="epoch"), _value(start=now_ms)
 
@@ -174,6 +181,8 @@ class View:
     aggregate's released end and the partials not released yet."""
 
     epoch_ms: int | None = None
+    #: the input's partition count committed with the first transaction
+    partitions: int | None = None
     #: aggregate -> where its windows start (``start_record``)
     starts: dict[str, Start] = field(default_factory=dict)
     #: (aggregate, partition) -> the end of its last closed window
@@ -208,7 +217,9 @@ class View:
         if value is None:
             return
         until = orjson.loads(value)
-        if kind == "epoch":
+        if kind == "partitions":
+            self.partitions = until["n"]
+        elif kind == "epoch":
             self.epoch_ms = until["start"]
         elif kind == "progress":
             self.progress[parts["a"], parts["p"]] = until["until"]

@@ -34,7 +34,12 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from privstream.aggregates import AggregatePlan, KeyedCells, build_aggregates
-from privstream.aggregates.deployments import marker_writes, refuse_shared
+from privstream.aggregates.deployments import (
+    count_writes,
+    marker_writes,
+    refuse_other_count,
+    refuse_shared,
+)
 from privstream.aggregates.stream import OpenWindows, Release, releases
 from privstream.aggregates.windows import View, Write, epoch_record
 from privstream.config import AppConfig, KafkaConfig
@@ -212,7 +217,9 @@ class _Step:
         self._replay = await consumer.end_offsets(list(consumer.assignment()))
         self._view = await self._owner.read_view(self._readers)
         log.debug("restored the aggregates' state: epoch %s", self._view.epoch_ms)
+        self._check_partitions()
         self._pending = marker_writes(self._view, self._owner.kafka.group_id)
+        self._pending += count_writes(self._view, self._partitions)
         if self._view.epoch_ms is None:  # the first transaction ever writes it
             now = _now_ms()
             self._view.epoch_ms = now
@@ -226,6 +233,16 @@ class _Step:
                 name,
             )
         self._refreshed = time.monotonic()
+
+    def _check_partitions(self) -> None:
+        """ChangelogError if the input's partition count is not the one committed, nor the
+        one this session started with (the input grew: a rebalance brought it here)."""
+        topic = self._owner.kafka.input_topic
+        now = len(self._consumer.partitions_for_topic(topic) or ()) or self._partitions
+        refuse_other_count(self._view, self._partitions, self._owner.topic)
+        if now != self._partitions:
+            self._view.partitions = self._partitions
+            refuse_other_count(self._view, now, self._owner.topic)
 
     async def run(self) -> None:
         batches = await self._consumer.getmany(timeout_ms=500, max_records=5000)

@@ -178,25 +178,38 @@ def test_a_subject_whose_home_moved_when_the_input_grew_counts_once() -> None:
     gains partitions: ``_Step`` fixes the partition count at the session's start, so two
     replicas (one started before, one after the topic grew from 2 to 4 partitions) apply
     ``misplaced`` with different counts; a subject whose home moved is counted on its old
-    home by one and on its new home by the other, and ``releases`` merges both. The
-    internal topic records no partition count to refuse it (the ledger's changelog does)."""
+    home by one and on its new home by the other, and ``releases`` merges both. The fix:
+    the first transaction commits the count (``count_writes``), and a session that finds
+    another is refused (``refuse_other_count``, at every restart: ``_Step.restart``), so the
+    replica started after the growth counts nothing."""
     (plan,) = _plans()
+    from privstream.aggregates.deployments import count_writes, refuse_other_count
+    from privstream.errors import ChangelogError
     from privstream.worker.partitioner import partitions_of
 
     user = next(u for u in (f"u{i}" for i in range(100)) if len(set(_homes(partitions_of, u))) == 2)
     old_home, new_home = _homes(partitions_of, user)
     view = _view()
+    for key, value in count_writes(view, 2):  # the first replica's first transaction
+        view.apply(key, value)
     windows = OpenWindows((plan,), view)
     _feed_at(windows, old_home, user, partitions=2)  # a replica started before the growth
-    _feed_at(windows, new_home, user, partitions=4)  # a replica started after it
+    refused = ""
+    try:
+        refuse_other_count(view, 4, "in-privstream-aggregates")  # one started after it
+    except ChangelogError as exc:
+        refused = str(exc)
+    else:
+        _feed_at(windows, new_home, user, partitions=4)
     for partition in range(4):
         _commit(windows, view, partition, 12_000)
-    (done,) = releases((plan,), view, KeyedCells(bytes(32), "raw"), partitions=4)
     counted = sum(_counts(view, 0).values())
     assert counted <= 1, (
         f"subject {user!r} counted {counted} times (old home {old_home} under 2 partitions, "
-        f"new home {new_home} under 4) against a bound of 1; window {done.label}"
+        f"new home {new_home} under 4) against a bound of 1"
     )
+    assert "over 2 input partitions" in refused and "has 4 now" in refused
+    assert "docs/aggregates.md, Adding partitions" in refused
 
 
 def _homes(partitions_of: Any, user: str) -> tuple[int, int]:
