@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from privstream.aggregates.clocks import ReadClocks
 from privstream.aggregates.noise import CellNoise
 from privstream.aggregates.partial import FROM_RECORD, Accumulator, Partial, Subject, merge
 from privstream.aggregates.plan import AggregatePlan
@@ -34,6 +35,7 @@ from privstream.aggregates.windows import (
     View,
     Write,
     aligned_up,
+    clock_record,
     closed_until,
     decode_partial,
     encode_partial,
@@ -77,6 +79,7 @@ class OpenWindows:
         self._timing = tuple(Timing.of(plan) for plan in plans)
         self._view = view
         self._subject_field = plans[0].reader.subject if plans else None
+        self._clocks = ReadClocks(view.clocks)
         #: (aggregate index, window start, partition) -> (accumulator, first offset)
         self._open: dict[tuple[int, int, int], tuple[Accumulator, int]] = {}
         #: aggregate -> the start of its first window, as this session judges records
@@ -107,14 +110,16 @@ class OpenWindows:
     ) -> None:
         """One input record, in offset order; a value that is no JSON object enters nothing.
 
-        Left out: a record more than ``MAX_FUTURE_MS`` past the wall clock (a future
-        record: it would hold its window, and the committed offset, open until then), a
+        Left out: a record more than ``MAX_FUTURE_MS`` past its partition's read clock
+        (a future record: it would hold its window, and the committed offset, open until
+        then; judged by the committed clock of ``ReadClocks``, so the same on a replay), a
         record of a window already closed on its partition (late), and a ``misplaced``
         one (its subject's records belong to another partition, whose bounds count them:
         here they would count a second time).
         """
+        clock = self._clocks.judge(partition, offset, now_ms)
         record = _parse(value)
-        if record is None or misplaced or timestamp_ms > now_ms + MAX_FUTURE_MS:
+        if record is None or misplaced or timestamp_ms > clock + MAX_FUTURE_MS:
             return
         subject = self._subject(value)
         for index, (plan, timing) in enumerate(zip(self._plans, self._timing, strict=True)):
@@ -179,6 +184,7 @@ class OpenWindows:
         for index in range(len(self._plans)):
             self._first(index, now_ms)
         writes, self._starts = self._starts, []
+        closing = False
         for index, (plan, timing) in enumerate(zip(self._plans, self._timing, strict=True)):
             until = closed_until(now_ms, timing.size, timing.grace)
             before = self._view.progress.get((plan.name, partition))
@@ -192,6 +198,10 @@ class OpenWindows:
                     for chunk, value in enumerate(encode_partial(partial)):
                         writes.append((partial_key(at._replace(chunk=chunk)), value))
             writes.append(progress_record(plan.name, partition, until))
+            closing = True
+        clock = self._clocks.commit(partition, self.held(partition, self._clocks.read(partition)))
+        if closing and clock is not None:  # the verdicts of the records the partials hold
+            writes.append(clock_record(partition, clock))
         return writes
 
     def held(self, partition: int, position: int) -> int:

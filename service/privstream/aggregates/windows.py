@@ -30,6 +30,9 @@ its transactions. Keys and values are canonical JSON:
   its release ids, so its bounds), window start ``W``, partition ``P``
   (tombstoned once the window is released; a release merges only the
   partials of its own plan);
+* ``{"t":"clock","p":P}``: input partition ``P``'s read clock entries and
+  read end (``privstream.aggregates.clocks``): what its records' future-ness
+  is judged by, on a first read and on a replay alike;
 * ``{"t":"released","a":A}``: every window of ``A`` ending at or before
   ``until`` is released (written with the rows, in one transaction).
 
@@ -45,6 +48,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from privstream.aggregates.clocks import Clock
 from privstream.aggregates.partial import Partial
 from privstream.aggregates.read import Cell
 
@@ -122,6 +126,10 @@ def progress_record(aggregate: str, partition: int, until_ms: int) -> tuple[byte
     return _key(t="progress", a=aggregate, p=partition), _value(until=until_ms)
 
 
+def clock_record(partition: int, clock: Clock) -> tuple[bytes, bytes]:
+    return _key(t="clock", p=partition), _value(at=clock.entries, read=clock.read)
+
+
 def released_record(aggregate: str, until_ms: int) -> tuple[bytes, bytes]:
     return _key(t="released", a=aggregate), _value(until=until_ms)
 
@@ -188,6 +196,8 @@ class View:
     #: (aggregate, partition) -> the end of its last closed window
     progress: dict[tuple[str, int], int] = field(default_factory=dict)
     released: dict[str, int] = field(default_factory=dict)
+    #: input partition -> its committed read clock
+    clocks: dict[int, Clock] = field(default_factory=dict)
     #: the deployments (``kafka.group_id``) whose marker the topic holds
     deployments: set[str] = field(default_factory=set)
     #: a partial's key (as read) -> where it belongs and its encoded value
@@ -221,6 +231,9 @@ class View:
             self.partitions = until["n"]
         elif kind == "epoch":
             self.epoch_ms = until["start"]
+        elif kind == "clock":
+            entries = tuple((int(o), int(c)) for o, c in until["at"])
+            self.clocks[parts["p"]] = Clock(entries, until["read"])
         elif kind == "progress":
             self.progress[parts["a"], parts["p"]] = until["until"]
         elif kind == "released":

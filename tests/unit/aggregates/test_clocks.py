@@ -1,0 +1,37 @@
+"""The committed read clocks: a record's clock is the same on its first read and on a replay."""
+
+from __future__ import annotations
+
+from privstream.aggregates.clocks import TICK_MS, Clock, ReadClocks
+from privstream.aggregates.windows import View, clock_record
+
+
+def test_a_replayed_record_is_judged_by_the_clock_of_its_first_read() -> None:
+    first = ReadClocks({})
+    assert [first.judge(0, offset, 0) for offset in range(5)] == [0] * 5
+    assert first.judge(0, 5, TICK_MS + 10_000) == TICK_MS + 10_000  # a tick: a new entry
+    assert first.judge(0, 6, TICK_MS + 20_000) == TICK_MS + 10_000  # within the tick
+    committed = first.commit(0, held=3)
+    assert committed == Clock(((0, 0), (5, TICK_MS + 10_000)), read=7)
+    view = View()
+    view.apply(*clock_record(0, committed))
+    assert view.clocks == {0: committed}  # the record round-trips
+    # a restart a day later reads offsets 3.. again: the clocks of their first read
+    later = 86_400_000
+    replay = ReadClocks(view.clocks)
+    assert [replay.judge(0, offset, later) for offset in range(3, 7)] == [
+        0,
+        0,
+        TICK_MS + 10_000,
+        TICK_MS + 10_000,
+    ]
+    assert replay.judge(0, 7, later) == later  # new ground: the wall clock, a new entry
+
+
+def test_a_commit_keeps_the_latest_entry_at_or_before_the_held_offset() -> None:
+    clocks = ReadClocks({})
+    for offset, now in ((0, 0), (10, TICK_MS), (20, 2 * TICK_MS), (30, 3 * TICK_MS)):
+        clocks.judge(1, offset, now)
+    kept = clocks.commit(1, held=25)
+    assert kept is not None and kept.entries == ((20, 2 * TICK_MS), (30, 3 * TICK_MS))
+    assert clocks.commit(2, held=0) is None  # a partition never read: no clock
