@@ -238,11 +238,11 @@ class _Step:
         """ChangelogError if the input's partition count is not the one committed, nor the
         one this session started with (the input grew: a rebalance brought it here)."""
         topic = self._owner.kafka.input_topic
-        now = len(self._consumer.partitions_for_topic(topic) or ()) or self._partitions
+        current = len(self._consumer.partitions_for_topic(topic) or ()) or self._partitions
         refuse_other_count(self._view, self._partitions, self._owner.topic)
-        if now != self._partitions:
+        if current != self._partitions:
             self._view.partitions = self._partitions
-            refuse_other_count(self._view, now, self._owner.topic)
+            refuse_other_count(self._view, current, self._owner.topic)
 
     async def run(self) -> None:
         batches = await self._consumer.getmany(timeout_ms=500, max_records=5000)
