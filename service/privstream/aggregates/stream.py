@@ -70,7 +70,7 @@ class OpenWindows:
 
     Windows close by the wall clock alone (``closed_until``): a record's treatment
     (counted, late, future, misplaced) is a function of that record (its timestamp,
-    subject and partition) and of when it is read, never of another record's
+    subject and partition) and of when it is first read (``ReadClocks``), never of another record's
     contents (docs/proofs/aggregates.md, step 19).
     """
 
