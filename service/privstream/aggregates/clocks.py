@@ -13,7 +13,10 @@ a new entry ``(offset, wall clock)`` when the last one is ``TICK_MS`` old
 or there is none; every record is judged by the latest entry at or before
 its offset. The entries and the read end go to the internal topic
 (``{"t":"clock","p":P}``) with every transaction that commits the
-partition's partials. A record read again (before the committed read end)
+partition's partials, and no transaction commits the partition's offsets
+past a record judged on new ground before its clock is committed
+(``unclocked``): the verdicts the offsets commit are the ones the clock
+gives again. A record read again (before the committed read end)
 was first read after exactly the entries at or before its offset, all
 committed with that read end (an entry is made before the records past it
 are read; later ones lie past them): its clock, so its verdict, is the
@@ -48,12 +51,16 @@ class ReadClocks:
         self._entries = {p: list(clock.entries) for p, clock in committed.items()}
         self._committed = {p: clock.read for p, clock in committed.items()}
         self._read: dict[int, int] = {}
+        #: partition -> the first offset judged on new ground since its clock was committed
+        self._unclocked: dict[int, int] = {}
 
     def judge(self, partition: int, offset: int, now_ms: int) -> int:
         """The clock the record at ``offset`` is judged by (records in offset order)."""
         entries = self._entries.setdefault(partition, [])
         self._read[partition] = offset + 1
         new = offset >= self._committed.get(partition, 0)
+        if new:
+            self._unclocked.setdefault(partition, offset)
         if new and (not entries or entries[-1][1] + TICK_MS <= now_ms):
             entries.append((offset, now_ms))
         at = bisect_right(entries, (offset, float("inf")))
@@ -64,12 +71,21 @@ class ReadClocks:
         """The offset after the last record read on the partition."""
         return self._read.get(partition, self._committed.get(partition, 0))
 
+    def unclocked(self, partition: int, held: int) -> int:
+        """The offset the partition may commit without its clock, for ``held``: never past a
+        record judged on new ground (its verdict would be committed without the clock it
+        was judged by; a replay would judge the records left before it by a later one)."""
+        return min(held, self._unclocked.get(partition, held))
+
     def commit(self, partition: int, held: int) -> Clock | None:
         """The clock to commit with the partition's offset ``held``: the latest entry at or
-        before it (the records read again from there are judged by it) and the later ones."""
+        before it (the records read again from there are judged by it) and the later ones.
+        Written, it is the committed one: the offsets may pass every record read."""
         entries = self._entries.get(partition)
         if not entries:
             return None
         first = max(bisect_right(entries, (held, float("inf"))) - 1, 0)
         del entries[:first]
+        self._committed[partition] = self.read(partition)
+        self._unclocked.pop(partition, None)
         return Clock(tuple(entries), self.read(partition))

@@ -199,13 +199,22 @@ class OpenWindows:
                         writes.append((partial_key(at._replace(chunk=chunk)), value))
             writes.append(progress_record(plan.name, partition, until))
             closing = True
-        clock = self._clocks.commit(partition, self.held(partition, self._clocks.read(partition)))
-        if closing and clock is not None:  # the verdicts of the records the partials hold
-            writes.append(clock_record(partition, clock))
+        if closing:  # the verdicts of the records the partials hold, and of those passed
+            held = self._held(partition, self._clocks.read(partition))
+            clock = self._clocks.commit(partition, held)
+            if clock is not None:
+                writes.append(clock_record(partition, clock))
         return writes
 
     def held(self, partition: int, position: int) -> int:
-        """The input offset to commit for the partition: its oldest open window's first."""
+        """The input offset to commit for the partition: its oldest open window's first,
+        and never past a record read since the partition's clock was last written (by a
+        ``close`` that closed a window on it): a transaction that writes no clock for the
+        partition (the first one's markers, a release, another partition's close) commits
+        no verdict its replay would not give again (docs/proofs/aggregates.md, step 19)."""
+        return self._clocks.unclocked(partition, self._held(partition, position))
+
+    def _held(self, partition: int, position: int) -> int:
         firsts = [first for (_, _, p), (_, first) in self._open.items() if p == partition]
         return min([position, *firsts])
 

@@ -35,3 +35,14 @@ def test_a_commit_keeps_the_latest_entry_at_or_before_the_held_offset() -> None:
     kept = clocks.commit(1, held=25)
     assert kept is not None and kept.entries == ((20, 2 * TICK_MS), (30, 3 * TICK_MS))
     assert clocks.commit(2, held=0) is None  # a partition never read: no clock
+
+
+def test_offsets_never_pass_a_record_read_on_new_ground_before_its_clock_is_written() -> None:
+    clocks = ReadClocks({0: Clock(((0, 0),), read=5)})
+    clocks.judge(0, 3, TICK_MS * 2)  # below the committed read end: a replay
+    assert clocks.unclocked(0, held=4) == 4
+    clocks.judge(0, 5, TICK_MS * 2)  # new ground: its verdict is not committed yet
+    clocks.judge(0, 6, TICK_MS * 2)
+    assert clocks.unclocked(0, held=7) == 5
+    assert clocks.commit(0, held=7) == Clock(((5, TICK_MS * 2),), read=7)
+    assert clocks.unclocked(0, held=7) == 7  # the clock written: the offsets may pass them
