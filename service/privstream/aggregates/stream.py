@@ -148,8 +148,10 @@ class OpenWindows:
     def _first(self, index: int, now_ms: int) -> int:
         """The start of the aggregate's first window: its epoch record's, or, for a name
         the topic does not hold, the one holding the deployment's epoch if nothing has
-        closed yet, else the first starting at or after ``now_ms`` (its epoch record is
-        written with the next ``close``)."""
+        closed yet, else the first starting at or after both ``now_ms`` and every name's
+        released end and progress (``View.last_closed``: a worker whose clock is behind
+        never starts it before a window another name released); its epoch record is
+        written with the next ``close``."""
         plan, size = self._plans[index], self._timing[index].size
         first = self._firsts.get(plan.name)
         if first is None:
@@ -160,7 +162,7 @@ class OpenWindows:
             first = (
                 window_start(epoch, size)
                 if fresh and epoch is not None
-                else aligned_up(now_ms, size)
+                else aligned_up(max(now_ms, self._view.last_closed()), size)
             )
             self._starts.append(start_record(plan.name, Start(first, plan.partial_id)))
         self._firsts[plan.name] = first

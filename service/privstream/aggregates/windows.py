@@ -16,8 +16,9 @@ its transactions. Keys and values are canonical JSON:
 * ``{"t":"epoch","a":A}``: where aggregate ``A``'s windows start, written
   with the first transaction that sees its name (``OpenWindows``): the
   window holding the deployment's epoch if nothing has closed yet, else the
-  first window starting at or after the wall clock (a renamed or added
-  aggregate never counts a record an older name may have released), and the
+  first window starting at or after both the wall clock and every name's
+  released end and progress (a renamed or added aggregate never counts a
+  record an older name may have released, whatever the clock), and the
   partial id of the plan that wrote it last. Tombstoned by a session whose
   config lacks ``A``, so a name that comes back starts again. Its windows are
   released from there onwards, each one, in order, records or not (whether a
@@ -251,6 +252,11 @@ class View:
         recorded start, aligned up should the window size have changed since."""
         start = self.starts.get(aggregate)
         return None if start is None else aligned_up(start.start, size_ms)
+
+    def last_closed(self) -> int:
+        """The largest ``released`` end or ``progress`` of any name the topic holds (0: none):
+        no name released a window ending past it."""
+        return max([0, *self.released.values(), *self.progress.values()])
 
     def closed_until(self, aggregate: str, partitions: int) -> int | None:
         """The time every input partition has closed the aggregate's windows up to (None:

@@ -90,3 +90,18 @@ def test_the_aggregates_of_a_new_deployment_start_at_its_epochs_window() -> None
     for key, value in windows.close(0, 25_000):
         view.apply(key, value)
     assert view.starts["n"].start == 20_000  # nothing closed yet: the epoch's window
+
+
+def test_a_new_name_starts_past_every_name_s_released_end_and_progress() -> None:
+    """Step 16 across names, whatever the clock of the worker that first sees the name."""
+    from privstream.aggregates.windows import progress_record, released_record
+
+    view = View()
+    view.apply(*epoch_record(0))
+    assert view.last_closed() == 0
+    view.apply(*progress_record("old", 0, 40_000))
+    view.apply(*released_record("gone", 50_000))  # a name the config lost
+    assert view.last_closed() == 50_000
+    for key, value in OpenWindows(_plans("new", size=30), view).close(0, 10_000):
+        view.apply(key, value)  # a worker whose clock is 40 s behind the released end
+    assert view.starts["new"].start == 60_000  # aligned_up(50 s, 30 s), not 30 s
