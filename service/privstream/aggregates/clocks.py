@@ -54,8 +54,12 @@ class ReadClocks:
         #: partition -> the first offset judged on new ground since its clock was committed
         self._unclocked: dict[int, int] = {}
 
-    def judge(self, partition: int, offset: int, now_ms: int) -> int:
-        """The clock the record at ``offset`` is judged by (records in offset order)."""
+    def judge(self, partition: int, offset: int, now_ms: int) -> int | None:
+        """The clock the record at ``offset`` is judged by (records in offset order); None:
+        the record is left out. That is a record below the committed read end with no
+        committed entry at or before it (read again after the group's offsets were reset
+        below where its entries were pruned): its first read's clock is gone, and the
+        wall clock of this read would let whichever record pruned it decide its verdict."""
         entries = self._entries.setdefault(partition, [])
         self._read[partition] = offset + 1
         new = offset >= self._committed.get(partition, 0)
@@ -64,8 +68,9 @@ class ReadClocks:
         if new and (not entries or entries[-1][1] + TICK_MS <= now_ms):
             entries.append((offset, now_ms))
         at = bisect_right(entries, (offset, float("inf")))
-        # none: read before this partition committed a clock (a topic from before it)
-        return entries[at - 1][1] if at else now_ms
+        # on new ground there is always one: a partition with no committed clock starts
+        # its entries at the first record read, by the wall clock
+        return entries[at - 1][1] if at else None
 
     def read(self, partition: int) -> int:
         """The offset after the last record read on the partition."""

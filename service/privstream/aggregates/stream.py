@@ -115,11 +115,12 @@ class OpenWindows:
         then; judged by the committed clock of ``ReadClocks``, so the same on a replay), a
         record of a window already closed on its partition (late), and a ``misplaced``
         one (its subject's records belong to another partition, whose bounds count them:
-        here they would count a second time).
+        here they would count a second time), and one read again after an offset reset
+        whose committed clock entry was pruned (``ReadClocks.judge``).
         """
         clock = self._clocks.judge(partition, offset, now_ms)
         record = _parse(value)
-        if record is None or misplaced or timestamp_ms > clock + MAX_FUTURE_MS:
+        if clock is None or record is None or misplaced or timestamp_ms > clock + MAX_FUTURE_MS:
             return
         subject = self._subject(value)
         for index, (plan, timing) in enumerate(zip(self._plans, self._timing, strict=True)):

@@ -46,3 +46,14 @@ def test_offsets_never_pass_a_record_read_on_new_ground_before_its_clock_is_writ
     assert clocks.unclocked(0, held=7) == 5
     assert clocks.commit(0, held=7) == Clock(((5, TICK_MS * 2),), read=7)
     assert clocks.unclocked(0, held=7) == 7  # the clock written: the offsets may pass them
+
+
+def test_a_record_below_the_committed_read_end_without_its_entry_is_left_out() -> None:
+    """An offset reset reads a pruned record again: no clock of its first read, so no
+    verdict by this read's wall clock (which would depend on the record that pruned it)."""
+    clocks = ReadClocks({0: Clock(((5, 1_000),), read=9)})
+    assert clocks.judge(0, 4, TICK_MS * 5) is None  # before the kept entry: left out
+    assert clocks.judge(0, 5, TICK_MS * 5) == 1_000
+    assert clocks.judge(0, 9, TICK_MS * 5) == TICK_MS * 5  # new ground: the wall clock
+    fresh = ReadClocks({})  # a partition that never committed a clock
+    assert fresh.judge(3, 0, TICK_MS) == TICK_MS
