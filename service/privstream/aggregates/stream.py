@@ -77,6 +77,7 @@ class OpenWindows:
     def __init__(self, plans: Sequence[AggregatePlan], view: View) -> None:
         self._plans = tuple(plans)
         self._timing = tuple(Timing.of(plan) for plan in plans)
+        self._sizes = {p.name: t.size for p, t in zip(self._plans, self._timing, strict=True)}
         self._view = view
         self._subject_field = plans[0].reader.subject if plans else None
         self._clocks = ReadClocks(view.clocks)
@@ -182,11 +183,13 @@ class OpenWindows:
 
     def close(self, partition: int, now_ms: int) -> list[Write]:
         """The records closing every window of the partition the wall clock has passed
-        (its end plus the grace): the epoch records not written yet, the partials, then
-        each aggregate's progress (empty when nothing closes)."""
+        (its end plus the grace): the epoch records not written yet, the tombstones of
+        its partials no release will read (``View.never_due``), the partials, then each
+        aggregate's progress (empty when nothing closes)."""
         for index in range(len(self._plans)):
             self._first(index, now_ms)
         writes, self._starts = self._starts, []
+        writes += [(key, None) for key in self._view.never_due(self._sizes, partition)]
         closing = False
         for index, (plan, timing) in enumerate(zip(self._plans, self._timing, strict=True)):
             until = closed_until(now_ms, timing.size, timing.grace)

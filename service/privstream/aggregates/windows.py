@@ -269,16 +269,39 @@ class View:
         """The starts of the aggregate's windows every partition has closed and that are
         not released yet, in order (at most ``MAX_DUE``)."""
         closed = self.closed_until(aggregate, partitions)
-        first = self.first_window(aggregate, size_ms)
-        if closed is None or first is None:
+        start = self._due_from(aggregate, size_ms)
+        if closed is None or start is None:
             return []
-        # a name that came back: its epoch is past what it released before
-        start = max(first, aligned_up(self.released.get(aggregate, first), size_ms))
         starts: list[int] = []
         while start + size_ms <= closed and len(starts) < MAX_DUE:
             starts.append(start)
             start += size_ms
         return starts
+
+    def _due_from(self, aggregate: str, size_ms: int) -> int | None:
+        """The start of the aggregate's next window to release (None: no epoch record)."""
+        first = self.first_window(aggregate, size_ms)
+        if first is None:
+            return None
+        # a name that came back, or a changed size: past what it released before
+        return max(first, aligned_up(self.released.get(aggregate, first), size_ms))
+
+    def never_due(self, sizes: Mapping[str, int], partition: int) -> list[bytes]:
+        """The keys of the partition's partials no release will read (``sizes``: the
+        config's window size per aggregate): of a name the config lacks, or of a window
+        before the name's next due one or off its grid (a changed size). The release
+        tombstones only the partials of due windows; these, the next close does."""
+        return [
+            key
+            for key, (at, _) in self.partials.items()
+            if at.partition == partition and self._never_due(at, sizes.get(at.aggregate))
+        ]
+
+    def _never_due(self, at: PartialAt, size_ms: int | None) -> bool:
+        if size_ms is None:
+            return True
+        start = self._due_from(at.aggregate, size_ms)
+        return start is not None and (at.start < start or (at.start - start) % size_ms != 0)
 
     def inputs(self, aggregate: str, start_ms: int) -> Mapping[bytes, tuple[PartialAt, bytes]]:
         """The window's committed partials, of every plan, by key (a partition without one

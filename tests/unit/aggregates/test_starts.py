@@ -10,7 +10,7 @@ import json
 
 from privstream.aggregates import KeyedCells, build_aggregates
 from privstream.aggregates.stream import OpenWindows, Release, releases
-from privstream.aggregates.windows import View, epoch_record
+from privstream.aggregates.windows import Start, View, epoch_record
 
 from tests.support.aggregates import aggregates_config
 
@@ -105,3 +105,30 @@ def test_a_new_name_starts_past_every_name_s_released_end_and_progress() -> None
     for key, value in OpenWindows(_plans("new", size=30), view).close(0, 10_000):
         view.apply(key, value)  # a worker whose clock is 40 s behind the released end
     assert view.starts["new"].start == 60_000  # aligned_up(50 s, 30 s), not 30 s
+
+
+def test_a_close_tombstones_its_partition_s_partials_no_release_will_read() -> None:
+    """L1 (red team 13c): partials of a removed name, of a window before the name's
+    first, or off its grid after a size change were never due, so never tombstoned."""
+    from privstream.aggregates.windows import PartialAt, partial_key, start_record
+
+    view = View()
+    view.apply(*epoch_record(0))
+    (day, plan) = _plans("n", size=10)
+    view.apply(*start_record("day", Start(0, day.partial_id)))
+    view.apply(*start_record("n", Start(100_000, plan.partial_id)))
+    stale = [
+        PartialAt("gone", "x", 100_000, 0),  # a name the config lacks
+        PartialAt("n", plan.partial_id, 90_000, 0),  # before n's first window
+        PartialAt("n", "old", 105_000, 0),  # off n's 10 s grid: a 5 s window before
+    ]
+    kept = [
+        PartialAt("n", plan.partial_id, 110_000, 0),  # due later
+        PartialAt("n", "old", 120_000, 0),  # due: the release leaves it out, tombstones it
+        PartialAt("gone", "x", 100_000, 1),  # another partition's: its own close
+    ]
+    for at in stale + kept:
+        view.apply(partial_key(at), b'{"counts":[],"sums":[]}')
+    writes = OpenWindows((day, plan), view).close(0, 101_000)  # nothing closes yet
+    tombstones = {key for key, value in writes if value is None}
+    assert tombstones == {partial_key(at) for at in stale}
