@@ -8,11 +8,19 @@ records would be released twice. As the ledger's changelog does (record
 ``{"t":"deployment","g":G}`` into the topic with its first transaction, and a
 session that reads another group's marker is refused (``ChangelogError``,
 exit 2) naming both. Retiring a deployment: docs/aggregates.md.
+
+The topic also holds the input's partition count (``{"t":"partitions"}``),
+written with the first transaction: a subject's home partition (``misplaced``)
+depends on it, so after the input gains partitions a subject's records would
+count on its old home under the old count and on its new one under the new
+count. A session that finds another count is refused (``refuse_other_count``);
+the input topic's growth retires the aggregates' state (docs/aggregates.md,
+Adding partitions).
 """
 
 from __future__ import annotations
 
-from privstream.aggregates.windows import View, Write, deployment_record
+from privstream.aggregates.windows import View, Write, deployment_record, partitions_record
 from privstream.errors import ChangelogError
 
 
@@ -32,3 +40,20 @@ def refuse_shared(view: View, group: str, topic: str) -> None:
 def marker_writes(view: View, group: str) -> list[Write]:
     """The marker to write with the next transaction, unless the topic holds it."""
     return [] if group in view.deployments else [deployment_record(group)]
+
+
+def refuse_other_count(view: View, partitions: int, topic: str) -> None:
+    """ChangelogError if the topic holds another input partition count than ``partitions``."""
+    if view.partitions is not None and view.partitions != partitions:
+        raise ChangelogError(
+            f"aggregates' internal topic {topic!r}: its subjects' home partitions were "
+            f"computed over {view.partitions} input partitions, and the input has "
+            f"{partitions} now; a subject whose home moved would be counted on both, twice "
+            "its bound. Let the open windows be released, then retire the aggregates' state "
+            "and start them again (docs/aggregates.md, Adding partitions)"
+        )
+
+
+def count_writes(view: View, partitions: int) -> list[Write]:
+    """The partition count to write with the next transaction, unless the topic holds it."""
+    return [] if view.partitions == partitions else [partitions_record(partitions)]

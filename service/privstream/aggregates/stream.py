@@ -22,26 +22,32 @@ from typing import Any
 
 import orjson
 
+from privstream.aggregates.clocks import ReadClocks
 from privstream.aggregates.noise import CellNoise
-from privstream.aggregates.partial import Accumulator, Partial, merge
+from privstream.aggregates.partial import FROM_RECORD, Accumulator, Partial, Subject, merge
 from privstream.aggregates.plan import AggregatePlan
 from privstream.aggregates.release import Row, release
 from privstream.aggregates.windows import (
     MAX_FUTURE_MS,
     MS,
     PartialAt,
+    Start,
     View,
     Write,
+    aligned_up,
+    clock_record,
     closed_until,
     decode_partial,
     encode_partial,
     partial_key,
     progress_record,
     released_record,
+    start_record,
     window_label,
     window_start,
 )
 from privstream.errors import MisuseError
+from privstream.pipeline.subjects import subject_column
 
 
 @dataclass(frozen=True)
@@ -64,16 +70,34 @@ class OpenWindows:
 
     Windows close by the wall clock alone (``closed_until``): a record's treatment
     (counted, late, future, misplaced) is a function of that record (its timestamp,
-    subject and partition) and of when it is read, never of another record's
+    subject and partition) and of when it is first read (``ReadClocks``), never of another record's
     contents (docs/proofs/aggregates.md, step 19).
     """
 
     def __init__(self, plans: Sequence[AggregatePlan], view: View) -> None:
         self._plans = tuple(plans)
         self._timing = tuple(Timing.of(plan) for plan in plans)
+        self._sizes = {p.name: t.size for p, t in zip(self._plans, self._timing, strict=True)}
         self._view = view
+        self._subject_field = plans[0].reader.subject if plans else None
+        self._clocks = ReadClocks(view.clocks)
         #: (aggregate index, window start, partition) -> (accumulator, first offset)
         self._open: dict[tuple[int, int, int], tuple[Accumulator, int]] = {}
+        #: aggregate -> the start of its first window, as this session judges records
+        self._firsts: dict[str, int] = {}
+        #: the epoch records to write with the next ``close``: the names the config lost
+        #: (tombstoned: a name that comes back starts again) and the new ones
+        names = {plan.name for plan in self._plans}
+        self._starts: list[Write] = [
+            start_record(a, None) for a in sorted(view.starts) if a not in names
+        ]
+        #: the aggregates whose plan changed since their start was recorded: a function of
+        #: the configs alone (logged; never of the records: no count of partials)
+        self.changed = [p.name for p in self._plans if _replanned(view, p)]
+        for plan in self._plans:
+            if _replanned(view, plan):  # the same start, under the new plan
+                start = view.starts[plan.name]._replace(plan=plan.partial_id)
+                self._starts.append(start_record(plan.name, start))
 
     def add(
         self,
@@ -87,29 +111,71 @@ class OpenWindows:
     ) -> None:
         """One input record, in offset order; a value that is no JSON object enters nothing.
 
-        Left out: a record more than ``MAX_FUTURE_MS`` past the wall clock (a future
-        record: it would hold its window, and the committed offset, open until then), a
+        Left out: a record more than ``MAX_FUTURE_MS`` past its partition's read clock
+        (a future record: it would hold its window, and the committed offset, open until
+        then; judged by the committed clock of ``ReadClocks``, so the same on a replay), a
         record of a window already closed on its partition (late), and a ``misplaced``
         one (its subject's records belong to another partition, whose bounds count them:
-        here they would count a second time).
+        here they would count a second time), and one read again after an offset reset
+        whose committed clock entry was pruned (``ReadClocks.judge``).
         """
+        clock = self._clocks.judge(partition, offset, now_ms)
         record = _parse(value)
-        if record is None or misplaced or timestamp_ms > now_ms + MAX_FUTURE_MS:
+        if clock is None or record is None or misplaced or timestamp_ms > clock + MAX_FUTURE_MS:
             return
+        subject = self._subject(value)
         for index, (plan, timing) in enumerate(zip(self._plans, self._timing, strict=True)):
             start = window_start(timestamp_ms, timing.size)
-            if not self._is_open(plan.name, timing, partition, start):
-                continue  # late
+            if not self._is_open(index, partition, start, now_ms):
+                continue  # late, or before the aggregate's first window
             where = (index, start, partition)
             if where not in self._open:
                 label = window_label(start, timing.size)
                 self._open[where] = (plan.accumulator(label), offset)
-            self._open[where][0].add(record)
+            self._open[where][0].add(record, subject)
 
-    def _is_open(self, name: str, timing: Timing, partition: int, start: int) -> bool:
-        closed = self._view.progress.get((name, partition))
-        first = self._view.first_window(timing.size)
-        return start >= first and (closed is None or start + timing.size > closed)
+    def _subject(self, value: bytes | None) -> Subject:
+        """The record's subject as the ledger and ``misplaced`` read it: the canonical bytes
+        of the RAW value (an integer beyond 64 bits is its digits, never a parsed float)."""
+        if self._subject_field is None or value is None:
+            return FROM_RECORD
+        return subject_column([value], self._subject_field)[0]
+
+    def _is_open(self, index: int, partition: int, start: int, now_ms: int) -> bool:
+        size = self._timing[index].size
+        closed = self._view.progress.get((self._plans[index].name, partition))
+        first = self._first(index, now_ms)
+        return start >= first and (closed is None or start + size > closed)
+
+    def _first(self, index: int, now_ms: int) -> int:
+        """The start of the aggregate's first window: its epoch record's, or, for a name
+        the topic does not hold, the one holding the deployment's epoch if nothing has
+        closed yet, else the first starting at or after both ``now_ms`` and every name's
+        released end and progress (``View.last_closed``: a worker whose clock is behind
+        never starts it before a window another name released); its epoch record is
+        written with the next ``close``."""
+        plan, size = self._plans[index], self._timing[index].size
+        first = self._firsts.get(plan.name)
+        if first is None:
+            first = self._view.first_window(plan.name, size)
+        if first is None:
+            epoch = self._view.epoch_ms
+            fresh = epoch is not None and not self._view.progress
+            first = (
+                window_start(epoch, size)
+                if fresh and epoch is not None
+                else aligned_up(max(now_ms, self._view.last_closed()), size)
+            )
+            self._starts.append(start_record(plan.name, Start(first, plan.partial_id)))
+        self._firsts[plan.name] = first
+        return first
+
+    @property
+    def starting(self) -> bool:
+        """Whether the topic's epoch records name other aggregates than the config (the
+        next ``close`` writes them; the worker reads the topic again after: a replica
+        that wrote another start beside it is then judged by the one kept)."""
+        return {plan.name for plan in self._plans} != set(self._view.starts) or bool(self.changed)
 
     def rebase(self, view: View) -> None:
         """Go on with a newer read of the internal topic (other workers' progress)."""
@@ -117,13 +183,18 @@ class OpenWindows:
 
     def close(self, partition: int, now_ms: int) -> list[Write]:
         """The records closing every window of the partition the wall clock has passed
-        (its end plus the grace): their partials, then each aggregate's progress (empty
-        when nothing closes)."""
-        writes: list[Write] = []
+        (its end plus the grace): the epoch records not written yet, the tombstones of
+        its partials no release will read (``View.never_due``), the partials, then each
+        aggregate's progress (empty when nothing closes)."""
+        for index in range(len(self._plans)):
+            self._first(index, now_ms)
+        writes, self._starts = self._starts, []
+        writes += [(key, None) for key in self._view.never_due(self._sizes, partition)]
+        closing = False
         for index, (plan, timing) in enumerate(zip(self._plans, self._timing, strict=True)):
             until = closed_until(now_ms, timing.size, timing.grace)
             before = self._view.progress.get((plan.name, partition))
-            if until <= max(self._view.first_window(timing.size), before or 0):
+            if until <= max(self._firsts[plan.name], before or 0):
                 continue  # no window newly closed
             for where in sorted(w for w in self._open if w[0] == index and w[2] == partition):
                 start = where[1]
@@ -133,12 +204,30 @@ class OpenWindows:
                     for chunk, value in enumerate(encode_partial(partial)):
                         writes.append((partial_key(at._replace(chunk=chunk)), value))
             writes.append(progress_record(plan.name, partition, until))
+            closing = True
+        if closing:  # the verdicts of the records the partials hold, and of those passed
+            held = self._held(partition, self._clocks.read(partition))
+            clock = self._clocks.commit(partition, held)
+            if clock is not None:
+                writes.append(clock_record(partition, clock))
         return writes
 
     def held(self, partition: int, position: int) -> int:
-        """The input offset to commit for the partition: its oldest open window's first."""
+        """The input offset to commit for the partition: its oldest open window's first,
+        and never past a record read since the partition's clock was last written (by a
+        ``close`` that closed a window on it): a transaction that writes no clock for the
+        partition (the first one's markers, a release, another partition's close) commits
+        no verdict its replay would not give again (docs/proofs/aggregates.md, step 19)."""
+        return self._clocks.unclocked(partition, self._held(partition, position))
+
+    def _held(self, partition: int, position: int) -> int:
         firsts = [first for (_, _, p), (_, first) in self._open.items() if p == partition]
         return min([position, *firsts])
+
+
+def _replanned(view: View, plan: AggregatePlan) -> bool:
+    start = view.starts.get(plan.name)
+    return start is not None and start.plan != plan.partial_id
 
 
 def _parse(value: bytes | None) -> Mapping[str, Any] | None:
@@ -160,8 +249,6 @@ class Release:
     end_ms: int
     rows: list[Row]
     writes: list[Write]
-    #: partials of the window made under another plan: left out (and tombstoned)
-    left_out: int = 0
 
 
 def releases(
@@ -172,7 +259,9 @@ def releases(
 
     A partial made under another plan (committed before a restart with other bounds,
     clamp range, grid or epsilon: another ``partial_id``) is left out, never merged: its
-    records were bounded for another calibration. It is tombstoned with the rest.
+    records were bounded for another calibration. It is tombstoned with the rest. How many
+    were left out is never said (an empty partial is no record: the count would tell
+    whether a partition had records); ``OpenWindows.changed`` names the plan change.
     """
     out = []
     for plan in plans:
@@ -187,5 +276,5 @@ def releases(
             writes: list[Write] = [(key, None) for key, _ in inputs]
             writes.append(released_record(plan.name, end))
             rows = release(plan, merged, noise)
-            out.append(Release(plan, label, end, rows, writes, len(inputs) - len(ours)))
+            out.append(Release(plan, label, end, rows, writes))
     return out

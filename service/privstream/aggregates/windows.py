@@ -9,10 +9,20 @@ its transactions. Keys and values are canonical JSON:
 * ``{"t":"deployment","g":G}``: deployment (``kafka.group_id``) ``G``
   uses the topic; a session finding another's is refused
   (``privstream.aggregates.deployments``);
+* ``{"t":"partitions"}``: the input topic's partition count the subjects'
+  home partitions were computed with (``misplaced``); a session that finds
+  another count is refused (``privstream.aggregates.deployments``);
 * ``{"t":"epoch"}``: the wall-clock millisecond of the first transaction;
-  every aggregate's windows are released from the one holding it onwards,
-  each one, in order, records or not (whether a window is released never
-  depends on the records);
+* ``{"t":"epoch","a":A}``: where aggregate ``A``'s windows start, written
+  with the first transaction that sees its name (``OpenWindows``): the
+  window holding the deployment's epoch if nothing has closed yet, else the
+  first window starting at or after both the wall clock and every name's
+  released end and progress (a renamed or added aggregate never counts a
+  record an older name may have released, whatever the clock), and the
+  partial id of the plan that wrote it last. Tombstoned by a session whose
+  config lacks ``A``, so a name that comes back starts again. Its windows are
+  released from there onwards, each one, in order, records or not (whether a
+  window is released never depends on the records);
 * ``{"t":"progress","a":A,"p":P}``: input partition ``P`` has closed every
   window of aggregate ``A`` ending at or before ``until`` (by the wall clock:
   ``closed_until``);
@@ -21,6 +31,9 @@ its transactions. Keys and values are canonical JSON:
   its release ids, so its bounds), window start ``W``, partition ``P``
   (tombstoned once the window is released; a release merges only the
   partials of its own plan);
+* ``{"t":"clock","p":P}``: input partition ``P``'s read clock entries and
+  read end (``privstream.aggregates.clocks``): what its records' future-ness
+  is judged by, on a first read and on a replay alike;
 * ``{"t":"released","a":A}``: every window of ``A`` ending at or before
   ``until`` is released (written with the rows, in one transaction).
 
@@ -36,6 +49,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from privstream.aggregates.clocks import Clock
 from privstream.aggregates.partial import Partial
 from privstream.aggregates.read import Cell
 
@@ -52,6 +66,11 @@ MAX_DUE = 64
 def window_start(timestamp_ms: int, size_ms: int) -> int:
     """The start of the tumbling window holding ``timestamp_ms`` (windows from the epoch 0)."""
     return timestamp_ms - timestamp_ms % size_ms
+
+
+def aligned_up(time_ms: int, size_ms: int) -> int:
+    """The first window boundary at or after ``time_ms``."""
+    return -(-time_ms // size_ms) * size_ms
 
 
 def window_label(start_ms: int, size_ms: int) -> str:
@@ -83,12 +102,33 @@ def deployment_record(group: str) -> tuple[bytes, bytes]:
     return _key(t="deployment", g=group), _value()
 
 
+def partitions_record(count: int) -> tuple[bytes, bytes]:
+    return _key(t="partitions"), _value(n=count)
+
+
 def epoch_record(now_ms: int) -> tuple[bytes, bytes]:
     return _key(t="epoch"), _value(start=now_ms)
 
 
+class Start(NamedTuple):
+    """Where an aggregate's windows start, and the partial id of the plan that wrote it."""
+
+    start: int
+    plan: str
+
+
+def start_record(aggregate: str, start: Start | None) -> Write:
+    """An aggregate's epoch record (None: its tombstone, the name left the config)."""
+    value = None if start is None else _value(start=start.start, i=start.plan)
+    return _key(t="epoch", a=aggregate), value
+
+
 def progress_record(aggregate: str, partition: int, until_ms: int) -> tuple[bytes, bytes]:
     return _key(t="progress", a=aggregate, p=partition), _value(until=until_ms)
+
+
+def clock_record(partition: int, clock: Clock) -> tuple[bytes, bytes]:
+    return _key(t="clock", p=partition), _value(at=clock.entries, read=clock.read)
 
 
 def released_record(aggregate: str, until_ms: int) -> tuple[bytes, bytes]:
@@ -150,9 +190,15 @@ class View:
     aggregate's released end and the partials not released yet."""
 
     epoch_ms: int | None = None
+    #: the input's partition count committed with the first transaction
+    partitions: int | None = None
+    #: aggregate -> where its windows start (``start_record``)
+    starts: dict[str, Start] = field(default_factory=dict)
     #: (aggregate, partition) -> the end of its last closed window
     progress: dict[tuple[str, int], int] = field(default_factory=dict)
     released: dict[str, int] = field(default_factory=dict)
+    #: input partition -> its committed read clock
+    clocks: dict[int, Clock] = field(default_factory=dict)
     #: the deployments (``kafka.group_id``) whose marker the topic holds
     deployments: set[str] = field(default_factory=set)
     #: a partial's key (as read) -> where it belongs and its encoded value
@@ -176,19 +222,41 @@ class View:
         if kind == "deployment":
             (self.deployments.add if value is not None else self.deployments.discard)(parts["g"])
             return
+        if kind == "epoch" and "a" in parts:
+            self._start(parts["a"], value)
+            return
         if value is None:
             return
         until = orjson.loads(value)
-        if kind == "epoch":
+        if kind == "partitions":
+            self.partitions = until["n"]
+        elif kind == "epoch":
             self.epoch_ms = until["start"]
+        elif kind == "clock":
+            entries = tuple((int(o), int(c)) for o, c in until["at"])
+            self.clocks[parts["p"]] = Clock(entries, until["read"])
         elif kind == "progress":
             self.progress[parts["a"], parts["p"]] = until["until"]
         elif kind == "released":
             self.released[parts["a"]] = until["until"]
 
-    def first_window(self, size_ms: int) -> int:
-        """The start of an aggregate's first window (the one holding the epoch)."""
-        return window_start(self.epoch_ms or 0, size_ms)
+    def _start(self, aggregate: str, value: bytes | None) -> None:
+        if value is None:
+            self.starts.pop(aggregate, None)
+        else:
+            start = orjson.loads(value)
+            self.starts[aggregate] = Start(start["start"], start["i"])
+
+    def first_window(self, aggregate: str, size_ms: int) -> int | None:
+        """The start of an aggregate's first window (None: it has no epoch record): its
+        recorded start, aligned up should the window size have changed since."""
+        start = self.starts.get(aggregate)
+        return None if start is None else aligned_up(start.start, size_ms)
+
+    def last_closed(self) -> int:
+        """The largest ``released`` end or ``progress`` of any name the topic holds (0: none):
+        no name released a window ending past it."""
+        return max([0, *self.released.values(), *self.progress.values()])
 
     def closed_until(self, aggregate: str, partitions: int) -> int | None:
         """The time every input partition has closed the aggregate's windows up to (None:
@@ -201,15 +269,39 @@ class View:
         """The starts of the aggregate's windows every partition has closed and that are
         not released yet, in order (at most ``MAX_DUE``)."""
         closed = self.closed_until(aggregate, partitions)
-        if closed is None or self.epoch_ms is None:
+        start = self._due_from(aggregate, size_ms)
+        if closed is None or start is None:
             return []
-        released = self.released.get(aggregate, self.first_window(size_ms))
-        start = -(-released // size_ms) * size_ms  # aligned, should the size have changed
         starts: list[int] = []
         while start + size_ms <= closed and len(starts) < MAX_DUE:
             starts.append(start)
             start += size_ms
         return starts
+
+    def _due_from(self, aggregate: str, size_ms: int) -> int | None:
+        """The start of the aggregate's next window to release (None: no epoch record)."""
+        first = self.first_window(aggregate, size_ms)
+        if first is None:
+            return None
+        # a name that came back, or a changed size: past what it released before
+        return max(first, aligned_up(self.released.get(aggregate, first), size_ms))
+
+    def never_due(self, sizes: Mapping[str, int], partition: int) -> list[bytes]:
+        """The keys of the partition's partials no release will read (``sizes``: the
+        config's window size per aggregate): of a name the config lacks, or of a window
+        before the name's next due one or off its grid (a changed size). The release
+        tombstones only the partials of due windows; these, the next close does."""
+        return [
+            key
+            for key, (at, _) in self.partials.items()
+            if at.partition == partition and self._never_due(at, sizes.get(at.aggregate))
+        ]
+
+    def _never_due(self, at: PartialAt, size_ms: int | None) -> bool:
+        if size_ms is None:
+            return True
+        start = self._due_from(at.aggregate, size_ms)
+        return start is not None and (at.start < start or (at.start - start) % size_ms != 0)
 
     def inputs(self, aggregate: str, start_ms: int) -> Mapping[bytes, tuple[PartialAt, bytes]]:
         """The window's committed partials, of every plan, by key (a partition without one

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any, cast
 
 import orjson
 
@@ -25,6 +26,7 @@ from privstream.aggregates import (
 from privstream.aggregates.release import encode_rows
 from privstream.cli.release_files import FilePathError
 from privstream.config import AppConfig
+from privstream.pipeline.subjects import subject_column
 
 #: the window label of file mode: the whole file is one window
 FILE_WINDOW = "file"
@@ -63,17 +65,24 @@ class FileAggregates:
 
     def __init__(self, plans: Sequence[AggregatePlan]) -> None:
         self._plans = tuple(plans)
+        self._subject = plans[0].reader.subject if plans else None
         self._accumulators: tuple[Accumulator, ...] = tuple(
             plan.accumulator(FILE_WINDOW) for plan in self._plans
         )
 
     def feed(self, lines: Sequence[bytes], released: Sequence[int]) -> None:
         """Add the released lines (their positions in ``lines``) to every aggregate."""
-        parsed = (_parse(lines[index]) for index in released)
+        chosen = [lines[index] for index in released]
+        parsed = [_parse(line) for line in chosen]
         # a released line is an object: the check is for the type checker
-        records = [record for record in parsed if isinstance(record, dict)]
+        kept = [i for i, record in enumerate(parsed) if isinstance(record, dict)]
+        records = [cast(dict[str, Any], parsed[i]) for i in kept]
+        # each subject as the ledger reads it, from the raw line (``subject_column``)
+        subjects = (
+            subject_column([chosen[i] for i in kept], self._subject) if self._subject else None
+        )
         for accumulator in self._accumulators:
-            accumulator.add_all(records)
+            accumulator.add_all(records, subjects)
 
     def encoded(self, noise: CellNoise) -> bytes:
         """Every aggregate's rows as JSON Lines, in config order."""

@@ -34,7 +34,12 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from privstream.aggregates import AggregatePlan, KeyedCells, build_aggregates
-from privstream.aggregates.deployments import marker_writes, refuse_shared
+from privstream.aggregates.deployments import (
+    count_writes,
+    marker_writes,
+    refuse_other_count,
+    refuse_shared,
+)
 from privstream.aggregates.stream import OpenWindows, Release, releases
 from privstream.aggregates.windows import View, Write, epoch_record
 from privstream.config import AppConfig, KafkaConfig
@@ -212,13 +217,32 @@ class _Step:
         self._replay = await consumer.end_offsets(list(consumer.assignment()))
         self._view = await self._owner.read_view(self._readers)
         log.debug("restored the aggregates' state: epoch %s", self._view.epoch_ms)
+        self._check_partitions()
         self._pending = marker_writes(self._view, self._owner.kafka.group_id)
+        self._pending += count_writes(self._view, self._partitions)
         if self._view.epoch_ms is None:  # the first transaction ever writes it
             now = _now_ms()
             self._view.epoch_ms = now
             self._pending.append(epoch_record(now))
         self._windows = OpenWindows(self._owner.plans, self._view)
+        for name in self._windows.changed:  # the configs' change alone, never a count
+            log.warning(
+                "aggregate %s: its plan (bounds, epsilon, grid or window) changed since its "
+                "partials were committed; the windows still open are released without the "
+                "records counted under the old plan",
+                name,
+            )
         self._refreshed = time.monotonic()
+
+    def _check_partitions(self) -> None:
+        """ChangelogError if the input's partition count is not the one committed, nor the
+        one this session started with (the input grew: a rebalance brought it here)."""
+        topic = self._owner.kafka.input_topic
+        current = len(self._consumer.partitions_for_topic(topic) or ()) or self._partitions
+        refuse_other_count(self._view, self._partitions, self._owner.topic)
+        if current != self._partitions:
+            self._view.partitions = self._partitions
+            refuse_other_count(self._view, current, self._owner.topic)
 
     async def run(self) -> None:
         batches = await self._consumer.getmany(timeout_ms=500, max_records=5000)
@@ -239,6 +263,9 @@ class _Step:
     async def _close(self) -> None:
         consumer, now = self._consumer, _now_ms()
         writes = list(self._pending)
+        # a new marker or epoch record: read the topic again after it commits (a replica
+        # that started beside this one and wrote its own is then refused, or followed)
+        marked = self._owner.kafka.group_id not in self._view.deployments or self._windows.starting
         offsets: dict[TopicPartition, int] = {}
         for tp in sorted(consumer.assignment()):
             position = await consumer.position(tp)
@@ -246,10 +273,8 @@ class _Step:
                 writes += self._windows.close(tp.partition, now)
             offsets[tp] = self._windows.held(tp.partition, position)
         if writes and offsets:  # a worker without partitions leaves the epoch to another
-            log.debug("closing: %d internal records, offsets %s", len(writes), offsets)
-            marked = self._owner.kafka.group_id not in self._view.deployments
             await self._transaction(writes, [], offsets)
-            if marked:  # read the topic again: a deployment started beside it is refused
+            if marked:
                 self._moved.moved = True
 
     async def _release(self) -> None:
@@ -269,17 +294,8 @@ class _Step:
         offsets = {input0: self._windows.held(0, position)}
         await self._transaction([w for r in due for w in r.writes], due, offsets)
         for done in due:
-            if done.left_out:  # a restart under other bounds: those partials' records lost
-                log.warning(
-                    "aggregate %s window %s: left out %d partials made under another plan "
-                    "(other bounds, epsilon or grid since they were committed); released "
-                    "without them",
-                    done.plan.name,
-                    done.label,
-                    done.left_out,
-                )
             self._owner.metrics.observe_window(done.plan.name, done.end_ms, done.rows)
-            log.info("released %s window %s: %d rows", done.plan.name, done.label, len(done.rows))
+            log.info("released %s window %s", done.plan.name, done.label)
 
     async def _transaction(
         self, writes: list[Write], due: list[Release], offsets: dict[TopicPartition, int]

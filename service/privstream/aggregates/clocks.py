@@ -1,0 +1,96 @@
+"""The committed read clocks: what a record's future-ness is judged by, the same on a replay.
+
+A record stamped more than ``MAX_FUTURE_MS`` past the clock is a future
+record, left out (it would hold its window, and the committed offset, open
+until then). Judged by the wall clock when the record is read, the verdict
+would depend on when it is read, and a record is read again after a restart
+whenever an open window holds the committed offset before it: another
+record's window would decide whether it counts (red team 13a).
+
+So each partition's clock is committed. Reading a record past every
+offset the partition has committed as read (new ground), the worker starts
+a new entry ``(offset, wall clock)`` when the last one is ``TICK_MS`` old
+or there is none; every record is judged by the latest entry at or before
+its offset. The entries and the read end go to the internal topic
+(``{"t":"clock","p":P}``) with every transaction that commits the
+partition's partials, and no transaction commits the partition's offsets
+past a record judged on new ground before its clock is committed
+(``unclocked``): the verdicts the offsets commit are the ones the clock
+gives again. A record read again (before the committed read end)
+was first read after exactly the entries at or before its offset, all
+committed with that read end (an entry is made before the records past it
+are read; later ones lie past them): its clock, so its verdict, is the
+same. A record past the committed read end is judged as new; whatever a
+crashed session decided about it was never committed. Proof:
+docs/proofs/aggregates.md, step 19.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Mapping
+from typing import NamedTuple
+
+#: a partition's clock advances at most this often: a record is judged by a clock at most
+#: this much behind the wall clock (and one committed entry per this much held-open time)
+TICK_MS = 60_000
+
+
+class Clock(NamedTuple):
+    """A partition's committed clock entries ``(first offset, wall clock ms)`` and read end."""
+
+    entries: tuple[tuple[int, int], ...]
+    #: the offset after the last record read when committed
+    read: int
+
+
+class ReadClocks:
+    """The clocks of the partitions one session reads, from the committed ones."""
+
+    def __init__(self, committed: Mapping[int, Clock]) -> None:
+        self._entries = {p: list(clock.entries) for p, clock in committed.items()}
+        self._committed = {p: clock.read for p, clock in committed.items()}
+        self._read: dict[int, int] = {}
+        #: partition -> the first offset judged on new ground since its clock was committed
+        self._unclocked: dict[int, int] = {}
+
+    def judge(self, partition: int, offset: int, now_ms: int) -> int | None:
+        """The clock the record at ``offset`` is judged by (records in offset order); None:
+        the record is left out. That is a record below the committed read end with no
+        committed entry at or before it (read again after the group's offsets were reset
+        below where its entries were pruned): its first read's clock is gone, and the
+        wall clock of this read would let whichever record pruned it decide its verdict."""
+        entries = self._entries.setdefault(partition, [])
+        self._read[partition] = offset + 1
+        new = offset >= self._committed.get(partition, 0)
+        if new:
+            self._unclocked.setdefault(partition, offset)
+        if new and (not entries or entries[-1][1] + TICK_MS <= now_ms):
+            entries.append((offset, now_ms))
+        at = bisect_right(entries, (offset, float("inf")))
+        # on new ground there is always one: a partition with no committed clock starts
+        # its entries at the first record read, by the wall clock
+        return entries[at - 1][1] if at else None
+
+    def read(self, partition: int) -> int:
+        """The offset after the last record read on the partition."""
+        return self._read.get(partition, self._committed.get(partition, 0))
+
+    def unclocked(self, partition: int, held: int) -> int:
+        """The offset the partition may commit without its clock, for ``held``: never past a
+        record judged on new ground (its verdict would be committed without the clock it
+        was judged by; a replay would judge the records left before it by a later one)."""
+        return min(held, self._unclocked.get(partition, held))
+
+    def commit(self, partition: int, held: int) -> Clock | None:
+        """The clock to commit with the partition's offset ``held``: the latest entry at or
+        before it (the records read again from there are judged by it) and the later ones.
+        Written, it is the committed one: the offsets may pass every record read."""
+        entries = self._entries.get(partition)
+        if not entries:
+            return None
+        first = max(bisect_right(entries, (held, float("inf"))) - 1, 0)
+        del entries[:first]
+        self._committed[partition] = self.read(partition)
+        self._unclocked.pop(partition, None)
+        return Clock(tuple(entries), self.read(partition))

@@ -1,0 +1,134 @@
+"""Each aggregate's epoch record: a name's windows start where no other name's were released.
+
+Pure: the worker's steps replayed with ``OpenWindows`` and ``releases`` over one ``View``
+(docs/proofs/aggregates.md, step 16).
+"""
+
+from __future__ import annotations
+
+import json
+
+from privstream.aggregates import KeyedCells, build_aggregates
+from privstream.aggregates.stream import OpenWindows, Release, releases
+from privstream.aggregates.windows import Start, View, epoch_record
+
+from tests.support.aggregates import aggregates_config
+
+COUNT = {"query": "histogram", "field": "os", "epsilon": 1.0, "output_topic": "a"}
+DAY = {**COUNT, "name": "day", "window": {"size_seconds": 86_400, "grace_seconds": 2}}
+NOISE = KeyedCells(bytes(32), "raw")
+
+
+def _plans(name: str, size: int = 10) -> tuple:
+    short = {**COUNT, "name": name, "window": {"size_seconds": size, "grace_seconds": 2}}
+    return build_aggregates(aggregates_config(DAY, short))
+
+
+def _session(plans: tuple, view: View, read_at: int, close_at: int) -> list[str]:
+    """A restart: the day's window held the offset, so the records at 1 s and 21 s are
+    read again (at ``read_at``); the windows close at ``close_at`` and every due window is
+    released. The labels released with a record, other than the day's."""
+    windows = OpenWindows(plans, view)
+    for offset, stamp in enumerate((1_000, 21_000)):
+        record = json.dumps({"os": "ios"}).encode()
+        windows.add(0, offset, stamp, record, read_at, misplaced=False)
+    for key, value in windows.close(0, close_at):
+        view.apply(key, value)
+    done = releases(plans, view, NOISE, 1)
+    # a release over a record: a partial of its plan, for its window, is in the view
+    counted = [
+        f"{r.plan.name} {r.label}"
+        for r in done
+        if r.plan.name != "day"
+        and any(
+            at.plan == r.plan.partial_id for at, _ in view.inputs(r.plan.name, _start(r)).values()
+        )
+    ]
+    for release in done:
+        for key, value in release.writes:
+            view.apply(key, value)
+    return counted
+
+
+def _start(release: Release) -> int:
+    window = release.plan.spec.window
+    return release.end_ms - window.size_seconds * 1000
+
+
+def _view() -> View:
+    view = View()
+    view.apply(*epoch_record(0))
+    return view
+
+
+def test_a_name_that_comes_back_does_not_release_its_windows_again() -> None:
+    view = _view()
+    first = ["n 1970-01-01T00:00:00.000Z/10s"]
+    assert _session(_plans("n"), view, 12_000, 12_000) == first
+    # n2 starts at 20 s and releases the record at 21 s
+    assert _session(_plans("n2"), view, 13_000, 32_000) == ["n2 1970-01-01T00:00:20.000Z/10s"]
+    assert "n" not in view.starts  # the session without n tombstoned its start
+    # n comes back: it starts again past the wall clock, so [20 s, 30 s) is not its again
+    assert _session(_plans("n"), view, 33_000, 45_000) == []
+    assert view.starts["n"].start == 40_000
+
+
+def test_a_window_size_changed_under_one_name_never_releases_a_released_record() -> None:
+    view = _view()
+    assert _session(_plans("n"), view, 12_000, 12_000) == ["n 1970-01-01T00:00:00.000Z/10s"]
+    # the record at 1 s is counted in [0, 60 s) again, but that window starts before n's
+    # released end: it is never due (``View.due`` starts at the released end, aligned up)
+    assert _session(_plans("n", size=60), view, 13_000, 62_000) == []
+    assert view.released["n"] == 10_000  # [0, 60 s) skipped: the next due is [60 s, 120 s)
+
+
+def test_the_aggregates_of_a_new_deployment_start_at_its_epochs_window() -> None:
+    view = View()
+    view.apply(*epoch_record(25_000))
+    windows = OpenWindows(_plans("n"), view)
+    windows.add(0, 0, 20_000, json.dumps({"os": "ios"}).encode(), 25_000, misplaced=False)
+    for key, value in windows.close(0, 25_000):
+        view.apply(key, value)
+    assert view.starts["n"].start == 20_000  # nothing closed yet: the epoch's window
+
+
+def test_a_new_name_starts_past_every_name_s_released_end_and_progress() -> None:
+    """Step 16 across names, whatever the clock of the worker that first sees the name."""
+    from privstream.aggregates.windows import progress_record, released_record
+
+    view = View()
+    view.apply(*epoch_record(0))
+    assert view.last_closed() == 0
+    view.apply(*progress_record("old", 0, 40_000))
+    view.apply(*released_record("gone", 50_000))  # a name the config lost
+    assert view.last_closed() == 50_000
+    for key, value in OpenWindows(_plans("new", size=30), view).close(0, 10_000):
+        view.apply(key, value)  # a worker whose clock is 40 s behind the released end
+    assert view.starts["new"].start == 60_000  # aligned_up(50 s, 30 s), not 30 s
+
+
+def test_a_close_tombstones_its_partition_s_partials_no_release_will_read() -> None:
+    """L1 (red team 13c): partials of a removed name, of a window before the name's
+    first, or off its grid after a size change were never due, so never tombstoned."""
+    from privstream.aggregates.windows import PartialAt, partial_key, start_record
+
+    view = View()
+    view.apply(*epoch_record(0))
+    (day, plan) = _plans("n", size=10)
+    view.apply(*start_record("day", Start(0, day.partial_id)))
+    view.apply(*start_record("n", Start(100_000, plan.partial_id)))
+    stale = [
+        PartialAt("gone", "x", 100_000, 0),  # a name the config lacks
+        PartialAt("n", plan.partial_id, 90_000, 0),  # before n's first window
+        PartialAt("n", "old", 105_000, 0),  # off n's 10 s grid: a 5 s window before
+    ]
+    kept = [
+        PartialAt("n", plan.partial_id, 110_000, 0),  # due later
+        PartialAt("n", "old", 120_000, 0),  # due: the release leaves it out, tombstones it
+        PartialAt("gone", "x", 100_000, 1),  # another partition's: its own close
+    ]
+    for at in stale + kept:
+        view.apply(partial_key(at), b'{"counts":[],"sums":[]}')
+    writes = OpenWindows((day, plan), view).close(0, 101_000)  # nothing closes yet
+    tombstones = {key for key, value in writes if value is None}
+    assert tombstones == {partial_key(at) for at in stale}
