@@ -63,8 +63,8 @@ class OpenWindows:
     """The accumulators of the open windows of the partitions this worker owns.
 
     Windows close by the wall clock alone (``closed_until``): a record's treatment
-    (counted, late, future, misplaced) is a function of that record (its timestamp,
-    subject and partition) and of when it is read, never of another record's
+    (counted, late, future, misplaced) is a function of that record (its timestamp or
+    ``window.time``, subject and partition) and of when it is read, never of another record's
     contents (docs/proofs/aggregates.md, step 19).
     """
 
@@ -87,17 +87,23 @@ class OpenWindows:
     ) -> None:
         """One input record, in offset order; a value that is no JSON object enters nothing.
 
-        Left out: a record more than ``MAX_FUTURE_MS`` past the wall clock (a future
-        record: it would hold its window, and the committed offset, open until then), a
+        A record's time is its Kafka timestamp, or with ``window.time`` its field's
+        (``FieldTime``: an aggregate leaves out a record without a readable one).
+        Left out: a record whose time is more than ``MAX_FUTURE_MS`` past the wall clock
+        (a future record: it would hold its window, and the committed offset, open until
+        then), a
         record of a window already closed on its partition (late), and a ``misplaced``
         one (its subject's records belong to another partition, whose bounds count them:
         here they would count a second time).
         """
         record = _parse(value)
-        if record is None or misplaced or timestamp_ms > now_ms + MAX_FUTURE_MS:
+        if record is None or misplaced:
             return
         for index, (plan, timing) in enumerate(zip(self._plans, self._timing, strict=True)):
-            start = window_start(timestamp_ms, timing.size)
+            at = timestamp_ms if plan.time is None else plan.time(record)
+            if at is None or at > now_ms + MAX_FUTURE_MS:
+                continue  # no readable time (``window.time``), or a future one
+            start = window_start(at, timing.size)
             if not self._is_open(plan.name, timing, partition, start):
                 continue  # late
             where = (index, start, partition)
