@@ -91,10 +91,9 @@ class OpenWindows:
         (``FieldTime``: an aggregate leaves out a record without a readable one).
         Left out: a record whose time is more than ``MAX_FUTURE_MS`` past the wall clock
         (a future record: it would hold its window, and the committed offset, open until
-        then), a
-        record of a window already closed on its partition (late), and a ``misplaced``
-        one (its subject's records belong to another partition, whose bounds count them:
-        here they would count a second time).
+        then), a record of a window already closed on its partition (late), and a
+        ``misplaced`` one (its subject's records belong to another partition, whose
+        bounds count them: here they would count a second time).
         """
         record = _parse(value)
         if record is None or misplaced:
