@@ -271,9 +271,10 @@ def releases(
     whether a partition had records); ``OpenWindows.changed`` names the plan change.
     """
     out = []
+    names = {plan.name for plan in plans}
     for plan in plans:
         timing = Timing.of(plan)
-        for start in view.due(plan.name, timing.size, partitions):
+        for start in view.due(plan.name, timing.size, partitions, names):
             label = window_label(start, timing.size)
             inputs = sorted(view.inputs(plan.name, start).items())
             ours = [v for _, (at, v) in inputs if at.plan == plan.partial_id]
