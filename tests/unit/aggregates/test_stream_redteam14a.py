@@ -1,0 +1,77 @@
+"""Red team 14a: failing tests against the streaming aggregates of branch i34-land (c9f8999).
+
+Pure (no Kafka): the worker's steps (``worker/aggregates.py``) are replayed with
+``OpenWindows`` / ``releases`` as ``_Step._close`` / ``_Step._release`` call them. Each
+test states the claim it checks and fails on the code as branched.
+"""
+
+from __future__ import annotations
+
+import json
+
+from privstream.aggregates import KeyedCells, build_aggregates
+from privstream.aggregates.stream import OpenWindows, releases
+from privstream.aggregates.windows import View, epoch_record
+from privstream.config.models import KafkaConfig
+
+from tests.support.aggregates import aggregates_config
+
+COUNT = {"name": "n", "query": "histogram", "field": "os", "epsilon": 1.0}
+MINUTE = 60_000
+HOUR = 60 * MINUTE
+DAY = 24 * HOUR
+
+
+def _record(os_name: str) -> bytes:
+    return json.dumps({"user": "x", "os": os_name}).encode()
+
+
+def _apply(view: View, writes: list) -> None:
+    for key, value in writes:
+        view.apply(key, value)
+
+
+def test_the_clock_record_stays_under_the_producers_record_limit() -> None:
+    """Finding 1 (MEDIUM-HIGH, liveness). Step 15: "every close transaction can be
+    committed whatever the records hold" (partials are chunked for that). The partition's
+    clock record is not: it holds one entry per ``TICK_MS`` (a minute) of records read
+    since the oldest open window's first record (``ReadClocks.commit`` prunes only below
+    the held offset). With an hourly and a monthly aggregate (a 31-day window) over an
+    input read at least once a minute, every hourly close writes the clock entries since
+    the month's first record: about 27 bytes each with 10-digit offsets, past the default
+    ``kafka.max_message_bytes`` (1 MiB, the producer's ``max_request_size``) after ~27
+    days. From then on every close transaction fails (MessageSizeTooLargeError, retried
+    forever): no window of any aggregate closes or is released again and the input
+    offsets never move, with ordinary traffic and no hostile producer."""
+    hourly, monthly = build_aggregates(
+        aggregates_config(
+            {**COUNT, "name": "hourly", "window": {"size_seconds": 3600}, "output_topic": "a"},
+            {
+                **COUNT,
+                "name": "monthly",
+                "window": {"size_seconds": 31 * 86_400},
+                "output_topic": "a",
+            },
+        )
+    )
+    month = 31 * DAY
+    epoch = (1_795_000_000_000 // month) * month + MINUTE  # just after a month began
+    view = View()
+    view.apply(*epoch_record(epoch))
+    windows = OpenWindows((hourly, monthly), view)
+    limit = KafkaConfig.model_fields["max_message_bytes"].default
+    offset = 2_000_000_000  # a partition a few billion records in
+    largest, kind = 0, b""
+    for minute in range(30 * 24 * 60):  # 30 days, one record read per minute
+        now = epoch + minute * MINUTE
+        windows.add(0, offset + minute * 100, now, _record("ios"), now, misplaced=False)
+        if minute % (24 * 60) == 0 or minute == 30 * 24 * 60 - 1:  # a close a day suffices
+            writes = windows.close(0, now)
+            _apply(view, writes)
+            for key, value in writes:
+                if len(value or b"") > largest:
+                    largest, kind = len(value or b""), key
+    assert largest <= limit, (
+        f"a close writes a {largest}-byte record ({kind!r}), past kafka.max_message_bytes={limit}: "
+        "the close transaction can never commit"
+    )
