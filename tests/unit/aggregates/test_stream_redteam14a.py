@@ -11,7 +11,7 @@ import json
 
 from privstream.aggregates import KeyedCells, build_aggregates
 from privstream.aggregates.stream import OpenWindows, releases
-from privstream.aggregates.windows import View, epoch_record
+from privstream.aggregates.windows import View, epoch_record, window_label
 from privstream.config.models import KafkaConfig
 
 from tests.support.aggregates import aggregates_config
@@ -74,4 +74,59 @@ def test_the_clock_record_stays_under_the_producers_record_limit() -> None:
     assert largest <= limit, (
         f"a close writes a {largest}-byte record ({kind!r}), past kafka.max_message_bytes={limit}: "
         "the close transaction can never commit"
+    )
+
+
+def _hourly() -> tuple:
+    return build_aggregates(
+        aggregates_config(
+            {**COUNT, "window": {"size_seconds": 3600, "grace_seconds": 300}, "output_topic": "a"}
+        )
+    )
+
+
+def _deployment(epoch: int, log: list[tuple[int, str, int]], close_at: int) -> dict[str, list]:
+    """A deployment over one input partition from a fresh internal topic and group (the
+    group reads the input from its beginning): the records ``(timestamp, os, read at)``,
+    every window closed at ``close_at`` by its worker's clock, then released; the rows by
+    window label."""
+    plans = _hourly()
+    view = View()
+    view.apply(*epoch_record(epoch))
+    windows = OpenWindows(plans, view)
+    for offset, (stamp, os_name, read_at) in enumerate(log):
+        windows.add(0, offset, stamp, _record(os_name), read_at, misplaced=False)
+    _apply(view, windows.close(0, close_at))
+    out: dict[str, list] = {}
+    for done in releases(plans, view, KeyedCells(bytes(32), "raw"), partitions=1):
+        out[done.label] = done.rows
+    return out
+
+
+def test_retiring_the_state_never_releases_a_window_twice_whatever_the_clocks() -> None:
+    """Finding 2 (MEDIUM). docs/aggregates.md, Adding partitions: after retiring the
+    aggregates' state (internal topic and group deleted) "every record stamped before the
+    new epoch's window is left out, and every window the old state released ended at or
+    before it: no record is released twice". The new epoch's first window is the one
+    HOLDING its epoch (``OpenWindows._first``, ``fresh``), and nothing of the old state is
+    left to bound it, so it rests on the two workers' clocks agreeing within the grace: the
+    old worker (clock 10 min ahead, grace 5 min) released [12:00, 13:00) at real 12:55:30;
+    the operator retires the state and restarts on a host with the right clock at 12:57.
+    The new epoch's window is [12:00, 13:00) again; the new group reads the input from its
+    beginning and releases it a second time, with the records since 12:55:30 too, so its
+    totals, and so its keyed noise, differ: two noisy releases of one window's records.
+    The same clock skew under a rename is refused since red team 13c (finding 2)."""
+    noon = (1_795_000_000_000 // DAY) * DAY + 12 * HOUR
+    ahead = 10 * MINUTE
+    r = (noon + 30 * MINUTE, "ios", noon + 30 * MINUTE)
+    old = _deployment(noon - HOUR, [r], close_at=noon + 55 * MINUTE + 30_000 + ahead)
+    assert window_label(noon, HOUR) in old  # [12:00, 13:00) released by the old state
+    late = (noon + 58 * MINUTE, "web", noon + 58 * MINUTE)  # after the old release
+    restart = noon + 57 * MINUTE
+    new = _deployment(restart, [(r[0], r[1], restart), late], close_at=noon + 66 * MINUTE)
+    twice = sorted(set(old) & set(new))
+    assert not twice, (
+        f"window {twice} released by the retired state and again by the new epoch "
+        f"(values {[row['value'] for row in old[twice[0]]]} then "
+        f"{[row['value'] for row in new[twice[0]]]})"
     )
