@@ -130,3 +130,42 @@ def test_retiring_the_state_never_releases_a_window_twice_whatever_the_clocks() 
         f"(values {[row['value'] for row in old[twice[0]]]} then "
         f"{[row['value'] for row in new[twice[0]]]})"
     )
+
+
+def test_a_hostile_producer_cannot_stall_the_aggregates_under_a_lower_record_limit() -> None:
+    """Finding 3 (MEDIUM, liveness + a hostile producer). ``kafka.max_message_bytes`` (the
+    producer's ``max_request_size``) may be set from 1 KiB up (a broker or a managed
+    cluster with a lower ``message.max.bytes``), but partials are chunked at a fixed
+    ``CHUNK_BYTES`` (512 KiB). With 256 KiB and ``select_groups``, a producer sending some
+    thousands of distinct group keys in one window makes a chunk the producer refuses:
+    every close transaction fails and is retried forever (the aggregates of every name
+    stall, the input offsets never move), and the retry's warning (``describe(exc)``,
+    aiokafka's MessageSizeTooLargeError) logs the chunk's exact size, a function of how
+    many distinct groups the records held (step 19: no log line carries a count)."""
+    base = aggregates_config(
+        {
+            "name": "v",
+            "query": "count",
+            "group_by": [{"field": "version"}],
+            "select_groups": True,
+            "epsilon": 1.0,
+            "delta": 1e-6,
+            "window": {"size_seconds": 10},
+            "output_topic": "agg",
+        }
+    )
+    limit = 256 * 1024
+    config = base.model_copy(
+        update={"kafka": base.kafka.model_copy(update={"max_message_bytes": limit})}
+    )
+    view = View()
+    view.apply(*epoch_record(0))
+    windows = OpenWindows(build_aggregates(config), view)
+    for i in range(20_000):
+        value = json.dumps({"version": f"hostile-version-{i:08d}"}).encode()
+        windows.add(0, i, 1_000, value, 0, misplaced=False)
+    sizes = [len(key) + len(value or b"") for key, value in windows.close(0, 12_000)]
+    assert max(sizes) <= config.kafka.max_message_bytes, (
+        f"a close writes a {max(sizes)}-byte internal record, past "
+        f"kafka.max_message_bytes={config.kafka.max_message_bytes}: never committed"
+    )
