@@ -11,7 +11,7 @@ import json
 
 from privstream.aggregates import KeyedCells, build_aggregates
 from privstream.aggregates.stream import OpenWindows, releases
-from privstream.aggregates.windows import View, epoch_record, window_label
+from privstream.aggregates.windows import View, decode_partial, epoch_record, window_label
 from privstream.config.models import KafkaConfig
 
 from tests.support.aggregates import aggregates_config
@@ -168,4 +168,51 @@ def test_a_hostile_producer_cannot_stall_the_aggregates_under_a_lower_record_lim
     assert max(sizes) <= config.kafka.max_message_bytes, (
         f"a close writes a {max(sizes)}-byte internal record, past "
         f"kafka.max_message_bytes={config.kafka.max_message_bytes}: never committed"
+    )
+
+
+def _attacked_window(with_victim: bool, attackers: int = 5) -> dict:
+    """One quiet partition (no clock entry in the last minute). The victim's record ``q``
+    (it enters no aggregate: no ``os``) is read at ``T``; 50 s later the attacker's
+    records are read, stamped 5 min 30 s past ``T``: within ``MAX_FUTURE_MS`` of their own
+    read, beyond it from ``T``. The committed counts of the attacker's window."""
+    (plan,) = build_aggregates(
+        aggregates_config({**COUNT, "window": {"size_seconds": 10}, "output_topic": "a"})
+    )
+    t = 1_000_500
+    view = View()
+    view.apply(*epoch_record(t))
+    windows = OpenWindows((plan,), view)
+    offset = 0
+    if with_victim:
+        victim = json.dumps({"user": "victim"}).encode()
+        windows.add(0, offset, t, victim, t, misplaced=False)
+        offset += 1
+    stamp = t + 5 * MINUTE + 30_000
+    for i in range(attackers):
+        attacker = json.dumps({"user": f"a{i}", "os": "android"}).encode()
+        windows.add(0, offset + i, stamp, attacker, t + 50_000, misplaced=False)
+    _apply(view, windows.close(0, stamp + 20_000))  # every window closes
+    start = stamp - stamp % 10_000
+    found = [decode_partial("n", "w", v) for _, v in view.inputs("n", start).values()]
+    return {cell: n for part in found for cell, n in part.counts.items()}
+
+
+def test_a_record_that_enters_no_aggregate_does_not_decide_whether_others_are_future() -> None:
+    """Finding 0 (HIGH). Step 19: "(a) to (c) are functions of the record itself ... and
+    of the wall clock at which it is first read; none reads another record", so for
+    ``D`` and ``D + u`` read at the same times every other record is treated alike. But
+    (a) is judged by the partition's latest clock ENTRY (``ReadClocks.judge``), and an
+    entry is started only by a record read when the last entry is ``TICK_MS`` old: on a
+    partition quiet for a minute, the victim's record ``q`` starts the entry, and every
+    record read in the next minute is judged by ``q``'s read time, not its own. The
+    attacker's k records stamped between ``q``'s clock + 5 min and their own + 5 min are
+    then future (left out) with ``q`` and counted without it: ``q``'s presence (a record
+    that enters no aggregate at all: unreadable, late, misplaced, another field) moves
+    a window it is not in by k, against noise calibrated for one unit."""
+    with_victim = _attacked_window(with_victim=True)
+    without = _attacked_window(with_victim=False)
+    assert with_victim == without, (
+        f"the victim's record (in no aggregate) changed the attacker's window: "
+        f"{with_victim} with it, {without} without"
     )
