@@ -216,3 +216,42 @@ def test_a_record_that_enters_no_aggregate_does_not_decide_whether_others_are_fu
         f"the victim's record (in no aggregate) changed the attacker's window: "
         f"{with_victim} with it, {without} without"
     )
+
+
+def _transaction_after_a_removal(had_records: bool) -> list:
+    """Aggregate ``x`` closed a window on partition 1 (its partial committed, not released:
+    partition 0 had not closed it) and was then removed from the config. The restarted
+    session's close of partition 1 at a step where no window closes: what it writes."""
+    (x,) = build_aggregates(
+        aggregates_config(
+            {**COUNT, "name": "x", "window": {"size_seconds": 10}, "output_topic": "a"}
+        )
+    )
+    view = View()
+    view.apply(*epoch_record(1_000_500))
+    first = OpenWindows((x,), view)
+    if had_records:
+        first.add(1, 0, 1_000_500, _record("ios"), 1_000_500, misplaced=False)
+    _apply(view, first.close(1, 1_010_500))  # [1000 s, 1010 s) closes on partition 1 only
+    (kept,) = build_aggregates(
+        aggregates_config(
+            {**COUNT, "name": "n", "window": {"size_seconds": 10}, "output_topic": "a"}
+        )
+    )
+    restarted = OpenWindows((kept,), view)
+    _apply(view, restarted.close(0, 1_011_000))  # the first close (partition 0): the epoch records
+    return restarted.close(1, 1_011_500)  # partition 1 past its replay: nothing closes
+
+
+def test_whether_a_transaction_commits_does_not_tell_whether_a_partition_had_records() -> None:
+    """Finding 4 (LOW). Step 19: "nothing unnoised about records leaves the worker but the
+    release schedule". The tombstones of a removed name's committed partials
+    (``View.never_due``) are written at the partition's first close, even when nothing
+    else is: ``_Step._close`` then commits a transaction (``privstream_transactions_total
+    {outcome="committed"}`` +1, and one more transaction in the internal topic) only if
+    the partition had a record in a closed, unreleased window of that name (an empty
+    partial is no record). One bit per partition per removal, outside the noise."""
+    assert _transaction_after_a_removal(True) == _transaction_after_a_removal(False), (
+        "a close step writes (and so commits a transaction) only when the partition had "
+        "records in the removed aggregate's window"
+    )
