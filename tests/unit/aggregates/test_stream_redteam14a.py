@@ -8,6 +8,7 @@ test states the claim it checks and fails on the code as branched.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from privstream.aggregates import KeyedCells, build_aggregates
 from privstream.aggregates.stream import OpenWindows, releases
@@ -284,3 +285,88 @@ def test_a_recreated_input_topic_is_counted_again_from_its_first_record() -> Non
     found = [decode_partial("n", "w", v) for _, v in view.inputs("n", start).values()]
     counts = {cell: n for part in found for cell, n in part.counts.items()}
     assert counts == {("web",): 1}, f"the re-created input's first record is left out: {counts}"
+
+
+def _named(name: str) -> tuple:
+    return build_aggregates(
+        aggregates_config(
+            {
+                **COUNT,
+                "name": name,
+                "window": {"size_seconds": 10, "grace_seconds": 2},
+                "output_topic": "a",
+            }
+        )
+    )
+
+
+def _copy(view: View) -> View:
+    return View(
+        view.epoch_ms,
+        view.partitions,
+        dict(view.starts),
+        dict(view.progress),
+        dict(view.released),
+        dict(view.clocks),
+        set(view.deployments),
+        dict(view.partials),
+    )
+
+
+def test_a_rolling_rename_with_an_old_replica_clock_ahead_releases_no_range_twice() -> None:
+    """The lead's open item (NOT reproduced; a regression test that passes). Two input
+    partitions; a rolling deploy renames ``n`` to ``m``. After the rebalance the old
+    replica (config ``n``, clock 30 s ahead: more than a window and its grace) owns
+    partition 0 and releases; the new replica (``m``) owns partition 1 and writes ``m``'s
+    start from the same committed view. The old replica goes on closing ``n`` with its
+    cached first window and a stale view (no rebase), but ``n`` is due only up to
+    ``min`` over the partitions of its progress, and the new replica never advances
+    ``n``'s progress on partition 1, which ``m``'s start is already past (``last_closed``).
+    Then the rollout ends (partition 0 to a new replica) and ``m`` releases. No time range
+    is released under both names. A double release needs the new replica's view to miss a
+    committed ``progress`` of ``n`` on its own partition (report: a transaction whose
+    TxnOffsetCommit was accepted under the old generation, its records appended after the
+    new owner's read of the topic's stable end): not modelled here."""
+    (n,), (m,) = _named("n"), _named("m")
+    noise = KeyedCells(bytes(32), "raw")
+    topic = View()
+    topic.apply(*epoch_record(1_000_500))
+    released: list[tuple[str, int, int]] = []
+
+    def release(plan: Any, view: View) -> None:
+        for done in releases((plan,), view, noise, partitions=2):
+            released.append((plan.name, done.end_ms - 10_000, done.end_ms))
+            _apply(view, done.writes)
+            _apply(topic, done.writes)
+
+    old = OpenWindows((n,), topic)  # before the deploy: one replica owns both partitions
+    for p in (0, 1):
+        old.add(p, 0, 1_001_000, _record("ios"), 1_001_000, misplaced=False)
+        _apply(topic, old.close(p, 1_022_500))
+    release(n, topic)
+    ahead = 30_000
+    at = 1_025_000  # the rebalance: both replicas read the same committed view
+    old_view, new_view = _copy(topic), _copy(topic)
+    old_r, new_r = OpenWindows((n,), old_view), OpenWindows((m,), new_view)
+    for step in range(6):
+        now = at + step * 5_000
+        new_r.add(1, 10 + step, now, _record("web"), now, misplaced=False)
+        writes = new_r.close(1, now)
+        _apply(new_view, writes)
+        _apply(topic, writes)
+        old_r.add(0, 10 + step, now, _record("ios"), now + ahead, misplaced=False)
+        writes = old_r.close(0, now + ahead)
+        _apply(old_view, writes)
+        _apply(topic, writes)
+        release(n, old_view)  # stale: never rebased
+    later = at + 60_000  # the rollout ends: partition 0 to a new replica too
+    final = OpenWindows((m,), topic)
+    for p in (0, 1):
+        _apply(topic, final.close(p, later))
+    release(m, topic)
+    spans = {name: [(s, e) for x, s, e in released if x == name] for name in ("n", "m")}
+    overlaps = [(a, b) for a in spans["n"] for b in spans["m"] if a[0] < b[1] and b[0] < a[1]]
+    # the old replica's clock carried n's progress on partition 0 past m's start
+    assert topic.progress["n", 0] > topic.starts["m"].start
+    assert spans["m"], "m released nothing: the test exercises nothing"
+    assert not overlaps, f"released under both names: {overlaps}"
