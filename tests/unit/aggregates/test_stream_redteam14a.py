@@ -370,3 +370,64 @@ def test_a_rolling_rename_with_an_old_replica_clock_ahead_releases_no_range_twic
     assert topic.progress["n", 0] > topic.starts["m"].start
     assert spans["m"], "m released nothing: the test exercises nothing"
     assert not overlaps, f"released under both names: {overlaps}"
+
+
+def _true_counts(view: View, name: str, start: int) -> dict[tuple[Any, ...], int]:
+    found = [decode_partial(name, "w", v) for _, v in view.inputs(name, start).values()]
+    return {cell: n for part in found for cell, n in part.counts.items()}
+
+
+def test_a_restart_that_misses_its_predecessors_last_transaction_releases_once() -> None:
+    """Finding 6 (MEDIUM, conditional on a Kafka interleaving; the lead's open item). The
+    old replica (config ``n``, clock 30 s ahead) owns both partitions in generation N; its
+    last close transaction T1 (``r``'s window closed on partition 1 by its clock, offsets
+    committed past ``r``) has its TxnOffsetCommit accepted under generation N while the
+    rebalance is only preparing, and its internal records reach the log after the new
+    replica (config ``m``, owner of partition 1 in N+1) read the topic's stable end: the
+    new replica's view and its committed offset (``consumer.committed``: OffsetFetch
+    without ``require_stable``, unlike the record path's ``stable_offsets``) both predate
+    T1. ``m``'s start (``aligned_up(max(now, L))``, L without T1's progress) is then
+    before ``r``'s window, ``r`` is read again and counted under ``m``, while the old
+    replica (owner of partition 0 in N+1, whose restart read includes T1) releases
+    ``r``'s window under ``n``: one record in two releases with independent noise.
+    Reading the committed offsets with ``require_stable`` (waiting T1 out) before
+    ``read_view`` closes the gap."""
+    (n,), (m,) = _named("n"), _named("m")
+    noise = KeyedCells(bytes(32), "raw")
+    topic = View()
+    topic.apply(*epoch_record(980_500))
+    rows: dict[str, dict[int, list[Any]]] = {"n": {}, "m": {}}
+
+    def release(plan: Any, view: View) -> None:
+        for done in releases((plan,), view, noise, partitions=2):
+            rows[plan.name][done.end_ms - 10_000] = done.rows
+            _apply(view, done.writes)
+            _apply(topic, done.writes)
+
+    old = OpenWindows((n,), topic)
+    for p in (0, 1):  # before the deploy: [980 s, 990 s) closed and released
+        _apply(topic, old.close(p, 992_500))
+    release(n, topic)
+    ahead, t1 = 30_000, 1_003_000  # real time of T1; the old replica's clock reads +30 s
+    r = (1_015_000, "android")  # on partition 1, stamped within 5 min of the wall clock
+    old.add(1, 0, r[0], _record(r[1]), t1 + ahead, misplaced=False)
+    before_t1 = _copy(topic)  # what the new replica reads, and its offset 0 on partition 1
+    for p in (0, 1):
+        _apply(topic, old.close(p, t1 + ahead))  # T1: closes up to 1030 s, committed late
+    assert old.held(1, 1) == 1  # T1 commits partition 1's offsets past r
+    assert _true_counts(topic, "n", 1_010_000) == {("android",): 1}
+    release(n, _copy(topic))  # the old replica, partition 0's owner in N+1: includes T1
+    assert 1_010_000 in rows["n"]
+    new_view = before_t1
+    new_r = OpenWindows((m,), new_view)
+    new_r.add(1, 0, r[0], _record(r[1]), t1, misplaced=False)  # r read again
+    writes = new_r.close(1, t1)  # m's start: aligned_up(max(t1, 990 s)) = 1010 s
+    _apply(new_view, writes)
+    _apply(topic, writes)
+    now = 1_023_000  # the rollout ends (m everywhere); r's window closes
+    _apply(topic, new_r.close(1, now))
+    _apply(topic, OpenWindows((m,), topic).close(0, now))
+    assert _true_counts(topic, "m", 1_010_000) == {("android",): 1}  # r again
+    release(m, topic)
+    both = sorted(set(rows["n"]) & set(rows["m"]))
+    assert not both, f"window {both} released under n and again under m (r in both)"
