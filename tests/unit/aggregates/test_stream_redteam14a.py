@@ -33,7 +33,7 @@ def _apply(view: View, writes: list) -> None:
 
 
 def test_the_clock_record_stays_under_the_producers_record_limit() -> None:
-    """Finding 1 (MEDIUM-HIGH, liveness). Step 15: "every close transaction can be
+    """Finding 2 (MEDIUM-HIGH, liveness). Step 15: "every close transaction can be
     committed whatever the records hold" (partials are chunked for that). The partition's
     clock record is not: it holds one entry per ``TICK_MS`` (a minute) of records read
     since the oldest open window's first record (``ReadClocks.commit`` prunes only below
@@ -105,7 +105,7 @@ def _deployment(epoch: int, log: list[tuple[int, str, int]], close_at: int) -> d
 
 
 def test_retiring_the_state_never_releases_a_window_twice_whatever_the_clocks() -> None:
-    """Finding 2 (MEDIUM). docs/aggregates.md, Adding partitions: after retiring the
+    """Finding 3 (MEDIUM). docs/aggregates.md, Adding partitions: after retiring the
     aggregates' state (internal topic and group deleted) "every record stamped before the
     new epoch's window is left out, and every window the old state released ended at or
     before it: no record is released twice". The new epoch's first window is the one
@@ -134,7 +134,7 @@ def test_retiring_the_state_never_releases_a_window_twice_whatever_the_clocks() 
 
 
 def test_a_hostile_producer_cannot_stall_the_aggregates_under_a_lower_record_limit() -> None:
-    """Finding 3 (MEDIUM, liveness + a hostile producer). ``kafka.max_message_bytes`` (the
+    """Finding 5 (MEDIUM, liveness + a hostile producer). ``kafka.max_message_bytes`` (the
     producer's ``max_request_size``) may be set from 1 KiB up (a broker or a managed
     cluster with a lower ``message.max.bytes``), but partials are chunked at a fixed
     ``CHUNK_BYTES`` (512 KiB). With 256 KiB and ``select_groups``, a producer sending some
@@ -200,7 +200,7 @@ def _attacked_window(with_victim: bool, attackers: int = 5) -> dict:
 
 
 def test_a_record_that_enters_no_aggregate_does_not_decide_whether_others_are_future() -> None:
-    """Finding 0 (HIGH). Step 19: "(a) to (c) are functions of the record itself ... and
+    """Finding 1 (HIGH). Step 19: "(a) to (c) are functions of the record itself ... and
     of the wall clock at which it is first read; none reads another record", so for
     ``D`` and ``D + u`` read at the same times every other record is treated alike. But
     (a) is judged by the partition's latest clock ENTRY (``ReadClocks.judge``), and an
@@ -245,7 +245,7 @@ def _transaction_after_a_removal(had_records: bool) -> list:
 
 
 def test_whether_a_transaction_commits_does_not_tell_whether_a_partition_had_records() -> None:
-    """Finding 4 (LOW). Step 19: "nothing unnoised about records leaves the worker but the
+    """Finding 7 (LOW). Step 19: "nothing unnoised about records leaves the worker but the
     release schedule". The tombstones of a removed name's committed partials
     (``View.never_due``) are written at the partition's first close, even when nothing
     else is: ``_Step._close`` then commits a transaction (``privstream_transactions_total
@@ -259,7 +259,7 @@ def test_whether_a_transaction_commits_does_not_tell_whether_a_partition_had_rec
 
 
 def test_a_recreated_input_topic_is_counted_again_from_its_first_record() -> None:
-    """Finding 5 (LOW-MEDIUM, liveness). docs/operations.md: a re-created raw topic needs a
+    """Finding 6 (LOW-MEDIUM, liveness). docs/operations.md: a re-created raw topic needs a
     new ``kafka.noise_domain`` and nothing else. The internal topic keeps the old input's
     committed read clock (read end 1,000,000 here); the new input starts at offset 0, the
     group's out-of-range offsets reset to it, and every record below the OLD read end is
@@ -378,7 +378,7 @@ def _true_counts(view: View, name: str, start: int) -> dict[tuple[Any, ...], int
 
 
 def test_a_restart_that_misses_its_predecessors_last_transaction_releases_once() -> None:
-    """Finding 6 (MEDIUM, conditional on a Kafka interleaving; the lead's open item). The
+    """Finding 4 (MEDIUM, conditional on a Kafka interleaving; the lead's open item). The
     old replica (config ``n``, clock 30 s ahead) owns both partitions in generation N; its
     last close transaction T1 (``r``'s window closed on partition 1 by its clock, offsets
     committed past ``r``) has its TxnOffsetCommit accepted under generation N while the
