@@ -9,9 +9,10 @@ record's window would decide whether it counts (red team 13a).
 
 So each partition's clock is committed. Reading a record past every
 offset the partition has committed as read (new ground), the worker starts
-a new entry ``(offset, wall clock)`` when the last one is ``TICK_MS`` old
-or there is none; every record is judged by the latest entry at or before
-its offset. The entries and the read end go to the internal topic
+a new entry ``(offset, tick)`` whenever the ``TICK_MS`` tick its read falls
+in (the wall clock rounded down to the minute) is not the last entry's;
+every record is judged by the latest entry at or before its offset: on new
+ground, the tick of its own read, never an earlier record's. The entries and the read end go to the internal topic
 (``{"t":"clock","p":P}``) with every transaction that commits the
 partition's partials, and no transaction commits the partition's offsets
 past a record judged on new ground before its clock is committed
@@ -31,8 +32,8 @@ from bisect import bisect_right
 from collections.abc import Mapping
 from typing import NamedTuple
 
-#: a partition's clock advances at most this often: a record is judged by a clock at most
-#: this much behind the wall clock (and one committed entry per this much held-open time)
+#: a record is judged by the wall clock of its read rounded down to this (at most this much
+#: behind), so one committed entry per this much read time at most
 TICK_MS = 60_000
 
 
@@ -65,11 +66,13 @@ class ReadClocks:
         new = offset >= self._committed.get(partition, 0)
         if new:
             self._unclocked.setdefault(partition, offset)
-        if new and (not entries or entries[-1][1] + TICK_MS <= now_ms):
-            entries.append((offset, now_ms))
+        # the tick this record's OWN read falls in: an entry started by an earlier record
+        # would let that record decide whether this one is future (red team 14a, finding 1)
+        tick = now_ms - now_ms % TICK_MS
+        if new and (not entries or entries[-1][1] != tick):
+            entries.append((offset, tick))
         at = bisect_right(entries, (offset, float("inf")))
-        # on new ground there is always one: a partition with no committed clock starts
-        # its entries at the first record read, by the wall clock
+        # on new ground there is always one, of this read's tick
         return entries[at - 1][1] if at else None
 
     def read(self, partition: int) -> int:

@@ -32,6 +32,7 @@ import time
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from privstream.aggregates import AggregatePlan, KeyedCells, build_aggregates
 from privstream.aggregates.deployments import (
@@ -59,6 +60,7 @@ from privstream.worker.clients import (
 from privstream.worker.generation_fence import GroupId, fence, member_of
 from privstream.worker.loop import RETRIABLE
 from privstream.worker.restart import Backoff, describe
+from privstream.worker.stable_offsets import stable_committed
 from privstream.worker.topics import check_aggregate_topics
 
 log = logging.getLogger("privstream.aggregates")
@@ -158,6 +160,22 @@ class AggregateWorker:
             made.append(reader)
         return made[0], made[1]
 
+    async def committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The group's committed input offsets once none is pending (``stable_committed``),
+        read BEFORE the internal topic: aiokafka's reading may predate the previous owner's
+        last close, whose records the view may then miss too, and the open windows' records
+        would be counted again (red team 14a, finding 4). A failure ends the session
+        (retried): never aiokafka's reading instead."""
+        if not tps:
+            return {}
+        admin = AIOKafkaAdminClient(**common_options(self.kafka, self._runtime))
+        try:
+            await admin.start()
+            wait = open_transaction_wait_s(self.kafka)
+            return await stable_committed(admin, self.group, tps, within_s=wait)
+        finally:
+            await admin.close()
+
     async def read_view(self, readers: _Readers) -> View:
         """The internal topic up to its stable end; ChangelogError if another deployment
         (``kafka.group_id``) uses it."""
@@ -208,12 +226,12 @@ class _Step:
         """
         consumer = self._consumer
         self._member = member_of(consumer)
-        for tp in consumer.assignment():
-            committed = await consumer.committed(tp)
-            if committed is None:
+        committed = await self._owner.committed(sorted(consumer.assignment()))
+        for tp, offset in committed.items():
+            if offset is None:
                 await consumer.seek_to_beginning(tp)
             else:
-                consumer.seek(tp, committed)
+                consumer.seek(tp, offset)
         self._replay = await consumer.end_offsets(list(consumer.assignment()))
         self._view = await self._owner.read_view(self._readers)
         log.debug("restored the aggregates' state: epoch %s", self._view.epoch_ms)

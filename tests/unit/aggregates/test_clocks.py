@@ -9,10 +9,10 @@ from privstream.aggregates.windows import View, clock_record
 def test_a_replayed_record_is_judged_by_the_clock_of_its_first_read() -> None:
     first = ReadClocks({})
     assert [first.judge(0, offset, 0) for offset in range(5)] == [0] * 5
-    assert first.judge(0, 5, TICK_MS + 10_000) == TICK_MS + 10_000  # a tick: a new entry
-    assert first.judge(0, 6, TICK_MS + 20_000) == TICK_MS + 10_000  # within the tick
+    assert first.judge(0, 5, TICK_MS + 10_000) == TICK_MS  # a new tick: a new entry
+    assert first.judge(0, 6, TICK_MS + 20_000) == TICK_MS  # within the tick
     committed = first.commit(0, held=3)
-    assert committed == Clock(((0, 0), (5, TICK_MS + 10_000)), read=7)
+    assert committed == Clock(((0, 0), (5, TICK_MS)), read=7)
     view = View()
     view.apply(*clock_record(0, committed))
     assert view.clocks == {0: committed}  # the record round-trips
@@ -22,8 +22,8 @@ def test_a_replayed_record_is_judged_by_the_clock_of_its_first_read() -> None:
     assert [replay.judge(0, offset, later) for offset in range(3, 7)] == [
         0,
         0,
-        TICK_MS + 10_000,
-        TICK_MS + 10_000,
+        TICK_MS,
+        TICK_MS,
     ]
     assert replay.judge(0, 7, later) == later  # new ground: the wall clock, a new entry
 
@@ -57,3 +57,11 @@ def test_a_record_below_the_committed_read_end_without_its_entry_is_left_out() -
     assert clocks.judge(0, 9, TICK_MS * 5) == TICK_MS * 5  # new ground: the wall clock
     fresh = ReadClocks({})  # a partition that never committed a clock
     assert fresh.judge(3, 0, TICK_MS) == TICK_MS
+
+
+def test_a_record_on_new_ground_is_judged_by_the_tick_of_its_own_read() -> None:
+    """An entry started by an earlier record never judges a record read in a later tick:
+    the earlier record's presence would decide the later one's verdict (red team 14a)."""
+    with_q, without_q = ReadClocks({}), ReadClocks({})
+    assert with_q.judge(0, 0, 30_000) == 0  # q, read at 30 s: tick 0
+    assert with_q.judge(0, 1, 80_000) == without_q.judge(0, 1, 80_000) == TICK_MS
