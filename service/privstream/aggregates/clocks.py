@@ -12,9 +12,12 @@ offset the partition has committed as read (new ground), the worker starts
 a new entry ``(offset, tick)`` whenever the ``TICK_MS`` tick its read falls
 in (the wall clock rounded down to the minute) is not the last entry's;
 every record is judged by the latest entry at or before its offset: on new
-ground, the tick of its own read, never an earlier record's. The entries and the read end go to the internal topic
-(``{"t":"clock","p":P}``) with every transaction that commits the
-partition's partials, and no transaction commits the partition's offsets
+ground, the tick of its own read, never an earlier record's. The entries go to the internal topic in blocks of ``BLOCK`` (``{"t":"clock",
+"p":P,"b":K}``: entries ``K*BLOCK`` to ``K*BLOCK + BLOCK - 1`` of the
+partition, counted from its first; a block is rewritten while it fills and
+tombstoned once pruned, so no record grows with the time a window is held
+open) and the read end (``{"t":"clock","p":P}``) with every transaction
+that commits the partition's partials, and no transaction commits the partition's offsets
 past a record judged on new ground before its clock is committed
 (``unclocked``): the verdicts the offsets commit are the ones the clock
 gives again. A record read again (before the committed read end)
@@ -35,13 +38,37 @@ from typing import NamedTuple
 #: a record is judged by the wall clock of its read rounded down to this (at most this much
 #: behind), so one committed entry per this much read time at most
 TICK_MS = 60_000
+#: clock entries per committed record: at most ~40 bytes each (a 19-digit offset, a tick),
+#: so a block fits the smallest ``kafka.max_message_bytes`` (1 KiB) with its key
+BLOCK = 8
+
+Entry = tuple[int, int]
 
 
 class Clock(NamedTuple):
-    """A partition's committed clock entries ``(first offset, wall clock ms)`` and read end."""
+    """A partition's committed clock: its entries ``(first offset, tick ms)`` by block
+    number, and its read end."""
 
-    entries: tuple[tuple[int, int], ...]
+    blocks: Mapping[int, tuple[Entry, ...]]
     #: the offset after the last record read when committed
+    read: int
+
+    @property
+    def entries(self) -> list[Entry]:
+        """Every kept entry, in offset order (blocks are numbered in entry order)."""
+        return [entry for block in sorted(self.blocks) for entry in self.blocks[block]]
+
+    @property
+    def base(self) -> int:
+        """The number of the first kept entry (pruning drops whole blocks)."""
+        return min(self.blocks, default=0) * BLOCK
+
+
+class ClockCommit(NamedTuple):
+    """What a commit writes: the blocks with new entries, the pruned blocks, the read end."""
+
+    blocks: dict[int, tuple[Entry, ...]]
+    pruned: range
     read: int
 
 
@@ -49,7 +76,11 @@ class ReadClocks:
     """The clocks of the partitions one session reads, from the committed ones."""
 
     def __init__(self, committed: Mapping[int, Clock]) -> None:
-        self._entries = {p: list(clock.entries) for p, clock in committed.items()}
+        self._entries = {p: clock.entries for p, clock in committed.items()}
+        #: partition -> the number of its first kept entry
+        self._base = {p: clock.base for p, clock in committed.items()}
+        #: partition -> the number of the first entry not committed yet
+        self._written = {p: c.base + len(self._entries[p]) for p, c in committed.items()}
         self._committed = {p: clock.read for p, clock in committed.items()}
         self._read: dict[int, int] = {}
         #: partition -> the first offset judged on new ground since its clock was committed
@@ -85,15 +116,23 @@ class ReadClocks:
         was judged by; a replay would judge the records left before it by a later one)."""
         return min(held, self._unclocked.get(partition, held))
 
-    def commit(self, partition: int, held: int) -> Clock | None:
-        """The clock to commit with the partition's offset ``held``: the latest entry at or
-        before it (the records read again from there are judged by it) and the later ones.
+    def commit(self, partition: int, held: int) -> ClockCommit | None:
+        """The clock to commit with the partition's offset ``held``: the blocks from the one
+        holding the latest entry at or before it (the records read again from there are
+        judged by it) on, those with new entries written, the earlier ones pruned.
         Written, it is the committed one: the offsets may pass every record read."""
         entries = self._entries.get(partition)
         if not entries:
             return None
-        first = max(bisect_right(entries, (held, float("inf"))) - 1, 0)
-        del entries[:first]
+        base = self._base.get(partition, 0)
+        latest = max(bisect_right(entries, (held, float("inf"))) - 1, 0)
+        keep = (base + latest) // BLOCK * BLOCK  # whole blocks
+        del entries[: keep - base]
+        self._base[partition] = keep
+        written, end = max(self._written.get(partition, 0), keep), keep + len(entries)
+        new = range(written // BLOCK, -(-end // BLOCK)) if written < end else range(0)
+        blocks = {b: tuple(entries[b * BLOCK - keep : (b + 1) * BLOCK - keep]) for b in new}
+        self._written[partition] = end
         self._committed[partition] = self.read(partition)
         self._unclocked.pop(partition, None)
-        return Clock(tuple(entries), self.read(partition))
+        return ClockCommit(blocks, range(base // BLOCK, keep // BLOCK), self.read(partition))

@@ -35,7 +35,7 @@ from privstream.aggregates.windows import (
     View,
     Write,
     aligned_up,
-    clock_record,
+    clock_records,
     closed_until,
     decode_partial,
     encode_partial,
@@ -216,7 +216,7 @@ class OpenWindows:
             held = self._held(partition, self._clocks.read(partition))
             clock = self._clocks.commit(partition, held)
             if clock is not None:
-                writes.append(clock_record(partition, clock))
+                writes += clock_records(partition, clock)
         return writes
 
     def held(self, partition: int, position: int) -> int:

@@ -31,9 +31,11 @@ its transactions. Keys and values are canonical JSON:
   its release ids, so its bounds), window start ``W``, partition ``P``
   (tombstoned once the window is released; a release merges only the
   partials of its own plan);
-* ``{"t":"clock","p":P}``: input partition ``P``'s read clock entries and
-  read end (``privstream.aggregates.clocks``): what its records' future-ness
-  is judged by, on a first read and on a replay alike;
+* ``{"t":"clock","p":P,"b":K}``: input partition ``P``'s read clock
+  entries, block ``K`` (``clocks.BLOCK`` entries each; tombstoned once
+  pruned), and ``{"t":"clock","p":P}`` its read end
+  (``privstream.aggregates.clocks``): what its records' future-ness is
+  judged by, on a first read and on a replay alike;
 * ``{"t":"released","a":A}``: every window of ``A`` ending at or before
   ``until`` is released (written with the rows, in one transaction).
 
@@ -49,7 +51,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from privstream.aggregates.clocks import Clock
+from privstream.aggregates.clocks import Clock, ClockCommit
 from privstream.aggregates.partial import Partial
 from privstream.aggregates.read import Cell
 
@@ -127,8 +129,14 @@ def progress_record(aggregate: str, partition: int, until_ms: int) -> tuple[byte
     return _key(t="progress", a=aggregate, p=partition), _value(until=until_ms)
 
 
-def clock_record(partition: int, clock: Clock) -> tuple[bytes, bytes]:
-    return _key(t="clock", p=partition), _value(at=clock.entries, read=clock.read)
+def clock_records(partition: int, commit: ClockCommit) -> list[Write]:
+    """The partition's clock blocks with new entries, its pruned blocks' tombstones and
+    its read end (``ReadClocks.commit``): each record at most ``BLOCK`` entries."""
+    writes: list[Write] = [(_key(t="clock", p=partition, b=b), None) for b in commit.pruned]
+    for block, entries in commit.blocks.items():
+        writes.append((_key(t="clock", p=partition, b=block), _value(at=entries)))
+    writes.append((_key(t="clock", p=partition), _value(read=commit.read)))
+    return writes
 
 
 def released_record(aggregate: str, until_ms: int) -> tuple[bytes, bytes]:
@@ -225,6 +233,9 @@ class View:
         if kind == "epoch" and "a" in parts:
             self._start(parts["a"], value)
             return
+        if kind == "clock":
+            self._clock(parts, value)
+            return
         if value is None:
             return
         until = orjson.loads(value)
@@ -232,13 +243,24 @@ class View:
             self.partitions = until["n"]
         elif kind == "epoch":
             self.epoch_ms = until["start"]
-        elif kind == "clock":
-            entries = tuple((int(o), int(c)) for o, c in until["at"])
-            self.clocks[parts["p"]] = Clock(entries, until["read"])
         elif kind == "progress":
             self.progress[parts["a"], parts["p"]] = until["until"]
         elif kind == "released":
             self.released[parts["a"]] = until["until"]
+
+    def _clock(self, parts: Mapping[str, Any], value: bytes | None) -> None:
+        """A clock block (``b``; None: pruned) or read end: a new ``Clock``, never changed
+        in place (a copied view keeps its own)."""
+        old = self.clocks.get(parts["p"], Clock({}, 0))
+        if "b" not in parts:
+            if value is not None:
+                self.clocks[parts["p"]] = old._replace(read=orjson.loads(value)["read"])
+            return
+        blocks = dict(old.blocks)
+        blocks.pop(parts["b"], None)
+        if value is not None:
+            blocks[parts["b"]] = tuple((int(o), int(c)) for o, c in orjson.loads(value)["at"])
+        self.clocks[parts["p"]] = old._replace(blocks=blocks)
 
     def _start(self, aggregate: str, value: bytes | None) -> None:
         if value is None:

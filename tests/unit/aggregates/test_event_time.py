@@ -14,6 +14,7 @@ from functools import reduce
 from typing import Any
 
 import pytest
+from privstream.aggregates.clocks import TICK_MS
 from privstream.aggregates import Partial, build_aggregates, merge
 from privstream.aggregates.stream import OpenWindows
 from privstream.aggregates.windows import View, decode_partial, epoch_record
@@ -118,10 +119,11 @@ def test_the_kafka_timestamp_no_longer_decides_anything() -> None:
 
 
 def test_a_record_timed_past_the_future_limit_is_dropped() -> None:
-    """``MAX_FUTURE_MS`` (5 min) past the partition's read clock (here the wall clock of the
-    first read: no clock is committed yet), by the field's time: left out."""
-    future = NOW + 300_001
-    near = NOW + 300_000  # at the limit: counted in its (still open) window
+    """``MAX_FUTURE_MS`` (5 min) past the partition's read clock (here the tick of the first
+    read's wall clock: no clock is committed yet), by the field's time: left out."""
+    clock = NOW - NOW % TICK_MS
+    future = clock + 300_001
+    near = clock + 300_000  # at the limit: counted in its (still open) window
     view = View()
     view.apply(*epoch_record(NOW))
     windows = OpenWindows(build_aggregates(_config("at_ms")), view)
