@@ -12,12 +12,13 @@ offset the partition has committed as read (new ground), the worker starts
 a new entry ``(offset, tick)`` whenever the ``TICK_MS`` tick its read falls
 in (the wall clock rounded down to the minute) is not the last entry's;
 every record is judged by the latest entry at or before its offset: on new
-ground, the tick of its own read, never an earlier record's. The entries go to the internal topic in blocks of ``BLOCK`` (``{"t":"clock",
-"p":P,"b":K}``: entries ``K*BLOCK`` to ``K*BLOCK + BLOCK - 1`` of the
-partition, counted from its first; a block is rewritten while it fills and
-tombstoned once pruned, so no record grows with the time a window is held
-open) and the read end (``{"t":"clock","p":P}``) with every transaction
-that commits the partition's partials, and no transaction commits the partition's offsets
+ground, the tick of its own read, never an earlier record's. The entries
+go to the internal topic in blocks of ``BLOCK`` (``{"t":"clock","p":P,
+"b":K}``: the partition's entries ``K*BLOCK`` to ``K*BLOCK + BLOCK - 1``,
+counted from its first; a block is rewritten while it fills and tombstoned
+once pruned, so no record grows with the time a window is held open) and
+the read end (``{"t":"clock","p":P}``) with every transaction that commits
+the partition's partials, and no transaction commits its offsets
 past a record judged on new ground before its clock is committed
 (``unclocked``): the verdicts the offsets commit are the ones the clock
 gives again. A record read again (before the committed read end)

@@ -29,9 +29,7 @@ def test_a_replayed_record_is_judged_by_the_clock_of_its_first_read() -> None:
     assert replay.judge(0, 7, later) == later  # new ground: the wall clock, a new entry
 
 
-def test_a_commit_keeps_whole_blocks_from_the_latest_entry_at_or_before_the_held_offset() -> (
-    None
-):
+def test_a_commit_keeps_whole_blocks_from_the_latest_entry_at_or_before_the_held_offset() -> None:
     clocks = ReadClocks({})
     for n in range(2 * BLOCK + 4):  # one entry per tick, ten offsets apart
         clocks.judge(1, 10 * n, n * TICK_MS)

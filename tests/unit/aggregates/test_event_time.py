@@ -14,8 +14,8 @@ from functools import reduce
 from typing import Any
 
 import pytest
-from privstream.aggregates.clocks import TICK_MS
 from privstream.aggregates import Partial, build_aggregates, merge
+from privstream.aggregates.clocks import TICK_MS
 from privstream.aggregates.stream import OpenWindows
 from privstream.aggregates.windows import View, decode_partial, epoch_record
 from privstream.config import AppConfig, parse_config
