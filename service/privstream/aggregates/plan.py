@@ -26,10 +26,11 @@ from privstream.aggregates.density import DensityPart
 from privstream.aggregates.event_time import FieldTime
 from privstream.aggregates.partial import Accumulator, Bounds
 from privstream.aggregates.queries import Query
-from privstream.aggregates.read import Cell, RecordReader
+from privstream.aggregates.read import MAX_KEY_CHARS, Cell, RecordReader
 from privstream.aggregates.selection import threshold
 from privstream.aggregates.sensitivity import Sensitivity
 from privstream.aggregates.totals import NoisyTotal
+from privstream.aggregates.windows import CHUNK_BYTES, cell_budget
 from privstream.config import AppConfig, FieldConfig
 from privstream.config.aggregates import AggregateConfig, declared_keys
 from privstream.config.fields import DomainValue
@@ -56,6 +57,16 @@ class AggregatePlan:
     threshold: int | None = None
     #: ``window.time``: each record's event time from its own field (None: the Kafka timestamp)
     time: FieldTime | None = None
+    #: the bytes of cells one committed partial record holds at most (``cell_budget``)
+    cell_budget: int = CHUNK_BYTES
+
+    @property
+    def cell_bytes(self) -> int:
+        """The longest cell entry of a partial record (``encode_partial``): each key's
+        longest JSON (a ``select_groups`` key: ``MAX_KEY_CHARS`` characters, each escaped
+        to at most 6 bytes), a density index and the integer total, with their brackets."""
+        keys = sum(_key_bytes(k) + 1 for k in self.reader.cell_keys)
+        return keys + _INDEX_BYTES + _TOTAL_BYTES + 8
 
     @property
     def name(self) -> str:
@@ -248,7 +259,32 @@ def _plan(spec: AggregateConfig, config: AppConfig) -> AggregatePlan:
         max_group=None if corr is None else corr.max_group,
     )
     time = FieldTime.of(None if spec.window is None else spec.window.time, fields)
-    return AggregatePlan(spec, query, reader, bounds, cells, records, tau, time)
+    budget = CHUNK_BYTES if config.kafka is None else cell_budget(config.kafka.max_message_bytes)
+    return AggregatePlan(spec, query, reader, bounds, cells, records, tau, time, budget)
+
+
+#: a density cell's vector index, and a window's integer total (far past 2**64), in JSON
+_INDEX_BYTES, _TOTAL_BYTES = 20, 64
+
+
+def _key_bytes(keys: frozenset[DomainValue] | None) -> int:
+    if keys is None:  # select_groups: any key up to MAX_KEY_CHARS
+        return 6 * MAX_KEY_CHARS + 2
+    return max((len(orjson.dumps(k)) for k in keys), default=2)
+
+
+def record_problems(plans: Sequence[AggregatePlan], max_message_bytes: int) -> list[str]:
+    """Why ``run`` cannot commit these aggregates' partials under the producer's record
+    limit (empty: it can): one cell must fit a record."""
+    return [
+        f"aggregates ({plan.name}): one cell of its partials takes up to {plan.cell_bytes} "
+        f"bytes, and kafka.max_message_bytes={max_message_bytes} leaves "
+        f"{plan.cell_budget} bytes for cells per record: raise kafka.max_message_bytes to "
+        f"at least {plan.cell_bytes + max_message_bytes - plan.cell_budget} (and the "
+        "broker's message.max.bytes with it), or declare shorter keys"
+        for plan in plans
+        if plan.cell_bytes > plan.cell_budget
+    ]
 
 
 def build_aggregates(config: AppConfig) -> tuple[AggregatePlan, ...]:

@@ -208,7 +208,7 @@ class OpenWindows:
                 if start + timing.size <= until:
                     partial = self._open.pop(where)[0].partial()
                     at = PartialAt(plan.name, plan.partial_id, start, partition)
-                    for chunk, value in enumerate(encode_partial(partial)):
+                    for chunk, value in enumerate(encode_partial(partial, plan.cell_budget)):
                         writes.append((partial_key(at._replace(chunk=chunk)), value))
             writes.append(progress_record(plan.name, partition, until))
             closing = True

@@ -61,6 +61,9 @@ MS = 1000
 MAX_FUTURE_MS = 300_000
 #: the bytes of one partial record's cells at most (Kafka's default max.message.bytes: 1 MiB)
 CHUNK_BYTES = 512 * 1024
+#: a record's key (an aggregate name of at most 200 characters, a 32-character partial id,
+#: a few integers) and Kafka's record and batch framing, at most
+RECORD_OVERHEAD = 640
 #: windows released per aggregate per step at most (a backlog is released over steps)
 MAX_DUE = 64
 
@@ -159,20 +162,30 @@ def partial_key(at: PartialAt) -> bytes:
     return _key(t="partial", a=at.aggregate, i=at.plan, w=at.start, p=at.partition, c=at.chunk)
 
 
-def encode_partial(partial: Partial) -> list[bytes]:
+def cell_budget(max_message_bytes: int) -> int:
+    """The bytes of cells one partial record may hold: ``CHUNK_BYTES``, or less under a
+    lower ``kafka.max_message_bytes`` (the producer refuses a larger record, and a close
+    transaction holding one would fail forever: red team 14a, finding 5)."""
+    return min(CHUNK_BYTES, max_message_bytes - RECORD_OVERHEAD - len(_EMPTY_PARTIAL))
+
+
+_EMPTY_PARTIAL = b'{"counts":[],"sums":[]}'
+
+
+def encode_partial(partial: Partial, budget: int = CHUNK_BYTES) -> list[bytes]:
     """The partial's cells and integers (cells as JSON lists: strings and integers kept), in
-    records of at most about ``CHUNK_BYTES`` each: with ``select_groups`` the cells come
-    from the records, and one record larger than the topic's ``max.message.bytes`` could
-    never be committed. Each chunk holds whole cells; the chunks of one partial merge
-    (``merge``: disjoint cells) into the partial. A cell is at most a few kilobytes
-    (``read.MAX_KEY_CHARS`` per group key), so no chunk passes ``CHUNK_BYTES`` by more.
-    An empty partial is no record (its partition had no record in the window)."""
+    records of at most ``budget`` bytes of cells each (``cell_budget``): with
+    ``select_groups`` the cells come from the records, and one record larger than the
+    producer's limit could never be committed. Each chunk holds whole cells; the chunks
+    of one partial merge (``merge``: disjoint cells) into the partial. A cell is at most
+    ``AggregatePlan.cell_bytes`` (``run`` refuses a limit below it). An empty partial is
+    no record (its partition had no record in the window)."""
     chunks: list[dict[str, list[bytes]]] = []
-    size = CHUNK_BYTES
+    size = budget
     for part, totals in (("counts", partial.counts), ("sums", partial.sums)):
         for cell, n in totals.items():
             entry = orjson.dumps([list(cell), n])
-            if size + len(entry) > CHUNK_BYTES:
+            if size + len(entry) > budget:
                 chunks.append({"counts": [], "sums": []})
                 size = 0
             chunks[-1][part].append(entry)

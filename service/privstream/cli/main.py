@@ -434,6 +434,11 @@ def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
     ledger = config.privacy.ledger is not None
     input_format = "json" if config.kafka is None else config.kafka.format
     problems = stream_problems(config.aggregates, transactions, ledger, input_format)
+    if not problems and config.aggregates and config.kafka is not None:
+        from privstream.aggregates import build_aggregates, record_problems
+
+        limit = config.kafka.max_message_bytes
+        problems = record_problems(build_aggregates(config), limit)
     for problem in problems:  # refused rather than silently not answered
         print(f"privstream: config error: {problem}", file=sys.stderr)
     if problems:
