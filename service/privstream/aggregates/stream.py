@@ -156,26 +156,36 @@ class OpenWindows:
 
     def _first(self, index: int, now_ms: int) -> int:
         """The start of the aggregate's first window: its epoch record's, or, for a name
-        the topic does not hold, the one holding the deployment's epoch if nothing has
-        closed yet, else the first starting at or after both ``now_ms`` and every name's
-        released end and progress (``View.last_closed``: a worker whose clock is behind
-        never starts it before a window another name released); its epoch record is
-        written with the next ``close``."""
+        the topic does not hold, if nothing has closed yet the one holding the deployment's
+        epoch (``_fresh``), else the first starting at or after both ``now_ms`` and every
+        name's released end and progress (``View.last_closed``: a worker whose clock is
+        behind never starts it before a window another name released); its epoch record
+        is written with the next ``close``."""
         plan, size = self._plans[index], self._timing[index].size
         first = self._firsts.get(plan.name)
         if first is None:
             first = self._view.first_window(plan.name, size)
         if first is None:
-            epoch = self._view.epoch_ms
-            fresh = epoch is not None and not self._view.progress
-            first = (
-                window_start(epoch, size)
-                if fresh and epoch is not None
-                else aligned_up(max(now_ms, self._view.last_closed()), size)
-            )
+            fresh = self._fresh(index)
+            first = aligned_up(max(now_ms, self._view.last_closed()), size)
+            first = first if fresh is None else fresh
             self._starts.append(start_record(plan.name, Start(first, plan.partial_id)))
         self._firsts[plan.name] = first
         return first
+
+    def _fresh(self, index: int) -> int | None:
+        """A new state's first window (None: something has closed): the one holding the
+        epoch; or, when the output topics hold releases of a retired state (its markers
+        gone), the first starting a window and a grace past the epoch: that state
+        released only windows its worker's clock had passed by their grace, so none
+        ending there unless that clock was ahead of this one's by more than the window
+        and twice the grace (red team 14a, finding 3)."""
+        epoch, timing = self._view.epoch_ms, self._timing[index]
+        if epoch is None or self._view.progress:
+            return None
+        if self._view.released_elsewhere:
+            return aligned_up(epoch + timing.size + timing.grace, timing.size)
+        return window_start(epoch, timing.size)
 
     @property
     def starting(self) -> bool:

@@ -15,7 +15,8 @@ its transactions. Keys and values are canonical JSON:
 * ``{"t":"epoch"}``: the wall-clock millisecond of the first transaction;
 * ``{"t":"epoch","a":A}``: where aggregate ``A``'s windows start, written
   with the first transaction that sees its name (``OpenWindows``): the
-  window holding the deployment's epoch if nothing has closed yet, else the
+  window holding the deployment's epoch if nothing has closed yet (a window
+  and a grace later after a retired state: ``released_elsewhere``), else the
   first window starting at or after both the wall clock and every name's
   released end and progress (a renamed or added aggregate never counts a
   record an older name may have released, whatever the clock), and the
@@ -224,6 +225,10 @@ class View:
     deployments: set[str] = field(default_factory=set)
     #: a partial's key (as read) -> where it belongs and its encoded value
     partials: dict[bytes, tuple[PartialAt, bytes]] = field(default_factory=dict)
+    #: the aggregates' output topics already hold records (not from the topic: the worker
+    #: asks Kafka while nothing has closed): a retired state may have released windows
+    #: this topic has no marker of (``OpenWindows._first``)
+    released_elsewhere: bool = False
 
     def fold(self, keys: list[bytes], values: list[bytes | None]) -> None:
         """Apply the next records of the topic, in offset order."""

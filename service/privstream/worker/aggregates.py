@@ -102,6 +102,8 @@ class AggregateWorker:
         self.group = f"{kafka.group_id}.aggregates"
         self.subject = config.privacy.subject
         self._backoff = Backoff()
+        #: output topic -> its partition count (``check_aggregate_topics``)
+        self.outputs: dict[str, int] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -115,7 +117,7 @@ class AggregateWorker:
 
     async def _session(self, stop: asyncio.Event) -> None:
         outputs = sorted({p.spec.output_topic or "" for p in self.plans})
-        partitions = await check_aggregate_topics(
+        partitions, self.outputs = await check_aggregate_topics(
             self.kafka, self._runtime.credentials, self.topic, outputs
         )
         async with contextlib.AsyncExitStack() as stack:
@@ -189,6 +191,10 @@ class AggregateWorker:
             fold=lambda _p, keys, values: view.fold(keys, values),
         )
         refuse_shared(view, self.kafka.group_id, self.topic)
+        if not view.progress:  # a new state: were windows released before it?
+            tps = [TopicPartition(t, p) for t, n in self.outputs.items() for p in range(n)]
+            ends = await readers[1].end_offsets(tps) if tps else {}
+            view.released_elsewhere = any(end > 0 for end in ends.values())
         return view
 
 

@@ -279,9 +279,10 @@ AGGREGATES_CONFIGS = {"cleanup.policy": "compact"}
 
 async def check_aggregate_topics(
     kafka: KafkaConfig, credentials: Credentials | None, internal: str, outputs: list[str]
-) -> int:
+) -> tuple[int, dict[str, int]]:
     """The aggregates' topics: the outputs must exist, the internal topic is created when
-    missing (one partition, compacted); returns the input topic's partition count."""
+    missing (one partition, compacted); returns the input topic's partition count and each
+    output topic's."""
     admin = await open_admin(kafka, credentials)
     try:
         described = {t: await describe(admin, t) for t in [kafka.input_topic, *outputs]}
@@ -293,6 +294,7 @@ async def check_aggregate_topics(
                 "creates its input or an aggregate's output_topic: create it, then start "
                 "the worker (privstream topics create creates the record path's topics)"
             )
+        counts = {t: shape[0] for t in outputs if (shape := described[t]) is not None}
         existing = await describe(admin, internal)
         if existing is None:
             await _refuse_if_released_before(admin, kafka, internal, source[0])
@@ -302,7 +304,7 @@ async def check_aggregate_topics(
                 if code != 0 and for_code(code) is not TopicAlreadyExistsError:
                     raise for_code(code)(f"creating the aggregates' topic {name!r}")
             log.info("created the aggregates' internal topic %s", internal)
-            return source[0]
+            return source[0], counts
         configs = await topic_configs(admin, internal, ["cleanup.policy"])
         policy = configs.get("cleanup.policy", "delete")  # Kafka's default
         if existing[0] != 1 or policy != "compact":
@@ -314,7 +316,7 @@ async def check_aggregate_topics(
                 f"--bootstrap-server <servers> --create --topic {internal} --partitions 1 "
                 "--config cleanup.policy=compact"
             )
-        return source[0]
+        return source[0], counts
     finally:
         await admin.close()
 
@@ -333,5 +335,6 @@ async def _refuse_if_released_before(
             f"committed offsets on {kafka.input_topic!r}: the markers of the windows already "
             "released are gone, and a new topic could release one again. Restore the topic, "
             f"or start afresh on purpose: delete the group (kafka-consumer-groups.sh --delete "
-            f"--group {group}) and give the aggregates a new output topic"
+            f"--group {group}); the new state's windows then start a window and a grace past "
+            "its first transaction, as docs/aggregates.md says (Adding partitions)"
         )

@@ -88,13 +88,16 @@ def _hourly() -> tuple:
     )
 
 
-def _deployment(epoch: int, log: list[tuple[int, str, int]], close_at: int) -> dict[str, list]:
+def _deployment(
+    epoch: int, log: list[tuple[int, str, int]], close_at: int, *, after: bool = False
+) -> dict[str, list]:
     """A deployment over one input partition from a fresh internal topic and group (the
     group reads the input from its beginning): the records ``(timestamp, os, read at)``,
     every window closed at ``close_at`` by its worker's clock, then released; the rows by
-    window label."""
+    window label. ``after``: the output topic holds an earlier deployment's rows (the
+    worker reads its end offsets while nothing has closed: ``View.released_elsewhere``)."""
     plans = _hourly()
-    view = View()
+    view = View(released_elsewhere=after)
     view.apply(*epoch_record(epoch))
     windows = OpenWindows(plans, view)
     for offset, (stamp, os_name, read_at) in enumerate(log):
@@ -126,7 +129,9 @@ def test_retiring_the_state_never_releases_a_window_twice_whatever_the_clocks() 
     assert window_label(noon, HOUR) in old  # [12:00, 13:00) released by the old state
     late = (noon + 58 * MINUTE, "web", noon + 58 * MINUTE)  # after the old release
     restart = noon + 57 * MINUTE
-    new = _deployment(restart, [(r[0], r[1], restart), late], close_at=noon + 66 * MINUTE)
+    new = _deployment(
+        restart, [(r[0], r[1], restart), late], close_at=noon + 66 * MINUTE, after=True
+    )
     twice = sorted(set(old) & set(new))
     assert not twice, (
         f"window {twice} released by the retired state and again by the new epoch "
