@@ -20,6 +20,8 @@ Adding partitions).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from privstream.aggregates.windows import View, Write, deployment_record, partitions_record
 from privstream.errors import ChangelogError
 
@@ -52,6 +54,26 @@ def refuse_other_count(view: View, partitions: int, topic: str) -> None:
             "its bound. Let the open windows be released, then retire the aggregates' state "
             "and start them again (docs/aggregates.md, Adding partitions)"
         )
+
+
+def refuse_recreated_input(
+    view: View, ends: Mapping[int, int], input_topic: str, group: str
+) -> None:
+    """ChangelogError if an input partition's log ends before the read end its committed
+    clock holds: the input was re-created (offsets never go back otherwise), and its new
+    records below that end would be taken for a replay with no clock, left out while their
+    offsets are committed (red team 14a, finding 6)."""
+    for partition, end in sorted(ends.items()):
+        clock = view.clocks.get(partition)
+        if clock is not None and clock.read > end:
+            raise ChangelogError(
+                f"input topic {input_topic!r} partition {partition} ends at offset {end}, "
+                f"before offset {clock.read}, where the aggregates had read it: the topic "
+                "was deleted and re-created. Retire the aggregates' state (delete the topic "
+                f"{input_topic}-privstream-aggregates and the group {group}) "
+                "and set a new kafka.noise_domain (docs/aggregates.md, Adding partitions; "
+                "docs/operations.md)"
+            )
 
 
 def count_writes(view: View, partitions: int) -> list[Write]:

@@ -40,6 +40,7 @@ from privstream.aggregates.deployments import (
     count_writes,
     marker_writes,
     refuse_other_count,
+    refuse_recreated_input,
     refuse_shared,
 )
 from privstream.aggregates.stream import OpenWindows, Release, releases
@@ -243,6 +244,10 @@ class _Step:
         self._view = await self._owner.read_view(self._readers)
         log.debug("restored the aggregates' state: epoch %s", self._view.epoch_ms)
         self._check_partitions()
+        ends = await consumer.end_offsets(list(consumer.assignment()))  # after the view
+        owner = self._owner
+        by_partition = {tp.partition: end for tp, end in ends.items()}
+        refuse_recreated_input(self._view, by_partition, owner.kafka.input_topic, owner.group)
         self._pending = marker_writes(self._view, self._owner.kafka.group_id)
         self._pending += count_writes(self._view, self._partitions)
         if self._view.epoch_ms is None:  # the first transaction ever writes it

@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from privstream.aggregates import KeyedCells, build_aggregates
+from privstream.aggregates.deployments import refuse_recreated_input
 from privstream.aggregates.stream import OpenWindows, releases
 from privstream.aggregates.windows import View, decode_partial, epoch_record, window_label
 from privstream.config.models import KafkaConfig
+from privstream.errors import ChangelogError
 
 from tests.support.aggregates import aggregates_config
 
@@ -265,14 +268,16 @@ def test_whether_a_transaction_commits_does_not_tell_whether_a_partition_had_rec
     )
 
 
-def test_a_recreated_input_topic_is_counted_again_from_its_first_record() -> None:
+def test_a_recreated_input_topic_is_refused_not_left_out_silently() -> None:
     """Finding 6 (LOW-MEDIUM, liveness). docs/operations.md: a re-created raw topic needs a
     new ``kafka.noise_domain`` and nothing else. The internal topic keeps the old input's
     committed read clock (read end 1,000,000 here); the new input starts at offset 0, the
     group's out-of-range offsets reset to it, and every record below the OLD read end is
     taken for a replay whose clock entry was pruned (``ReadClocks.judge`` returns none):
     left out, silently, while its offset is committed, until the new topic has as many
-    records as the old one had (maybe never): the windows are released without them."""
+    records as the old one had (maybe never): the windows are released without them.
+    (Fixed by refusing the session, exit 2, while the partition's log ends before the
+    committed read end: the test asserted the red team's other remedy, counting again.)"""
     (plan,) = build_aggregates(
         aggregates_config({**COUNT, "window": {"size_seconds": 10}, "output_topic": "a"})
     )
@@ -283,15 +288,10 @@ def test_a_recreated_input_topic_is_counted_again_from_its_first_record() -> Non
     old.add(0, 999_999, t, _record("ios"), t, misplaced=False)  # the old input's last record
     _apply(view, old.close(0, t + 20_000))  # its window closes: clock read end 1,000,000
     assert view.clocks[0].read == 1_000_000
-    # the input topic is deleted and re-created; the worker restarts and reads offset 0
-    later = t + 60_000
-    recreated = OpenWindows((plan,), view)
-    recreated.add(0, 0, later, _record("web"), later, misplaced=False)
-    _apply(view, recreated.close(0, later + 20_000))
-    start = later - later % 10_000
-    found = [decode_partial("n", "w", v) for _, v in view.inputs("n", start).values()]
-    counts = {cell: n for part in found for cell, n in part.counts.items()}
-    assert counts == {("web",): 1}, f"the re-created input's first record is left out: {counts}"
+    refuse_recreated_input(view, {0: 1_000_000}, "raw", "g.aggregates")  # the same topic
+    # the input topic is deleted and re-created; the worker restarts, the log ends at 1
+    with pytest.raises(ChangelogError, match=r"'raw' partition 0 ends at offset 1, before"):
+        refuse_recreated_input(view, {0: 1}, "raw", "g.aggregates")
 
 
 def _named(name: str) -> tuple:
