@@ -200,14 +200,27 @@ class OpenWindows:
 
     def close(self, partition: int, now_ms: int) -> list[Write]:
         """The records closing every window of the partition the wall clock has passed
-        (its end plus the grace): the epoch records not written yet, the tombstones of
-        its partials no release will read (``View.never_due``), the partials, then each
-        aggregate's progress (empty when nothing closes)."""
+        (its end plus the grace): the epoch records not written yet, then, if a window
+        closes, the tombstones of its partials no release will read (``View.never_due``),
+        the partials, each aggregate's progress and the partition's clock. The tombstones
+        wait for a close the wall clock schedules: written alone, whether a transaction
+        commits would tell whether the partition had records (red team 14a, finding 7)."""
         for index in range(len(self._plans)):
             self._first(index, now_ms)
         writes, self._starts = self._starts, []
+        closed = self._closed(partition, now_ms)
+        if not closed:
+            return writes
         writes += [(key, None) for key in self._view.never_due(self._sizes, partition)]
-        closing = False
+        writes += closed
+        # the verdicts of the records the partials hold, and of those passed
+        held = self._held(partition, self._clocks.read(partition))
+        clock = self._clocks.commit(partition, held)
+        return writes if clock is None else writes + clock_records(partition, clock)
+
+    def _closed(self, partition: int, now_ms: int) -> list[Write]:
+        """The partials and progress of the windows newly closed (empty: none)."""
+        writes: list[Write] = []
         for index, (plan, timing) in enumerate(zip(self._plans, self._timing, strict=True)):
             until = closed_until(now_ms, timing.size, timing.grace)
             before = self._view.progress.get((plan.name, partition))
@@ -221,12 +234,6 @@ class OpenWindows:
                     for chunk, value in enumerate(encode_partial(partial, plan.cell_budget)):
                         writes.append((partial_key(at._replace(chunk=chunk)), value))
             writes.append(progress_record(plan.name, partition, until))
-            closing = True
-        if closing:  # the verdicts of the records the partials hold, and of those passed
-            held = self._held(partition, self._clocks.read(partition))
-            clock = self._clocks.commit(partition, held)
-            if clock is not None:
-                writes += clock_records(partition, clock)
         return writes
 
     def held(self, partition: int, position: int) -> int:
