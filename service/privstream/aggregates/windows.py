@@ -38,7 +38,9 @@ its transactions. Keys and values are canonical JSON:
   (``privstream.aggregates.clocks``): what its records' future-ness is
   judged by, on a first read and on a replay alike;
 * ``{"t":"released","a":A}``: every window of ``A`` ending at or before
-  ``until`` is released (written with the rows, in one transaction).
+  ``until`` is released (written with the rows, in one transaction); never
+  tombstoned: a config lacking ``A`` releases no window starting before it
+  (``View.foreign_end``).
 
 Proof: docs/proofs/aggregates.md ("Over Kafka").
 """

@@ -200,3 +200,15 @@ def test_a_name_the_config_also_holds_is_no_foreign_release() -> None:
     (new, old) = build_aggregates(both)
     done = releases((new, old), _rolling_view(new), NOISE, 1)
     assert [r.label for r in done if r.plan.name == "new"] == ["1970-01-01T00:00:20.000Z/10s"]
+
+
+def test_losing_a_shorter_aggregate_skips_the_kept_one_s_open_window() -> None:
+    """The documented price of ``View.foreign_end``: ``ten`` (10 s windows) released up to
+    30 s beside ``day``; a config holding only ``day`` cannot tell that the config which
+    released ``ten`` held ``day`` too, so ``day``'s window holding 0-30 s is skipped."""
+    view = _view()
+    view.apply(*start_record("day", Start(0, "d")))
+    view.apply(*released_record("ten", 30_000))
+    view.apply(*progress_record("day", 0, 2 * 86_400_000))
+    assert view.due("day", 86_400_000, 1, {"day", "ten"}) == [0, 86_400_000]
+    assert view.due("day", 86_400_000, 1, {"day"}) == [86_400_000]
