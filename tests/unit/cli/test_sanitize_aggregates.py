@@ -229,3 +229,23 @@ def test_file_mode_ignores_window_time_the_file_is_one_window(tmp_path: Path) ->
     (row,) = [json.loads(line) for line in files["aggregates"].read_text().splitlines()]
     assert (row["window"], row["value"]) == ("file", 3)
     assert len(files["dead"].read_text().splitlines()) == 1
+
+
+def test_run_refuses_a_record_limit_too_small_for_one_cell(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``select_groups`` key may take 1.5 KiB: 1 KiB records could never commit a close
+    (red team 14a, finding 5). Refused before any Kafka client starts."""
+    config = tmp_path / "limit.yaml"
+    config.write_text(
+        CONFIG.split("aggregates:")[0]
+        .replace("kafka: {", "kafka: {max_message_bytes: 1024, ")
+        .replace("{epsilon: 250}", "{epsilon: 250, delta: 1e-4}")
+        + "aggregates:\n  - {name: v, query: count, group_by: [{field: version}], "
+        "select_groups: true, epsilon: 1, delta: 1e-6, window: {size_seconds: 10}, "
+        "output_topic: agg}\n"
+    )
+    assert main(["run", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "config error: aggregates (v): one cell of its partials takes up to" in err
+    assert "kafka.max_message_bytes=1024" in err and "raise kafka.max_message_bytes" in err
