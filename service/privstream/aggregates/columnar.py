@@ -1,0 +1,155 @@
+"""``Accumulator`` a batch at a time: the same records kept, the same totals and partial.
+
+``ColumnAccumulator.add_all`` reads a batch's cells, values, correlated
+groups and subjects as arrays (``columns``), bounds them with numpy
+(``bounding``: each unit's first records in input order, as
+``Accumulator``), and adds the kept records' counts and sums per cell, the
+cells in the order of their first kept record (so the partial's cells come
+in ``Accumulator``'s order and ``windows.encode_partial`` writes the same
+bytes). ``Accumulator`` stays the record-at-a-time path of ``OpenWindows``;
+``tests/unit/aggregates/test_columnar.py`` checks the two agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from privstream.aggregates import columns
+from privstream.aggregates.bounding import Ints, SubjectBounds, first_records
+from privstream.aggregates.partial import FROM_RECORD, Bounds, Partial, Subject, vector_totals
+from privstream.aggregates.read import Cell, RecordReader
+from privstream.errors import MisuseError
+from privstream.pipeline.subjects import canonical_subject
+
+#: int64 sums of at most this many grid values of up to ``2^50`` (``MAX_GRID_INDEX``)
+_SUM_CHUNK = 1 << 12
+
+
+class ColumnAccumulator:
+    """Sums one aggregate's records of one window a batch at a time (``Accumulator``)."""
+
+    def __init__(self, name: str, window: str, reader: RecordReader, bounds: Bounds) -> None:
+        self.name = name
+        self.window = window
+        self._reader = reader
+        self._bounds = bounds
+        self._counts: dict[Cell, int] = {}
+        self._sums: dict[Cell, int] = {}
+        self._cell_ids: dict[Cell, int] = {}
+        self._subject_ids: dict[bytes, int] = {}
+        self._group_ids: dict[bytes, int] = {}
+        self._group_kept = np.zeros(0, np.int64)
+        per_subject = bounds.groups_per_subject, bounds.records_per_group
+        self._subjects = None if None in per_subject else SubjectBounds(*map(int, per_subject))
+
+    def add_all(
+        self, records: Iterable[Mapping[str, Any]], subjects: Iterable[Subject] | None = None
+    ) -> None:
+        """Count the records the aggregate reads and the bounds admit, in input order;
+        ``subjects`` as ``Accumulator.add_all``'s (read from each record if None)."""
+        batch = list(records)
+        reader = self._reader
+        codes, cells = columns.cell_codes(reader, batch)
+        chosen = np.flatnonzero(codes >= 0)
+        values = np.zeros(len(batch), np.float64)
+        if reader.value_field is not None:
+            values, readable = columns.numbers(batch, reader.value_field)
+            chosen = chosen[readable[chosen]]
+        if self._bounds.max_group is not None:
+            chosen = self._correlated(batch, chosen, self._bounds.max_group)
+        if self._subjects is not None:
+            given = _subjects(batch, subjects, self._reader.subject)
+            chosen = self._bounded(self._subjects, given, chosen, codes, cells)
+        self._tally(chosen, codes[chosen], cells, values[chosen])
+
+    def _correlated(self, batch: Sequence[Mapping[str, Any]], chosen: Ints, limit: int) -> Ints:
+        """The records whose correlated group (``by``'s value) has room left for them."""
+        groups = [RecordReader.identity(batch[i], self._reader.correlated_by) for i in chosen]
+        has = np.array([g is not None for g in groups], np.bool_).reshape(-1)
+        ids = _intern(self._group_ids, [g for g in groups if g is not None])
+        self._group_kept = _grown(self._group_kept, len(self._group_ids))
+        admitted, self._group_kept = first_records(ids, self._group_kept, limit)
+        return chosen[has][admitted]
+
+    def _bounded(
+        self,
+        bounds: SubjectBounds,
+        subjects: list[bytes | None],
+        chosen: Ints,
+        codes: Ints,
+        cells: list[Cell],
+    ) -> Ints:
+        """The records their subject's bounds admit (``SubjectBounds``); no subject: none."""
+        read = [subjects[i] for i in chosen.tolist()]
+        has = np.array([s is not None for s in read], np.bool_).reshape(-1)
+        owners = _intern(self._subject_ids, [s for s in read if s is not None])
+        chosen = chosen[has]
+        # the window's cell ids, of the cells a subject may keep only
+        used = np.unique(codes[chosen])
+        ids = np.full(len(cells), -1, np.int64)
+        ids[used] = _intern(self._cell_ids, [cells[i] for i in used.tolist()])
+        verdicts = bounds.admit(owners, ids[codes[chosen]], len(self._subject_ids))
+        return chosen[verdicts]
+
+    def _tally(self, kept: Ints, codes: Ints, cells: list[Cell], values: Any) -> None:
+        """Add the kept records per cell, cells in the order of their first kept record."""
+        distinct, first, where = np.unique(codes, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable").tolist()
+        counts = np.bincount(where, minlength=len(distinct)).tolist()
+        for u in order:
+            cell = cells[int(distinct[u])]
+            self._counts[cell] = self._counts.get(cell, 0) + counts[u]
+        reader = self._reader
+        if reader.vector is not None:
+            for u in order:
+                totals = vector_totals(reader.vector, values[where == u].tolist())
+                for j, total in enumerate(totals):
+                    key = (*cells[int(distinct[u])], j)
+                    self._sums[key] = self._sums.get(key, 0) + total
+        elif reader.value_field is not None:
+            sums = _exact_sums(where, columns.grid_values(reader, values), len(distinct))
+            for u in order:
+                cell = cells[int(distinct[u])]
+                self._sums[cell] = self._sums.get(cell, 0) + sums[u]
+
+    def partial(self) -> Partial:
+        return Partial(self.name, self.window, dict(self._counts), dict(self._sums))
+
+
+def _subjects(
+    batch: Sequence[Mapping[str, Any]], subjects: Iterable[Subject] | None, name: str | None
+) -> list[bytes | None]:
+    """Each record's canonical subject: given, or read from the record (``FROM_RECORD``)."""
+    given = list(subjects) if subjects is not None else [FROM_RECORD] * len(batch)
+    if len(given) != len(batch):
+        raise MisuseError(
+            f"{len(given)} subjects for {len(batch)} records: give one subject per record"
+        )
+    return [
+        (None if name is None else canonical_subject(record.get(name)))
+        if subject is FROM_RECORD
+        else subject
+        for record, subject in zip(batch, given, strict=True)
+    ]
+
+
+def _intern(ids: dict[Any, int], keys: Sequence[Any]) -> Ints:
+    """Each key's id, a new key taking the next one."""
+    return np.array([ids.setdefault(key, len(ids)) for key in keys], np.int64).reshape(-1)
+
+
+def _grown(kept: Ints, size: int) -> Ints:
+    return np.concatenate([kept, np.zeros(max(0, size - len(kept)), np.int64)])
+
+
+def _exact_sums(where: Ints, values: Ints, size: int) -> list[int]:
+    """Per index of ``where``, the sum of its values, as exact integers."""
+    totals = [0] * size
+    for start in range(0, len(values), _SUM_CHUNK):
+        chunk = np.zeros(size, np.int64)
+        np.add.at(chunk, where[start : start + _SUM_CHUNK], values[start : start + _SUM_CHUNK])
+        totals = [a + b for a, b in zip(totals, chunk.tolist(), strict=True)]
+    return totals
