@@ -28,10 +28,35 @@ from privstream.pipeline.subjects import canonical_subject
 _SUM_CHUNK = 1 << 12
 
 
+class UnitIds:
+    """Ids of canonical subjects (or of other units' bytes), None's -1: shared by the
+    accumulators of one window, a batch's subjects are looked up once for all of them."""
+
+    def __init__(self) -> None:
+        self._ids: dict[bytes | None, int] = {None: -1}
+
+    def __len__(self) -> int:
+        return len(self._ids) - 1
+
+    def of(self, units: Sequence[bytes | None]) -> Ints:
+        """Each unit's id, a new one taking the next."""
+        ids = self._ids
+        fresh = [unit for unit in dict.fromkeys(units) if unit not in ids]
+        ids.update(zip(fresh, range(len(self), len(self) + len(fresh)), strict=True))
+        return np.fromiter(map(ids.__getitem__, units), np.int64, len(units))
+
+
 class ColumnAccumulator:
     """Sums one aggregate's records of one window a batch at a time (``Accumulator``)."""
 
-    def __init__(self, name: str, window: str, reader: RecordReader, bounds: Bounds) -> None:
+    def __init__(
+        self,
+        name: str,
+        window: str,
+        reader: RecordReader,
+        bounds: Bounds,
+        subject_ids: UnitIds | None = None,
+    ) -> None:
         self.name = name
         self.window = window
         self._reader = reader
@@ -39,65 +64,72 @@ class ColumnAccumulator:
         self._counts: dict[Cell, int] = {}
         self._sums: dict[Cell, int] = {}
         self._cell_ids: dict[Cell, int] = {}
-        self._subject_ids: dict[bytes, int] = {}
-        self._group_ids: dict[bytes, int] = {}
+        self._subject_ids = UnitIds() if subject_ids is None else subject_ids
+        self._group_ids = UnitIds()
         self._group_kept = np.zeros(0, np.int64)
         per_subject = bounds.groups_per_subject, bounds.records_per_group
         self._subjects = None if None in per_subject else SubjectBounds(*map(int, per_subject))
 
     def add_all(
-        self, records: Iterable[Mapping[str, Any]], subjects: Iterable[Subject] | None = None
+        self,
+        records: Iterable[Mapping[str, Any]] | columns.Batch,
+        subjects: Iterable[Subject] | Ints | None = None,
     ) -> None:
         """Count the records the aggregate reads and the bounds admit, in input order;
-        ``subjects`` as ``Accumulator.add_all``'s (read from each record if None)."""
-        batch = list(records)
+        ``subjects`` as ``Accumulator.add_all``'s (read from each record if None), or their
+        ids in the ``UnitIds`` the accumulator was made with. The window's accumulators
+        share a ``Batch`` and the ids: each field and subject is read once."""
+        batch = records if isinstance(records, columns.Batch) else columns.Batch(records)
         reader = self._reader
         codes, cells = columns.cell_codes(reader, batch)
         chosen = np.flatnonzero(codes >= 0)
         values = np.zeros(len(batch), np.float64)
         if reader.value_field is not None:
-            values, readable = columns.numbers(batch, reader.value_field)
+            values, readable = batch.numbers(reader.value_field)
             chosen = chosen[readable[chosen]]
         if self._bounds.max_group is not None:
-            chosen = self._correlated(batch, chosen, self._bounds.max_group)
+            chosen = self._correlated(batch.records, chosen, self._bounds.max_group)
         if self._subjects is not None:
-            given = _subjects(batch, subjects, self._reader.subject)
-            chosen = self._bounded(self._subjects, given, chosen, codes, cells)
+            if not isinstance(subjects, np.ndarray):
+                given = _subjects(batch.records, subjects, self._reader.subject)
+                subjects = self._subject_ids.of(given)
+            chosen = self._bounded(self._subjects, subjects, chosen, codes, cells)
         self._tally(chosen, codes[chosen], cells, values[chosen])
 
     def _correlated(self, batch: Sequence[Mapping[str, Any]], chosen: Ints, limit: int) -> Ints:
         """The records whose correlated group (``by``'s value) has room left for them."""
-        groups = [RecordReader.identity(batch[i], self._reader.correlated_by) for i in chosen]
-        has = np.array([g is not None for g in groups], np.bool_).reshape(-1)
-        ids = _intern(self._group_ids, [g for g in groups if g is not None])
+        by = self._reader.correlated_by
+        ids = self._group_ids.of([RecordReader.identity(batch[i], by) for i in chosen.tolist()])
         self._group_kept = _grown(self._group_kept, len(self._group_ids))
-        admitted, self._group_kept = first_records(ids, self._group_kept, limit)
-        return chosen[has][admitted]
+        admitted, self._group_kept = first_records(ids[ids >= 0], self._group_kept, limit)
+        return chosen[ids >= 0][admitted]
 
     def _bounded(
         self,
         bounds: SubjectBounds,
-        subjects: list[bytes | None],
+        subjects: Ints,
         chosen: Ints,
         codes: Ints,
         cells: list[Cell],
     ) -> Ints:
         """The records their subject's bounds admit (``SubjectBounds``); no subject: none."""
-        read = [subjects[i] for i in chosen.tolist()]
-        has = np.array([s is not None for s in read], np.bool_).reshape(-1)
-        owners = _intern(self._subject_ids, [s for s in read if s is not None])
-        chosen = chosen[has]
+        _one_each(len(subjects), len(codes))
+        chosen = chosen[subjects[chosen] >= 0]
+        owners = subjects[chosen]
         # the window's cell ids, of the cells a subject may keep only
-        used = np.unique(codes[chosen])
+        used, _ = columns.renumbered(codes[chosen], len(cells))
         ids = np.full(len(cells), -1, np.int64)
-        ids[used] = _intern(self._cell_ids, [cells[i] for i in used.tolist()])
+        known = self._cell_ids
+        ids[used] = [known.setdefault(cells[i], len(known)) for i in used.tolist()]
         verdicts = bounds.admit(owners, ids[codes[chosen]], len(self._subject_ids))
         return chosen[verdicts]
 
     def _tally(self, kept: Ints, codes: Ints, cells: list[Cell], values: Any) -> None:
         """Add the kept records per cell, cells in the order of their first kept record."""
-        distinct, first, where = np.unique(codes, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable").tolist()
+        distinct, where = columns.renumbered(codes, len(cells))
+        first = np.full(len(distinct), len(codes), np.int64)
+        np.minimum.at(first, where, np.arange(len(codes)))
+        order = np.argsort(first).tolist()  # first kept records: distinct positions
         counts = np.bincount(where, minlength=len(distinct)).tolist()
         for u in order:
             cell = cells[int(distinct[u])]
@@ -124,10 +156,7 @@ def _subjects(
 ) -> list[bytes | None]:
     """Each record's canonical subject: given, or read from the record (``FROM_RECORD``)."""
     given = list(subjects) if subjects is not None else [FROM_RECORD] * len(batch)
-    if len(given) != len(batch):
-        raise MisuseError(
-            f"{len(given)} subjects for {len(batch)} records: give one subject per record"
-        )
+    _one_each(len(given), len(batch))
     return [
         (None if name is None else canonical_subject(record.get(name)))
         if subject is FROM_RECORD
@@ -136,9 +165,9 @@ def _subjects(
     ]
 
 
-def _intern(ids: dict[Any, int], keys: Sequence[Any]) -> Ints:
-    """Each key's id, a new key taking the next one."""
-    return np.array([ids.setdefault(key, len(ids)) for key in keys], np.int64).reshape(-1)
+def _one_each(subjects: int, records: int) -> None:
+    if subjects != records:
+        raise MisuseError(f"{subjects} subjects for {records} records: give one per record")
 
 
 def _grown(kept: Ints, size: int) -> Ints:

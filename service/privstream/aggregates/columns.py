@@ -10,7 +10,7 @@ rules as ``RecordReader``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,27 +25,69 @@ Ints = NDArray[np.int64]
 Floats = NDArray[np.float64]
 Mask = NDArray[np.bool_]
 Records = Sequence[Any]
+#: a group field's declared keys (None: any, ``select_groups``)
+Keys = frozenset[DomainValue] | None
+#: codes up to this many are renumbered by a table, not by sorting
+_TABLE = 1 << 16
 
 
-def cell_codes(reader: RecordReader, records: Records) -> tuple[Ints, list[Cell]]:
+class Batch:
+    """A batch of records and the columns read from it so far: the aggregates of a window
+    read each field once (the arrays are shared: never written to)."""
+
+    def __init__(self, records: Iterable[Mapping[str, Any]]) -> None:
+        self.records = list(records)
+        self._keys: dict[tuple[str, Keys], tuple[Ints, list[DomainValue]]] = {}
+        self._numbers: dict[str, tuple[Floats, Mask]] = {}
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def key_codes(self, name: str, allowed: Keys) -> tuple[Ints, list[DomainValue]]:
+        found = self._keys.get((name, allowed))
+        if found is None:
+            found = self._keys[name, allowed] = key_codes(self.records, name, allowed)
+        return found
+
+    def numbers(self, name: str) -> tuple[Floats, Mask]:
+        found = self._numbers.get(name)
+        if found is None:
+            found = self._numbers[name] = numbers(self.records, name)
+        return found
+
+
+def cell_codes(reader: RecordReader, batch: Batch) -> tuple[Ints, list[Cell]]:
     """Each record's cell as an index into the cells returned, -1 where it has none."""
-    codes = np.zeros(len(records), np.int64)
+    codes = np.zeros(len(batch), np.int64)
     cells: list[Cell] = [()]
     for name, allowed in zip(reader.cell_fields, reader.cell_keys, strict=True):
-        field, keys = key_codes(records, name, allowed)
+        field, keys = batch.key_codes(name, allowed)
         width = max(len(keys), 1)
         joint = np.where((codes < 0) | (field < 0), -1, codes * width + field)
         # renumbered after each field: codes stay below the batch's size
-        distinct, codes = np.unique(joint, return_inverse=True)
-        offset = 1 if len(distinct) and distinct[0] < 0 else 0
-        codes = codes - offset
-        cells = [(*cells[u // width], keys[u % width]) for u in distinct[offset:].tolist()]
-    return codes.reshape(-1), cells
+        distinct, codes = renumbered(joint, len(cells) * width)
+        cells = [(*cells[u // width], keys[u % width]) for u in distinct.tolist()]
+    return codes, cells
 
 
-def key_codes(
-    records: Records, name: str, allowed: frozenset[DomainValue] | None
-) -> tuple[Ints, list[DomainValue]]:
+def renumbered(codes: Ints, size: int) -> tuple[Ints, Ints]:
+    """The distinct codes (ascending, -1 left out) and each one's index among them (-1
+    for -1): by a table of ``size`` entries when that is no larger than the batch, else by
+    sorting."""
+    valid = codes >= 0
+    if size > max(len(codes), _TABLE):
+        distinct, inverse = np.unique(codes[valid], return_inverse=True)
+    else:
+        distinct = np.flatnonzero(np.bincount(codes[valid], minlength=size))
+        table = np.zeros(size, np.int64)
+        table[distinct] = np.arange(len(distinct))
+        inverse = table[codes[valid]]
+    out = np.full(len(codes), -1, np.int64)
+    out[valid] = inverse
+    return distinct, out
+
+
+def key_codes(records: Records, name: str, allowed: Keys) -> tuple[Ints, list[DomainValue]]:
     """Each record's key of one group field as an index into the keys returned (-1: none):
     exactly a string or an integer (a boolean is none), declared, or any not too long."""
     if allowed is not None:

@@ -10,19 +10,26 @@ bounds. Deterministic given hypothesis' examples: no noise is drawn.
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from privstream.aggregates import Partial, build_aggregates
+from privstream.aggregates import Partial, build_aggregates, release
 from privstream.aggregates.plan import AggregatePlan
+from privstream.aggregates.release import encode_rows
 from privstream.aggregates.windows import encode_partial
 from privstream.config import parse_config
+from privstream.cli.aggregates_file import FILE_WINDOW, FileAggregates
 from privstream.errors import MisuseError
+from privstream.pipeline.subjects import subject_column
 
-from tests.support.aggregates import FIELDS, one_plan
+from tests.support.aggregates import FIELDS, Seeded, aggregates_config, one_plan
 
 _ABSENT = object()
 USERS = st.sampled_from(["u1", "u2", "u3", 7, "7", "", None, True, 1.5, [1], 2**70, _ABSENT])
@@ -187,3 +194,56 @@ def test_subjects_must_match_the_records_one_for_one() -> None:
     acc = _plan("histogram").batch_accumulator("w")
     with pytest.raises(MisuseError, match="2 subjects for 1 records"):
         acc.add_all([{"user": "u", "os": "ios"}], [b"a", b"b"])
+    with pytest.raises(MisuseError, match="1 subjects for 2 records"):
+        acc.add_all([{"user": "u", "os": "ios"}] * 2, np.zeros(1, np.int64))
+
+
+def _decoded(line: bytes) -> Any:
+    """A line as file mode parses it: orjson (a long integer read as a float), the stdlib
+    where orjson refuses it (NaN, Infinity)."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line)
+
+
+def _released(plans: list[AggregatePlan], run: Callable[[], bytes]) -> bytes | str:
+    try:
+        return run()
+    except TypeError as error:  # a key beyond 64 bits: orjson writes no such cell
+        return str(error)
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches=BATCHES)
+def test_file_mode_releases_what_the_record_path_releases(
+    batches: list[list[dict[str, Any]]],
+) -> None:
+    """The window's accumulators sharing one ``Batch`` and one ``UnitIds`` (file mode),
+    against one ``Accumulator`` each fed record by record, the subject read from the raw
+    line (``subject_column``): the same rows under the same seeded noise."""
+    specs = [("histogram", "h"), ("count by version, select_groups", "c"), ("density", "d")]
+    specs += [("mean by declared version", "m")]
+    config = aggregates_config(
+        *({"name": alias, "epsilon": 1.0, **SPECS[name][0]} for name, alias in specs),
+        subject="user",
+    )
+    plans = build_aggregates(config)
+    # the stdlib writes NaN, Infinity and long integers: lines orjson refuses among them
+    chunks = [[json.dumps(record).encode() for record in batch] for batch in batches]
+    batched = FileAggregates(plans)
+    for chunk in chunks:
+        batched.feed(chunk, range(len(chunk)))
+    singles = [plan.accumulator(FILE_WINDOW) for plan in plans]
+    for line in (line for chunk in chunks for line in chunk):
+        record = _decoded(line)
+        for accumulator in singles:
+            accumulator.add(record, subject_column([line], "user")[0])
+
+    def expected() -> bytes:
+        partials = [accumulator.partial() for accumulator in singles]
+        noise = Seeded(34)
+        rows = [row for p, q in zip(plans, partials, strict=True) for row in release(p, q, noise)]
+        return encode_rows(rows)
+
+    assert _released(plans, lambda: batched.encoded(Seeded(34))) == _released(plans, expected)
