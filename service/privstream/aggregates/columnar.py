@@ -67,8 +67,10 @@ class ColumnAccumulator:
         self._subject_ids = UnitIds() if subject_ids is None else subject_ids
         self._group_ids = UnitIds()
         self._group_kept = np.zeros(0, np.int64)
-        per_subject = bounds.groups_per_subject, bounds.records_per_group
-        self._subjects = None if None in per_subject else SubjectBounds(*map(int, per_subject))
+        groups, records = bounds.groups_per_subject, bounds.records_per_group
+        self._subjects = None
+        if groups is not None and records is not None:
+            self._subjects = SubjectBounds(groups, records)
 
     def add_all(
         self,

@@ -10,7 +10,7 @@ rules as ``RecordReader``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,7 @@ from privstream.pipeline import _columns
 Ints = NDArray[np.int64]
 Floats = NDArray[np.float64]
 Mask = NDArray[np.bool_]
-Records = Sequence[Any]
+Records = list[Any]
 #: a group field's declared keys (None: any, ``select_groups``)
 Keys = frozenset[DomainValue] | None
 #: codes up to this many are renumbered by a table, not by sorting
@@ -134,12 +134,12 @@ def column(records: Records, name: str) -> list[Any]:
     """The field's value in each record (``read``: None where absent)."""
     key = _top_level(records, name)
     if key is not None:
-        return _columns.column(list(records), key, None)
+        return _columns.column(records, key, None)
     return [read(record, name) for record in records]
 
 
 def _top_level(records: Records, name: str) -> str | None:
     """The key to read the field with in C: a top-level name of a batch of dicts."""
     keys = split_path(name)
-    plain = isinstance(records, list) and _columns.only(records, (dict,))
+    plain = _columns.only(records, (dict,))
     return keys[0] if len(keys) == 1 and plain else None

@@ -24,8 +24,8 @@ from privstream.aggregates import Partial, build_aggregates, release
 from privstream.aggregates.plan import AggregatePlan
 from privstream.aggregates.release import encode_rows
 from privstream.aggregates.windows import encode_partial
-from privstream.config import parse_config
 from privstream.cli.aggregates_file import FILE_WINDOW, FileAggregates
+from privstream.config import parse_config
 from privstream.errors import MisuseError
 from privstream.pipeline.subjects import subject_column
 
@@ -87,7 +87,11 @@ SPECS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "sum, no bounds": ({"query": "sum", "field": "latency", "bounds": [-10, 100]}, {}),
     "correlated histogram": (
-        {"query": "histogram", "field": "os", "correlation": {"by": "home", "degree": 0.5, "max_group": 2}},
+        {
+            "query": "histogram",
+            "field": "os",
+            "correlation": {"by": "home", "degree": 0.5, "max_group": 2},
+        },
         {},
     ),
     "density": (
@@ -111,7 +115,10 @@ def _plan(name: str) -> AggregatePlan:
 
 
 def _nested_plan() -> AggregatePlan:
-    fields = [*FIELDS, {"name": "device.os", "kind": "categorical", "domain": ["ios", "web"], "epsilon": 1}]
+    fields = [
+        *FIELDS,
+        {"name": "device.os", "kind": "categorical", "domain": ["ios", "web"], "epsilon": 1},
+    ]
     data = {
         "kafka": {"input_topic": "raw", "output_topic": "out", "dead_letter_topic": "dlq"},
         "privacy": {"epsilon": 10.0, "delta": 1e-4, "subject": "user"},
@@ -131,7 +138,9 @@ def _nested_plan() -> AggregatePlan:
     return plan
 
 
-def _same(plan: AggregatePlan, batches: list[list[dict[str, Any]]], subjects: list[list[Any]] | None) -> None:
+def _same(
+    plan: AggregatePlan, batches: list[list[dict[str, Any]]], subjects: list[list[Any]] | None
+) -> None:
     old, new = plan.accumulator("w"), plan.batch_accumulator("w")
     for index, batch in enumerate(batches):
         given = None if subjects is None else subjects[index]
