@@ -13,6 +13,7 @@ bytes). ``Accumulator`` stays the record-at-a-time path of ``OpenWindows``;
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,8 @@ from privstream.aggregates.read import Cell, RecordReader
 from privstream.errors import MisuseError
 from privstream.pipeline.subjects import canonical_subject
 
+#: a unit's id while ``UnitIds.of`` numbers the new ones
+_NEW = -2
 #: int64 sums of at most this many grid values of up to ``2^50`` (``MAX_GRID_INDEX``)
 _SUM_CHUNK = 1 << 12
 
@@ -41,9 +44,15 @@ class UnitIds:
     def of(self, units: Sequence[bytes | None]) -> Ints:
         """Each unit's id, a new one taking the next."""
         ids = self._ids
-        fresh = [unit for unit in dict.fromkeys(units) if unit not in ids]
-        ids.update(zip(fresh, range(len(self), len(self) + len(fresh)), strict=True))
-        return np.fromiter(map(ids.__getitem__, units), np.int64, len(units))
+        # one probe a unit in C; a new unit is entered as _NEW, then numbered
+        found = np.fromiter(map(ids.setdefault, units, repeat(_NEW)), np.int64, len(units))
+        fresh = np.flatnonzero(found == _NEW).tolist()
+        if fresh:
+            new = dict.fromkeys(units[i] for i in fresh)  # in first-seen order
+            first = len(ids) - 1 - len(new)  # their placeholders are in ``ids`` already
+            ids.update(zip(new, range(first, first + len(new)), strict=True))
+            found[fresh] = [ids[units[i]] for i in fresh]
+        return found
 
 
 class ColumnAccumulator:

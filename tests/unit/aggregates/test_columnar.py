@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from privstream.aggregates import Partial, build_aggregates, release
+from privstream.aggregates.columnar import UnitIds
 from privstream.aggregates.plan import AggregatePlan
 from privstream.aggregates.release import encode_rows
 from privstream.aggregates.windows import encode_partial
@@ -282,3 +283,10 @@ def test_the_batch_path_holds_less_per_subject_than_the_record_path() -> None:
     assert per_batch < 256
     assert per_batch < per_record / 2
     assert batched.partial() == single.partial()
+
+
+def test_unit_ids_are_dense_stable_and_none_is_minus_one() -> None:
+    ids = UnitIds()
+    assert ids.of([b"b", None, b"a", b"b"]).tolist() == [0, -1, 1, 0]
+    assert ids.of([b"c", b"a", b"c", None]).tolist() == [2, 1, 2, -1]
+    assert len(ids) == 3
