@@ -87,6 +87,25 @@ SPECS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         },
         {"subject": "user"},
     ),
+    "histogram by selected version": (
+        {
+            "query": "histogram",
+            "field": "os",
+            "group_by": [{"field": "version"}],
+            "select_groups": True,
+            "delta": 1e-6,
+            "contribution": BOUNDS,
+        },
+        {"subject": "user"},
+    ),
+    "count by declared version and os": (
+        {
+            "query": "count",
+            "group_by": [{"field": "version", "keys": ["7.0", "7.1", 3]}, {"field": "os"}],
+            "contribution": TIGHT,
+        },
+        {"subject": "user"},
+    ),
     "sum, no bounds": ({"query": "sum", "field": "latency", "bounds": [-10, 100]}, {}),
     "correlated histogram": (
         {
