@@ -30,11 +30,13 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
+from numpy.typing import NDArray
 
 from privstream.aggregates.read import Cell, RecordReader
 from privstream.errors import MisuseError
@@ -50,6 +52,8 @@ FROM_RECORD = _Default.FROM_RECORD
 #: a record's canonical subject bytes, None (no subject), or read them from the record
 Subject = bytes | None | _Default
 
+#: the whitened kernel vectors of values (``RecordReader.vector``)
+Vector = Callable[[Sequence[float]], NDArray[np.int64]]
 #: density records whitened and summed per call at most
 VECTOR_CHUNK = 8192
 
@@ -172,10 +176,8 @@ class Accumulator:
         vector = self._reader.vector
         if vector is None:
             raise MisuseError(f"aggregate {self.name!r} sums no vectors")
-        for start in range(0, len(numbers), VECTOR_CHUNK):
-            column_sums = vector(numbers[start : start + VECTOR_CHUNK]).sum(axis=0)
-            for j, total in enumerate(column_sums.tolist()):
-                self._sums[(*cell, j)] += total
+        for j, total in enumerate(vector_totals(vector, numbers)):
+            self._sums[(*cell, j)] += total
 
     def _admit(self, record: Mapping[str, Any], cell: Cell, subject: Subject) -> bool:
         bounds = self._bounds
@@ -201,6 +203,16 @@ class Accumulator:
 
     def partial(self) -> Partial:
         return Partial(self.name, self.window, dict(self._counts), dict(self._sums))
+
+
+def vector_totals(vector: Vector, numbers: Sequence[float]) -> list[int]:
+    """The sum of the numbers' vectors, per grid point: exact integer sums in chunks
+    (``VECTOR_CHUNK * 2^44`` stays inside int64)."""
+    totals: list[int] = []
+    for start in range(0, len(numbers), VECTOR_CHUNK):
+        chunk = vector(numbers[start : start + VECTOR_CHUNK]).sum(axis=0).tolist()
+        totals = [a + b for a, b in zip(totals, chunk, strict=True)] if totals else chunk
+    return totals
 
 
 def _subject_of(record: Mapping[str, Any], name: str | None) -> bytes | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from privstream.aggregates.columnar import ColumnAccumulator, UnitIds
 from privstream.aggregates.density import DensityPart
 from privstream.aggregates.event_time import FieldTime
 from privstream.aggregates.partial import Accumulator, Bounds
@@ -83,6 +84,11 @@ class AggregatePlan:
 
     def accumulator(self, window: str) -> Accumulator:
         return Accumulator(self.name, window, self.reader, self.bounds)
+
+    def batch_accumulator(self, window: str, subjects: UnitIds | None = None) -> ColumnAccumulator:
+        """The same sums a batch at a time (``columnar``: file mode); ``subjects``: the ids
+        shared by the window's accumulators."""
+        return ColumnAccumulator(self.name, window, self.reader, self.bounds, subjects)
 
     def cell_ids(self, cells: Sequence[Cell] | None = None) -> list[bytes]:
         """Each cell's canonical bytes (``plan.cells`` by default): what its noise is keyed to."""

@@ -65,14 +65,7 @@ class RecordReader:
 
     def number(self, record: Mapping[str, Any]) -> float | None:
         """The value field as a float (an infinity past a bound), or None if it is none."""
-        raw = read(record, self.value_field) if self.value_field is not None else None
-        if isinstance(raw, bool) or not isinstance(raw, int | float):
-            return None
-        try:
-            value = float(raw)
-        except OverflowError:  # an int beyond the doubles: past a bound, clamped to it
-            value = math.inf if raw > 0 else -math.inf
-        return None if math.isnan(value) else value
+        return number_of(read(record, self.value_field) if self.value_field is not None else None)
 
     def value(self, record: Mapping[str, Any]) -> int | None:
         """The clamped, centred value on the grid (``round`` ties to even: monotone)."""
@@ -92,6 +85,17 @@ class RecordReader:
             return None
         # a copy: orjson's bytes keep a ~4 KiB buffer, and identities are kept per unit
         return memoryview(orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)).tobytes()
+
+
+def number_of(raw: Any) -> float | None:
+    """A raw value as a number: a float (an infinity past a bound), or None if it is none."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        return None
+    try:
+        value = float(raw)
+    except OverflowError:  # an int beyond the doubles: past a bound, clamped to it
+        value = math.inf if raw > 0 else -math.inf
+    return None if math.isnan(value) else value
 
 
 def read(record: Mapping[str, Any], name: str) -> Any:
