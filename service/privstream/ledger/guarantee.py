@@ -5,7 +5,9 @@ window, each ``(eps_r, delta_r)``-DP, basic (sequential) composition gives
 ``(m eps_r, m delta_r)`` for that subject's released records of the window,
 which the integer accounting keeps within the caps ``(eps_W, delta_W)``.
 Over the lifetime, at most ``M = records_per_lifetime`` records are released,
-so ``(M eps_r, M delta_r)`` with ``M eps_r <= lifetime_epsilon``.
+so ``(M eps_r, M delta_r)`` with ``M eps_r <= lifetime_epsilon``. With aggregates, each
+window a subject's records enter is charged beside them and the caps bound the sum
+(docs/proofs/ledger-aggregates.md); ``explain`` prints each window's charge.
 """
 
 from __future__ import annotations
