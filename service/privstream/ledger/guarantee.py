@@ -12,6 +12,7 @@ window a subject's records enter is charged beside them and the caps bound the s
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from privstream.config.ledger import format_duration
@@ -66,20 +67,22 @@ def _aggregate_charges(config: AppConfig, policy: LedgerPolicy) -> dict[str, Any
     together before the cap (docs/proofs/ledger-aggregates.md), or None without any."""
     if not config.aggregates or any(spec.window is None for spec in config.aggregates):
         return None
+    costs = aggregate_costs(config)
+    counts = [cost.windows_per(policy.window_ms) for cost in costs]
     entries = [
         {
             "name": cost.name,
             "window": format_duration(cost.window_ms),
             "epsilon": cost.epsilon,
             "delta": cost.delta,
-            "windows_per_ledger_window": cost.windows_per(policy.window_ms),
+            "windows_per_ledger_window": count,
         }
-        for cost in aggregate_costs(config)
+        for cost, count in zip(costs, counts, strict=True)
     ]
     return {
         "entries": entries,
-        "most_epsilon": sum(e["epsilon"] * e["windows_per_ledger_window"] for e in entries),
-        "most_delta": sum(e["delta"] * e["windows_per_ledger_window"] for e in entries),
+        "most_epsilon": math.fsum(c.epsilon * n for c, n in zip(costs, counts, strict=True)),
+        "most_delta": math.fsum(c.delta * n for c, n in zip(costs, counts, strict=True)),
     }
 
 

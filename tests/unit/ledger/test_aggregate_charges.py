@@ -24,7 +24,11 @@ DAY = 24 * HOUR
 RECORD_EPS, RECORD_DELTA = 1.5, 1e-7
 CAP_EPS, CAP_DELTA, LIFETIME = 4.0, 1e-5, 11.0
 #: (name, window, aggregate epsilon, delta): charged 2 eps and (1 + e^eps) delta
-AGGREGATES = (("hourly", HOUR, 0.5, 1e-7), ("daily", DAY, 0.25, 0.0), ("odd", 90 * 60_000, 0.1, 1e-6))
+AGGREGATES = (
+    ("hourly", HOUR, 0.5, 1e-7),
+    ("daily", DAY, 0.25, 0.0),
+    ("odd", 90 * 60_000, 0.1, 1e-6),
+)
 
 
 def policy(window_ms: int = DAY, lifetime: float | None = None) -> LedgerPolicy:
