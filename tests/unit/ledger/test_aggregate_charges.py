@@ -11,12 +11,14 @@ from __future__ import annotations
 import copy
 import math
 import random
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
 from privstream.config.ledger import DELTA_UNITS, EPSILON_UNITS, cap_units, cost_units
 from privstream.errors import MisuseError
 from privstream.ledger.aggregate_charges import AggregateCost, JointLedger, Verdict
+from privstream.ledger.core import SubjectLedger
 from privstream.ledger.policy import LedgerPolicy
 
 HOUR = 3_600_000
@@ -211,3 +213,24 @@ def test_a_replay_from_the_committed_state_decides_the_same() -> None:
     restored = copy.deepcopy(ledger)
     first = [ledger.admit(s, t) for s, t in stream[1_500:]]
     assert [restored.admit(s, t) for s, t in stream[1_500:]] == first
+
+
+@pytest.mark.parametrize("lifetime", [None, LIFETIME])
+def test_without_aggregates_it_decides_as_the_subject_ledger(lifetime: float | None) -> None:
+    """The joint core extends today's ledger: with no aggregate, every record's verdict is
+    ``SubjectLedger.charge``'s (records all screened: on time, keyed by their subject)."""
+    base = replace(policy(6 * HOUR, lifetime), grace_ms=4 * DAY)  # nothing is late
+    stream = _stream(seed=11, n=2_000)
+    subjects = [s for s, _, _ in stream]
+    stamps = [t for _, t, _ in stream]
+    joint = JointLedger(base, ())
+    expected = [joint.admit(s, t).released for s, t in zip(subjects, stamps, strict=True)]
+    ledger = SubjectLedger(policy=base, deployment="g")
+    for cut in range(0, len(stream), 500):  # in batches, as the worker charges
+        part = slice(cut, cut + 500)
+        charge = ledger.charge(
+            0, subjects=subjects[part], keys=subjects[part], timestamps_ms=stamps[part],
+            now_ms=3 * DAY,
+        )  # fmt: skip
+        assert charge.admitted.tolist() == expected[part]
+    assert any(expected) and not all(expected)
