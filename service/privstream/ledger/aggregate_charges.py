@@ -104,26 +104,36 @@ class JointLedger:
     #: every contribution decided: admitted or not, never revisited
     decided: dict[Contribution, bool] = field(default_factory=dict)
 
-    def admit(self, subject: bytes, timestamp_ms: int) -> Verdict:
+    def admit(self, subject: bytes, ledger_ms: int, aggregate_ms: int) -> Verdict:
         """Decide a screened record: its undecided contributions first, in config order,
-        then its release, each against what ``subject`` spent in the record's window."""
-        ledger_window = self._ledger_window(timestamp_ms)
+        then its release, each against what ``subject`` spent in the record's ledger window.
+
+        ``ledger_ms`` places the record in a ledger window (its Kafka timestamp, or its
+        ``privacy.ledger.time``), ``aggregate_ms`` in the aggregates' windows (the time
+        the aggregate stream reads: the Kafka timestamp); usually the same."""
+        ledger_window = self._ledger_window(ledger_ms)
         for index, cost in enumerate(self.costs):
-            key = self._contribution(subject, index, timestamp_ms, ledger_window)
+            key = self._contribution(subject, index, aggregate_ms, ledger_window)
             if key not in self.decided:
                 units = (cost.cost_units, cost.delta_cost_units)
                 self.decided[key] = self._charge(subject, ledger_window, units)
         record = (self.policy.cost_units, self.policy.delta_cost_units)
         released = self._charge(subject, ledger_window, record)
-        joined = (self.contributes(subject, i, timestamp_ms) for i in range(len(self.costs)))
+        joined = (self.contributes(subject, i, ledger_ms, aggregate_ms) for i in self._indices)
         return Verdict(released=released, contributes=tuple(joined))
 
-    def contributes(self, subject: bytes, aggregate: int, timestamp_ms: int) -> bool:
-        """Whether a record of ``subject`` stamped ``timestamp_ms`` enters its window of
-        aggregate ``aggregate``: only if its contribution was admitted (undecided: no)."""
-        ledger_window = self._ledger_window(timestamp_ms)
-        key = self._contribution(subject, aggregate, timestamp_ms, ledger_window)
+    def contributes(
+        self, subject: bytes, aggregate: int, ledger_ms: int, aggregate_ms: int
+    ) -> bool:
+        """Whether a record of ``subject`` (times as ``admit`` takes them) enters its window
+        of aggregate ``aggregate``: only if its contribution was admitted (undecided: no)."""
+        ledger_window = self._ledger_window(ledger_ms)
+        key = self._contribution(subject, aggregate, aggregate_ms, ledger_window)
         return self.decided.get(key, False)
+
+    @property
+    def _indices(self) -> range:
+        return range(len(self.costs))
 
     def _charge(self, subject: bytes, ledger_window: int, units: tuple[int, int]) -> bool:
         """Add ``units`` to the subject's window (and lifetime) iff every cap still holds."""

@@ -70,45 +70,59 @@ COSTS = tuple(cost(*a) for a in AGGREGATES)
 def test_a_window_is_charged_once_and_records_get_the_rest() -> None:
     ledger = JointLedger(policy(), COSTS[:1])  # hourly, charged 1.0 per window
     # hour 0: the window (1.0) then the record (1.5); the second record 1.5 more: 4.0
-    assert ledger.admit(b"s", 10) == Verdict(released=True, contributes=(True,))
-    assert ledger.admit(b"s", 20) == Verdict(released=True, contributes=(True,))
+    assert ledger.admit(b"s", 10, 10) == Verdict(released=True, contributes=(True,))
+    assert ledger.admit(b"s", 20, 20) == Verdict(released=True, contributes=(True,))
     record_delta = cost_units(RECORD_DELTA, DELTA_UNITS)
     spent = [cap_units(CAP_EPS, EPSILON_UNITS), COSTS[0].delta_cost_units + 2 * record_delta]
     assert ledger.spent[(b"s", 0)] == spent
     # a third record fits neither: hour 0 still counts it, as its window was admitted
-    assert ledger.admit(b"s", 30) == Verdict(released=False, contributes=(True,))
+    assert ledger.admit(b"s", 30, 30) == Verdict(released=False, contributes=(True,))
     # hour 1 of the same day: its window would need 1.0 more than the cap allows
-    assert ledger.admit(b"s", HOUR + 1) == Verdict(released=False, contributes=(False,))
+    assert ledger.admit(b"s", HOUR + 1, HOUR + 1) == Verdict(released=False, contributes=(False,))
     assert ledger.decided[(b"s", 0, HOUR, 0)] is False
     # another day is another ledger window: the budget is whole again
-    assert ledger.admit(b"s", DAY) == Verdict(released=True, contributes=(True,))
+    assert ledger.admit(b"s", DAY, DAY) == Verdict(released=True, contributes=(True,))
 
 
 def test_a_refusal_is_never_revisited_and_undecided_means_left_out() -> None:
     ledger = JointLedger(policy(), COSTS[:1])
-    assert ledger.contributes(b"s", 0, 5) is False  # no screened record yet: left out
+    assert ledger.contributes(b"s", 0, 5, 5) is False  # no screened record yet: left out
     for t in (1, 2):
-        ledger.admit(b"s", t)
-    assert ledger.admit(b"s", HOUR).contributes == (False,)
+        ledger.admit(b"s", t, t)
+    assert ledger.admit(b"s", HOUR, HOUR).contributes == (False,)
     # a record the screen refused (late, say) is never admitted, yet asks: still left out
-    assert ledger.contributes(b"s", 0, HOUR + 5) is False
-    assert ledger.contributes(b"s", 0, 7) is True
+    assert ledger.contributes(b"s", 0, HOUR + 5, HOUR + 5) is False
+    assert ledger.contributes(b"s", 0, 7, 7) is True
 
 
 def test_an_aggregate_window_across_two_ledger_windows_is_charged_in_each() -> None:
     ledger = JointLedger(policy(window_ms=HOUR), COSTS[1:2])  # daily windows, hourly ledger
-    assert ledger.admit(b"s", 0).contributes == (True,)
-    assert ledger.admit(b"s", HOUR).contributes == (True,)
+    assert ledger.admit(b"s", 0, 0).contributes == (True,)
+    assert ledger.admit(b"s", HOUR, HOUR).contributes == (True,)
     daily = COSTS[1].cost_units
     record = cost_units(RECORD_EPS, EPSILON_UNITS)
     assert ledger.spent[(b"s", 0)][0] == ledger.spent[(b"s", HOUR)][0] == daily + record
     assert {k for k, v in ledger.decided.items() if v} == {(b"s", 0, 0, 0), (b"s", 0, 0, HOUR)}
 
 
+def test_the_charge_goes_to_the_ledger_window_of_the_ledger_s_time() -> None:
+    """With ``privacy.ledger.time``, the ledger's time can fall in another day than the
+    Kafka timestamp that places the record in an aggregate window."""
+    ledger = JointLedger(policy(), COSTS[:1])
+    assert ledger.admit(b"s", DAY + 5, DAY - 5).contributes == (True,)
+    assert ledger.decided == {(b"s", 0, DAY - HOUR, DAY): True}
+    assert (b"s", 0) not in ledger.spent
+    assert ledger.spent[(b"s", DAY)][0] == COSTS[0].cost_units + cost_units(
+        RECORD_EPS, EPSILON_UNITS
+    )
+    # the same aggregate window, read under day 0 of the ledger: a contribution of its own
+    assert ledger.contributes(b"s", 0, DAY - 5, DAY - 5) is False
+
+
 def test_the_lifetime_cap_counts_windows_too() -> None:
     ledger = JointLedger(policy(lifetime=3.0), COSTS[:1])  # 3.0 ever: 1.0 + 1.5, then 0.5
-    assert ledger.admit(b"s", 0) == Verdict(released=True, contributes=(True,))
-    assert ledger.admit(b"s", DAY) == Verdict(released=False, contributes=(False,))
+    assert ledger.admit(b"s", 0, 0) == Verdict(released=True, contributes=(True,))
+    assert ledger.admit(b"s", DAY, DAY) == Verdict(released=False, contributes=(False,))
     assert ledger.lifetime[b"s"] == COSTS[0].cost_units + cost_units(RECORD_EPS, EPSILON_UNITS)
 
 
@@ -156,24 +170,33 @@ def _stream(seed: int, n: int = 4_000) -> list[tuple[bytes, int, bool]]:
 
 @pytest.mark.parametrize("ledger_window", [HOUR, 6 * HOUR, DAY])
 @pytest.mark.parametrize("lifetime", [None, LIFETIME])
-def test_no_subject_ever_spends_over_its_caps(ledger_window: int, lifetime: float | None) -> None:
+@pytest.mark.parametrize("skew", [0, 2 * HOUR])
+def test_no_subject_ever_spends_over_its_caps(
+    ledger_window: int, lifetime: float | None, skew: int
+) -> None:
     """Spending recomputed from the raw stream: each released record costs the record's
     (epsilon, delta); each (aggregate, aggregate window, ledger window) that one of the
-    subject's records enters, wherever it was screened, costs (2 eps, (1 + e^eps) delta)."""
+    subject's records enters, wherever it was screened, costs (2 eps, (1 + e^eps) delta).
+    ``skew``: the ledger's time (``privacy.ledger.time``) is up to that far from the
+    Kafka timestamp that places the record in the aggregates' windows."""
     ledger = JointLedger(policy(ledger_window, lifetime), COSTS)
-    stream = _stream(seed=ledger_window + (lifetime is not None))
-    released = [ledger.admit(s, t).released if ok else False for s, t, ok in stream]
+    rng = random.Random(ledger_window + skew)
+    stream = [
+        (s, t, max(0, t + rng.randint(-skew, skew)), ok)
+        for s, t, ok in _stream(seed=ledger_window + (lifetime is not None))
+    ]
+    released = [ledger.admit(s, lt, t).released if ok else False for s, t, lt, ok in stream]
     eps: dict[tuple[bytes, int], Fraction] = {}
     delta: dict[tuple[bytes, int], Fraction] = {}
     entered: set[tuple[bytes, int, int, int]] = set()
-    for (subject, t, _), out in zip(stream, released, strict=True):
-        where = (subject, t // ledger_window)
+    for (subject, t, lt, _), out in zip(stream, released, strict=True):
+        where = (subject, lt // ledger_window)
         if out:
             eps[where] = eps.get(where, Fraction(0)) + Fraction(RECORD_EPS)
             delta[where] = delta.get(where, Fraction(0)) + Fraction(RECORD_DELTA)
         for index, (_, size, a_eps, a_delta) in enumerate(AGGREGATES):
-            key = (subject, index, t // size, t // ledger_window)
-            if ledger.contributes(subject, index, t) and key not in entered:
+            key = (subject, index, t // size, lt // ledger_window)
+            if ledger.contributes(subject, index, lt, t) and key not in entered:
                 entered.add(key)
                 eps[where] = eps.get(where, Fraction(0)) + 2 * Fraction(a_eps)
                 charged = (1 + Fraction(math.exp(a_eps))) * Fraction(a_delta)
@@ -186,21 +209,22 @@ def test_no_subject_ever_spends_over_its_caps(ledger_window: int, lifetime: floa
             ever[subject] = ever.get(subject, Fraction(0)) + spent
         assert max(ever.values()) <= Fraction(lifetime)
     # not vacuous: both kinds were charged, and records were refused; contributions are
-    # refused too under a lifetime cap or where a ledger window holds several windows of
-    # an aggregate (in an hour, each is decided before the records could exhaust the cap)
+    # refused too under a lifetime cap or where a ledger window meets several windows of
+    # an aggregate (an hour without skew meets one hourly window, and the 90m windows
+    # it meets are decided before its records could exhaust the cap)
     assert entered and any(released) and not all(released)
     refusals = any(v is False for v in ledger.decided.values())
-    assert refusals == (ledger_window > HOUR or lifetime is not None)
+    assert refusals == (ledger_window > HOUR or lifetime is not None or skew > 0)
 
 
 def test_a_subject_s_decisions_depend_on_its_own_records_only() -> None:
     """Removing every other subject changes none of a subject's verdicts (step 1)."""
     stream = [(s, t) for s, t, ok in _stream(seed=7) if ok]
     together = JointLedger(policy(6 * HOUR), COSTS)
-    verdicts = [(s, together.admit(s, t)) for s, t in stream]
+    verdicts = [(s, together.admit(s, t, t)) for s, t in stream]
     for subject in {s for s, _ in stream[:200]}:
         alone = JointLedger(policy(6 * HOUR), COSTS)
-        own = [alone.admit(s, t) for s, t in stream if s == subject]
+        own = [alone.admit(s, t, t) for s, t in stream if s == subject]
         assert own == [v for s, v in verdicts if s == subject]
 
 
@@ -209,10 +233,10 @@ def test_a_replay_from_the_committed_state_decides_the_same() -> None:
     stream = [(s, t) for s, t, ok in _stream(seed=9) if ok]
     ledger = JointLedger(policy(), COSTS)
     for s, t in stream[:1_500]:
-        ledger.admit(s, t)
+        ledger.admit(s, t, t)
     restored = copy.deepcopy(ledger)
-    first = [ledger.admit(s, t) for s, t in stream[1_500:]]
-    assert [restored.admit(s, t) for s, t in stream[1_500:]] == first
+    first = [ledger.admit(s, t, t) for s, t in stream[1_500:]]
+    assert [restored.admit(s, t, t) for s, t in stream[1_500:]] == first
 
 
 @pytest.mark.parametrize("lifetime", [None, LIFETIME])
@@ -224,7 +248,7 @@ def test_without_aggregates_it_decides_as_the_subject_ledger(lifetime: float | N
     subjects = [s for s, _, _ in stream]
     stamps = [t for _, t, _ in stream]
     joint = JointLedger(base, ())
-    expected = [joint.admit(s, t).released for s, t in zip(subjects, stamps, strict=True)]
+    expected = [joint.admit(s, t, t).released for s, t in zip(subjects, stamps, strict=True)]
     ledger = SubjectLedger(policy=base, deployment="g")
     for cut in range(0, len(stream), 500):  # in batches, as the worker charges
         part = slice(cut, cut + 500)
