@@ -18,14 +18,14 @@ import json
 import time
 from pathlib import Path
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, ConsumerRecord
 from privstream.aggregates.windows import window_label, window_start
 
 from tests.support import aggregate_stream as agg
 from tests.support.aggregate_stream import running
 from tests.support.broker import create_topics
 from tests.support.faults import Tail, free_port, poll_until, scrape_until
-from tests.support.worker_proc import Collector, WorkerProcess, read_all
+from tests.support.worker_proc import Collector, WorkerProcess, produce, read_all
 
 SIZE_S, GRACE_S = 2, 3
 SIZE = SIZE_S * 1000
@@ -214,3 +214,55 @@ async def test_an_internal_topic_that_would_forget_releases_is_refused(
     await worker.start()
     assert await worker.wait(60) == 2
     assert "cleanup.policy='delete'; it must have 1 partition and 'compact'" in worker.log_text()
+
+
+def _seen_at(m: ConsumerRecord) -> int | None:
+    """The record's ``seen_at`` (epoch ms), None where it is no number (left out)."""
+    value = json.loads(m.value).get("seen_at")
+    return value if type(value) is int else None
+
+
+async def test_windows_from_a_time_field(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """``window.time: seen_at``: each record's window is its field's. Every Kafka
+    timestamp is in 1970 (every record would be late by it); a record whose ``seen_at``
+    is missing or garbage is left out; the rows are byte for byte the file-mode pieces'
+    over the records by their field's window."""
+    kafka, out, config = await agg.setup(
+        kafka_bootstrap, tmp_path, "aggtime", SIZE_S, GRACE_S, time="seen_at"
+    )
+    worker = WorkerProcess(config, tmp_path / "worker.log")
+    await worker.start()
+    async with running(worker), Collector(kafka_bootstrap, out) as rows:
+        epoch = await poll_until(
+            lambda: _epoch(kafka_bootstrap, kafka),
+            60,
+            "the epoch committed",
+            every_s=0.2,
+            why=lambda: worker.log_text()[-3000:],
+        )
+        base = window_start(int(time.time() * 1000), SIZE) + 2 * SIZE
+        seen = [base + i * (3 * SIZE) // RECORDS for i in range(RECORDS)]
+        values = []
+        for i, at in enumerate(seen):
+            body = json.loads(agg.record(i))
+            if i % 10 != 3:  # missing on every tenth, garbage on another
+                body["seen_at"] = "garbage" if i % 10 == 7 else at
+            values.append((f"u{i % 37}".encode(), json.dumps(body).encode(), []))
+        await produce(kafka_bootstrap, kafka["input_topic"], values, [1_000] * RECORDS)
+        last = window_start(seen[-1], SIZE)
+        await poll_until(
+            lambda: _released_through(rows, last),
+            90,
+            "the last window released",
+            why=lambda: worker.log_text()[-3000:],
+        )
+    inputs = await read_all(kafka_bootstrap, kafka["input_topic"], 2)
+    starts = list(range(window_start(epoch, SIZE), last + SIZE, SIZE))
+    expected = agg.expected(config, inputs, starts, SIZE_S, _seen_at)
+    copies = agg.released(rows.records)
+    released = {k: v for k, v in copies.items() if _start(k[1]) <= last}
+    assert set(released) == set(expected)
+    assert all(len(v) == 1 for v in released.values()), "a window released twice"
+    assert {k: v[0] for k, v in released.items()} == expected
+    counted = sum(_seen_at(m) is not None for m in inputs)
+    assert counted == RECORDS - 2 * RECORDS // 10, "the left-out records are not the ones meant"

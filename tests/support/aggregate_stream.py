@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from functools import reduce
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,21 @@ FIELDS: list[dict[str, Any]] = [
 ]
 
 
-def aggregates(topic: str, size_s: int, grace_s: int) -> list[dict[str, Any]]:
-    window = {"size_seconds": size_s, "grace_seconds": grace_s}
+#: ``setup(time=TIME_FIELD)``: the field ``window.time`` reads (epoch milliseconds)
+TIME_FIELD: dict[str, Any] = {
+    "name": "seen_at",
+    "kind": "timestamp",
+    "granularity": "1s",
+    "epoch_unit": "ms",
+}
+
+
+def aggregates(
+    topic: str, size_s: int, grace_s: int, time: str | None = None
+) -> list[dict[str, Any]]:
+    window: dict[str, Any] = {"size_seconds": size_s, "grace_seconds": grace_s}
+    if time is not None:
+        window["time"] = time
     common = {"epsilon": 1.0, "window": window, "output_topic": topic}
     return [
         {"name": "by_os", "query": "histogram", "field": "os", **common},
@@ -51,17 +65,18 @@ def aggregates(topic: str, size_s: int, grace_s: int) -> list[dict[str, Any]]:
 
 
 async def setup(
-    bootstrap: str, tmp: Path, prefix: str, size_s: int, grace_s: int
+    bootstrap: str, tmp: Path, prefix: str, size_s: int, grace_s: int, time: str | None = None
 ) -> tuple[dict[str, str], str, Path]:
-    """Created topics (input with ``PARTITIONS``), the aggregates' topic and the config."""
+    """Created topics (input with ``PARTITIONS``), the aggregates' topic and the config
+    (``time``: windows from that field, ``TIME_FIELD``, instead of the Kafka timestamp)."""
     kafka = unique_topics(prefix)
     out = f"{kafka['input_topic']}.aggregates"
     await create_topics(bootstrap, [kafka["input_topic"]], partitions=PARTITIONS)
     await create_topics(bootstrap, [kafka["output_topic"], kafka["dead_letter_topic"], out])
     body = {
         "privacy": {"epsilon": 10.0, "delta": 1e-6},
-        "fields": FIELDS,
-        "aggregates": aggregates(out, size_s, grace_s),
+        "fields": FIELDS if time is None else [*FIELDS, TIME_FIELD],
+        "aggregates": aggregates(out, size_s, grace_s, time),
     }
     return kafka, out, write_config(tmp / "config.yaml", bootstrap, kafka, body)
 
@@ -127,9 +142,14 @@ def record(i: int) -> bytes:
 
 
 def expected(
-    config: Path, inputs: Sequence[ConsumerRecord], starts: Sequence[int], size_s: int
+    config: Path,
+    inputs: Sequence[ConsumerRecord],
+    starts: Sequence[int],
+    size_s: int,
+    time_of: Callable[[ConsumerRecord], int | None] = attrgetter("timestamp"),
 ) -> dict[tuple[str, str, str], bytes]:
-    """(aggregate, window label, group JSON) -> the row's bytes, for each window start."""
+    """(aggregate, window label, group JSON) -> the row's bytes, for each window start
+    (``time_of``: a record's time, None to leave it out; the Kafka timestamp by default)."""
     loaded = load_config(config)
     noise = KeyedCells(TEST_SECRET, loaded.kafka.input_topic, loaded.kafka.noise_domain)
     size = size_s * 1000
@@ -141,7 +161,12 @@ def expected(
             for partition in range(PARTITIONS):
                 acc = plan.accumulator(label)
                 for m in sorted(inputs, key=lambda m: m.offset):
-                    if m.partition == partition and window_start(m.timestamp, size) == start:
+                    at = time_of(m)
+                    if (
+                        m.partition == partition
+                        and at is not None
+                        and window_start(at, size) == start
+                    ):
                         acc.add(orjson.loads(m.value))
                 parts.append(acc.partial())
             merged = reduce(merge, parts, Partial(plan.name, label))

@@ -18,10 +18,12 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import orjson
 
 from privstream.aggregates.density import DensityPart
+from privstream.aggregates.event_time import FieldTime
 from privstream.aggregates.partial import Accumulator, Bounds
 from privstream.aggregates.queries import Query
 from privstream.aggregates.read import Cell, RecordReader
@@ -52,6 +54,8 @@ class AggregatePlan:
     unit_records: int
     #: ``select_groups``: the least noisy count a group is released with (``selection``)
     threshold: int | None = None
+    #: ``window.time``: each record's event time from its own field (None: the Kafka timestamp)
+    time: FieldTime | None = None
 
     @property
     def name(self) -> str:
@@ -89,7 +93,11 @@ class AggregatePlan:
     def release_id(self, part: str) -> bytes:
         """A hash of everything that determines the release of one part (the window and
         grace too: another grace is another set of records, never the same noise)."""
-        unset = {name for name in _UNSET_STREAM if getattr(self.spec, name) is None}
+        unset: dict[str, Any] = {
+            name: True for name in _UNSET_STREAM if getattr(self.spec, name) is None
+        }
+        if self.spec.window is not None and self.spec.window.time is None:
+            unset["window"] = {"time"}  # Kafka timestamps: the ids stay as they were
         density = self.query.density
         if part == "density" and density is not None:
             scale, step = density.sigma, density.step
@@ -97,7 +105,7 @@ class AggregatePlan:
             total = self.query.total(part)
             scale, step = total.noise.t, total.step
         payload = {
-            "aggregate": self.spec.model_dump(mode="json", exclude=set(unset)),
+            "aggregate": self.spec.model_dump(mode="json", exclude=unset),
             "part": part,
             "t": scale.hex(),
             "step": step.hex(),
@@ -239,7 +247,8 @@ def _plan(spec: AggregateConfig, config: AppConfig) -> AggregatePlan:
         records_per_group=None if contribution is None else contribution.records_per_group,
         max_group=None if corr is None else corr.max_group,
     )
-    return AggregatePlan(spec, query, reader, bounds, cells, records, tau)
+    time = FieldTime.of(None if spec.window is None else spec.window.time, fields)
+    return AggregatePlan(spec, query, reader, bounds, cells, records, tau, time)
 
 
 def build_aggregates(config: AppConfig) -> tuple[AggregatePlan, ...]:

@@ -69,8 +69,9 @@ class OpenWindows:
     """The accumulators of the open windows of the partitions this worker owns.
 
     Windows close by the wall clock alone (``closed_until``): a record's treatment
-    (counted, late, future, misplaced) is a function of that record (its timestamp,
-    subject and partition) and of when it is first read (``ReadClocks``), never of another record's
+    (counted, late, future, misplaced) is a function of that record (its timestamp or
+    ``window.time``, subject and partition) and of when it is first read (``ReadClocks``),
+    never of another record's
     contents (docs/proofs/aggregates.md, step 19).
     """
 
@@ -111,21 +112,27 @@ class OpenWindows:
     ) -> None:
         """One input record, in offset order; a value that is no JSON object enters nothing.
 
-        Left out: a record more than ``MAX_FUTURE_MS`` past its partition's read clock
-        (a future record: it would hold its window, and the committed offset, open until
-        then; judged by the committed clock of ``ReadClocks``, so the same on a replay), a
-        record of a window already closed on its partition (late), and a ``misplaced``
-        one (its subject's records belong to another partition, whose bounds count them:
-        here they would count a second time), and one read again after an offset reset
-        whose committed clock entry was pruned (``ReadClocks.judge``).
+        A record's time is its Kafka timestamp, or with ``window.time`` its field's
+        (``FieldTime``: an aggregate leaves out a record without a readable one).
+        Left out: a record whose time is more than ``MAX_FUTURE_MS`` past its partition's
+        read clock (a future record: it would hold its window, and the committed offset,
+        open until then; judged by the committed clock of ``ReadClocks`` whatever the time
+        source, so the same on a replay), a record of a window already closed on its
+        partition (late), a ``misplaced`` one (its subject's records belong to another
+        partition, whose bounds count them: here they would count a second time), and one
+        read again after an offset reset whose committed clock entry was pruned
+        (``ReadClocks.judge``).
         """
         clock = self._clocks.judge(partition, offset, now_ms)
         record = _parse(value)
-        if clock is None or record is None or misplaced or timestamp_ms > clock + MAX_FUTURE_MS:
+        if clock is None or record is None or misplaced:
             return
         subject = self._subject(value)
         for index, (plan, timing) in enumerate(zip(self._plans, self._timing, strict=True)):
-            start = window_start(timestamp_ms, timing.size)
+            at = timestamp_ms if plan.time is None else plan.time(record)
+            if at is None or at > clock + MAX_FUTURE_MS:
+                continue  # no readable time (``window.time``), or a future one
+            start = window_start(at, timing.size)
             if not self._is_open(index, partition, start, now_ms):
                 continue  # late, or before the aggregate's first window
             where = (index, start, partition)
@@ -264,9 +271,10 @@ def releases(
     whether a partition had records); ``OpenWindows.changed`` names the plan change.
     """
     out = []
+    names = {plan.name for plan in plans}
     for plan in plans:
         timing = Timing.of(plan)
-        for start in view.due(plan.name, timing.size, partitions):
+        for start in view.due(plan.name, timing.size, partitions, names):
             label = window_label(start, timing.size)
             inputs = sorted(view.inputs(plan.name, start).items())
             ours = [v for _, (at, v) in inputs if at.plan == plan.partial_id]

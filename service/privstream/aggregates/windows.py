@@ -35,7 +35,9 @@ its transactions. Keys and values are canonical JSON:
   read end (``privstream.aggregates.clocks``): what its records' future-ness
   is judged by, on a first read and on a replay alike;
 * ``{"t":"released","a":A}``: every window of ``A`` ending at or before
-  ``until`` is released (written with the rows, in one transaction).
+  ``until`` is released (written with the rows, in one transaction); never
+  tombstoned: a config lacking ``A`` releases no window starting before it
+  (``View.foreign_end``).
 
 Proof: docs/proofs/aggregates.md ("Over Kafka").
 """
@@ -43,7 +45,7 @@ Proof: docs/proofs/aggregates.md ("Over Kafka").
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -265,11 +267,21 @@ class View:
         known = [f for f in found if f is not None]
         return None if len(known) < partitions else min(known)
 
-    def due(self, aggregate: str, size_ms: int, partitions: int) -> list[int]:
+    def foreign_end(self, names: Collection[str]) -> int:
+        """The largest ``released`` end of a name not in ``names`` (0: none): a config
+        whose aggregates are ``names`` releases no window starting before it, so no record
+        is released by names of two configs that do not both hold them (a rename during a
+        rolling deploy: docs/proofs/aggregates.md, step 16)."""
+        return max([0, *(end for name, end in self.released.items() if name not in names)])
+
+    def due(
+        self, aggregate: str, size_ms: int, partitions: int, names: Collection[str]
+    ) -> list[int]:
         """The starts of the aggregate's windows every partition has closed and that are
-        not released yet, in order (at most ``MAX_DUE``)."""
+        not released yet, in order (at most ``MAX_DUE``), for a config whose aggregates
+        are ``names``."""
         closed = self.closed_until(aggregate, partitions)
-        start = self._due_from(aggregate, size_ms)
+        start = self._due_from(aggregate, size_ms, names)
         if closed is None or start is None:
             return []
         starts: list[int] = []
@@ -278,13 +290,15 @@ class View:
             start += size_ms
         return starts
 
-    def _due_from(self, aggregate: str, size_ms: int) -> int | None:
+    def _due_from(self, aggregate: str, size_ms: int, names: Collection[str]) -> int | None:
         """The start of the aggregate's next window to release (None: no epoch record)."""
         first = self.first_window(aggregate, size_ms)
         if first is None:
             return None
-        # a name that came back, or a changed size: past what it released before
-        return max(first, aligned_up(self.released.get(aggregate, first), size_ms))
+        # a name that came back, or a changed size: past what it released before; and
+        # past what any name the config lacks released (the windows between are skipped)
+        own = self.released.get(aggregate, first)
+        return max(first, aligned_up(max(own, self.foreign_end(names)), size_ms))
 
     def never_due(self, sizes: Mapping[str, int], partition: int) -> list[bytes]:
         """The keys of the partition's partials no release will read (``sizes``: the
@@ -294,13 +308,14 @@ class View:
         return [
             key
             for key, (at, _) in self.partials.items()
-            if at.partition == partition and self._never_due(at, sizes.get(at.aggregate))
+            if at.partition == partition and self._never_due(at, sizes)
         ]
 
-    def _never_due(self, at: PartialAt, size_ms: int | None) -> bool:
+    def _never_due(self, at: PartialAt, sizes: Mapping[str, int]) -> bool:
+        size_ms = sizes.get(at.aggregate)
         if size_ms is None:
             return True
-        start = self._due_from(at.aggregate, size_ms)
+        start = self._due_from(at.aggregate, size_ms, sizes.keys())
         return start is not None and (at.start < start or (at.start - start) % size_ms != 0)
 
     def inputs(self, aggregate: str, start_ms: int) -> Mapping[bytes, tuple[PartialAt, bytes]]:

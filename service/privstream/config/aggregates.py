@@ -65,11 +65,14 @@ class Correlation(Strict):
 
 
 class Window(Strict):
-    """``privstream run``: the tumbling event-time window (the Kafka timestamp)."""
+    """``privstream run``: the tumbling event-time window (the Kafka timestamp, or ``time``)."""
 
     size_seconds: int = Field(ge=1, le=366 * 86_400)
     #: how long past a window's end (by the wall clock) its records may still arrive
     grace_seconds: int = Field(default=0, ge=0, le=7 * 86_400)
+    #: a ``kind: timestamp`` field (a path: ``device.seen_at``) whose raw time gives the
+    #: window instead of the Kafka timestamp; a record without a readable one is left out
+    time: str | None = Field(default=None, min_length=1)
 
 
 class AggregateConfig(Strict):
@@ -229,6 +232,26 @@ def _unit_problem(spec: AggregateConfig, subject: str | None, group_size: int) -
     return None
 
 
+def _time_problem(spec: AggregateConfig, fields: Mapping[str, FieldConfig]) -> str | None:
+    """Why ``window.time`` cannot give the windows (None: it can, or it is unset)."""
+    name = None if spec.window is None else spec.window.time
+    if name is None:
+        return None
+    target = fields.get(name)
+    if target is None:
+        return (
+            f"window.time {name!r} is not in fields; declare it there as kind: timestamp, "
+            "or remove window.time (windows then follow the Kafka timestamp)"
+        )
+    if target.kind != "timestamp":
+        return (
+            f"window.time {name!r} is of kind {target.kind}: the window is read from a "
+            "time in a declared format; declare it kind: timestamp, or remove window.time "
+            "(windows then follow the Kafka timestamp)"
+        )
+    return None
+
+
 def aggregate_problems(
     aggregates: Sequence[AggregateConfig],
     fields: Sequence[FieldConfig],
@@ -257,6 +280,9 @@ def aggregate_problems(
         problem = _unit_problem(spec, subject, group_size)
         if problem is not None:
             problems.append((position, "contribution", problem))
+        time_problem = _time_problem(spec, by_name)
+        if time_problem is not None:
+            problems.append((position, "window", time_problem))
         if spec.correlation is not None and spec.correlation.by not in by_name:
             problems.append(
                 (position, "correlation", f"correlation.by {spec.correlation.by!r} is not a field")

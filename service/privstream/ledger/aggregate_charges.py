@@ -104,22 +104,24 @@ class JointLedger:
     #: every contribution decided: admitted or not, never revisited
     decided: dict[Contribution, bool] = field(default_factory=dict)
 
-    def admit(self, subject: bytes, ledger_ms: int, aggregate_ms: int) -> Verdict:
+    def admit(self, subject: bytes, ledger_ms: int, aggregate_ms: int | Sequence[int]) -> Verdict:
         """Decide a screened record: its undecided contributions first, in config order,
         then its release, each against what ``subject`` spent in the record's ledger window.
 
         ``ledger_ms`` places the record in a ledger window (its Kafka timestamp, or its
-        ``privacy.ledger.time``), ``aggregate_ms`` in the aggregates' windows (the time
-        the aggregate stream reads: the Kafka timestamp); usually the same."""
+        ``privacy.ledger.time``), ``aggregate_ms`` in each aggregate's windows (the time
+        the aggregate stream reads: the Kafka timestamp, or the aggregate's
+        ``window.time``): one per aggregate, or one for all."""
+        times = self._times(aggregate_ms)
         ledger_window = self._ledger_window(ledger_ms)
         for index, cost in enumerate(self.costs):
-            key = self._contribution(subject, index, aggregate_ms, ledger_window)
+            key = self._contribution(subject, index, times[index], ledger_window)
             if key not in self.decided:
                 units = (cost.cost_units, cost.delta_cost_units)
                 self.decided[key] = self._charge(subject, ledger_window, units)
         record = (self.policy.cost_units, self.policy.delta_cost_units)
         released = self._charge(subject, ledger_window, record)
-        joined = (self.contributes(subject, i, ledger_ms, aggregate_ms) for i in self._indices)
+        joined = (self.contributes(subject, i, ledger_ms, times[i]) for i in self._indices)
         return Verdict(released=released, contributes=tuple(joined))
 
     def contributes(
@@ -134,6 +136,16 @@ class JointLedger:
     @property
     def _indices(self) -> range:
         return range(len(self.costs))
+
+    def _times(self, aggregate_ms: int | Sequence[int]) -> Sequence[int]:
+        if isinstance(aggregate_ms, int):
+            return [aggregate_ms] * len(self.costs)
+        if len(aggregate_ms) != len(self.costs):
+            raise MisuseError(
+                f"admit: {len(aggregate_ms)} aggregate times for {len(self.costs)} "
+                "aggregates; give one per aggregate, in config order, or one for all"
+            )
+        return aggregate_ms
 
     def _charge(self, subject: bytes, ledger_window: int, units: tuple[int, int]) -> bool:
         """Add ``units`` to the subject's window (and lifetime) iff every cap still holds."""

@@ -8,9 +8,21 @@ from __future__ import annotations
 
 import json
 
+import orjson
 from privstream.aggregates import KeyedCells, build_aggregates
+from privstream.aggregates.plan import AggregatePlan
 from privstream.aggregates.stream import OpenWindows, Release, releases
-from privstream.aggregates.windows import Start, View, epoch_record
+from privstream.aggregates.windows import (
+    PartialAt,
+    Start,
+    View,
+    encode_partial,
+    epoch_record,
+    partial_key,
+    progress_record,
+    released_record,
+    start_record,
+)
 
 from tests.support.aggregates import aggregates_config
 
@@ -94,8 +106,6 @@ def test_the_aggregates_of_a_new_deployment_start_at_its_epochs_window() -> None
 
 def test_a_new_name_starts_past_every_name_s_released_end_and_progress() -> None:
     """Step 16 across names, whatever the clock of the worker that first sees the name."""
-    from privstream.aggregates.windows import progress_record, released_record
-
     view = View()
     view.apply(*epoch_record(0))
     assert view.last_closed() == 0
@@ -110,8 +120,6 @@ def test_a_new_name_starts_past_every_name_s_released_end_and_progress() -> None
 def test_a_close_tombstones_its_partition_s_partials_no_release_will_read() -> None:
     """L1 (red team 13c): partials of a removed name, of a window before the name's
     first, or off its grid after a size change were never due, so never tombstoned."""
-    from privstream.aggregates.windows import PartialAt, partial_key, start_record
-
     view = View()
     view.apply(*epoch_record(0))
     (day, plan) = _plans("n", size=10)
@@ -132,3 +140,68 @@ def test_a_close_tombstones_its_partition_s_partials_no_release_will_read() -> N
     writes = OpenWindows((day, plan), view).close(0, 101_000)  # nothing closes yet
     tombstones = {key for key, value in writes if value is None}
     assert tombstones == {partial_key(at) for at in stale}
+
+
+TEN = {"size_seconds": 10, "grace_seconds": 2}
+
+
+def _rolling_view(new: AggregatePlan) -> View:
+    """The internal topic of a rolling deploy renaming ``old`` to ``new`` (10 s windows, one
+    partition), in commit order. ``new``'s start (20 s) was chosen from a view in which
+    ``old`` had released up to 10 s; an old-config releaser, its clock later and its view
+    read before ``new``'s start, then released ``old``'s windows up to 30 s, counting the
+    record at 21 s; ``new`` counted it too. Built from the records directly: the proof
+    must hold whatever views the starts and releases were chosen from."""
+    view = _view()
+    view.apply(*start_record("old", Start(0, "o")))
+    view.apply(*progress_record("old", 0, 10_000))
+    view.apply(*released_record("old", 10_000))
+    view.apply(*start_record("new", Start(20_000, new.partial_id)))
+    view.apply(*progress_record("old", 0, 30_000))
+    view.apply(*released_record("old", 30_000))
+    accumulator = new.accumulator("w")
+    accumulator.add({"os": "ios"})
+    (value,) = encode_partial(accumulator.partial())
+    view.apply(partial_key(PartialAt("new", new.partial_id, 20_000, 0)), value)
+    view.apply(*progress_record("new", 0, 30_000))
+    return view
+
+
+def test_a_renamed_aggregate_never_releases_a_time_an_old_config_released() -> None:
+    """Step 16, two configs at once: a window of a name is never released over a time a
+    name the releasing config lacks has released (``View.foreign_end``), whatever the
+    clocks and views the starts were chosen with. Here ``new``'s [20 s, 30 s) holds the
+    record ``old`` released in its [20 s, 30 s), under another release id, so with fresh
+    noise: a second release the budget of neither config counts. It is skipped, and its
+    partial tombstoned by the next close; ``new`` goes on from 30 s."""
+    (new,) = build_aggregates(aggregates_config({**COUNT, "name": "new", "window": TEN}))
+    view = _rolling_view(new)
+    assert [r.label for r in releases((new,), view, NOISE, 1)] == []
+    writes = OpenWindows((new,), view).close(0, 32_500)
+    keys = [orjson.loads(key) for key, value in writes if value is None]
+    assert [key["w"] for key in keys if key["t"] == "partial"] == [20_000]
+    view.apply(*progress_record("new", 0, 40_000))
+    assert view.due("new", 10_000, 1, {"new"}) == [30_000]
+
+
+def test_a_name_the_config_also_holds_is_no_foreign_release() -> None:
+    """An added aggregate (the config holds ``old`` and ``new``) is no rename: ``old``'s
+    releases bound nothing of ``new``'s, whose first window is released."""
+    both = aggregates_config(
+        {**COUNT, "name": "new", "window": TEN}, {**COUNT, "name": "old", "window": TEN}
+    )
+    (new, old) = build_aggregates(both)
+    done = releases((new, old), _rolling_view(new), NOISE, 1)
+    assert [r.label for r in done if r.plan.name == "new"] == ["1970-01-01T00:00:20.000Z/10s"]
+
+
+def test_losing_a_shorter_aggregate_skips_the_kept_one_s_open_window() -> None:
+    """The documented price of ``View.foreign_end``: ``ten`` (10 s windows) released up to
+    30 s beside ``day``; a config holding only ``day`` cannot tell that the config which
+    released ``ten`` held ``day`` too, so ``day``'s window holding 0-30 s is skipped."""
+    view = _view()
+    view.apply(*start_record("day", Start(0, "d")))
+    view.apply(*released_record("ten", 30_000))
+    view.apply(*progress_record("day", 0, 2 * 86_400_000))
+    assert view.due("day", 86_400_000, 1, {"day", "ten"}) == [0, 86_400_000]
+    assert view.due("day", 86_400_000, 1, {"day"}) == [86_400_000]

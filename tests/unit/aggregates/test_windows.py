@@ -117,14 +117,14 @@ def test_records_before_the_epochs_window_are_late() -> None:
 def test_due_windows_are_every_window_all_partitions_closed_in_order() -> None:
     view = fresh_view(epoch_ms=5_000)
     view.apply(*progress_record("n", 0, 30_000))
-    assert view.due("n", 10_000, 2) == []  # partition 1 has closed none
+    assert view.due("n", 10_000, 2, {"n"}) == []  # partition 1 has closed none
     view.apply(*progress_record("n", 1, 20_000))
-    assert view.due("n", 10_000, 2) == [0, 10_000]  # empty windows too, from the epoch's
+    assert view.due("n", 10_000, 2, {"n"}) == [0, 10_000]  # empty windows too, from the epoch's
     view.apply(*released_record("n", 10_000))
-    assert view.due("n", 10_000, 2) == [10_000]
+    assert view.due("n", 10_000, 2, {"n"}) == [10_000]
     view.apply(*progress_record("n", 1, 10**9))
     view.apply(*progress_record("n", 0, 10**9))
-    assert len(view.due("n", 10_000, 2)) == MAX_DUE
+    assert len(view.due("n", 10_000, 2, {"n"})) == MAX_DUE
 
 
 def test_partials_round_trip_and_tombstones_remove_them() -> None:

@@ -205,3 +205,27 @@ def test_a_density_over_a_file_releases_one_row_per_grid_point(tmp_path: Path) -
     released = [json.loads(line) for line in rows.read_text().splitlines()]
     assert [r["group"] for r in released] == [{"latency": x} for x in (0, 25, 50, 75, 100)]
     assert all(r["epsilon"] == 1 and 0 < r["delta"] <= 1e-6 for r in released)
+
+
+def test_file_mode_ignores_window_time_the_file_is_one_window(tmp_path: Path) -> None:
+    """docs/aggregates.md, "Event time from a field": the released records count in the
+    one window whatever their time, years apart (epsilon 60: exact but with probability
+    2e^-60/(1+e^-60)); a record whose time is unparseable is dead-lettered by the record
+    path (``on_missing: dead_letter``), so in no aggregate, as in every file-mode run."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "kafka: {input_topic: raw, output_topic: clean, dead_letter_topic: dlq}\n"
+        "privacy: {epsilon: 250}\n"
+        "fields:\n  - {name: at, kind: timestamp, granularity: 1h}\n"
+        "aggregates:\n  - {name: n, query: count, epsilon: 60,\n"
+        "     window: {size_seconds: 60, time: at}, output_topic: agg}\n"
+    )
+    times = ["1990-01-01T00:00:00Z", "2026-11-28T10:00:00Z", 1_800_000_000, "garbage"]
+    raw = tmp_path / "in.jsonl"
+    raw.write_text("".join(json.dumps({"at": t}) + "\n" for t in times))
+    files = {"config": config, "input": raw, "output": tmp_path / "out.jsonl"}
+    files |= {"dead": tmp_path / "dead.jsonl", "aggregates": tmp_path / "agg.jsonl"}
+    assert sanitize(files, "--aggregates-output", str(files["aggregates"])) == 0
+    (row,) = [json.loads(line) for line in files["aggregates"].read_text().splitlines()]
+    assert (row["window"], row["value"]) == ("file", 3)
+    assert len(files["dead"].read_text().splitlines()) == 1

@@ -119,6 +119,16 @@ def test_the_charge_goes_to_the_ledger_window_of_the_ledger_s_time() -> None:
     assert ledger.contributes(b"s", 0, DAY - 5, DAY - 5) is False
 
 
+def test_each_aggregate_reads_its_own_time() -> None:
+    """An aggregate with ``window.time`` places the record by that field: one time each."""
+    ledger = JointLedger(policy(), COSTS[:2])
+    verdict = ledger.admit(b"s", 5, [HOUR + 5, 5])
+    assert verdict.contributes == (True, True)
+    assert set(ledger.decided) == {(b"s", 0, HOUR, 0), (b"s", 1, 0, 0)}
+    with pytest.raises(MisuseError, match="1 aggregate times for 2 aggregates"):
+        ledger.admit(b"s", 5, [5])
+
+
 def test_the_lifetime_cap_counts_windows_too() -> None:
     ledger = JointLedger(policy(lifetime=3.0), COSTS[:1])  # 3.0 ever: 1.0 + 1.5, then 0.5
     assert ledger.admit(b"s", 0, 0) == Verdict(released=True, contributes=(True,))
