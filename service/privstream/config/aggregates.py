@@ -316,8 +316,9 @@ def stream_problems(
     if aggregates and ledger:
         problems.append(
             "aggregates: the per-subject ledger (privacy.ledger) does not charge aggregate "
-            "releases yet, so its per-window caps would not hold for them; remove "
-            "privacy.ledger or the aggregates from the run config"
+            "releases in `run` yet (designed: docs/proofs/ledger-aggregates.md), so its "
+            "per-window caps would not hold for them; remove privacy.ledger or the "
+            "aggregates from the run config"
         )
     if aggregates and not transactions:
         problems.append(
