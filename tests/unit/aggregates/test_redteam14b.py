@@ -13,7 +13,13 @@ import pytest
 from privstream.aggregates import KeyedCells, build_aggregates
 from privstream.aggregates.plan import AggregatePlan
 from privstream.aggregates.stream import OpenWindows, releases
-from privstream.aggregates.windows import View, epoch_record, progress_record
+from privstream.aggregates.windows import (
+    Start,
+    View,
+    epoch_record,
+    progress_record,
+    start_record,
+)
 from privstream.config import AppConfig, parse_config
 
 NOISE = KeyedCells(bytes(32), "raw")
@@ -25,8 +31,10 @@ FIELDS: list[dict[str, Any]] = [
 ]
 
 
-def _config(name: str, time: str | None, fields: list[dict[str, Any]] = FIELDS) -> AppConfig:
-    window: dict[str, Any] = dict(TEN) if time is None else {**TEN, "time": time}
+def _config(
+    name: str, time: str | None, fields: list[dict[str, Any]] = FIELDS, size: dict[str, int] = TEN
+) -> AppConfig:
+    window: dict[str, Any] = dict(size) if time is None else {**size, "time": time}
     count = {"name": name, "query": "count", "epsilon": 1.0, "output_topic": "agg"}
     return parse_config(
         {
@@ -136,3 +144,29 @@ def test_f3_a_new_names_first_window_does_not_depend_on_another_records_field() 
     new name starts at 10 s or 20 s, i.e. whether v, and the whole window [10 s, 20 s), is
     counted and released at all (step 19: "none reads another record")."""
     assert _victim_counted(first_readable=True) == _victim_counted(first_readable=False)
+
+
+#: a proposed bound on one partition's open windows per aggregate (about 10 MB at the
+#: ~1 KB each measured for a count; ``close`` and ``held`` walk them all every step)
+MAX_OPEN = 10_000
+
+
+def test_f4_a_producer_cannot_open_a_window_per_second_of_the_grace() -> None:
+    """MEDIUM (availability). With ``window.time`` the producer writes each record's time
+    (a broker's ``LogAppendTime`` or ``message.timestamp.*`` limits bound a Kafka
+    timestamp, never a field): records timed one second apart over a 1-day grace open one
+    accumulator each (1 s windows), ~1 KB apiece, and every step's ``close``/``held`` sort
+    and scan them all. 7-day grace: ~600 k accumulators per partition and aggregate.
+    Nothing in config load bounds ``(grace + future) / size``."""
+    second = {"size_seconds": 1, "grace_seconds": 86_400}
+    plans = build_aggregates(_config("n", "at", size=second))
+    now = 1_795_000_000_000
+    view = View()
+    view.apply(*epoch_record(0))
+    view.apply(*start_record("n", Start(0, plans[0].partial_id)))  # a running aggregate
+    view.apply(*progress_record("n", 0, now - 86_400_000))
+    windows = OpenWindows(plans, view)
+    for offset in range(MAX_OPEN + 2_000):
+        record = {"os": "a", "at": (now - 86_400_000) // 1000 + offset}
+        windows.add(0, offset, 0, json.dumps(record).encode(), now, misplaced=False)
+    assert len(windows._open) <= MAX_OPEN  # the accumulators in memory
