@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from privstream.aggregates.density import DensityPart
-from privstream.aggregates.event_time import FieldTime
+from privstream.aggregates.event_time import KAFKA_TIME, FieldTime
 from privstream.aggregates.partial import Accumulator, Bounds
 from privstream.aggregates.queries import Query
 from privstream.aggregates.read import Cell, RecordReader
@@ -69,6 +69,13 @@ class AggregatePlan:
     def delta(self) -> float:
         """The query's realised delta, plus the selection's (``select_groups``)."""
         return self.query.delta + (self.spec.delta if self.threshold is not None else 0.0)
+
+    @property
+    def time_source(self) -> str:
+        """Where its records' instants come from (``FieldTime.source``, or the Kafka
+        timestamp): the windows, ``released`` ends and starts of two names compare only
+        under one source (docs/proofs/aggregates.md, step 16)."""
+        return KAFKA_TIME if self.time is None else self.time.source
 
     def accumulator(self, window: str) -> Accumulator:
         return Accumulator(self.name, window, self.reader, self.bounds)

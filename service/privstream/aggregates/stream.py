@@ -27,6 +27,7 @@ from privstream.aggregates.noise import CellNoise
 from privstream.aggregates.partial import FROM_RECORD, Accumulator, Partial, Subject, merge
 from privstream.aggregates.plan import AggregatePlan
 from privstream.aggregates.release import Row, release
+from privstream.aggregates.time_sources import recorded, refuse_other_time, time_writes
 from privstream.aggregates.windows import (
     MAX_FUTURE_MS,
     MS,
@@ -76,6 +77,7 @@ class OpenWindows:
     """
 
     def __init__(self, plans: Sequence[AggregatePlan], view: View) -> None:
+        refuse_other_time(view, plans)  # before anything is counted under this config
         self._plans = tuple(plans)
         self._timing = tuple(Timing.of(plan) for plan in plans)
         self._sizes = {p.name: t.size for p, t in zip(self._plans, self._timing, strict=True)}
@@ -92,6 +94,7 @@ class OpenWindows:
         self._starts: list[Write] = [
             start_record(a, None) for a in sorted(view.starts) if a not in names
         ]
+        self._starts += time_writes(view, plans)
         #: the aggregates whose plan changed since their start was recorded: a function of
         #: the configs alone (logged; never of the records: no count of partials)
         self.changed = [p.name for p in self._plans if _replanned(view, p)]
@@ -182,10 +185,14 @@ class OpenWindows:
         """Whether the topic's epoch records name other aggregates than the config (the
         next ``close`` writes them; the worker reads the topic again after: a replica
         that wrote another start beside it is then judged by the one kept)."""
-        return {plan.name for plan in self._plans} != set(self._view.starts) or bool(self.changed)
+        names = {plan.name for plan in self._plans}
+        new_time = bool(time_writes(self._view, self._plans))
+        return names != set(self._view.starts) or bool(self.changed) or new_time
 
     def rebase(self, view: View) -> None:
-        """Go on with a newer read of the internal topic (other workers' progress)."""
+        """Go on with a newer read of the internal topic (other workers' progress);
+        ChangelogError if it holds another time source (``refuse_other_time``)."""
+        refuse_other_time(view, self._plans)
         self._view = view
 
     def close(self, partition: int, now_ms: int) -> list[Write]:
@@ -273,6 +280,8 @@ def releases(
     out = []
     names = {plan.name for plan in plans}
     for plan in plans:
+        if not recorded(view, plan):
+            continue  # its time source is not committed yet (step 16: written before)
         timing = Timing.of(plan)
         for start in view.due(plan.name, timing.size, partitions, names):
             label = window_label(start, timing.size)

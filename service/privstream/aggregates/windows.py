@@ -34,6 +34,12 @@ its transactions. Keys and values are canonical JSON:
 * ``{"t":"clock","p":P}``: input partition ``P``'s read clock entries and
   read end (``privstream.aggregates.clocks``): what its records' future-ness
   is judged by, on a first read and on a replay alike;
+* ``{"t":"time","a":A,"s":S}``: aggregate ``A`` counts and releases under
+  time source ``S`` (``AggregatePlan.time_source``: the Kafka timestamp, or a
+  ``window.time`` field with its parsing); written with the first
+  transaction that sees the pair, before ``A`` releases anything under it,
+  and never tombstoned: a session whose config would compare instants of
+  two sources is refused (``privstream.aggregates.deployments.refuse_other_time``);
 * ``{"t":"released","a":A}``: every window of ``A`` ending at or before
   ``until`` is released (written with the rows, in one transaction); never
   tombstoned: a config lacking ``A`` releases no window starting before it
@@ -133,6 +139,10 @@ def clock_record(partition: int, clock: Clock) -> tuple[bytes, bytes]:
     return _key(t="clock", p=partition), _value(at=clock.entries, read=clock.read)
 
 
+def time_record(aggregate: str, source: str) -> tuple[bytes, bytes]:
+    return _key(t="time", a=aggregate, s=source), _value()
+
+
 def released_record(aggregate: str, until_ms: int) -> tuple[bytes, bytes]:
     return _key(t="released", a=aggregate), _value(until=until_ms)
 
@@ -203,6 +213,8 @@ class View:
     clocks: dict[int, Clock] = field(default_factory=dict)
     #: the deployments (``kafka.group_id``) whose marker the topic holds
     deployments: set[str] = field(default_factory=set)
+    #: the (aggregate, time source) pairs the topic holds (``time_record``)
+    times: set[tuple[str, str]] = field(default_factory=set)
     #: a partial's key (as read) -> where it belongs and its encoded value
     partials: dict[bytes, tuple[PartialAt, bytes]] = field(default_factory=dict)
 
@@ -223,6 +235,10 @@ class View:
             return
         if kind == "deployment":
             (self.deployments.add if value is not None else self.deployments.discard)(parts["g"])
+            return
+        if kind == "time":
+            pair = (parts["a"], parts["s"])
+            (self.times.add if value is not None else self.times.discard)(pair)
             return
         if kind == "epoch" and "a" in parts:
             self._start(parts["a"], value)

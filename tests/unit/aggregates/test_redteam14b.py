@@ -21,6 +21,7 @@ from privstream.aggregates.windows import (
     start_record,
 )
 from privstream.config import AppConfig, parse_config
+from privstream.errors import ChangelogError
 
 NOISE = KeyedCells(bytes(32), "raw")
 TEN = {"size_seconds": 10, "grace_seconds": 2}
@@ -102,6 +103,10 @@ def test_f1_a_record_is_never_released_twice_across_a_time_source_change(
     view.apply(*epoch_record(0))  # a fresh topic: the first window is the epoch's, [0, 10 s)
     first = _session(_plans(*old), view, records)
     assert first == {0}  # the victim, released under the old source
+    if old[1] != new[1]:  # the fix: the session under the new source is refused at start
+        with pytest.raises(ChangelogError, match="Changing the time source"):
+            _session(_plans(*new), view, records)
+        return
     second = _session(_plans(*new), view, records)
     assert 20_000 not in second, "the victim was released again under the new time source"
 
