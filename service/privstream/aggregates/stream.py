@@ -126,6 +126,7 @@ class OpenWindows:
         read again after an offset reset whose committed clock entry was pruned
         (``ReadClocks.judge``).
         """
+        self.begin(now_ms)
         clock = self._clocks.judge(partition, offset, now_ms)
         record = _parse(value)
         if clock is None or record is None or misplaced:
@@ -136,7 +137,7 @@ class OpenWindows:
             if at is None or at > clock + MAX_FUTURE_MS:
                 continue  # no readable time (``window.time``), or a future one
             start = window_start(at, timing.size)
-            if not self._is_open(index, partition, start, now_ms):
+            if not self._is_open(index, partition, start):
                 continue  # late, or before the aggregate's first window
             where = (index, start, partition)
             if where not in self._open:
@@ -151,10 +152,19 @@ class OpenWindows:
             return FROM_RECORD
         return subject_column([value], self._subject_field)[0]
 
-    def _is_open(self, index: int, partition: int, start: int, now_ms: int) -> bool:
+    def begin(self, now_ms: int) -> None:
+        """Fix every aggregate's first window for the session (``_first``), once, at its
+        first step's wall clock: before any record is read, so a new name's start never
+        depends on which record is read first, nor on its fields (red team 14b, F3;
+        docs/proofs/aggregates.md, step 19). ``add`` and ``close`` call it too."""
+        if len(self._firsts) < len(self._plans):
+            for index in range(len(self._plans)):
+                self._first(index, now_ms)
+
+    def _is_open(self, index: int, partition: int, start: int) -> bool:
         size = self._timing[index].size
         closed = self._view.progress.get((self._plans[index].name, partition))
-        first = self._first(index, now_ms)
+        first = self._firsts[self._plans[index].name]
         return start >= first and (closed is None or start + size > closed)
 
     def _first(self, index: int, now_ms: int) -> int:
@@ -200,8 +210,7 @@ class OpenWindows:
         (its end plus the grace): the epoch records not written yet, the tombstones of
         its partials no release will read (``View.never_due``), the partials, then each
         aggregate's progress (empty when nothing closes)."""
-        for index in range(len(self._plans)):
-            self._first(index, now_ms)
+        self.begin(now_ms)
         writes, self._starts = self._starts, []
         writes += [(key, None) for key in self._view.never_due(self._sizes, partition)]
         closing = False

@@ -249,6 +249,7 @@ class _Step:
         if self._moved.moved:  # fetched across a rebalance: read again from the commits
             return
         now, subject = _now_ms(), self._owner.subject
+        self._windows.begin(now)  # the new names' first windows, before any record is read
         for tp, messages in batches.items():
             wrong = misplaced_records(messages, tp.partition, self._partitions, subject)
             for m, misplaced in zip(messages, wrong, strict=True):
