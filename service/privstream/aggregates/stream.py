@@ -84,8 +84,9 @@ class OpenWindows:
         self._view = view
         self._subject_field = plans[0].reader.subject if plans else None
         self._clocks = ReadClocks(view.clocks)
-        #: (aggregate index, window start, partition) -> (accumulator, first offset)
-        self._open: dict[tuple[int, int, int], tuple[Accumulator, int]] = {}
+        #: partition -> (aggregate index, window start) -> (accumulator, first offset); per
+        #: partition, as ``close`` and ``held`` walk one partition's windows
+        self._open: dict[int, dict[tuple[int, int], tuple[Accumulator, int]]] = {}
         #: aggregate -> the start of its first window, as this session judges records
         self._firsts: dict[str, int] = {}
         #: the epoch records to write with the next ``close``: the names the config lost
@@ -139,11 +140,10 @@ class OpenWindows:
             start = window_start(at, timing.size)
             if not self._is_open(index, partition, start):
                 continue  # late, or before the aggregate's first window
-            where = (index, start, partition)
-            if where not in self._open:
-                label = window_label(start, timing.size)
-                self._open[where] = (plan.accumulator(label), offset)
-            self._open[where][0].add(record, subject)
+            where, opened = (index, start), self._open.setdefault(partition, {})
+            if where not in opened:
+                opened[where] = (plan.accumulator(window_label(start, timing.size)), offset)
+            opened[where][0].add(record, subject)
 
     def _subject(self, value: bytes | None) -> Subject:
         """The record's subject as the ledger and ``misplaced`` read it: the canonical bytes
@@ -219,10 +219,11 @@ class OpenWindows:
             before = self._view.progress.get((plan.name, partition))
             if until <= max(self._firsts[plan.name], before or 0):
                 continue  # no window newly closed
-            for where in sorted(w for w in self._open if w[0] == index and w[2] == partition):
+            opened = self._open.get(partition, {})
+            for where in sorted(w for w in opened if w[0] == index):
                 start = where[1]
                 if start + timing.size <= until:
-                    partial = self._open.pop(where)[0].partial()
+                    partial = opened.pop(where)[0].partial()
                     at = PartialAt(plan.name, plan.partial_id, start, partition)
                     for chunk, value in enumerate(encode_partial(partial)):
                         writes.append((partial_key(at._replace(chunk=chunk)), value))
@@ -244,7 +245,7 @@ class OpenWindows:
         return self._clocks.unclocked(partition, self._held(partition, position))
 
     def _held(self, partition: int, position: int) -> int:
-        firsts = [first for (_, _, p), (_, first) in self._open.items() if p == partition]
+        firsts = [first for _, first in self._open.get(partition, {}).values()]
         return min([position, *firsts])
 
 

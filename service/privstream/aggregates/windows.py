@@ -60,11 +60,13 @@ import orjson
 from privstream.aggregates.clocks import Clock
 from privstream.aggregates.partial import Partial
 from privstream.aggregates.read import Cell
+from privstream.config.aggregates import MAX_FUTURE_SECONDS
 
 MS = 1000
 #: how far past the wall clock a record's timestamp may be (as the ledger's default
-#: ``max_future``): further, it is a future record, left out
-MAX_FUTURE_MS = 300_000
+#: ``max_future``): further, it is a future record, left out (config load bounds the
+#: windows open at once with it: ``MAX_OPEN_WINDOWS``)
+MAX_FUTURE_MS = MAX_FUTURE_SECONDS * MS
 #: the bytes of one partial record's cells at most (Kafka's default max.message.bytes: 1 MiB)
 CHUNK_BYTES = 512 * 1024
 #: windows released per aggregate per step at most (a backlog is released over steps)

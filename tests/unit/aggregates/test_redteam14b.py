@@ -21,7 +21,7 @@ from privstream.aggregates.windows import (
     start_record,
 )
 from privstream.config import AppConfig, parse_config
-from privstream.errors import ChangelogError
+from privstream.errors import ChangelogError, ConfigError
 
 NOISE = KeyedCells(bytes(32), "raw")
 TEN = {"size_seconds": 10, "grace_seconds": 2}
@@ -162,16 +162,27 @@ def test_f4_a_producer_cannot_open_a_window_per_second_of_the_grace() -> None:
     timestamp, never a field): records timed one second apart over a 1-day grace open one
     accumulator each (1 s windows), ~1 KB apiece, and every step's ``close``/``held`` sort
     and scan them all. 7-day grace: ~600 k accumulators per partition and aggregate.
-    Nothing in config load bounds ``(grace + future) / size``."""
-    second = {"size_seconds": 1, "grace_seconds": 86_400}
+    Nothing in config load bounds ``(grace + future) / size``.
+
+    Adjusted by the fix (i34-fix5): config load now refuses that window (the test's 1-day
+    grace over 1 s windows); the spread is replayed at the largest grace 1 s windows
+    still allow (``MAX_OPEN - 300 - 1`` s, the 300 s being the future allowance), and
+    ``_open`` is now indexed by partition."""
+    with pytest.raises(
+        ConfigError, match=r"\(n\)\.window.*86400.*limit 10000.*size_seconds at least 9"
+    ):
+        _config("n", "at", size={"size_seconds": 1, "grace_seconds": 86_400})
+    grace = MAX_OPEN - 300 - 1
+    second = {"size_seconds": 1, "grace_seconds": grace}
     plans = build_aggregates(_config("n", "at", size=second))
     now = 1_795_000_000_000
     view = View()
     view.apply(*epoch_record(0))
     view.apply(*start_record("n", Start(0, plans[0].partial_id)))  # a running aggregate
-    view.apply(*progress_record("n", 0, now - 86_400_000))
+    view.apply(*progress_record("n", 0, now - grace * 1000))
     windows = OpenWindows(plans, view)
     for offset in range(MAX_OPEN + 2_000):
-        record = {"os": "a", "at": (now - 86_400_000) // 1000 + offset}
+        record = {"os": "a", "at": now // 1000 - grace + offset}
         windows.add(0, offset, 0, json.dumps(record).encode(), now, misplaced=False)
-    assert len(windows._open) <= MAX_OPEN  # the accumulators in memory
+    # the accumulators in memory (indexed by partition since the fix)
+    assert len(windows._open[0]) <= MAX_OPEN
