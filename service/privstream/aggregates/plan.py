@@ -122,6 +122,8 @@ class AggregatePlan:
             "correlated_by": self.reader.correlated_by,
             "unit_records": self.unit_records,
         }
+        if self.time is not None:  # how the field is parsed moves every record's window
+            payload["time"] = self.time.source  # (absent without window.time: ids kept)
         canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).digest()
 

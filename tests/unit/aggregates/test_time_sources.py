@@ -24,7 +24,9 @@ KAFKA = "kafka"
 AT = "field:at:s:false"
 
 
-def _plans(*aggregates: tuple[str, str | None]) -> tuple[AggregatePlan, ...]:
+def _plans(
+    *aggregates: tuple[str, str | None], fields: list[dict[str, Any]] = FIELDS
+) -> tuple[AggregatePlan, ...]:
     """One count per (name, window.time) pair, 10 s windows."""
     specs = []
     for name, time in aggregates:
@@ -36,7 +38,7 @@ def _plans(*aggregates: tuple[str, str | None]) -> tuple[AggregatePlan, ...]:
     config = {
         "kafka": {"input_topic": "raw", "output_topic": "out", "dead_letter_topic": "dlq"},
         "privacy": {"epsilon": 10.0, "delta": 1e-4},
-        "fields": FIELDS,
+        "fields": fields,
         "aggregates": specs,
     }
     return build_aggregates(parse_config(config))
@@ -107,3 +109,13 @@ def test_a_newer_read_holding_another_source_is_refused() -> None:
     windows = OpenWindows(plans, _view(("new", AT)))
     with pytest.raises(ChangelogError, match="'old', which the config lacks"):
         windows.rebase(_view(("new", AT), ("old", KAFKA)))
+
+
+def test_how_the_field_is_parsed_is_in_the_release_id() -> None:
+    """F2: ``assume_utc`` (as ``epoch_unit``: test_redteam14b.py) moves a record's window,
+    so it changes the release and partial ids of an aggregate with ``window.time``."""
+    (local,) = _plans(("n", "at"))
+    (utc,) = _plans(("n", "at"), fields=[{**FIELDS[0], "assume_utc": True}])
+    assert utc.time_source == "field:at:s:true"
+    assert local.release_id("count") != utc.release_id("count")
+    assert local.partial_id != utc.partial_id
