@@ -286,6 +286,8 @@ def releases(
     records were bounded for another calibration. It is tombstoned with the rest. How many
     were left out is never said (an empty partial is no record: the count would tell
     whether a partition had records); ``OpenWindows.changed`` names the plan change.
+    Nothing is released of an aggregate whose time source the view does not hold yet
+    (``time_record``: written by the first close, step 16).
     """
     out = []
     names = {plan.name for plan in plans}
