@@ -23,6 +23,8 @@ from privstream.config.fields import FieldConfig
 from privstream.config.timestamps import BadTimestamp, epoch_us, parse_iso
 
 _MS_US = 1000
+#: the time source of an aggregate without ``window.time`` (``AggregatePlan.time_source``)
+KAFKA_TIME = "kafka"
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,12 @@ class FieldTime:
         # +-inf and NaN parse to +-2^80 us: past the future limit, or before the first window
         return instant // _MS_US
 
+    @property
+    def source(self) -> str:
+        """The time source as the internal topic records it (``time_record``): the field
+        and how its value is parsed, since each of them moves a record's instant."""
+        return f"field:{self.field}:{self.epoch_unit}:{str(self.assume_utc).lower()}"
+
     @classmethod
     def of(cls, name: str | None, fields: Mapping[str, FieldConfig]) -> FieldTime | None:
         """The reader of ``window.time`` (None: windows follow the Kafka timestamp)."""
@@ -55,3 +63,11 @@ class FieldTime:
         spec = fields[name]  # config load checked it is a timestamp field
         unit = getattr(spec, "epoch_unit", "s")
         return cls(name, unit, bool(getattr(spec, "assume_utc", False)))
+
+
+def describe(source: str) -> str:
+    """A time source (``FieldTime.source`` or ``KAFKA_TIME``) in words, for messages."""
+    if source == KAFKA_TIME:
+        return "the Kafka timestamp"
+    name, unit, utc = source.removeprefix("field:").rsplit(":", 2)
+    return f"window.time {name!r} (epoch_unit {unit}, assume_utc {utc})"

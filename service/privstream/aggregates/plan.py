@@ -24,7 +24,7 @@ import orjson
 
 from privstream.aggregates.columnar import ColumnAccumulator, UnitIds
 from privstream.aggregates.density import DensityPart
-from privstream.aggregates.event_time import FieldTime
+from privstream.aggregates.event_time import KAFKA_TIME, FieldTime
 from privstream.aggregates.partial import Accumulator, Bounds
 from privstream.aggregates.queries import Query
 from privstream.aggregates.read import MAX_KEY_CHARS, Cell, RecordReader
@@ -82,6 +82,13 @@ class AggregatePlan:
         """The query's realised delta, plus the selection's (``select_groups``)."""
         return self.query.delta + (self.spec.delta if self.threshold is not None else 0.0)
 
+    @property
+    def time_source(self) -> str:
+        """Where its records' instants come from (``FieldTime.source``, or the Kafka
+        timestamp): the windows, ``released`` ends and starts of two names compare only
+        under one source (docs/proofs/aggregates.md, step 16)."""
+        return KAFKA_TIME if self.time is None else self.time.source
+
     def accumulator(self, window: str) -> Accumulator:
         return Accumulator(self.name, window, self.reader, self.bounds)
 
@@ -132,6 +139,8 @@ class AggregatePlan:
             "correlated_by": self.reader.correlated_by,
             "unit_records": self.unit_records,
         }
+        if self.time is not None:  # how the field is parsed moves every record's window
+            payload["time"] = self.time.source  # (absent without window.time: ids kept)
         canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).digest()
 

@@ -27,6 +27,7 @@ from privstream.aggregates.noise import CellNoise
 from privstream.aggregates.partial import FROM_RECORD, Accumulator, Partial, Subject, merge
 from privstream.aggregates.plan import AggregatePlan
 from privstream.aggregates.release import Row, release
+from privstream.aggregates.time_sources import recorded, refuse_other_time, time_writes
 from privstream.aggregates.windows import (
     MAX_FUTURE_MS,
     MS,
@@ -76,14 +77,16 @@ class OpenWindows:
     """
 
     def __init__(self, plans: Sequence[AggregatePlan], view: View) -> None:
+        refuse_other_time(view, plans)  # before anything is counted under this config
         self._plans = tuple(plans)
         self._timing = tuple(Timing.of(plan) for plan in plans)
         self._sizes = {p.name: t.size for p, t in zip(self._plans, self._timing, strict=True)}
         self._view = view
         self._subject_field = plans[0].reader.subject if plans else None
         self._clocks = ReadClocks(view.clocks)
-        #: (aggregate index, window start, partition) -> (accumulator, first offset)
-        self._open: dict[tuple[int, int, int], tuple[Accumulator, int]] = {}
+        #: partition -> (aggregate index, window start) -> (accumulator, first offset); per
+        #: partition, as ``close`` and ``held`` walk one partition's windows
+        self._open: dict[int, dict[tuple[int, int], tuple[Accumulator, int]]] = {}
         #: aggregate -> the start of its first window, as this session judges records
         self._firsts: dict[str, int] = {}
         #: the epoch records to write with the next ``close``: the names the config lost
@@ -92,6 +95,7 @@ class OpenWindows:
         self._starts: list[Write] = [
             start_record(a, None) for a in sorted(view.starts) if a not in names
         ]
+        self._starts += time_writes(view, plans)
         #: the aggregates whose plan changed since their start was recorded: a function of
         #: the configs alone (logged; never of the records: no count of partials)
         self.changed = [p.name for p in self._plans if _replanned(view, p)]
@@ -123,6 +127,7 @@ class OpenWindows:
         read again after an offset reset whose committed clock entry was pruned
         (``ReadClocks.judge``).
         """
+        self.begin(now_ms)
         clock = self._clocks.judge(partition, offset, now_ms)
         record = _parse(value)
         if clock is None or record is None or misplaced:
@@ -133,13 +138,12 @@ class OpenWindows:
             if at is None or at > clock + MAX_FUTURE_MS:
                 continue  # no readable time (``window.time``), or a future one
             start = window_start(at, timing.size)
-            if not self._is_open(index, partition, start, now_ms):
+            if not self._is_open(index, partition, start):
                 continue  # late, or before the aggregate's first window
-            where = (index, start, partition)
-            if where not in self._open:
-                label = window_label(start, timing.size)
-                self._open[where] = (plan.accumulator(label), offset)
-            self._open[where][0].add(record, subject)
+            where, opened = (index, start), self._open.setdefault(partition, {})
+            if where not in opened:
+                opened[where] = (plan.accumulator(window_label(start, timing.size)), offset)
+            opened[where][0].add(record, subject)
 
     def _subject(self, value: bytes | None) -> Subject:
         """The record's subject as the ledger and ``misplaced`` read it: the canonical bytes
@@ -148,10 +152,19 @@ class OpenWindows:
             return FROM_RECORD
         return subject_column([value], self._subject_field)[0]
 
-    def _is_open(self, index: int, partition: int, start: int, now_ms: int) -> bool:
+    def begin(self, now_ms: int) -> None:
+        """Fix every aggregate's first window for the session (``_first``), once, at its
+        first step's wall clock: before any record is read, so a new name's start never
+        depends on which record is read first, nor on its fields (red team 14b, F3;
+        docs/proofs/aggregates.md, step 19). ``add`` and ``close`` call it too."""
+        if len(self._firsts) < len(self._plans):
+            for index in range(len(self._plans)):
+                self._first(index, now_ms)
+
+    def _is_open(self, index: int, partition: int, start: int) -> bool:
         size = self._timing[index].size
         closed = self._view.progress.get((self._plans[index].name, partition))
-        first = self._first(index, now_ms)
+        first = self._firsts[self._plans[index].name]
         return start >= first and (closed is None or start + size > closed)
 
     def _first(self, index: int, now_ms: int) -> int:
@@ -192,10 +205,14 @@ class OpenWindows:
         """Whether the topic's epoch records name other aggregates than the config (the
         next ``close`` writes them; the worker reads the topic again after: a replica
         that wrote another start beside it is then judged by the one kept)."""
-        return {plan.name for plan in self._plans} != set(self._view.starts) or bool(self.changed)
+        names = {plan.name for plan in self._plans}
+        new_time = bool(time_writes(self._view, self._plans))
+        return names != set(self._view.starts) or bool(self.changed) or new_time
 
     def rebase(self, view: View) -> None:
-        """Go on with a newer read of the internal topic (other workers' progress)."""
+        """Go on with a newer read of the internal topic (other workers' progress);
+        ChangelogError if it holds another time source (``refuse_other_time``)."""
+        refuse_other_time(view, self._plans)
         self._view = view
 
     def close(self, partition: int, now_ms: int) -> list[Write]:
@@ -205,8 +222,7 @@ class OpenWindows:
         the partials, each aggregate's progress and the partition's clock. The tombstones
         wait for a close the wall clock schedules: written alone, whether a transaction
         commits would tell whether the partition had records (red team 14a, finding 7)."""
-        for index in range(len(self._plans)):
-            self._first(index, now_ms)
+        self.begin(now_ms)
         writes, self._starts = self._starts, []
         closed = self._closed(partition, now_ms)
         if not closed:
@@ -226,10 +242,11 @@ class OpenWindows:
             before = self._view.progress.get((plan.name, partition))
             if until <= max(self._firsts[plan.name], before or 0):
                 continue  # no window newly closed
-            for where in sorted(w for w in self._open if w[0] == index and w[2] == partition):
+            opened = self._open.get(partition, {})
+            for where in sorted(w for w in opened if w[0] == index):
                 start = where[1]
                 if start + timing.size <= until:
-                    partial = self._open.pop(where)[0].partial()
+                    partial = opened.pop(where)[0].partial()
                     at = PartialAt(plan.name, plan.partial_id, start, partition)
                     for chunk, value in enumerate(encode_partial(partial, plan.cell_budget)):
                         writes.append((partial_key(at._replace(chunk=chunk)), value))
@@ -245,7 +262,7 @@ class OpenWindows:
         return self._clocks.unclocked(partition, self._held(partition, position))
 
     def _held(self, partition: int, position: int) -> int:
-        firsts = [first for (_, _, p), (_, first) in self._open.items() if p == partition]
+        firsts = [first for _, first in self._open.get(partition, {}).values()]
         return min([position, *firsts])
 
 
@@ -286,10 +303,14 @@ def releases(
     records were bounded for another calibration. It is tombstoned with the rest. How many
     were left out is never said (an empty partial is no record: the count would tell
     whether a partition had records); ``OpenWindows.changed`` names the plan change.
+    Nothing is released of an aggregate whose time source the view does not hold yet
+    (``time_record``: written by the first close, step 16).
     """
     out = []
     names = {plan.name for plan in plans}
     for plan in plans:
+        if not recorded(view, plan):
+            continue  # its time source is not committed yet (step 16: written before)
         timing = Timing.of(plan)
         for start in view.due(plan.name, timing.size, partitions, names):
             label = window_label(start, timing.size)

@@ -37,6 +37,12 @@ its transactions. Keys and values are canonical JSON:
   pruned), and ``{"t":"clock","p":P}`` its read end
   (``privstream.aggregates.clocks``): what its records' future-ness is
   judged by, on a first read and on a replay alike;
+* ``{"t":"time","a":A,"s":S}``: aggregate ``A`` counts and releases under
+  time source ``S`` (``AggregatePlan.time_source``: the Kafka timestamp, or a
+  ``window.time`` field with its parsing); written with the first
+  transaction that sees the pair, before ``A`` releases anything under it,
+  and never tombstoned: a session whose config would compare instants of
+  two sources is refused (``privstream.aggregates.deployments.refuse_other_time``);
 * ``{"t":"released","a":A}``: every window of ``A`` ending at or before
   ``until`` is released (written with the rows, in one transaction); never
   tombstoned: a config lacking ``A`` releases no window starting before it
@@ -57,11 +63,13 @@ import orjson
 from privstream.aggregates.clocks import Clock, ClockCommit
 from privstream.aggregates.partial import Partial
 from privstream.aggregates.read import Cell
+from privstream.config.aggregates import MAX_FUTURE_SECONDS
 
 MS = 1000
 #: how far past the wall clock a record's timestamp may be (as the ledger's default
-#: ``max_future``): further, it is a future record, left out
-MAX_FUTURE_MS = 300_000
+#: ``max_future``): further, it is a future record, left out (config load bounds the
+#: windows open at once with it: ``MAX_OPEN_WINDOWS``)
+MAX_FUTURE_MS = MAX_FUTURE_SECONDS * MS
 #: the bytes of one partial record's cells at most (Kafka's default max.message.bytes: 1 MiB)
 CHUNK_BYTES = 512 * 1024
 #: a record's key (an aggregate name of at most 200 characters, a 32-character partial id,
@@ -145,6 +153,10 @@ def clock_records(partition: int, commit: ClockCommit) -> list[Write]:
     return writes
 
 
+def time_record(aggregate: str, source: str) -> tuple[bytes, bytes]:
+    return _key(t="time", a=aggregate, s=source), _value()
+
+
 def released_record(aggregate: str, until_ms: int) -> tuple[bytes, bytes]:
     return _key(t="released", a=aggregate), _value(until=until_ms)
 
@@ -225,6 +237,8 @@ class View:
     clocks: dict[int, Clock] = field(default_factory=dict)
     #: the deployments (``kafka.group_id``) whose marker the topic holds
     deployments: set[str] = field(default_factory=set)
+    #: the (aggregate, time source) pairs the topic holds (``time_record``)
+    times: set[tuple[str, str]] = field(default_factory=set)
     #: a partial's key (as read) -> where it belongs and its encoded value
     partials: dict[bytes, tuple[PartialAt, bytes]] = field(default_factory=dict)
     #: the aggregates' output topics already hold records (not from the topic: the worker
@@ -249,6 +263,10 @@ class View:
             return
         if kind == "deployment":
             (self.deployments.add if value is not None else self.deployments.discard)(parts["g"])
+            return
+        if kind == "time":
+            pair = (parts["a"], parts["s"])
+            (self.times.add if value is not None else self.times.discard)(pair)
             return
         if kind == "epoch" and "a" in parts:
             self._start(parts["a"], value)

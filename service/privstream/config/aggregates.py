@@ -32,6 +32,13 @@ from privstream.config.fields import (
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 #: cells (group keys x histogram bins, or grid points) one aggregate may release per window
 MAX_CELLS = 100_000
+#: how far past its partition's read clock a record's time may be before it is a future
+#: record, left out (``privstream.aggregates.windows.MAX_FUTURE_MS``)
+MAX_FUTURE_SECONDS = 300
+#: windows of one aggregate open at once on one input partition at most: a record opens
+#: any window from the grace back to the future limit ahead, each an accumulator
+#: (about 1 KB for a count) that every close walks
+MAX_OPEN_WINDOWS = 10_000
 #: the kinds whose raw value may name a group: not personal, or from a declared domain
 GROUP_KINDS = ("public", "categorical")
 #: the kinds whose raw value a sum or mean reads
@@ -252,6 +259,23 @@ def _time_problem(spec: AggregateConfig, fields: Mapping[str, FieldConfig]) -> s
     return None
 
 
+def _window_problem(spec: AggregateConfig) -> str | None:
+    """Why the window lets too many windows be open at once (None: it does not)."""
+    if spec.window is None:
+        return None
+    span = spec.window.grace_seconds + MAX_FUTURE_SECONDS
+    size = spec.window.size_seconds
+    if math.ceil(span / size) <= MAX_OPEN_WINDOWS:
+        return None
+    return (
+        f"grace_seconds {spec.window.grace_seconds} plus the {MAX_FUTURE_SECONDS} s a "
+        f"record's time may be ahead, over size_seconds {size}, let "
+        f"{math.ceil(span / size)} windows be open at once per input partition, above the "
+        f"limit {MAX_OPEN_WINDOWS} (a producer's times choose which); give size_seconds "
+        f"at least {math.ceil(span / MAX_OPEN_WINDOWS)} or a shorter grace_seconds"
+    )
+
+
 def aggregate_problems(
     aggregates: Sequence[AggregateConfig],
     fields: Sequence[FieldConfig],
@@ -283,6 +307,9 @@ def aggregate_problems(
         time_problem = _time_problem(spec, by_name)
         if time_problem is not None:
             problems.append((position, "window", time_problem))
+        window_problem = _window_problem(spec)
+        if window_problem is not None:
+            problems.append((position, "window", window_problem))
         if spec.correlation is not None and spec.correlation.by not in by_name:
             problems.append(
                 (position, "correlation", f"correlation.by {spec.correlation.by!r} is not a field")

@@ -19,8 +19,10 @@ holding back the record path. Each step:
 
 A session starts (and every rebalance restarts) from the committed state:
 the internal topic read up to its stable end (``changelog.read_partitions``;
-refused if another deployment's marker is there: ``refuse_shared``) and the
-input from the committed offsets. Proof: docs/proofs/aggregates.md.
+refused if another deployment's marker is there: ``refuse_shared``, or an
+aggregate's name was counted under another time source: ``refuse_other_time``,
+by ``OpenWindows``) and the input from the committed offsets. Proof:
+docs/proofs/aggregates.md.
 """
 
 from __future__ import annotations
@@ -279,6 +281,7 @@ class _Step:
         if self._moved.moved:  # fetched across a rebalance: read again from the commits
             return
         now, subject = _now_ms(), self._owner.subject
+        self._windows.begin(now)  # the new names' first windows, before any record is read
         for tp, messages in batches.items():
             wrong = misplaced_records(messages, tp.partition, self._partitions, subject)
             for m, misplaced in zip(messages, wrong, strict=True):

@@ -22,6 +22,7 @@ from privstream.aggregates.windows import (
     progress_record,
     released_record,
     start_record,
+    time_record,
 )
 
 from tests.support.aggregates import aggregates_config
@@ -158,9 +159,11 @@ def _rolling_view(new: AggregatePlan) -> View:
     must hold whatever views the starts and releases were chosen from."""
     view = _view()
     view.apply(*start_record("old", Start(0, "o")))
+    view.apply(*time_record("old", new.time_source))  # one source: a rename
     view.apply(*progress_record("old", 0, 10_000))
     view.apply(*released_record("old", 10_000))
     view.apply(*start_record("new", Start(20_000, new.partial_id)))
+    view.apply(*time_record("new", new.time_source))
     view.apply(*progress_record("old", 0, 30_000))
     view.apply(*released_record("old", 30_000))
     accumulator = new.accumulator("w")

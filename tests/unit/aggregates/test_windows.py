@@ -20,6 +20,7 @@ from privstream.aggregates.windows import (
     progress_record,
     released_record,
     start_record,
+    time_record,
     window_label,
     window_start,
 )
@@ -45,11 +46,13 @@ def record(os_name: str) -> bytes:
 
 
 def fresh_view(epoch_ms: int = 0) -> View:
-    """The topic after the deployment's first transaction: its epoch and ``n``'s start."""
+    """The topic after the deployment's first transaction: its epoch, ``n``'s start and
+    time source."""
     view = View()
     view.apply(*epoch_record(epoch_ms))
     (plan,) = plans()
     view.apply(*start_record("n", Start(window_start(epoch_ms, 10_000), plan.partial_id)))
+    view.apply(*time_record("n", plan.time_source))
     return view
 
 
