@@ -132,3 +132,50 @@ def test_a_selected_group_key_that_is_a_lone_surrogate_does_not_crash_sanitize(
     )
     assert code == 0
     assert (tmp_path / "agg.jsonl").exists()
+
+
+def test_run_accepts_no_record_limit_its_release_rows_cannot_meet() -> None:
+    """Finding 3 (MEDIUM, a producer stalls every release): ``record_problems`` checks that
+    one cell of a PARTIAL fits ``kafka.max_message_bytes``, never that a released ROW does.
+    A row repeats the group key in its message key and value (with the aggregate, window,
+    CI, ...), so at the smallest limit ``run`` accepts, a ``select_groups`` key of 256
+    control characters (each escaped to 6 bytes, as the cell check itself assumes) makes a
+    row the producer refuses (``MessageSizeTooLargeError``, a KafkaError: the session is
+    retried, the same due window is released again and refused again, forever; every
+    aggregate's releases share that transaction). Deterministic (sizes only)."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+    from privstream.aggregates import KeyedCells, Partial, record_problems, release
+    from privstream.aggregates.windows import window_label
+
+    aggregate = {
+        "name": "per_version",
+        "query": "count",
+        "group_by": [{"field": "version"}],
+        "select_groups": True,
+        "delta": 1e-6,
+        "epsilon": 5.0,
+        "window": {"size_seconds": 10, "grace_seconds": 2},
+        "output_topic": "agg",
+    }
+
+    def plans_at(limit: int) -> Any:
+        config = _config(aggregate).model_dump()
+        config["kafka"]["max_message_bytes"] = limit
+        return build_aggregates(parse_config(config))
+
+    (default,) = plans_at(1 << 20)
+    limit = default.cell_bytes + (1 << 20) - default.cell_budget  # the least run accepts
+    assert not record_problems(plans_at(limit), limit)
+    (plan,) = plans_at(limit)
+    key = "\x01" * 256  # a select_groups key of MAX_KEY_CHARS characters
+    label = window_label(0, 10_000)
+    rows = release(
+        plan, Partial(plan.name, label, {(key,): 1_000_000}), KeyedCells(b"k" * 32, "raw")
+    )
+    assert rows, "the group passes the threshold at a million records"
+    for row in rows:
+        names = {"aggregate": row["aggregate"], "window": row["window"], "group": row["group"]}
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(
+            orjson.dumps(names), orjson.dumps(row), []
+        )
+        assert size <= limit, f"a {size}-byte row under kafka.max_message_bytes={limit}"
