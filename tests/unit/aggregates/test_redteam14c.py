@@ -163,8 +163,8 @@ def test_run_accepts_no_record_limit_its_release_rows_cannot_meet() -> None:
         config["kafka"]["max_message_bytes"] = limit
         return build_aggregates(parse_config(config))
 
-    (default,) = plans_at(1 << 20)
-    limit = default.cell_bytes + (1 << 20) - default.cell_budget  # the least run accepts
+    (default,) = plans_at(4096)
+    limit = default.cell_bytes + 4096 - default.cell_budget  # the least run accepts
     assert not record_problems(plans_at(limit), limit)
     (plan,) = plans_at(limit)
     key = "\x01" * 256  # a select_groups key of MAX_KEY_CHARS characters
