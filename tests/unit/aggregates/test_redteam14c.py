@@ -179,3 +179,46 @@ def test_run_accepts_no_record_limit_its_release_rows_cannot_meet() -> None:
             orjson.dumps(names), orjson.dumps(row), []
         )
         assert size <= limit, f"a {size}-byte row under kafka.max_message_bytes={limit}"
+
+
+def test_the_documented_4_kib_limit_holds_a_row_of_two_selected_keys() -> None:
+    """Finding 3, as documented: docs/aggregates.md says "with ``select_groups``, a key may
+    take 1.5 KiB: 4 KiB suffices"; ``run`` accepts 4096 for two ``select_groups`` fields
+    (``record_problems`` is empty), and one row of two 256-character control keys is
+    6574 bytes. Deterministic (sizes only)."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+    from privstream.aggregates import KeyedCells, Partial, record_problems, release
+    from privstream.aggregates.windows import window_label
+
+    aggregate = {
+        "name": "per_version_os",
+        "query": "count",
+        "group_by": [{"field": "version"}, {"field": "os"}],
+        "select_groups": True,
+        "delta": 1e-6,
+        "epsilon": 5.0,
+        "window": {"size_seconds": 10, "grace_seconds": 2},
+        "output_topic": "agg",
+    }
+    config = {
+        "kafka": {
+            "input_topic": "raw",
+            "output_topic": "out",
+            "dead_letter_topic": "dlq",
+            "max_message_bytes": 4096,
+        },
+        "privacy": {"epsilon": 250.0, "delta": 1e-3},
+        "fields": [{"name": n, "kind": "public"} for n in ("version", "os")],
+        "aggregates": [aggregate],
+    }
+    (plan,) = build_aggregates(parse_config(config))
+    assert not record_problems([plan], 4096)
+    key = "\x01" * 256
+    cells = {(key, key): 1_000_000}
+    partial = Partial(plan.name, window_label(0, 10_000), cells)
+    (row,) = release(plan, partial, KeyedCells(b"k" * 32, "raw"))
+    names = {"aggregate": row["aggregate"], "window": row["window"], "group": row["group"]}
+    size = DefaultRecordBatchBuilder.estimate_size_in_bytes(
+        orjson.dumps(names), orjson.dumps(row), []
+    )
+    assert size <= 4096, f"a {size}-byte row under kafka.max_message_bytes=4096"
