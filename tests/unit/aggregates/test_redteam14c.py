@@ -222,3 +222,24 @@ def test_the_documented_4_kib_limit_holds_a_row_of_two_selected_keys() -> None:
         orjson.dumps(names), orjson.dumps(row), []
     )
     assert size <= 4096, f"a {size}-byte row under kafka.max_message_bytes=4096"
+
+
+def test_the_latest_value_gauge_holds_only_the_latest_windows_groups() -> None:
+    """Finding 4 (LOW, metrics): ``privstream_aggregate_value`` is documented as "the
+    latest released window's noisy value per group", but ``Metrics.observe_window`` only
+    sets labels and never removes one: with ``select_groups`` a group released in an
+    earlier window and not selected in the latest one still shows its old value as the
+    latest (and the label set grows with every group ever released, unbounded by the
+    open windows). Deterministic."""
+    from privstream.metrics import Metrics
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    first = [{"group": {"version": "1.0"}, "value": 5.0}, {"group": {"version": "2.0"}, "value": 7}]
+    metrics.observe_window("per_version", 10_000, first)
+    metrics.observe_window("per_version", 20_000, [{"group": {"version": "1.0"}, "value": 6}])
+    stale = registry.get_sample_value(
+        "privstream_aggregate_value", {"aggregate": "per_version", "group": '{"version":"2.0"}'}
+    )
+    assert stale is None, f"group 2.0 was not released in the latest window, yet shows {stale}"
