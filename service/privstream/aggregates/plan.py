@@ -31,7 +31,7 @@ from privstream.aggregates.read import MAX_KEY_CHARS, Cell, RecordReader
 from privstream.aggregates.selection import threshold
 from privstream.aggregates.sensitivity import Sensitivity
 from privstream.aggregates.totals import NoisyTotal
-from privstream.aggregates.windows import CHUNK_BYTES, cell_budget
+from privstream.aggregates.windows import CHUNK_BYTES, PARTIAL_OVERHEAD, cell_budget
 from privstream.config import AppConfig, FieldConfig
 from privstream.config.aggregates import AggregateConfig, declared_keys
 from privstream.config.fields import DomainValue
@@ -68,6 +68,41 @@ class AggregatePlan:
         to at most 6 bytes), a density index and the integer total, with their brackets."""
         keys = sum(_key_bytes(k) + 1 for k in self.reader.cell_keys)
         return keys + _INDEX_BYTES + _TOTAL_BYTES + 8
+
+    @property
+    def row_bytes(self) -> int:
+        """The largest released row's Kafka record: the group's longest JSON twice (the
+        message key ``{aggregate, window, group}`` and the value repeat it), the name and
+        window label twice, the bounds, and ``_TOTAL_BYTES`` per number, with framing."""
+        group = 2 + sum(
+            len(orjson.dumps(f)) + 2 + _key_bytes(k)
+            for f, k in zip(self.reader.cell_fields, self.reader.cell_keys, strict=True)
+        )
+        if self.query.density is not None:  # the group is the grid point
+            group += len(orjson.dumps(self.spec.field)) + 2 + _TOTAL_BYTES
+        size = None if self.spec.window is None else self.spec.window.size_seconds
+        label = 30 + (20 if size is None else len(str(size)))  # 9999-...Z/<size>s, quoted
+        named = len(orjson.dumps(self.name)) + label + group + len(_ROW_NAMES)
+        numbers = 4 * _TOTAL_BYTES + len(orjson.dumps([self.epsilon, self.delta]))
+        return 2 * named + numbers + len(orjson.dumps(self.released_bounds)) + _ROW_FRAMING
+
+    @property
+    def least_message_bytes(self) -> int:
+        """The least ``kafka.max_message_bytes`` ``run`` accepts: one cell's partial record
+        and one released row fit it."""
+        return max(self.cell_bytes + PARTIAL_OVERHEAD, self.row_bytes)
+
+    @property
+    def released_bounds(self) -> dict[str, Any]:
+        """A row's ``bounds``: the value bounds and the contribution bounds it holds to."""
+        spec = self.spec
+        out: dict[str, Any] = {"value": None if spec.bounds is None else list(spec.bounds)}
+        if spec.contribution is not None:
+            out.update(spec.contribution.model_dump())
+        if spec.correlation is not None:
+            out["max_group"] = spec.correlation.max_group
+        out["unit_records"] = self.unit_records
+        return out
 
     @property
     def name(self) -> str:
@@ -280,6 +315,13 @@ def _plan(spec: AggregateConfig, config: AppConfig) -> AggregatePlan:
 
 #: a density cell's vector index, and a window's integer total (far past 2**64), in JSON
 _INDEX_BYTES, _TOTAL_BYTES = 20, 64
+#: a row's field names and punctuation, key and value (``release._row``), at most
+_ROW_NAMES = (
+    b'{"aggregate":,"window":,"group":,'
+    b'"value":,"std_error":,"ci95":[,],"epsilon":,"delta":,"bounds":}'
+)
+#: Kafka's batch and record framing of one row (a 61-byte batch header and varints)
+_ROW_FRAMING = 128
 
 
 def _key_bytes(keys: frozenset[DomainValue] | None) -> int:
@@ -289,16 +331,17 @@ def _key_bytes(keys: frozenset[DomainValue] | None) -> int:
 
 
 def record_problems(plans: Sequence[AggregatePlan], max_message_bytes: int) -> list[str]:
-    """Why ``run`` cannot commit these aggregates' partials under the producer's record
-    limit (empty: it can): one cell must fit a record."""
+    """Why ``run`` cannot write these aggregates' records under the producer's record limit
+    (empty: it can): one cell's partial record and one released row must fit it (a close
+    or release that cannot would be retried forever)."""
     return [
-        f"aggregates ({plan.name}): one cell of its partials takes up to {plan.cell_bytes} "
-        f"bytes, and kafka.max_message_bytes={max_message_bytes} leaves "
-        f"{plan.cell_budget} bytes for cells per record: raise kafka.max_message_bytes to "
-        f"at least {plan.cell_bytes + max_message_bytes - plan.cell_budget} (and the "
+        f"aggregates ({plan.name}): its records take up to {plan.least_message_bytes} bytes "
+        f"(one cell's partial record: {plan.cell_bytes + PARTIAL_OVERHEAD}; one released "
+        f"row: {plan.row_bytes}), more than kafka.max_message_bytes={max_message_bytes}: "
+        f"raise kafka.max_message_bytes to at least {plan.least_message_bytes} (and the "
         "broker's message.max.bytes with it), or declare shorter keys"
         for plan in plans
-        if plan.cell_bytes > plan.cell_budget
+        if plan.least_message_bytes > max_message_bytes
     ]
 
 

@@ -75,6 +75,8 @@ CHUNK_BYTES = 512 * 1024
 #: a record's key (an aggregate name of at most 200 characters, a 32-character partial id,
 #: a few integers) and Kafka's record and batch framing, at most
 RECORD_OVERHEAD = 640
+#: a partial record's bytes besides its cells: the overhead and the empty lists' JSON
+PARTIAL_OVERHEAD = RECORD_OVERHEAD + len(b'{"counts":[],"sums":[]}')
 #: windows released per aggregate per step at most (a backlog is released over steps)
 MAX_DUE = 64
 
@@ -181,10 +183,7 @@ def cell_budget(max_message_bytes: int) -> int:
     """The bytes of cells one partial record may hold: ``CHUNK_BYTES``, or less under a
     lower ``kafka.max_message_bytes`` (the producer refuses a larger record, and a close
     transaction holding one would fail forever: red team 14a, finding 5)."""
-    return min(CHUNK_BYTES, max_message_bytes - RECORD_OVERHEAD - len(_EMPTY_PARTIAL))
-
-
-_EMPTY_PARTIAL = b'{"counts":[],"sums":[]}'
+    return min(CHUNK_BYTES, max_message_bytes - PARTIAL_OVERHEAD)
 
 
 def encode_partial(partial: Partial, budget: int = CHUNK_BYTES) -> list[bytes]:

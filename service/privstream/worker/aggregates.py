@@ -366,7 +366,10 @@ def _said(exc: BaseException) -> str:
     text holds the record's size, which grows with the distinct groups the records hold:
     a count in a log line; red team 14a, finding 5)."""
     if isinstance(exc, MessageSizeTooLargeError | RecordTooLargeError):
-        return f"{type(exc).__name__}: an internal record passed kafka.max_message_bytes"
+        return (
+            f"{type(exc).__name__}: a record of the transaction (a released row or an "
+            "internal record) passed kafka.max_message_bytes"
+        )
     return describe(exc)
 
 

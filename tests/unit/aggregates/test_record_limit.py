@@ -68,3 +68,4 @@ def test_a_record_size_error_is_logged_without_its_size() -> None:
     """aiokafka's text holds the record's size, which grows with the groups it holds."""
     said = _said(MessageSizeTooLargeError("The message is 262309 bytes when serialized"))
     assert "262309" not in said and "MessageSizeTooLargeError" in said
+    assert "a released row or an internal record" in said  # red team 14c, finding 3

@@ -164,8 +164,9 @@ def test_run_accepts_no_record_limit_its_release_rows_cannot_meet() -> None:
         return build_aggregates(parse_config(config))
 
     (default,) = plans_at(4096)
-    limit = default.cell_bytes + 4096 - default.cell_budget  # the least run accepts
+    limit = default.least_message_bytes  # the least run accepts (was: one cell's record)
     assert not record_problems(plans_at(limit), limit)
+    assert record_problems(plans_at(limit - 1), limit - 1)
     (plan,) = plans_at(limit)
     key = "\x01" * 256  # a select_groups key of MAX_KEY_CHARS characters
     label = window_label(0, 10_000)
@@ -181,11 +182,11 @@ def test_run_accepts_no_record_limit_its_release_rows_cannot_meet() -> None:
         assert size <= limit, f"a {size}-byte row under kafka.max_message_bytes={limit}"
 
 
-def test_the_documented_4_kib_limit_holds_a_row_of_two_selected_keys() -> None:
-    """Finding 3, as documented: docs/aggregates.md says "with ``select_groups``, a key may
-    take 1.5 KiB: 4 KiB suffices"; ``run`` accepts 4096 for two ``select_groups`` fields
-    (``record_problems`` is empty), and one row of two 256-character control keys is
-    6574 bytes. Deterministic (sizes only)."""
+def test_the_least_limit_run_accepts_holds_a_row_of_two_selected_keys() -> None:
+    """Finding 3, as documented: docs/aggregates.md said "with ``select_groups``, a key may
+    take 1.5 KiB: 4 KiB suffices"; ``run`` accepted 4096 for two ``select_groups`` fields,
+    and one row of two 256-character control keys is 6574 bytes. Now ``run`` refuses 4096
+    and the least limit it accepts holds the row. Deterministic (sizes only)."""
     from aiokafka.record.default_records import DefaultRecordBatchBuilder
     from privstream.aggregates import KeyedCells, Partial, record_problems, release
     from privstream.aggregates.windows import window_label
@@ -211,8 +212,13 @@ def test_the_documented_4_kib_limit_holds_a_row_of_two_selected_keys() -> None:
         "fields": [{"name": n, "kind": "public"} for n in ("version", "os")],
         "aggregates": [aggregate],
     }
+    (refused,) = build_aggregates(parse_config(config))
+    (problem,) = record_problems([refused], 4096)
+    assert f"at least {refused.least_message_bytes}" in problem
+    limit = refused.least_message_bytes
+    config["kafka"]["max_message_bytes"] = limit
     (plan,) = build_aggregates(parse_config(config))
-    assert not record_problems([plan], 4096)
+    assert not record_problems([plan], limit)
     key = "\x01" * 256
     cells = {(key, key): 1_000_000}
     partial = Partial(plan.name, window_label(0, 10_000), cells)
@@ -221,7 +227,7 @@ def test_the_documented_4_kib_limit_holds_a_row_of_two_selected_keys() -> None:
     size = DefaultRecordBatchBuilder.estimate_size_in_bytes(
         orjson.dumps(names), orjson.dumps(row), []
     )
-    assert size <= 4096, f"a {size}-byte row under kafka.max_message_bytes=4096"
+    assert size <= limit, f"a {size}-byte row under kafka.max_message_bytes={limit}"
 
 
 def test_the_latest_value_gauge_holds_only_the_latest_windows_groups() -> None:
