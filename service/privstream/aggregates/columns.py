@@ -16,7 +16,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from privstream.aggregates.read import MAX_KEY_CHARS, Cell, RecordReader, number_of, read
+from privstream.aggregates.read import (
+    MAX_KEY_CHARS,
+    Cell,
+    RecordReader,
+    _keyable,
+    number_of,
+    read,
+)
 from privstream.config.fields import DomainValue
 from privstream.config.paths import split_path
 from privstream.pipeline import _columns
@@ -89,10 +96,12 @@ def renumbered(codes: Ints, size: int) -> tuple[Ints, Ints]:
 
 def key_codes(records: Records, name: str, allowed: Keys) -> tuple[Ints, list[DomainValue]]:
     """Each record's key of one group field as an index into the keys returned (-1: none):
-    exactly a string or an integer (a boolean is none), declared, or any not too long."""
+    exactly a string or an integer (a boolean is none) JSON can write (``_keyable``: no lone
+    surrogate, at most 64 bits), declared, or any not too long."""
     if allowed is not None:
         keys = list(allowed)
-        table = {key: index for index, key in enumerate(keys)}
+        # an unwritable declared key matches nothing, in C as in ``RecordReader.cell``
+        table = {key: index for index, key in enumerate(keys) if _keyable(key)}
         key = _top_level(records, name)
         if key is not None and _columns.only(keys, (str,)):
             # a declared string equals no value of another type: the C lookup is exact
@@ -100,12 +109,12 @@ def key_codes(records: Records, name: str, allowed: Keys) -> tuple[Ints, list[Do
             if _columns.fill(records, key, _columns.POSITION, out, table):
                 return out, keys
         values = column(records, name)
-        codes = [table.get(v, -1) if type(v) is str or type(v) is int else -1 for v in values]
+        codes = [table.get(v, -1) if _keyable(v) else -1 for v in values]
         return np.array(codes, np.int64).reshape(-1), keys
     found: dict[DomainValue, int] = {}
     codes = [
         found.setdefault(v, len(found))
-        if (type(v) is str or type(v) is int) and len(str(v)) <= MAX_KEY_CHARS
+        if _keyable(v) and len(str(v)) <= MAX_KEY_CHARS
         else -1
         for v in column(records, name)
     ]
