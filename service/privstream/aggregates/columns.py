@@ -113,9 +113,7 @@ def key_codes(records: Records, name: str, allowed: Keys) -> tuple[Ints, list[Do
         return np.array(codes, np.int64).reshape(-1), keys
     found: dict[DomainValue, int] = {}
     codes = [
-        found.setdefault(v, len(found))
-        if _keyable(v) and len(str(v)) <= MAX_KEY_CHARS
-        else -1
+        found.setdefault(v, len(found)) if _keyable(v) and len(str(v)) <= MAX_KEY_CHARS else -1
         for v in column(records, name)
     ]
     return np.array(codes, np.int64).reshape(-1), list(found)
