@@ -1,16 +1,15 @@
 """``sanitize --aggregates-output``: the config's aggregates over the whole file, one window.
 
 The aggregates read exactly the records the record path released (a
-dead-lettered line enters neither), in file order, and are released once,
-after the whole input is read, with fresh noise (``FreshCells``: files have
-no noise key, so a second run is a second release and ``--overwrite``
-says so). The rows go to their own file, one JSON object a line
+dead-lettered line enters neither) that orjson reads (as ``run``), in file
+order, and are released once, after the whole input is read, with fresh
+noise (``FreshCells``: files have no noise key, so a second run is a second
+release and ``--overwrite`` says so). The rows go to their own file, one JSON object a line
 (docs/aggregates.md).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -30,11 +29,14 @@ FILE_WINDOW = "file"
 
 
 def _parse(line: bytes) -> object:
-    """The line's JSON value; integers beyond orjson's 64 bits through ``json`` (exact)."""
+    """The line's JSON value, or None where orjson refuses it (a lone surrogate escape, a
+    number past the doubles, ``NaN``): such a line enters no aggregate, as in ``run``
+    (``privstream.aggregates.stream``), though the record path may release it. (orjson
+    reads an integer past 64 bits as a float: no line is refused for one.)"""
     try:
         return orjson.loads(line)
     except orjson.JSONDecodeError:
-        return json.loads(line)
+        return None
 
 
 def check_aggregates_output(config: AppConfig, path: str | None) -> None:
@@ -101,7 +103,7 @@ def _decoded(
         # ``subject_column``'s own path for a batch orjson decodes to objects
         return records, subject_values(records, chosen, subject) if subject else None
     parsed = [_parse(line) for line in chosen]
-    # a released line is an object: the check is for the type checker
+    # a line orjson refuses is left out (``_parse``); a released line is an object
     kept = [i for i, record in enumerate(parsed) if isinstance(record, dict)]
     raw = [chosen[i] for i in kept]
     records = [cast(dict[str, Any], parsed[i]) for i in kept]

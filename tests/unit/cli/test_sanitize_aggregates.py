@@ -247,5 +247,6 @@ def test_run_refuses_a_record_limit_too_small_for_one_cell(
     )
     assert main(["run", "--config", str(config)]) == 2
     err = capsys.readouterr().err
-    assert "config error: aggregates (v): one cell of its partials takes up to" in err
+    assert "config error: aggregates (v): its records take up to" in err
+    assert "one cell's partial record" in err and "one released row" in err  # 14c, F3
     assert "kafka.max_message_bytes=1024" in err and "raise kafka.max_message_bytes" in err
