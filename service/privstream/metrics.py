@@ -46,6 +46,8 @@ class Metrics:
         self._clock: Callable[[], float] = time.monotonic
         self._last_round = -math.inf
         self._reasons = dead_letter_reasons
+        #: each aggregate's groups in ``aggregate_value``: the latest window's only
+        self._aggregate_groups: dict[str, set[str]] = {}
         self.records_in = Counter(
             "privstream_records_in", "Raw records consumed", registry=registry
         )
@@ -200,12 +202,20 @@ class Metrics:
     def observe_window(
         self, aggregate: str, end_ms: int, rows: Sequence[Mapping[str, Any]]
     ) -> None:
-        """An aggregate's released window: its rows' noisy values as the latest ones."""
+        """An aggregate's released window: its rows' noisy values as the latest ones, in
+        place of the previous window's (with ``select_groups`` a group released before may
+        not be now: its old value is no latest one, and the labels stay bounded)."""
         self.aggregate_windows.labels(aggregate).inc()
         self.aggregate_window_end.labels(aggregate).set(end_ms / 1000)
+        groups = set()
         for row in rows:
             group = json.dumps(row["group"], sort_keys=True, separators=(",", ":"))
             self.aggregate_value.labels(aggregate, group).set(float(row["value"]))
+            groups.add(group)
+        # after the new values are set: a scrape never sees a group kept in between missing
+        for group in self._aggregate_groups.get(aggregate, set()) - groups:
+            self.aggregate_value.remove(aggregate, group)
+        self._aggregate_groups[aggregate] = groups
 
     def describe_plan(
         self,

@@ -275,3 +275,25 @@ def test_without_a_subject_no_record_is_misplaced() -> None:
         False,
         False,
     ]
+
+
+def test_the_latest_value_gauge_follows_each_aggregates_latest_window() -> None:
+    """A group kept keeps its new value, a dropped one loses its sample, another aggregate's
+    groups stay, and a window with no selected group leaves none (red team 14c, finding 4)."""
+    from privstream.metrics import Metrics
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    metrics = Metrics(registry=registry)
+
+    def value(aggregate: str, version: str) -> float | None:
+        labels = {"aggregate": aggregate, "group": f'{{"version":"{version}"}}'}
+        return registry.get_sample_value("privstream_aggregate_value", labels)
+
+    rows = [{"group": {"version": v}, "value": n} for v, n in (("1", 5), ("2", 7))]
+    metrics.observe_window("a", 10_000, rows)
+    metrics.observe_window("b", 10_000, rows[1:])
+    metrics.observe_window("a", 20_000, [{"group": {"version": "1"}, "value": 6}])
+    assert (value("a", "1"), value("a", "2"), value("b", "2")) == (6.0, None, 7.0)
+    metrics.observe_window("a", 30_000, [])
+    assert (value("a", "1"), value("b", "2")) == (None, 7.0)
