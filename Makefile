@@ -83,7 +83,8 @@ CSAN_TESTS := tests/unit/pipeline/test_columns_hostile.py tests/unit/test_extens
 	tests/unit/pipeline/test_only.py tests/unit/pipeline/test_decode_redteam.py \
 	tests/unit/pipeline/test_columns_nested.py tests/unit/pipeline/test_nested_paths.py \
 	tests/unit/worker/test_partitioner.py tests/unit/worker/test_ledger_columns.py \
-	tests/unit/ledger/test_slots.py tests/unit/mechanisms/test_thresholds.py
+	tests/unit/ledger/test_slots.py tests/unit/mechanisms/test_thresholds.py \
+	tests/unit/mechanisms/test_olh_support.py
 CSAN_ENV := LD_PRELOAD="$$($(CSAN_CC) -print-file-name=libasan.so)" \
 	ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONMALLOC=malloc \
@@ -122,7 +123,8 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 # The Avro scenario of e2e.py needs the tests' schema registry (schema-registry).
 bench: $(BENCH_STAMP) schema-registry ## benchmarks (ratios against baselines measured in the same run; minutes)
 	@status=0; \
-	for script in samplers pipeline file_mode e2e latency memory ledger utility http_flood aggregates; do \
+	for script in samplers pipeline file_mode e2e latency memory ledger utility http_flood aggregates \
+		olh_estimate; do \
 		echo "== bench/$$script.py $(BENCH_ARGS)"; \
 		$(BIN)/python bench/$$script.py $(BENCH_ARGS) || status=1; \
 	done; \

@@ -3,8 +3,9 @@
 Frequencies: GRR (k-ary randomized response), OUE (every bit drawn), OLH
 (a pairwise-independent hash ``((a v + b) mod (2^31 - 1)) mod g`` per
 record) and SS (Subset Selection, Wang et al. 2016: ``d`` values by random
-keys, ``d`` the best for the summed variance), with their unbiased
-estimators and exact expected MSE; pure-ldp's
+keys, ``d`` the best for the summed variance) and HR (Hadamard response,
+Acharya, Sun and Zhang 2019), with their unbiased estimators and exact
+expected MSE; pure-ldp's
 clients and servers as a check of them. Means: Duchi et al.'s mechanism, the
 Piecewise and Hybrid Mechanisms (Wang et al. 2019, Sec. III-B/C) and numpy
 Laplace, with each report's exact variance.
@@ -13,6 +14,7 @@ Laplace, with each report's exact variance.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -92,6 +94,101 @@ def ss(x: Ints, k: int, eps: float, rng: np.random.Generator) -> Floats:
     return (counts / len(x) - other) / (keep - other)  # type: ignore[no-any-return]
 
 
+@dataclass(frozen=True)
+class HadamardLayout:
+    """Hadamard response (Acharya, Sun and Zhang 2019), its general-privacy form.
+
+    ``B = 2^floor(log2(min(2k, e^eps)))`` blocks of ``b = 2^ceil(log2(k / B + 1))``
+    outputs; value ``x`` is row ``p = x mod (b - 1) + 1`` of the ``b x b``
+    Hadamard matrix in block ``x // (b - 1)``: its set ``S_x`` is the ``s = b/2``
+    outputs of that block where the row is +1. A report is each output of
+    ``S_x`` with weight ``e^eps``, any other of the ``K = B b`` with weight 1.
+    ``B = 1`` is the high-privacy form (pure-ldp's choice at eps <= 1 too).
+    """
+
+    blocks: int
+    size: int
+    e: float
+
+    @classmethod
+    def of(cls, k: int, eps: float) -> HadamardLayout:
+        e = float(np.exp(eps))
+        blocks = 2 ** int(np.floor(np.log2(min(2 * k, e))))
+        return cls(blocks, 2 ** int(np.ceil(np.log2(k / blocks + 1))), e)
+
+    def probabilities(self) -> tuple[tuple[float, float], ...]:
+        """``(P(y in S_x), P(y in x's block))`` for a record holding x, another value of
+        x's block, and a value of another block."""
+        s, out = self.size / 2, self.blocks * self.size
+        z = s * self.e + out - s
+        same = s * (self.e + 1) / z
+        return (s * self.e / z, same), (same / 2, same), (s / z, 2 * s / z)
+
+    def weights(self) -> tuple[float, float]:
+        """The unbiased estimate is ``c_set 1[y in S_x] + c_block 1[y in block] + const``."""
+        (a1, b1), (a2, _), (a3, b3) = self.probabilities()
+        c_set = 1 / (a1 - a2)
+        return c_set, (0.0 if self.blocks == 1 else -(a2 - a3) * c_set / (b1 - b3))
+
+
+def hr(x: Ints, k: int, eps: float, rng: np.random.Generator) -> Floats:
+    lay = HadamardLayout.of(k, eps)
+    block, row = x // (lay.size - 1), x % (lay.size - 1) + 1
+    s, out = lay.size / 2, lay.blocks * lay.size
+    in_set = rng.random(len(x)) < s * lay.e / (s * lay.e + out - s)
+    # outside S_x: x's own block w.p. s / (K - s), else uniform over the other blocks
+    own = in_set | (rng.random(len(x)) * (out - s) < s)
+    other = (block + 1 + rng.integers(0, max(lay.blocks - 1, 1), len(x))) % lay.blocks
+    column = rng.integers(0, lay.size, len(x))
+    # flipping the bit of the row's lowest 1 moves a column between the row's halves
+    wrong = (np.bitwise_count(row & column) % 2 == 0) != in_set
+    column = np.where(own & wrong, column ^ (row & -row), column)
+    counts = np.bincount(np.where(own, block, other) * lay.size + column, minlength=out)
+    transformed = _walsh_hadamard(counts.reshape(lay.blocks, lay.size).astype(np.float64))
+    in_block = transformed[:, 0]
+    values = np.arange(k)
+    blk, pos = values // (lay.size - 1), values % (lay.size - 1) + 1
+    set_share = (in_block[blk] + transformed[blk, pos]) / 2 / len(x)
+    (_, _), (a2, _), (a3, b3) = lay.probabilities()
+    c_set, c_block = lay.weights()
+    # one block: every record is in x's block, so the "other" term is the block's own
+    offset = a2 if lay.blocks == 1 else a3
+    return c_set * (set_share - offset) + c_block * (in_block[blk] / len(x) - b3)  # type: ignore[no-any-return]
+
+
+def _walsh_hadamard(rows: Floats) -> Floats:
+    """Each row times the Sylvester Hadamard matrix (``H[p, c] = (-1)^popcount(p & c)``)."""
+    out, width, h = rows.copy(), rows.shape[1], 1
+    while h < width:
+        pairs = out.reshape(len(rows), width // (2 * h), 2, h)
+        low, high = pairs[:, :, 0, :].copy(), pairs[:, :, 1, :]
+        pairs[:, :, 0, :] += high
+        pairs[:, :, 1, :] = low - high
+        h *= 2
+    return out
+
+
+def hr_mse(truth: Floats, eps: float, n: int) -> float:
+    """HR's exact expected summed squared error on this truth (it depends on the block masses).
+
+    Per record the estimate of ``f_x`` adds ``g(y) = c_set 1[y in S_x] + c_block
+    1[y in block]``; its variance over the three kinds of record (``x``, another
+    value of x's block, another block) is weighted by their shares.
+    """
+    k = len(truth)
+    lay = HadamardLayout.of(k, eps)
+    c_set, c_block = lay.weights()
+    var = []
+    for p_set, p_block in lay.probabilities():
+        mean = c_set * p_set + c_block * p_block
+        second = (c_set + c_block) ** 2 * p_set + c_block**2 * (p_block - p_set)
+        var.append(second - mean**2)
+    block = np.arange(k) // (lay.size - 1)
+    mass = np.bincount(block, weights=truth)[block]
+    total = truth * var[0] + (mass - truth) * var[1] + (1 - mass) * var[2]
+    return float(total.sum() / n)
+
+
 def pure_ldp(kind: str) -> Protocol:
     """pure-ldp's client and server over the records (1-based items, its default mapping)."""
 
@@ -115,7 +212,7 @@ def pure_ldp(kind: str) -> Protocol:
     return run
 
 
-NUMPY: dict[str, Protocol] = {"GRR": grr, "OUE": oue, "OLH": olh, "SS": ss}
+NUMPY: dict[str, Protocol] = {"GRR": grr, "OUE": oue, "OLH": olh, "SS": ss, "HR": hr}
 PURE_LDP = {"GRR": "DE", "OUE": "UE", "OLH": "LH"}
 
 

@@ -236,6 +236,10 @@ async def test_two_workers_with_one_replica_id_one_stops_and_says_why(
         async def gate(start: int) -> None:  # keep both busy: at most 1,000 inputs ahead
             if start >= TOTAL // 2:
                 await both_in.wait()
+                # and only while both hold partitions (or one has stopped): a fast run drained
+                # the rest during the rebalance after the first fencing, and two idle workers
+                # were never fenced again (CI, session 14)
+                await poll_until(lambda: _both_busy(first, second), 120, "both holding partitions")
             need = sum(1 for i in range(start) if not is_bad(i)) - 1_000
             await out.wait_until(lambda: len(out.distinct) >= need, 90, f"{need} outputs")
 
@@ -285,6 +289,20 @@ async def _holds_partitions(worker: WorkerProcess) -> bool:
         for line in worker.log_text().splitlines()
         if "partitions assigned: " in line
     )
+
+
+def _holds_now(worker: WorkerProcess) -> bool:
+    """Whether the worker's last assignment line gives it partitions (not revoked since)."""
+    for line in reversed(worker.log_text().splitlines()):
+        if "partitions revoked: " in line:
+            return False
+        if "partitions assigned: " in line:
+            return line.split("partitions assigned: ")[1].strip() != "none"
+    return False
+
+
+async def _both_busy(a: WorkerProcess, b: WorkerProcess) -> bool:
+    return not (a.alive and b.alive) or (_holds_now(a) and _holds_now(b))
 
 
 async def _exited(a: WorkerProcess, b: WorkerProcess) -> tuple[WorkerProcess, WorkerProcess] | None:

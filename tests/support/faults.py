@@ -54,7 +54,8 @@ class Tail(Collector):
     """A ``Collector`` that sees new records within a few ms, with either isolation level.
 
     ``identity`` (optional) names a record, e.g. its ``seq``; ``distinct`` is
-    then the set of names seen so far.
+    then the set of names seen so far. Tails given the same ``wakes`` condition
+    wake each other's waiters, so one ``wait_until`` can watch several topics.
     """
 
     def __init__(
@@ -64,11 +65,14 @@ class Tail(Collector):
         *,
         isolation_level: str = "read_committed",
         identity: Callable[[ConsumerRecord], Hashable] | None = None,
+        wakes: asyncio.Condition | None = None,
     ) -> None:
         # fetch_max_wait_ms: see new records within a few ms (kill timing relies on it)
         super().__init__(bootstrap, topic, isolation_level=isolation_level, fetch_max_wait_ms=25)
         self.distinct: set[Hashable] = set()
         self._identity = identity
+        if wakes is not None:
+            self._grew = wakes
 
     def _add(self, new: list[ConsumerRecord]) -> None:
         super()._add(new)

@@ -151,6 +151,16 @@ class WorkerProcess:
         self._log_fh.close()
         return code
 
+    def pause(self) -> None:
+        """SIGSTOP: the worker freezes mid-step (sends nothing more, commits nothing)."""
+        assert self.proc is not None and self.proc.returncode is None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT: a paused worker carries on where it froze."""
+        assert self.proc is not None and self.proc.returncode is None
+        self.proc.send_signal(signal.SIGCONT)
+
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.returncode is None

@@ -23,6 +23,7 @@ from privstream.mechanisms import _thresholds
 from privstream.pipeline import _columns
 from privstream.worker import _murmur2
 
+from tests.unit.mechanisms.test_local_hashing import ref_splitmix64
 from tests.unit.pipeline.test_columns_redteam import assemble_model
 
 ROUNDS = int(os.environ.get("PRIVSTREAM_FUZZ_ROUNDS", "300"))
@@ -215,6 +216,36 @@ def test_thresholds() -> None:
         else:
             assert _thresholds.count(words, padded, guide, steps, bounds.size, out) is None
             assert out.tolist() == np.searchsorted(bounds, words, side="right").tolist()
+
+
+def test_support() -> None:
+    """OLH's support count: edge seeds, buckets and g (1 to 2^64 - 1) against the
+    remainder in Python; a bucket not below g or an out of the wrong length refused
+    before a write."""
+    rng = random.Random("support")
+    for _ in range(ROUNDS):
+        g = rng.choice([1, 2, 3, 2**32 + 1, 2**63, TOP, rng.randrange(1, TOP + 1)])
+        n, k = rng.randint(0, 6), rng.randint(0, 4)
+        seed_words = [rng.choice([0, TOP, rng.randrange(TOP + 1)]) for _ in range(n)]
+        bucket_words = [rng.choice([0, g - 1, rng.randrange(g)]) for _ in range(n)]
+        seeds = np.array(seed_words, dtype=np.uint64)
+        buckets = np.array(bucket_words, dtype=np.uint64)
+        digests = np.array([rng.randrange(TOP + 1) for _ in range(k)], dtype=np.uint64)
+        out = np.full(k, -1, dtype=np.int64)
+        if n and rng.random() < 0.1:
+            buckets[rng.randrange(n)] = min(g + rng.randrange(3), TOP)
+            with pytest.raises(ValueError, match="is not below g"):
+                _thresholds.support(seeds, buckets, digests, g, out)
+            assert (out == -1).all()
+        elif rng.random() < 0.1:
+            with pytest.raises(ValueError, match="as many out items"):
+                _thresholds.support(seeds, buckets, digests, g, np.zeros(k + 1, dtype=np.int64))
+        else:
+            assert _thresholds.support(seeds, buckets, digests, g, out) is None
+            pairs = list(zip(seeds.tolist(), buckets.tolist(), strict=True))
+            assert out.tolist() == [
+                sum(ref_splitmix64(d ^ s) % g == y for s, y in pairs) for d in digests.tolist()
+            ]
 
 
 def test_slots() -> None:

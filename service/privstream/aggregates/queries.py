@@ -86,11 +86,12 @@ class Query:
         value = min(max(c + g * noisy_sum / n, lo), hi)
         # delta method at the noisy values: Var(S/N) ~ Var S / N^2 + S^2 Var N / N^4
         ratio = g * noisy_sum / n
-        spread = (total.std_error / n) ** 2 + (ratio * count.std_error / n) ** 2
+        # hypot, not a sum of squares: bounds may reach 2**1002, whose square overflows
+        std_error = math.hypot(total.std_error / n, ratio * count.std_error / n)
         k_sum = half_width(total.noise, 0.975)
         k_count = half_width(count.noise, 0.975)
         if noisy_count - k_count < 1:
-            return value, math.sqrt(spread), (lo, hi)
+            return value, std_error, (lo, hi)
         ratios = [
             g * s / m
             for s in (noisy_sum - k_sum, noisy_sum + k_sum)
@@ -98,4 +99,4 @@ class Query:
         ]
         low = min(max(c + min(ratios), lo), hi)
         high = min(max(c + max(ratios), lo), hi)
-        return value, math.sqrt(spread), (low, high)
+        return value, std_error, (low, high)

@@ -131,10 +131,11 @@ class _TolerantBatch:
     def __getattr__(self, name: str) -> Any:  # offsets, flags, validate_crc, ...
         return getattr(self._batch, name)
 
-    def __iter__(self) -> _TolerantBatch:
-        return self
+    def __iter__(self) -> Iterator[Any]:
+        # the generator itself, so a ``for`` over the batch makes no call of ours per record
+        return self._records
 
-    def __next__(self) -> Any:
+    def __next__(self) -> Any:  # a control batch's marker (``_contains_abort_marker``)
         return next(self._records)
 
     def _generate(self) -> Iterator[Any]:
@@ -172,6 +173,10 @@ class _TolerantRecords:
         return _TolerantBatch(batch, self._data, start, self._pos)
 
 
+#: aiokafka's own, called without ``super()``'s lookup per record
+_consumer_record = fetcher.PartitionRecords._consumer_record
+
+
 class _TolerantPartitionRecords(fetcher.PartitionRecords):  # type: ignore[misc]
     #: why the batch at ``next_fetch_offset`` cannot be read, once one cannot
     failure: UndecodableBatchError | None = None
@@ -195,8 +200,9 @@ class _TolerantPartitionRecords(fetcher.PartitionRecords):  # type: ignore[misc]
             )
 
     def _consumer_record(self, tp: Any, record: Any) -> Any:
-        made = super()._consumer_record(tp, record)
-        if not getattr(record, "undecodable", False):
+        made = _consumer_record(self, tp, record)
+        # by exact type: a ``getattr`` default raised and caught an AttributeError per record
+        if type(record) is not _Record or not record.undecodable:
             return made
         fields = {name: getattr(made, name) for name in made.__dataclass_fields__}
         return UndecodableRecord(**fields)

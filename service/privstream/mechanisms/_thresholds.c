@@ -1,4 +1,5 @@
-/* privstream.mechanisms._thresholds: the exact-threshold samplers' lookup, in C.
+/* privstream.mechanisms._thresholds: the mechanisms layer's two hot loops, in C: the
+ * exact-threshold samplers' lookup (count) and local hashing's support count (support).
  *
  * count(words, padded, guide, steps, size, out) -> None
  *
@@ -32,6 +33,31 @@
  * search).
  *
  * The GIL is held: a call is one batch's column, tens of microseconds.
+ *
+ * support(seeds, buckets, digests, g, out) -> None
+ *
+ * For each candidate digest d writes to out[j] the number of OLH reports
+ * (seed s_i, bucket y_i) that support it, #{i : splitmix64(d XOR s_i) mod g == y_i}
+ * (privstream.mechanisms.local_hashing.support_counts; the hash is the release
+ * format, hash_to_bucket). The remainder is never computed: with h the hash and
+ * y < g, h mod g == y iff h >= y and g divides h - y, and for g = 2^t g' (g' odd)
+ * g divides x iff rotr(x * inverse(g') mod 2^64, t) <= floor((2^64 - 1) / g): one
+ * multiply in place of a 64-bit division (proof: docs/proofs/local-hashing.md,
+ * step 4). One pass, no temporaries: per block of 2,048 records (their seeds and
+ * buckets, 32 KiB, stay in the core's first-level cache) every candidate runs
+ * over the block; the loop over the block is vectorised (omp simd, -fopenmp-simd:
+ * also at the -O1 of make csan) in three clones chosen at load time (x86-64-v4's
+ * 64-bit vector multiply, AVX2, and the baseline: never -march=native, the wheel
+ * must run on any x86-64; one baseline loop where clones cannot be built, see
+ * SUPPORT_CLONES).
+ *
+ * Buffers: seeds, buckets and digests uint64, out int64 (writable), native,
+ * aligned, C-contiguous (read as flat); buckets as many as seeds, out one per
+ * digest; g an int in [1, 2^64 - 1]; every bucket below g (the test above needs
+ * it). All checked before anything is written (ValueError, OverflowError or
+ * TypeError for g). The GIL is released for the loop, so the caller's threads
+ * can count disjoint blocks of records at once (local_hashing.support_counts runs
+ * two); the exports keep the buffers' memory alive meanwhile.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -45,17 +71,18 @@
 /* ValueError unless ``b`` holds aligned native integers of ``size`` bytes; 0 if it does
  * (an unaligned load is undefined behaviour in C). */
 static int
-check_format(const Py_buffer *b, const char *name, Py_ssize_t size, int is_signed)
+check_format(const char *function, const Py_buffer *b, const char *name, Py_ssize_t size,
+             int is_signed)
 {
     if (!buffer_native_integers(b, size, is_signed)) {
-        PyErr_Format(PyExc_ValueError, "count: %s must hold native %s%zd integers, got format "
-                     "%.20s of %zd bytes an item", name, is_signed ? "int" : "uint", 8 * size,
-                     buffer_format(b), b->itemsize);
+        PyErr_Format(PyExc_ValueError, "%s: %s must hold native %s%zd integers, got format "
+                     "%.20s of %zd bytes an item", function, name, is_signed ? "int" : "uint",
+                     8 * size, buffer_format(b), b->itemsize);
         return -1;
     }
     if (!buffer_aligned(b, (uintptr_t)size)) {
-        PyErr_Format(PyExc_ValueError, "count: %s must be aligned to its %zd-byte items; pass a "
-                     "copy (a new numpy array is aligned)", name, size);
+        PyErr_Format(PyExc_ValueError, "%s: %s must be aligned to its %zd-byte items; pass a "
+                     "copy (a new numpy array is aligned)", function, name, size);
         return -1;
     }
     return 0;
@@ -83,8 +110,10 @@ count(PyObject *Py_UNUSED(module), PyObject *args)
         || PyObject_GetBuffer(out_arg, &out, flags | PyBUF_WRITABLE)) {
         goto done;
     }
-    if (check_format(&words, "words", 8, 0) || check_format(&padded, "padded", 8, 0)
-        || check_format(&guide, "guide", 2, 0) || check_format(&out, "out", 8, 1)) {
+    if (check_format("count", &words, "words", 8, 0)
+        || check_format("count", &padded, "padded", 8, 0)
+        || check_format("count", &guide, "guide", 2, 0)
+        || check_format("count", &out, "out", 8, 1)) {
         goto done;
     }
     const Py_ssize_t n = words.len / 8, entries = padded.len / 8;
@@ -131,16 +160,156 @@ done:
     return result;
 }
 
+/* Records per block of the support count: their seeds and buckets (32 KiB) stay in the
+ * first-level cache while every candidate runs over them. */
+#define SUPPORT_BLOCK 2048
+
+/* The divisibility test by g = 2^shift * odd (support's comment above): the proof page's
+ * u, t and L. */
+typedef struct {
+    uint64_t inverse; /* odd^-1 mod 2^64 */
+    unsigned shift;   /* the power of two in g */
+    uint64_t limit;   /* floor((2^64 - 1) / g) */
+} divisor;
+
+static divisor
+divisor_of(uint64_t g)
+{
+    divisor d;
+    d.shift = (unsigned)__builtin_ctzll(g);
+    const uint64_t odd = g >> d.shift;
+    /* Newton's iteration x <- x (2 - odd x) doubles the correct low bits; odd * odd = 1
+     * mod 8 makes x = odd right in 3, so 3 -> 6 -> 12 -> 24 -> 48 -> 96 in five steps. */
+    uint64_t x = odd;
+    for (int i = 0; i < 5; i++) {
+        x *= 2 - odd * x;
+    }
+    d.inverse = x;
+    d.limit = UINT64_MAX / g;
+    return d;
+}
+
+/* #{i < len : splitmix64(digest ^ seeds[i]) mod g == buckets[i]}, for buckets below g. */
+static inline int64_t
+block_support(const uint64_t *restrict seeds, const uint64_t *restrict buckets, Py_ssize_t len,
+              uint64_t digest, divisor d)
+{
+    int64_t hits = 0;
+    const unsigned back = (64 - d.shift) & 63; /* a rotation by 0 must not shift by 64 */
+#pragma omp simd reduction(+ : hits)
+    for (Py_ssize_t i = 0; i < len; i++) {
+        uint64_t z = (digest ^ seeds[i]) + 0x9E3779B97F4A7C15u; /* splitmix64 */
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+        z ^= z >> 31;
+        const uint64_t y = buckets[i];
+        const uint64_t q = (z - y) * d.inverse;
+        hits += (z >= y) & (((q >> d.shift) | (q << back)) <= d.limit);
+    }
+    return hits;
+}
+
+/* Clones need x86-64, GCC 11+ (arch=x86-64-v4) and glibc (the loader's ifunc picks the
+ * clone); elsewhere (ARM, musl, clang) one loop, vectorised for the baseline ISA. */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__) \
+    && __GNUC__ >= 11
+#define SUPPORT_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#else
+#define SUPPORT_CLONES
+#endif
+
+/* out[j] = the support of digests[j] among the n reports; runs without the GIL. */
+SUPPORT_CLONES static void
+support_loop(const uint64_t *seeds, const uint64_t *buckets, Py_ssize_t n,
+             const uint64_t *digests, Py_ssize_t k, divisor d, int64_t *out)
+{
+    for (Py_ssize_t j = 0; j < k; j++) {
+        out[j] = 0;
+    }
+    for (Py_ssize_t first = 0; first < n; first += SUPPORT_BLOCK) {
+        const Py_ssize_t len = n - first < SUPPORT_BLOCK ? n - first : SUPPORT_BLOCK;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            out[j] += block_support(seeds + first, buckets + first, len, digests[j], d);
+        }
+    }
+}
+
+static PyObject *
+support(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *seeds_arg, *buckets_arg, *digests_arg, *g_arg, *out_arg;
+    if (!PyArg_ParseTuple(args, "OOOO!O", &seeds_arg, &buckets_arg, &digests_arg, &PyLong_Type,
+                          &g_arg, &out_arg)) {
+        return NULL;
+    }
+    /* an exact int (no __index__ runs): OverflowError outside [0, 2^64 - 1] */
+    const uint64_t g = PyLong_AsUnsignedLongLong(g_arg);
+    if (g == (uint64_t)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (g == 0) {
+        PyErr_SetString(PyExc_ValueError, "support: g = 0 buckets; g must be at least 1");
+        return NULL;
+    }
+    /* Invariant as in count: every length and item is read after the exports, which hold
+     * the memory until the releases at the end. */
+    Py_buffer seeds = {0}, buckets = {0}, digests = {0}, out = {0};
+    const int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS;
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(seeds_arg, &seeds, flags)
+        || PyObject_GetBuffer(buckets_arg, &buckets, flags)
+        || PyObject_GetBuffer(digests_arg, &digests, flags)
+        || PyObject_GetBuffer(out_arg, &out, flags | PyBUF_WRITABLE)) {
+        goto done;
+    }
+    if (check_format("support", &seeds, "seeds", 8, 0)
+        || check_format("support", &buckets, "buckets", 8, 0)
+        || check_format("support", &digests, "digests", 8, 0)
+        || check_format("support", &out, "out", 8, 1)) {
+        goto done;
+    }
+    const Py_ssize_t n = seeds.len / 8, k = digests.len / 8;
+    if (buckets.len / 8 != n || out.len / 8 != k) {
+        PyErr_Format(PyExc_ValueError, "support: %zd seeds need as many buckets (got %zd) and "
+                     "%zd digests as many out items (got %zd)", n, buckets.len / 8, k,
+                     out.len / 8);
+        goto done;
+    }
+    const uint64_t *y = buckets.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (y[i] >= g) {
+            PyErr_Format(PyExc_ValueError, "support: buckets[%zd] = %llu is not below g = %llu",
+                         i, (unsigned long long)y[i], (unsigned long long)g);
+            goto done;
+        }
+    }
+    const divisor d = divisor_of(g);
+    Py_BEGIN_ALLOW_THREADS
+    support_loop(seeds.buf, y, n, digests.buf, k, d, out.buf);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&seeds);
+    PyBuffer_Release(&buckets);
+    PyBuffer_Release(&digests);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"count", count, METH_VARARGS,
      "count(words, padded, guide, steps, size, out) -> None: #{l : bounds[l] <= w} for each "
      "word w, into out."},
+    {"support", support, METH_VARARGS,
+     "support(seeds, buckets, digests, g, out) -> None: #{i : splitmix64(d ^ seeds[i]) mod g "
+     "== buckets[i]} for each digest d, into out (the GIL released)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "privstream.mechanisms._thresholds",
-    "The exact-threshold samplers' lookup (see _thresholds.c).", -1, methods,
+    "The exact-threshold samplers' lookup and local hashing's support count (see "
+    "_thresholds.c).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

@@ -1,4 +1,5 @@
-"""Type stub of the C extension ``_thresholds.c`` (the exact samplers' threshold lookup)."""
+"""Type stub of the C extension ``_thresholds.c`` (the exact samplers' threshold lookup and
+local hashing's support count)."""
 
 import numpy as np
 import numpy.typing as npt
@@ -9,6 +10,14 @@ def count(
     guide: npt.NDArray[np.uint16],
     steps: int,
     size: int,
+    out: npt.NDArray[np.int64],
+    /,
+) -> None: ...
+def support(
+    seeds: npt.NDArray[np.uint64],
+    buckets: npt.NDArray[np.uint64],
+    digests: npt.NDArray[np.uint64],
+    g: int,
     out: npt.NDArray[np.int64],
     /,
 ) -> None: ...

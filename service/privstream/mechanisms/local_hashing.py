@@ -32,12 +32,14 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from privstream.errors import MechanismError
+from privstream.mechanisms._thresholds import support
 from privstream.mechanisms.base import Mechanism, exp_neg, finite_gamma
 from privstream.mechanisms.randomized_response import flip_threshold, realised_delta
 from privstream.mechanisms.rng import NoiseSource
@@ -56,9 +58,6 @@ _TWO_64 = 2**64
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
-#: candidates x records hashed per block: two 512 KiB work arrays stay in the core's cache
-#: (blocks of 4M cells, 32 MiB each, ran 3x slower: every step went to memory)
-_BLOCK_CANDIDATES, _BLOCK_RECORDS = 64, 1024
 
 
 def olh_buckets(epsilon: float) -> int:
@@ -183,32 +182,60 @@ def support_counts(
 ) -> NDArray[np.int64]:
     """Per candidate digest, the reports that support it: ``#{i : H_seed_i(v) == bucket_i}``.
 
-    ``hash_to_bucket`` step by step, in place, over cache-sized blocks of
-    candidates x records (the n x k hashes are the whole cost of an estimate).
+    ``hash_to_bucket``'s hash in one fused C loop (``_thresholds.support``: a
+    divisibility test in place of the remainder, docs/proofs/local-hashing.md
+    step 4), the reports split over two threads (the loop releases the GIL):
+    the n x k hashes are the whole cost of an estimate. Raises
+    ``MechanismError`` for arrays that are not 1-D uint64, seeds and buckets of
+    different lengths, ``g`` outside ``2..2**32 + 1`` or a bucket not below ``g``.
     """
-    counts = np.zeros(len(digests), dtype=np.int64)
-    work = np.empty((_BLOCK_CANDIDATES, _BLOCK_RECORDS), dtype=np.uint64)
-    shifted = np.empty_like(work)
-    hits = np.empty(work.shape, dtype=np.bool_)
-    column, modulus = digests[:, None], np.uint64(g)
-    for first in range(0, len(seeds), _BLOCK_RECORDS):
-        seed = seeds[first : first + _BLOCK_RECORDS]
-        bucket = buckets[first : first + _BLOCK_RECORDS]
-        for start in range(0, len(digests), _BLOCK_CANDIDATES):
-            chunk = column[start : start + _BLOCK_CANDIDATES]
-            z, t = work[: len(chunk), : len(seed)], shifted[: len(chunk), : len(seed)]
-            np.bitwise_xor(chunk, seed, out=z)
-            np.add(z, _GOLDEN, out=z)  # splitmix64, as in ``splitmix64``
-            for shift, multiplier in ((30, _MIX1), (27, _MIX2)):
-                np.right_shift(z, np.uint64(shift), out=t)
-                np.bitwise_xor(z, t, out=z)
-                np.multiply(z, multiplier, out=z)
-            np.right_shift(z, np.uint64(31), out=t)
-            np.bitwise_xor(z, t, out=z)
-            np.remainder(z, modulus, out=z)
-            hit = np.equal(z, bucket, out=hits[: len(chunk), : len(seed)])
-            counts[start : start + len(chunk)] += np.count_nonzero(hit, axis=1)
-    return counts
+    _check_reports(seeds, buckets, digests, g)
+    seeds, buckets = np.ascontiguousarray(seeds), np.ascontiguousarray(buckets)
+    digests = np.ascontiguousarray(digests)
+    half = len(seeds) // 2
+    shares = (slice(0, half), slice(half, len(seeds)))
+    counts = np.empty((len(shares), len(digests)), dtype=np.int64)
+
+    def count(row: int) -> None:
+        share = shares[row]
+        support(seeds[share], buckets[share], digests, int(g), counts[row])
+
+    with ThreadPoolExecutor(max_workers=len(shares)) as pool:
+        list(pool.map(count, range(len(shares))))  # list(): a thread's error is raised here
+    result: NDArray[np.int64] = counts.sum(axis=0)
+    return result
+
+
+def _check_reports(
+    seeds: NDArray[np.uint64], buckets: NDArray[np.uint64], digests: NDArray[np.uint64], g: int
+) -> None:
+    """``support_counts``' arguments, refused with ``MechanismError`` naming the fix."""
+    for name, array in (("seeds", seeds), ("buckets", buckets), ("digests", digests)):
+        if not isinstance(array, np.ndarray) or array.dtype != np.uint64 or array.ndim != 1:
+            got = (
+                f"{array.dtype} of shape {array.shape}"
+                if isinstance(array, np.ndarray)
+                else type(array).__name__
+            )
+            raise MechanismError(
+                f"support_counts: {name} must be a 1-D uint64 array, got {got}; pass "
+                "numpy.asarray(..., dtype=numpy.uint64).ravel()"
+            )
+    if len(seeds) != len(buckets):
+        raise MechanismError(
+            f"support_counts: {len(seeds)} seeds but {len(buckets)} buckets; pass one bucket "
+            "per seed (the two columns of the same releases)"
+        )
+    if not 2 <= g <= MAX_OTHER_BUCKETS + 1:
+        raise MechanismError(
+            f"support_counts: g = {g} buckets is outside 2..{MAX_OTHER_BUCKETS + 1}; pass "
+            "olh_buckets(epsilon) of the releases"
+        )
+    if len(buckets) and int(buckets.max()) >= g:
+        raise MechanismError(
+            f"support_counts: a bucket of {int(buckets.max())} is not below g = {g}; were the "
+            "reports made at this epsilon?"
+        )
 
 
 def estimate_frequencies(

@@ -25,6 +25,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from aiokafka import errors as aiokafka_errors
+
 #: a message template of the Kafka client at most once per this many seconds
 WINDOW_S = 60.0
 #: templates remembered (aiokafka has a few hundred; the oldest is forgotten first)
@@ -75,6 +77,30 @@ class ClientLogFold(logging.Filter):
         down_s, folded = self._clock() - self._down_since, self._folded
         self._down_since, self._folded = None, 0
         return down_s, folded
+
+
+#: what a session ends with when the broker stopped answering (not: the broker answered and
+#: refused, e.g. a group that forgot this member during an outage: ``UnknownMemberIdError``)
+_LOST = (
+    aiokafka_errors.KafkaConnectionError,
+    aiokafka_errors.NodeNotReadyError,
+    aiokafka_errors.RequestTimedOutError,
+    aiokafka_errors.KafkaTimeoutError,
+    aiokafka_errors.NoBrokersAvailable,
+    OSError,  # TimeoutError and ConnectionError among them
+)
+
+
+def lost_broker(exc: BaseException) -> bool:
+    """Whether a session ended because no broker answered (``exc`` or what it wraps)."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain of causes, bounded
+        if seen is None:
+            return False
+        if isinstance(seen, _LOST):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 #: the one fold of the process: the worker reports to it, ``cli`` puts it on the handler

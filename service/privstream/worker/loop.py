@@ -68,7 +68,7 @@ from privstream.pipeline import BatchResult, RecordPlan
 from privstream.pipeline.results import DeadLetter
 from privstream.worker import charging
 from privstream.worker.assignment import Assignment
-from privstream.worker.client_logs import Reachability
+from privstream.worker.client_logs import Reachability, lost_broker
 from privstream.worker.clients import (
     CLOSE_TIMEOUT_S,
     broker_answers,
@@ -199,7 +199,10 @@ class Worker:
         elif fencing is None:
             self._set_connected(False)
             ended = f"Kafka session ended ({describe(exc)}); reconnecting in {delay:.1f} s"
-            self._reach.unreachable(ended)
+            if lost_broker(exc):
+                self._reach.unreachable(ended)
+            else:  # the broker answered (refused): no outage to report, nor its end
+                log.warning("%s", ended)
         else:
             self._set_connected(False)
             why = fencing.explain(self._kafka, self._runtime)

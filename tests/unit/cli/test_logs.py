@@ -8,9 +8,10 @@ import logging
 import sys
 
 import pytest
+from aiokafka.errors import KafkaConnectionError, NodeNotReadyError, UnknownMemberIdError
 from privstream.cli.logs import JSON_KEYS, JsonLines
 from privstream.cli.logs import transient_coordinator as _transient_coordinator
-from privstream.worker.client_logs import WINDOW_S, ClientLogFold, Reachability
+from privstream.worker.client_logs import WINDOW_S, ClientLogFold, Reachability, lost_broker
 
 NAME = "aiokafka.consumer.group_coordinator"
 
@@ -139,3 +140,21 @@ def test_json_lines_have_stable_keys_and_one_line_each() -> None:
     assert json.loads(formatter.format(plain))["level"] == "WARNING"
     message = json.loads(formatter.format(failed))["message"]
     assert message.startswith("failed\nTraceback") and "ValueError: boom" in message
+
+
+def test_only_a_broker_that_stopped_answering_is_an_outage() -> None:
+    """A session ending with the group's refusal after an outage (the session expired while
+    the broker was away) is no second outage: found as a flaky second "broker unreachable"
+    WARNING in tests/integration/test_outage_logs.py."""
+    assert lost_broker(KafkaConnectionError("Connection at 127.0.0.1:9092 closed"))
+    assert lost_broker(NodeNotReadyError("node 1"))
+    assert lost_broker(ConnectionResetError())
+    assert not lost_broker(UnknownMemberIdError("generation 1"))
+    assert not lost_broker(ValueError("no"))
+    try:
+        try:
+            raise KafkaConnectionError("closed")
+        except KafkaConnectionError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as outer:
+        assert lost_broker(outer)

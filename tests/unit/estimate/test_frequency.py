@@ -266,8 +266,9 @@ def test_unary_intervals_cover_the_truth_95_percent(variant: str) -> None:
 
 
 def test_blocked_support_counts_equal_the_hash_definition() -> None:
-    """The cache-blocked, in-place support count against ``hash_to_bucket`` itself, over
-    record and candidate counts that are not multiples of the blocks (exact equality)."""
+    """The support count (the C loop, in blocks, on two threads) against ``hash_to_bucket``
+    itself, over record and candidate counts that are not multiples of the blocks (exact
+    equality; tests/unit/mechanisms/test_olh_support.py checks it case by case)."""
     from privstream.mechanisms.local_hashing import hash_to_bucket, support_counts, value_digests
 
     rng = np.random.default_rng(4)
