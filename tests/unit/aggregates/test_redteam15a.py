@@ -13,6 +13,10 @@ F2 (MEDIUM, docs): the aggregates' internal topic holds each closed window's EXA
 per-cell totals and, with ``select_groups``, every raw group key a record reached,
 released or not; the docs flag the dead-letter topic as "as sensitive as the input",
 never this topic.
+
+F3 (MEDIUM): a categorical field's domain edited to another of the same size keeps the
+aggregate's ``partial_id``; partials of both domains merge and every release raises
+(``test_a_changed_domain_is_a_new_plan_never_merged_into_a_release``).
 """
 
 from __future__ import annotations
@@ -25,13 +29,18 @@ import pytest
 from privstream.aggregates import build_aggregates
 from privstream.aggregates.partial import Partial
 from privstream.aggregates.plan import record_problems
-from privstream.aggregates.windows import encode_partial
+from privstream.aggregates.stream import OpenWindows, releases
+from privstream.aggregates.windows import View, encode_partial, epoch_record
 from privstream.cli.main import main
 from privstream.config import parse_config
 from privstream.errors import PrivstreamError
 
+from tests.support.aggregates import Seeded
+
 #: keys a JSON config loads (``json`` reads them) that orjson cannot write
 UNWRITABLE = [2**64, -(2**63) - 1, "\ud800"]
+#: the wall clock of the stream tests, ms (a window start: 10 s windows)
+NOW = 1_000_000
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 
 
@@ -93,3 +102,47 @@ def test_the_internal_topic_is_documented_as_sensitive_as_the_input() -> None:
         "docs/aggregates.md never says the internal topic (exact totals, every group key "
         "seen) is as sensitive as the input topic"
     )
+
+
+def _histogram_plans(domain: list[str]) -> list[Any]:
+    """A histogram over a categorical field whose domain is ``domain`` (same size each)."""
+    config = {
+        "kafka": {"input_topic": "raw", "output_topic": "out", "dead_letter_topic": "dlq"},
+        "privacy": {"epsilon": 10.0},
+        "fields": [{"name": "os", "kind": "categorical", "domain": domain, "epsilon": 0.5}],
+        "aggregates": [
+            {
+                **{"name": "h", "query": "histogram", "field": "os", "epsilon": 1.0},
+                **{"window": {"size_seconds": 10, "grace_seconds": 2}, "output_topic": "agg"},
+            }
+        ],
+    }
+    return list(build_aggregates(parse_config(config)))
+
+
+def _close_one(windows: OpenWindows, view: View, partition: int, os_name: str) -> None:
+    record = json.dumps({"os": os_name}).encode()
+    windows.add(partition, 0, NOW, record, NOW, misplaced=False)
+    for key, value in windows.close(partition, NOW + 30_000):
+        view.apply(key, value)
+
+
+def test_a_changed_domain_is_a_new_plan_never_merged_into_a_release() -> None:
+    """F3 (MEDIUM): docs/aggregates.md "A plan changed" says a partial committed under
+    another plan is left out, never merged. A histogram's bins (or a group-by's keys
+    taken from a categorical field) are the FIELD's ``domain``, outside the aggregate's
+    spec: ``release_id`` hashes the spec, the cell COUNT and the noise, so a domain
+    edited to another of the same size ("web" -> "linux") keeps the ``partial_id``.
+    A window closed on partition 0 before the change and on partition 1 after it merges
+    both partials; ``release._check`` then raises MisuseError ("a partial holds a cell
+    it does not declare") at every step: the session restarts, reads the same partials
+    and fails again, and no aggregate of the config releases any window again (the
+    documented procedure, every replica stopped before the change, does not avoid it)."""
+    before, after = _histogram_plans(["ios", "web"]), _histogram_plans(["ios", "linux"])
+    view = View()
+    view.apply(*epoch_record(NOW))  # the first window is the records' one
+    _close_one(OpenWindows(before, view), view, 0, "web")  # the old config's close
+    _close_one(OpenWindows(after, view), view, 1, "linux")  # restarted on the new domain
+    assert before[0].partial_id != after[0].partial_id, "a domain change keeps partial_id"
+    (due,) = releases(after, view, Seeded(1), 2)  # raised MisuseError at eef0687
+    assert [row["group"] for row in due.rows] == [{"os": "ios"}, {"os": "linux"}]
