@@ -149,6 +149,13 @@ class AggregatePlan:
         ids = b"".join(self.release_id(part) for part in parts)
         return hashlib.sha256(ids).hexdigest()[:32]
 
+    def _declared_keys(self) -> list[list[str] | None]:
+        """Each cell field's declared keys as sorted JSON texts (None: any, ``select_groups``)."""
+        return [
+            None if keys is None else sorted(orjson.dumps(key).decode() for key in keys)
+            for keys in self.reader.cell_keys
+        ]
+
     def release_id(self, part: str) -> bytes:
         """A hash of everything that determines the release of one part (the window and
         grace too: another grace is another set of records, never the same noise)."""
@@ -169,6 +176,9 @@ class AggregatePlan:
             "t": scale.hex(),
             "step": step.hex(),
             "cells": len(self.cells),
+            # the bins and keys: a field's domain lives outside the spec, and an edited one
+            # of the same size is another plan, never merged with the old one's partials
+            "keys": self._declared_keys(),
             # what bounds the unit's records: another subject keeps other records
             "subject": self.reader.subject,
             "correlated_by": self.reader.correlated_by,

@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Literal
 
+import orjson
 from pydantic import Field, model_validator
 
 from privstream.config.fields import (
@@ -223,6 +224,26 @@ def _field_problem(spec: AggregateConfig, fields: Mapping[str, FieldConfig]) -> 
     return None
 
 
+def _key_problem(spec: AggregateConfig, fields: Mapping[str, FieldConfig]) -> str | None:
+    """Why a declared key cannot name a released group (None: every one can). Every release
+    and partial writes each cell's keys as JSON: an integer past 64 bits or a string with a
+    lone surrogate (both load from a JSON config) cannot be written."""
+    named = [(g.field, declared_keys(g, fields) or ()) for g in spec.group_by]
+    if spec.query == "histogram" and spec.field is not None:
+        named.append((spec.field, getattr(fields[spec.field], "domain", None) or ()))
+    for name, keys in named:
+        for key in keys:
+            try:
+                orjson.dumps(key)
+            except orjson.JSONEncodeError:
+                return (
+                    f"key {key!r} of field {name!r} cannot be written as a group's key (JSON "
+                    "integers within 64 bits, strings of valid UTF-8): remove it or write "
+                    "it as a string"
+                )
+    return None
+
+
 def _unit_problem(spec: AggregateConfig, subject: str | None, group_size: int) -> str | None:
     if subject is not None and spec.contribution is None:
         return (
@@ -315,6 +336,9 @@ def aggregate_problems(
                 (position, "correlation", f"correlation.by {spec.correlation.by!r} is not a field")
             )
         checked = not found and problem is None and _field_problem(spec, by_name) is None
+        key_problem = _key_problem(spec, by_name) if checked else None
+        if key_problem is not None:
+            problems.append((position, "group_by", key_problem))
         if checked and not spec.select_groups:
             cells = cell_count(spec, by_name)
             if cells > MAX_CELLS:

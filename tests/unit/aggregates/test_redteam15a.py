@@ -83,7 +83,10 @@ def test_sanitize_refuses_an_unwritable_declared_key_before_reading(tmp_path: Pa
         code = main(argv)
     except TypeError as exc:  # what eef0687 does
         pytest.fail(f"sanitize raised {exc!r} instead of refusing the config (exit 2)")
+    except SystemExit as exc:  # the config loader's refusal
+        code = exc.code
     assert code == 2
+    assert not (tmp_path / "agg.jsonl").exists()
 
 
 def test_the_internal_topic_is_documented_as_sensitive_as_the_input() -> None:
@@ -144,5 +147,6 @@ def test_a_changed_domain_is_a_new_plan_never_merged_into_a_release() -> None:
     _close_one(OpenWindows(before, view), view, 0, "web")  # the old config's close
     _close_one(OpenWindows(after, view), view, 1, "linux")  # restarted on the new domain
     assert before[0].partial_id != after[0].partial_id, "a domain change keeps partial_id"
-    (due,) = releases(after, view, Seeded(1), 2)  # raised MisuseError at eef0687
+    due, *_later = releases(after, view, Seeded(1), 2)  # raised MisuseError at eef0687
+    assert due.end_ms == NOW + 10_000  # the window both partials were closed in
     assert [row["group"] for row in due.rows] == [{"os": "ios"}, {"os": "linux"}]
