@@ -11,9 +11,11 @@ timings, reason codes when on); the error metrics come from shadow draws
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -44,6 +46,8 @@ class Metrics:
         self._clock: Callable[[], float] = time.monotonic
         self._last_round = -math.inf
         self._reasons = dead_letter_reasons
+        #: each aggregate's groups in ``aggregate_value``: the latest window's only
+        self._aggregate_groups: dict[str, set[str]] = {}
         self.records_in = Counter(
             "privstream_records_in", "Raw records consumed", registry=registry
         )
@@ -87,6 +91,24 @@ class Metrics:
             "privstream_consumer_lag_records",
             "Records of an assigned input partition not yet processed (high watermark - position)",
             ["partition"],
+            registry=registry,
+        )
+        self.aggregate_windows = Counter(
+            "privstream_aggregate_windows_released",
+            "Windows an aggregate released (each once)",
+            ["aggregate"],
+            registry=registry,
+        )
+        self.aggregate_window_end = Gauge(
+            "privstream_aggregate_window_end_seconds",
+            "The end (Unix seconds) of the latest window an aggregate released",
+            ["aggregate"],
+            registry=registry,
+        )
+        self.aggregate_value = Gauge(
+            "privstream_aggregate_value",
+            "The latest released window's noisy value per group (a released value: public)",
+            ["aggregate", "group"],
             registry=registry,
         )
         self.transactions = Counter(
@@ -176,6 +198,24 @@ class Metrics:
 
     def _field_gauge(self, name: str, doc: str) -> Gauge:
         return Gauge(name, doc, ["field", "mechanism"], registry=self.registry)
+
+    def observe_window(
+        self, aggregate: str, end_ms: int, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """An aggregate's released window: its rows' noisy values as the latest ones, in
+        place of the previous window's (with ``select_groups`` a group released before may
+        not be now: its old value is no latest one, and the labels stay bounded)."""
+        self.aggregate_windows.labels(aggregate).inc()
+        self.aggregate_window_end.labels(aggregate).set(end_ms / 1000)
+        groups = set()
+        for row in rows:
+            group = json.dumps(row["group"], sort_keys=True, separators=(",", ":"))
+            self.aggregate_value.labels(aggregate, group).set(float(row["value"]))
+            groups.add(group)
+        # after the new values are set: a scrape never sees a group kept in between missing
+        for group in self._aggregate_groups.get(aggregate, set()) - groups:
+            self.aggregate_value.remove(aggregate, group)
+        self._aggregate_groups[aggregate] = groups
 
     def describe_plan(
         self,

@@ -10,7 +10,7 @@ docs/proofs/aggregates.md.
 
 from privstream.aggregates.noise import CellNoise, FreshCells, KeyedCells
 from privstream.aggregates.partial import Accumulator, Partial, merge
-from privstream.aggregates.plan import AggregatePlan, build_aggregates
+from privstream.aggregates.plan import AggregatePlan, build_aggregates, record_problems
 from privstream.aggregates.release import release
 
 __all__ = [
@@ -22,5 +22,6 @@ __all__ = [
     "Partial",
     "build_aggregates",
     "merge",
+    "record_problems",
     "release",
 ]

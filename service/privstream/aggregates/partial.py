@@ -13,9 +13,13 @@ releases (``privstream.aggregates.release``).
 
 * with ``privacy.subject``: a subject's first ``groups_per_subject`` cells,
   and in each its first ``records_per_group`` records (the rest is left
-  out). Bounds are per subject: removing a subject changes no other
-  subject's kept records, so the sensitivity holds. Partials merge only over
-  inputs that hold disjoint subjects (Kafka partitions keyed by subject).
+  out). A subject is its canonical bytes, the ledger's (``subject_column``:
+  ``7`` and ``"7"`` are one subject, an integer beyond 64 bits its digits);
+  a record whose subject has none (``no_subject``: missing, null, ``""``, a
+  boolean, a float, a list, an object) enters no aggregate. Bounds are per
+  subject: removing a subject changes no other subject's kept records, so
+  the sensitivity holds. Partials merge only over inputs that hold disjoint
+  subjects (Kafka partitions keyed by subject).
 * with ``correlation``: each value of ``by``'s first ``max_group`` records;
   removing one lets the next one in (the swap of ``sensitivity``). All
   records of one ``by`` value must reach the same accumulator.
@@ -23,17 +27,33 @@ releases (``privstream.aggregates.release``).
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
+from numpy.typing import NDArray
 
 from privstream.aggregates.read import Cell, RecordReader
 from privstream.errors import MisuseError
+from privstream.pipeline.subjects import canonical_subject
 
+
+class _Default(enum.Enum):
+    #: ``Accumulator.add``'s default: read the subject from the decoded record
+    FROM_RECORD = enum.auto()
+
+
+FROM_RECORD = _Default.FROM_RECORD
+#: a record's canonical subject bytes, None (no subject), or read them from the record
+Subject = bytes | None | _Default
+
+#: the whitened kernel vectors of values (``RecordReader.vector``)
+Vector = Callable[[Sequence[float]], NDArray[np.int64]]
 #: density records whitened and summed per call at most
 VECTOR_CHUNK = 8192
 
@@ -94,27 +114,38 @@ class Accumulator:
         self._per_cell: Counter[tuple[bytes, Cell]] = Counter()
         self._per_group: Counter[bytes] = Counter()
 
-    def add_all(self, records: Iterable[Mapping[str, Any]]) -> None:
+    def add_all(
+        self, records: Iterable[Mapping[str, Any]], subjects: Iterable[Subject] | None = None
+    ) -> None:
+        """``add`` each record; ``subjects``: their canonical subject bytes, computed from
+        the raw messages (``subject_column``), read from each record if None."""
+        pairs = (
+            zip(records, subjects, strict=True) if subjects is not None else _with_subjects(records)
+        )
         if self._reader.vector is None:
-            for record in records:
-                self.add(record)
+            for record, subject in pairs:
+                self.add(record, subject)
             return
         admitted: dict[Cell, list[float]] = {}
-        for record in records:
-            found = self._admit_number(record)
+        for record, subject in pairs:
+            found = self._admit_number(record, subject)
             if found is not None:
                 admitted.setdefault(found[0], []).append(found[1])
         for cell, numbers in admitted.items():
             self._add_vectors(cell, numbers)
 
-    def add(self, record: Mapping[str, Any]) -> None:
-        """Count the record in its cell if the aggregate reads it and the bounds admit it."""
+    def add(self, record: Mapping[str, Any], subject: Subject = FROM_RECORD) -> None:
+        """Count the record in its cell if the aggregate reads it and the bounds admit it.
+
+        ``subject``: its canonical subject bytes from the raw message (``subject_column``);
+        by default read from the decoded record (exact for strings and 64-bit integers).
+        """
         reader = self._reader
         cell = reader.cell(record)
         if cell is None:
             return
         if reader.vector is not None:
-            self.add_all([record])
+            self.add_all([record], [subject])
             return
         value = 0
         if reader.value_field is not None:
@@ -122,17 +153,19 @@ class Accumulator:
             if read is None:
                 return
             value = read
-        if not self._admit(record, cell):
+        if not self._admit(record, cell, subject):
             return
         self._counts[cell] += 1
         if reader.value_field is not None:
             self._sums[cell] += value
 
-    def _admit_number(self, record: Mapping[str, Any]) -> tuple[Cell, float] | None:
+    def _admit_number(
+        self, record: Mapping[str, Any], subject: Subject
+    ) -> tuple[Cell, float] | None:
         """A density's record: its cell and value, counted, if the bounds admit it."""
         cell = self._reader.cell(record)
         number = None if cell is None else self._reader.number(record)
-        if cell is None or number is None or not self._admit(record, cell):
+        if cell is None or number is None or not self._admit(record, cell, subject):
             return None
         self._counts[cell] += 1
         return cell, number
@@ -143,12 +176,10 @@ class Accumulator:
         vector = self._reader.vector
         if vector is None:
             raise MisuseError(f"aggregate {self.name!r} sums no vectors")
-        for start in range(0, len(numbers), VECTOR_CHUNK):
-            column_sums = vector(numbers[start : start + VECTOR_CHUNK]).sum(axis=0)
-            for j, total in enumerate(column_sums.tolist()):
-                self._sums[(*cell, j)] += total
+        for j, total in enumerate(vector_totals(vector, numbers)):
+            self._sums[(*cell, j)] += total
 
-    def _admit(self, record: Mapping[str, Any], cell: Cell) -> bool:
+    def _admit(self, record: Mapping[str, Any], cell: Cell, subject: Subject) -> bool:
         bounds = self._bounds
         if bounds.max_group is not None:
             group = RecordReader.identity(record, self._reader.correlated_by)
@@ -157,8 +188,9 @@ class Accumulator:
             self._per_group[group] += 1
         if bounds.records_per_group is None or bounds.groups_per_subject is None:
             return True
-        subject = RecordReader.identity(record, self._reader.subject)
-        if subject is None:
+        if subject is FROM_RECORD:
+            subject = _subject_of(record, self._reader.subject)
+        if subject is None:  # no canonical bytes: the ledger's no_subject
             return False
         cells = self._cells_of.setdefault(subject, set())
         if cell not in cells and len(cells) >= bounds.groups_per_subject:
@@ -171,3 +203,24 @@ class Accumulator:
 
     def partial(self) -> Partial:
         return Partial(self.name, self.window, dict(self._counts), dict(self._sums))
+
+
+def vector_totals(vector: Vector, numbers: Sequence[float]) -> list[int]:
+    """The sum of the numbers' vectors, per grid point: exact integer sums in chunks
+    (``VECTOR_CHUNK * 2^44`` stays inside int64)."""
+    totals: list[int] = []
+    for start in range(0, len(numbers), VECTOR_CHUNK):
+        chunk = vector(numbers[start : start + VECTOR_CHUNK]).sum(axis=0).tolist()
+        totals = [a + b for a, b in zip(totals, chunk, strict=True)] if totals else chunk
+    return totals
+
+
+def _subject_of(record: Mapping[str, Any], name: str | None) -> bytes | None:
+    """The canonical bytes of the record's subject, as the ledger reads the field (top level)."""
+    return None if name is None else canonical_subject(record.get(name))
+
+
+def _with_subjects(
+    records: Iterable[Mapping[str, Any]],
+) -> Iterable[tuple[Mapping[str, Any], Subject]]:
+    return ((record, FROM_RECORD) for record in records)

@@ -17,21 +17,29 @@ import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
 
 import orjson
 
+from privstream.aggregates.columnar import ColumnAccumulator, UnitIds
 from privstream.aggregates.density import DensityPart
+from privstream.aggregates.event_time import KAFKA_TIME, FieldTime
 from privstream.aggregates.partial import Accumulator, Bounds
 from privstream.aggregates.queries import Query
-from privstream.aggregates.read import Cell, RecordReader
+from privstream.aggregates.read import MAX_KEY_CHARS, Cell, RecordReader
 from privstream.aggregates.selection import threshold
 from privstream.aggregates.sensitivity import Sensitivity
 from privstream.aggregates.totals import NoisyTotal
+from privstream.aggregates.windows import CHUNK_BYTES, PARTIAL_OVERHEAD, cell_budget
 from privstream.config import AppConfig, FieldConfig
 from privstream.config.aggregates import AggregateConfig, declared_keys
 from privstream.config.fields import DomainValue
 from privstream.errors import MechanismError
 from privstream.mechanisms.grid import MAX_GRID_INDEX, granularity
+
+#: stream settings left out of a file-mode release id when unset (ids stay as they were)
+_UNSET_STREAM = frozenset({"window", "output_topic"})
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,53 @@ class AggregatePlan:
     unit_records: int
     #: ``select_groups``: the least noisy count a group is released with (``selection``)
     threshold: int | None = None
+    #: ``window.time``: each record's event time from its own field (None: the Kafka timestamp)
+    time: FieldTime | None = None
+    #: the bytes of cells one committed partial record holds at most (``cell_budget``)
+    cell_budget: int = CHUNK_BYTES
+
+    @property
+    def cell_bytes(self) -> int:
+        """The longest cell entry of a partial record (``encode_partial``): each key's
+        longest JSON (a ``select_groups`` key: ``MAX_KEY_CHARS`` characters, each escaped
+        to at most 6 bytes), a density index and the integer total, with their brackets."""
+        keys = sum(_key_bytes(k) + 1 for k in self.reader.cell_keys)
+        return keys + _INDEX_BYTES + _TOTAL_BYTES + 8
+
+    @property
+    def row_bytes(self) -> int:
+        """The largest released row's Kafka record: the group's longest JSON twice (the
+        message key ``{aggregate, window, group}`` and the value repeat it), the name and
+        window label twice, the bounds, and ``_TOTAL_BYTES`` per number, with framing."""
+        group = 2 + sum(
+            len(orjson.dumps(f)) + 2 + _key_bytes(k)
+            for f, k in zip(self.reader.cell_fields, self.reader.cell_keys, strict=True)
+        )
+        if self.query.density is not None:  # the group is the grid point
+            group += len(orjson.dumps(self.spec.field)) + 2 + _TOTAL_BYTES
+        size = None if self.spec.window is None else self.spec.window.size_seconds
+        label = 30 + (20 if size is None else len(str(size)))  # 9999-...Z/<size>s, quoted
+        named = len(orjson.dumps(self.name)) + label + group + len(_ROW_NAMES)
+        numbers = 4 * _TOTAL_BYTES + len(orjson.dumps([self.epsilon, self.delta]))
+        return 2 * named + numbers + len(orjson.dumps(self.released_bounds)) + _ROW_FRAMING
+
+    @property
+    def least_message_bytes(self) -> int:
+        """The least ``kafka.max_message_bytes`` ``run`` accepts: one cell's partial record
+        and one released row fit it."""
+        return max(self.cell_bytes + PARTIAL_OVERHEAD, self.row_bytes)
+
+    @property
+    def released_bounds(self) -> dict[str, Any]:
+        """A row's ``bounds``: the value bounds and the contribution bounds it holds to."""
+        spec = self.spec
+        out: dict[str, Any] = {"value": None if spec.bounds is None else list(spec.bounds)}
+        if spec.contribution is not None:
+            out.update(spec.contribution.model_dump())
+        if spec.correlation is not None:
+            out["max_group"] = spec.correlation.max_group
+        out["unit_records"] = self.unit_records
+        return out
 
     @property
     def name(self) -> str:
@@ -62,8 +117,20 @@ class AggregatePlan:
         """The query's realised delta, plus the selection's (``select_groups``)."""
         return self.query.delta + (self.spec.delta if self.threshold is not None else 0.0)
 
+    @property
+    def time_source(self) -> str:
+        """Where its records' instants come from (``FieldTime.source``, or the Kafka
+        timestamp): the windows, ``released`` ends and starts of two names compare only
+        under one source (docs/proofs/aggregates.md, step 16)."""
+        return KAFKA_TIME if self.time is None else self.time.source
+
     def accumulator(self, window: str) -> Accumulator:
         return Accumulator(self.name, window, self.reader, self.bounds)
+
+    def batch_accumulator(self, window: str, subjects: UnitIds | None = None) -> ColumnAccumulator:
+        """The same sums a batch at a time (``columnar``: file mode); ``subjects``: the ids
+        shared by the window's accumulators."""
+        return ColumnAccumulator(self.name, window, self.reader, self.bounds, subjects)
 
     def cell_ids(self, cells: Sequence[Cell] | None = None) -> list[bytes]:
         """Each cell's canonical bytes (``plan.cells`` by default): what its noise is keyed to."""
@@ -71,8 +138,32 @@ class AggregatePlan:
         chosen = self.cells if cells is None else cells
         return [orjson.dumps(dict(zip(fields, cell, strict=True))) for cell in chosen]
 
+    @cached_property
+    def partial_id(self) -> str:
+        """What a window's partials are made under: a hash of every part's release id (the
+        bounds, clamp range, grid and window with them). A partial of another plan is never
+        merged into this plan's release (``privstream.aggregates.stream.releases``)."""
+        parts = [t.part for t in self.query.totals]
+        if self.query.density is not None:
+            parts.append("density")
+        ids = b"".join(self.release_id(part) for part in parts)
+        return hashlib.sha256(ids).hexdigest()[:32]
+
+    def _declared_keys(self) -> list[list[str] | None]:
+        """Each cell field's declared keys as sorted JSON texts (None: any, ``select_groups``)."""
+        return [
+            None if keys is None else sorted(orjson.dumps(key).decode() for key in keys)
+            for keys in self.reader.cell_keys
+        ]
+
     def release_id(self, part: str) -> bytes:
-        """A hash of everything that determines the release of one part."""
+        """A hash of everything that determines the release of one part (the window and
+        grace too: another grace is another set of records, never the same noise)."""
+        unset: dict[str, Any] = {
+            name: True for name in _UNSET_STREAM if getattr(self.spec, name) is None
+        }
+        if self.spec.window is not None and self.spec.window.time is None:
+            unset["window"] = {"time"}  # Kafka timestamps: the ids stay as they were
         density = self.query.density
         if part == "density" and density is not None:
             scale, step = density.sigma, density.step
@@ -80,16 +171,21 @@ class AggregatePlan:
             total = self.query.total(part)
             scale, step = total.noise.t, total.step
         payload = {
-            "aggregate": self.spec.model_dump(mode="json"),
+            "aggregate": self.spec.model_dump(mode="json", exclude=unset),
             "part": part,
             "t": scale.hex(),
             "step": step.hex(),
             "cells": len(self.cells),
+            # the bins and keys: a field's domain lives outside the spec, and an edited one
+            # of the same size is another plan, never merged with the old one's partials
+            "keys": self._declared_keys(),
             # what bounds the unit's records: another subject keeps other records
             "subject": self.reader.subject,
             "correlated_by": self.reader.correlated_by,
             "unit_records": self.unit_records,
         }
+        if self.time is not None:  # how the field is parsed moves every record's window
+            payload["time"] = self.time.source  # (absent without window.time: ids kept)
         canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).digest()
 
@@ -222,7 +318,41 @@ def _plan(spec: AggregateConfig, config: AppConfig) -> AggregatePlan:
         records_per_group=None if contribution is None else contribution.records_per_group,
         max_group=None if corr is None else corr.max_group,
     )
-    return AggregatePlan(spec, query, reader, bounds, cells, records, tau)
+    time = FieldTime.of(None if spec.window is None else spec.window.time, fields)
+    budget = CHUNK_BYTES if config.kafka is None else cell_budget(config.kafka.max_message_bytes)
+    return AggregatePlan(spec, query, reader, bounds, cells, records, tau, time, budget)
+
+
+#: a density cell's vector index, and a window's integer total (far past 2**64), in JSON
+_INDEX_BYTES, _TOTAL_BYTES = 20, 64
+#: a row's field names and punctuation, key and value (``release._row``), at most
+_ROW_NAMES = (
+    b'{"aggregate":,"window":,"group":,'
+    b'"value":,"std_error":,"ci95":[,],"epsilon":,"delta":,"bounds":}'
+)
+#: Kafka's batch and record framing of one row (a 61-byte batch header and varints)
+_ROW_FRAMING = 128
+
+
+def _key_bytes(keys: frozenset[DomainValue] | None) -> int:
+    if keys is None:  # select_groups: any key up to MAX_KEY_CHARS
+        return 6 * MAX_KEY_CHARS + 2
+    return max((len(orjson.dumps(k)) for k in keys), default=2)
+
+
+def record_problems(plans: Sequence[AggregatePlan], max_message_bytes: int) -> list[str]:
+    """Why ``run`` cannot write these aggregates' records under the producer's record limit
+    (empty: it can): one cell's partial record and one released row must fit it (a close
+    or release that cannot would be retried forever)."""
+    return [
+        f"aggregates ({plan.name}): its records take up to {plan.least_message_bytes} bytes "
+        f"(one cell's partial record: {plan.cell_bytes + PARTIAL_OVERHEAD}; one released "
+        f"row: {plan.row_bytes}), more than kafka.max_message_bytes={max_message_bytes}: "
+        f"raise kafka.max_message_bytes to at least {plan.least_message_bytes} (and the "
+        "broker's message.max.bytes with it), or declare shorter keys"
+        for plan in plans
+        if plan.least_message_bytes > max_message_bytes
+    ]
 
 
 def build_aggregates(config: AppConfig) -> tuple[AggregatePlan, ...]:

@@ -4,10 +4,11 @@ A record the aggregate cannot read is left out of it (and of its bounds):
 a group value that is not a declared key (or a boolean: ``True == 1`` in
 Python), a histogram value outside the domain, a sum or mean value that is
 not a number (a boolean, NaN; an infinity or an integer beyond the doubles
-is clamped like any value past a bound), or a missing subject or
-correlation value. Fields are read by their paths (``device.os``, as the
-record path reads them: ``read``). Which records are left out is a function of each record
-alone, so it is part of the query, covered by its sensitivity.
+is clamped like any value past a bound), a ``select_groups`` key longer than
+``MAX_KEY_CHARS``, or a missing subject or correlation value. Fields are
+read by their paths (``device.os``, as the record path reads them:
+``read``). Which records are left out is a function of each record alone,
+so it is part of the query, covered by its sensitivity.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from privstream.config.paths import split_path
 
 #: one cell: its group keys in group-by order, then the histogram bin
 Cell = tuple[DomainValue, ...]
+#: ``select_groups``: a string group key longer than this is no key (each cell of a
+#: window's partial stays a few kilobytes at most: ``windows.encode_partial``)
+MAX_KEY_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -50,21 +54,16 @@ class RecordReader:
         keys: list[DomainValue] = []
         for name, allowed in zip(self.cell_fields, self.cell_keys, strict=True):
             key: Any = read(record, name)
-            if not _keyable(key) or (allowed is not None and key not in allowed):
+            if not _keyable(key) or (
+                key not in allowed if allowed is not None else len(str(key)) > MAX_KEY_CHARS
+            ):
                 return None
             keys.append(key)
         return tuple(keys)
 
     def number(self, record: Mapping[str, Any]) -> float | None:
         """The value field as a float (an infinity past a bound), or None if it is none."""
-        raw = read(record, self.value_field) if self.value_field is not None else None
-        if isinstance(raw, bool) or not isinstance(raw, int | float):
-            return None
-        try:
-            value = float(raw)
-        except OverflowError:  # an int beyond the doubles: past a bound, clamped to it
-            value = math.inf if raw > 0 else -math.inf
-        return None if math.isnan(value) else value
+        return number_of(read(record, self.value_field) if self.value_field is not None else None)
 
     def value(self, record: Mapping[str, Any]) -> int | None:
         """The clamped, centred value on the grid (``round`` ties to even: monotone)."""
@@ -107,6 +106,17 @@ def _keyable(key: object) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def number_of(raw: Any) -> float | None:
+    """A raw value as a number: a float (an infinity past a bound), or None if it is none."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        return None
+    try:
+        value = float(raw)
+    except OverflowError:  # an int beyond the doubles: past a bound, clamped to it
+        value = math.inf if raw > 0 else -math.inf
+    return None if math.isnan(value) else value
 
 
 def read(record: Mapping[str, Any], name: str) -> Any:

@@ -73,17 +73,6 @@ def selected_cells(plan: AggregatePlan, partial: Partial) -> list[Cell]:
     return [cell for _, cell in sorted(zip(ids, seen, strict=True))]
 
 
-def _bounds(plan: AggregatePlan) -> dict[str, Any]:
-    spec = plan.spec
-    out: dict[str, Any] = {"value": None if spec.bounds is None else list(spec.bounds)}
-    if spec.contribution is not None:
-        out.update(spec.contribution.model_dump())
-    if spec.correlation is not None:
-        out["max_group"] = spec.correlation.max_group
-    out["unit_records"] = plan.unit_records
-    return out
-
-
 def _row(plan: AggregatePlan, window: str, group: dict[str, Any], answer: Answer) -> Row:
     value, std_error, (low, high) = answer
     return {
@@ -95,7 +84,7 @@ def _row(plan: AggregatePlan, window: str, group: dict[str, Any], answer: Answer
         "ci95": [low, high],
         "epsilon": plan.epsilon,
         "delta": plan.delta,
-        "bounds": _bounds(plan),
+        "bounds": plan.released_bounds,
     }
 
 

@@ -1,41 +1,42 @@
 """``sanitize --aggregates-output``: the config's aggregates over the whole file, one window.
 
 The aggregates read exactly the records the record path released (a
-dead-lettered line enters neither), in file order, and are released once,
-after the whole input is read, with fresh noise (``FreshCells``: files have
-no noise key, so a second run is a second release and ``--overwrite``
-says so). The rows go to their own file, one JSON object a line
+dead-lettered line enters neither) that orjson reads (as ``run``), in file
+order, and are released once, after the whole input is read, with fresh
+noise (``FreshCells``: files have no noise key, so a second run is a second
+release and ``--overwrite`` says so). The rows go to their own file, one JSON object a line
 (docs/aggregates.md).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
+from typing import Any, cast
 
 import orjson
 
-from privstream.aggregates import (
-    Accumulator,
-    AggregatePlan,
-    CellNoise,
-    build_aggregates,
-    release,
-)
+from privstream.aggregates import AggregatePlan, CellNoise, build_aggregates, release
+from privstream.aggregates.columnar import ColumnAccumulator, UnitIds
+from privstream.aggregates.columns import Batch
 from privstream.aggregates.release import encode_rows
 from privstream.cli.release_files import FilePathError
 from privstream.config import AppConfig
+from privstream.pipeline.columns import only
+from privstream.pipeline.subjects import subject_column, subject_values
 
 #: the window label of file mode: the whole file is one window
 FILE_WINDOW = "file"
 
 
 def _parse(line: bytes) -> object:
-    """The line's JSON value; integers beyond orjson's 64 bits through ``json`` (exact)."""
+    """The line's JSON value, or None where orjson refuses it (a lone surrogate escape, a
+    number past the doubles, ``NaN``): such a line enters no aggregate, as in ``run``
+    (``privstream.aggregates.stream``), though the record path may release it. (orjson
+    reads an integer past 64 bits as a float: no line is refused for one.)"""
     try:
         return orjson.loads(line)
     except orjson.JSONDecodeError:
-        return json.loads(line)
+        return None
 
 
 def check_aggregates_output(config: AppConfig, path: str | None) -> None:
@@ -63,17 +64,20 @@ class FileAggregates:
 
     def __init__(self, plans: Sequence[AggregatePlan]) -> None:
         self._plans = tuple(plans)
-        self._accumulators: tuple[Accumulator, ...] = tuple(
-            plan.accumulator(FILE_WINDOW) for plan in self._plans
+        self._subject = plans[0].reader.subject if plans else None
+        # one id per subject for every aggregate: a batch's subjects are looked up once
+        self._subject_ids = UnitIds()
+        self._accumulators: tuple[ColumnAccumulator, ...] = tuple(
+            plan.batch_accumulator(FILE_WINDOW, self._subject_ids) for plan in self._plans
         )
 
     def feed(self, lines: Sequence[bytes], released: Sequence[int]) -> None:
         """Add the released lines (their positions in ``lines``) to every aggregate."""
-        parsed = (_parse(lines[index]) for index in released)
-        # a released line is an object: the check is for the type checker
-        records = [record for record in parsed if isinstance(record, dict)]
+        records, subjects = _decoded([lines[index] for index in released], self._subject)
+        ids = None if subjects is None else self._subject_ids.of(subjects)
+        batch = Batch(records)
         for accumulator in self._accumulators:
-            accumulator.add_all(records)
+            accumulator.add_all(batch, ids)
 
     def encoded(self, noise: CellNoise) -> bytes:
         """Every aggregate's rows as JSON Lines, in config order."""
@@ -83,3 +87,24 @@ class FileAggregates:
             for row in release(plan, accumulator.partial(), noise)
         ]
         return encode_rows(rows)
+
+
+def _decoded(
+    chosen: list[bytes], subject: str | None
+) -> tuple[list[dict[str, Any]], list[bytes | None] | None]:
+    """The lines' records, and each one's subject as the ledger reads it (``subject_column``;
+    None without ``privacy.subject``)."""
+    try:  # the common chunk: one C loop, and the subjects from the same decode
+        parsed: list[object] = list(map(orjson.loads, chosen))
+    except orjson.JSONDecodeError:
+        parsed = []
+    if parsed and only(parsed, dict):
+        records = cast(list[dict[str, Any]], parsed)
+        # ``subject_column``'s own path for a batch orjson decodes to objects
+        return records, subject_values(records, chosen, subject) if subject else None
+    parsed = [_parse(line) for line in chosen]
+    # a line orjson refuses is left out (``_parse``); a released line is an object
+    kept = [i for i, record in enumerate(parsed) if isinstance(record, dict)]
+    raw = [chosen[i] for i in kept]
+    records = [cast(dict[str, Any], parsed[i]) for i in kept]
+    return records, subject_column(raw, subject) if subject else None

@@ -428,13 +428,20 @@ def _quiet_stdout() -> None:
 
 
 def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
-    if config.aggregates:  # refused rather than silently not answered
-        print(
-            f"privstream: the config has {len(config.aggregates)} aggregates, which `run` does "
-            "not answer yet (windows over Kafka come with a later release): remove them for "
-            "`run`, or answer them over a file with `sanitize --aggregates-output`",
-            file=sys.stderr,
-        )
+    from privstream.config.aggregates import stream_problems
+
+    transactions = config.kafka is None or config.kafka.transactions
+    ledger = config.privacy.ledger is not None
+    input_format = "json" if config.kafka is None else config.kafka.format
+    problems = stream_problems(config.aggregates, transactions, ledger, input_format)
+    if not problems and config.aggregates and config.kafka is not None:
+        from privstream.aggregates import build_aggregates, record_problems
+
+        limit = config.kafka.max_message_bytes
+        problems = record_problems(build_aggregates(config), limit)
+    for problem in problems:  # refused rather than silently not answered
+        print(f"privstream: config error: {problem}", file=sys.stderr)
+    if problems:
         return EXIT_CONFIG
     import asyncio  # imported here: a tenth of a second that the other commands never need
     import logging

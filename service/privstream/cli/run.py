@@ -6,6 +6,8 @@ import asyncio
 import gc
 import logging
 import signal
+from collections.abc import Coroutine
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -53,12 +55,30 @@ async def serve(
     worker = Worker(
         kafka, plan, runtime, metrics=metrics, health=health, ledger=ledger, output=output
     )
-    task = asyncio.create_task(worker.run(stop))
+    task = asyncio.create_task(_workers(worker.run(stop), config, runtime, metrics, stop))
     try:
         await _until_stopped(task, stop, kafka.drain_timeout_ms / 1000)
     finally:
         await endpoint.stop()
     log.info("stopped cleanly")
+
+
+async def _workers(
+    records: Coroutine[Any, Any, None],
+    config: AppConfig,
+    runtime: Runtime,
+    metrics: Metrics,
+    stop: asyncio.Event,
+) -> None:
+    """The record worker, and the aggregates' worker beside it when the config has any
+    (its own group and transactions: docs/aggregates.md)."""
+    if not config.aggregates:
+        await records
+        return
+    from privstream.worker.aggregates import AggregateWorker
+
+    aggregates = AggregateWorker(config, config.needs_kafka("run"), runtime, metrics)
+    await asyncio.gather(records, aggregates.run(stop))
 
 
 #: young objects between two collections of the youngest generation (CPython's default: 700)

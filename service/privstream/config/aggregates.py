@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Literal
 
+import orjson
 from pydantic import Field, model_validator
 
 from privstream.config.fields import (
@@ -32,6 +33,13 @@ from privstream.config.fields import (
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 #: cells (group keys x histogram bins, or grid points) one aggregate may release per window
 MAX_CELLS = 100_000
+#: how far past its partition's read clock a record's time may be before it is a future
+#: record, left out (``privstream.aggregates.windows.MAX_FUTURE_MS``)
+MAX_FUTURE_SECONDS = 300
+#: windows of one aggregate open at once on one input partition at most: a record opens
+#: any window from the grace back to the future limit ahead, each an accumulator
+#: (about 1 KB for a count) that every close walks
+MAX_OPEN_WINDOWS = 10_000
 #: the kinds whose raw value may name a group: not personal, or from a declared domain
 GROUP_KINDS = ("public", "categorical")
 #: the kinds whose raw value a sum or mean reads
@@ -64,6 +72,17 @@ class Correlation(Strict):
     max_group: int = Field(ge=1, le=10_000)
 
 
+class Window(Strict):
+    """``privstream run``: the tumbling event-time window (the Kafka timestamp, or ``time``)."""
+
+    size_seconds: int = Field(ge=1, le=366 * 86_400)
+    #: how long past a window's end (by the wall clock) its records may still arrive
+    grace_seconds: int = Field(default=0, ge=0, le=7 * 86_400)
+    #: a ``kind: timestamp`` field (a path: ``device.seen_at``) whose raw time gives the
+    #: window instead of the Kafka timestamp; a record without a readable one is left out
+    time: str | None = Field(default=None, min_length=1)
+
+
 class AggregateConfig(Strict):
     """One noisy query answered per window on the raw records."""
 
@@ -86,6 +105,9 @@ class AggregateConfig(Strict):
     #: release only the groups whose noisy count passes a threshold set by delta; a
     #: group-by field may then come without keys (partition selection, docs/aggregates.md)
     select_groups: bool = False
+    #: ``privstream run``: the window and the topic its rows go to (file mode: one window)
+    window: Window | None = None
+    output_topic: str | None = Field(default=None, min_length=1, max_length=249)
 
     @model_validator(mode="after")
     def _selection_needs(self) -> "AggregateConfig":
@@ -202,6 +224,26 @@ def _field_problem(spec: AggregateConfig, fields: Mapping[str, FieldConfig]) -> 
     return None
 
 
+def _key_problem(spec: AggregateConfig, fields: Mapping[str, FieldConfig]) -> str | None:
+    """Why a declared key cannot name a released group (None: every one can). Every release
+    and partial writes each cell's keys as JSON: an integer past 64 bits or a string with a
+    lone surrogate (both load from a JSON config) cannot be written."""
+    named = [(g.field, declared_keys(g, fields) or ()) for g in spec.group_by]
+    if spec.query == "histogram" and spec.field is not None:
+        named.append((spec.field, getattr(fields[spec.field], "domain", None) or ()))
+    for name, keys in named:
+        for key in keys:
+            try:
+                orjson.dumps(key)
+            except orjson.JSONEncodeError:
+                return (
+                    f"key {key!r} of field {name!r} cannot be written as a group's key (JSON "
+                    "integers within 64 bits, strings of valid UTF-8): remove it or write "
+                    "it as a string"
+                )
+    return None
+
+
 def _unit_problem(spec: AggregateConfig, subject: str | None, group_size: int) -> str | None:
     if subject is not None and spec.contribution is None:
         return (
@@ -216,6 +258,43 @@ def _unit_problem(spec: AggregateConfig, subject: str | None, group_size: int) -
             "and with privacy.group_size 1 (a subject's contribution bounds cover the rest)"
         )
     return None
+
+
+def _time_problem(spec: AggregateConfig, fields: Mapping[str, FieldConfig]) -> str | None:
+    """Why ``window.time`` cannot give the windows (None: it can, or it is unset)."""
+    name = None if spec.window is None else spec.window.time
+    if name is None:
+        return None
+    target = fields.get(name)
+    if target is None:
+        return (
+            f"window.time {name!r} is not in fields; declare it there as kind: timestamp, "
+            "or remove window.time (windows then follow the Kafka timestamp)"
+        )
+    if target.kind != "timestamp":
+        return (
+            f"window.time {name!r} is of kind {target.kind}: the window is read from a "
+            "time in a declared format; declare it kind: timestamp, or remove window.time "
+            "(windows then follow the Kafka timestamp)"
+        )
+    return None
+
+
+def _window_problem(spec: AggregateConfig) -> str | None:
+    """Why the window lets too many windows be open at once (None: it does not)."""
+    if spec.window is None:
+        return None
+    span = spec.window.grace_seconds + MAX_FUTURE_SECONDS
+    size = spec.window.size_seconds
+    if math.ceil(span / size) <= MAX_OPEN_WINDOWS:
+        return None
+    return (
+        f"grace_seconds {spec.window.grace_seconds} plus the {MAX_FUTURE_SECONDS} s a "
+        f"record's time may be ahead, over size_seconds {size}, let "
+        f"{math.ceil(span / size)} windows be open at once per input partition, above the "
+        f"limit {MAX_OPEN_WINDOWS} (a producer's times choose which); give size_seconds "
+        f"at least {math.ceil(span / MAX_OPEN_WINDOWS)} or a shorter grace_seconds"
+    )
 
 
 def aggregate_problems(
@@ -246,11 +325,20 @@ def aggregate_problems(
         problem = _unit_problem(spec, subject, group_size)
         if problem is not None:
             problems.append((position, "contribution", problem))
+        time_problem = _time_problem(spec, by_name)
+        if time_problem is not None:
+            problems.append((position, "window", time_problem))
+        window_problem = _window_problem(spec)
+        if window_problem is not None:
+            problems.append((position, "window", window_problem))
         if spec.correlation is not None and spec.correlation.by not in by_name:
             problems.append(
                 (position, "correlation", f"correlation.by {spec.correlation.by!r} is not a field")
             )
         checked = not found and problem is None and _field_problem(spec, by_name) is None
+        key_problem = _key_problem(spec, by_name) if checked else None
+        if key_problem is not None:
+            problems.append((position, "group_by", key_problem))
         if checked and not spec.select_groups:
             cells = cell_count(spec, by_name)
             if cells > MAX_CELLS:
@@ -262,4 +350,42 @@ def aggregate_problems(
                         "declare fewer keys",
                     )
                 )
+    return problems
+
+
+def stream_problems(
+    aggregates: Sequence[AggregateConfig], transactions: bool, ledger: bool, input_format: str
+) -> list[str]:
+    """Why ``privstream run`` cannot answer these aggregates over Kafka (empty: it can)."""
+    problems = []
+    if aggregates and input_format != "json":
+        problems.append(
+            f"aggregates: `run` reads the aggregates' records as JSON, and kafka.format is "
+            f"{input_format}: every record would be left out; aggregate a JSON input topic, "
+            "or remove the aggregates from this config"
+        )
+    if aggregates and ledger:
+        problems.append(
+            "aggregates: the per-subject ledger (privacy.ledger) does not charge aggregate "
+            "releases in `run` yet (designed: docs/proofs/ledger-aggregates.md), so its "
+            "per-window caps would not hold for them; remove privacy.ledger or the "
+            "aggregates from the run config"
+        )
+    if aggregates and not transactions:
+        problems.append(
+            "aggregates: a window is released exactly once through Kafka transactions: "
+            "set kafka.transactions: true"
+        )
+    for spec in aggregates:
+        where = f"aggregates ({spec.name})"
+        if spec.window is None or spec.output_topic is None:
+            problems.append(
+                f"{where}: `run` releases an aggregate per window to its own topic: give "
+                "window: {size_seconds: 3600} and output_topic: <topic>"
+            )
+        if spec.correlation is not None:
+            problems.append(
+                f"{where}: correlation bounds each `by` value in one accumulator, and `run` "
+                "has one per input partition; remove correlation (file mode answers it)"
+            )
     return problems

@@ -172,7 +172,7 @@ def ledger_problems(config: AppConfig) -> list[str]:
     ]
     if ledger.lifetime_epsilon is not None:
         caps.append(("lifetime_epsilon", eps, ledger.lifetime_epsilon, EPSILON_UNITS))
-    return [
+    problems = [
         f"privacy.ledger.{name}: one record costs {name.removeprefix('lifetime_')} "
         f"{float(cost):g} "
         f"> cap {cap:g}, so no record could ever be released; raise privacy.ledger.{name} "
@@ -180,3 +180,29 @@ def ledger_problems(config: AppConfig) -> list[str]:
         for name, cost, cap, per in caps
         if cost_units(cost, per) > cap_units(cap, per)
     ]
+    return problems + _aggregate_cap_problems(config)
+
+
+def _aggregate_cap_problems(config: AppConfig) -> list[str]:
+    """Each aggregate's window must fit the ledger's caps: a subject's contribution to one
+    window costs (2 eps, (1 + e^eps) delta) (docs/proofs/ledger-aggregates.md)."""
+    ledger = config.privacy.ledger
+    if ledger is None:
+        return []
+    problems = []
+    for spec in config.aggregates:
+        eps, delta = aggregate_charge([spec])
+        caps = [("epsilon", eps, ledger.epsilon, EPSILON_UNITS)]
+        caps.append(("delta", delta, ledger.delta, DELTA_UNITS))
+        if ledger.lifetime_epsilon is not None:
+            caps.append(("lifetime_epsilon", eps, ledger.lifetime_epsilon, EPSILON_UNITS))
+        problems += [
+            f"aggregates ({spec.name}): one subject's window costs the ledger "
+            f"{name.removeprefix('lifetime_')} {cost:g} (2 eps and (1 + e^eps) delta: a "
+            f"changed subject is a removal and an addition) > privacy.ledger.{name} "
+            f"{cap:g}, so no subject could ever enter it; lower the aggregate's epsilon or "
+            f"delta, or raise privacy.ledger.{name}"
+            for name, cost, cap, per in caps
+            if cost_units(cost, per) > cap_units(cap, per)
+        ]
+    return problems

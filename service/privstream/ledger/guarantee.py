@@ -5,14 +5,18 @@ window, each ``(eps_r, delta_r)``-DP, basic (sequential) composition gives
 ``(m eps_r, m delta_r)`` for that subject's released records of the window,
 which the integer accounting keeps within the caps ``(eps_W, delta_W)``.
 Over the lifetime, at most ``M = records_per_lifetime`` records are released,
-so ``(M eps_r, M delta_r)`` with ``M eps_r <= lifetime_epsilon``.
+so ``(M eps_r, M delta_r)`` with ``M eps_r <= lifetime_epsilon``. With aggregates, each
+window a subject's records enter is charged beside them and the caps bound the sum
+(docs/proofs/ledger-aggregates.md); ``explain`` prints each window's charge.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from privstream.config.ledger import format_duration
+from privstream.ledger.aggregate_charges import aggregate_costs
 from privstream.ledger.policy import LedgerPolicy
 
 if TYPE_CHECKING:
@@ -54,6 +58,31 @@ def ledger_guarantee(config: AppConfig, plan: RecordPlan) -> dict[str, Any] | No
         "statement": STATEMENT.format(eps=policy.epsilon, delta=policy.delta),
         "memoized": [f.name for f in plan.fields if f.memo is not None],
         "header": policy.guarantee_header().decode(),
+        "aggregates": _aggregate_charges(config, policy),
+    }
+
+
+def _aggregate_charges(config: AppConfig, policy: LedgerPolicy) -> dict[str, Any] | None:
+    """What each aggregate's windows cost a subject per ledger window, and all of them
+    together before the cap (docs/proofs/ledger-aggregates.md), or None without any."""
+    if not config.aggregates or any(spec.window is None for spec in config.aggregates):
+        return None
+    costs = aggregate_costs(config)
+    counts = [cost.windows_per(policy.window_ms) for cost in costs]
+    entries = [
+        {
+            "name": cost.name,
+            "window": format_duration(cost.window_ms),
+            "epsilon": cost.epsilon,
+            "delta": cost.delta,
+            "windows_per_ledger_window": count,
+        }
+        for cost, count in zip(costs, counts, strict=True)
+    ]
+    return {
+        "entries": entries,
+        "most_epsilon": math.fsum(c.epsilon * n for c, n in zip(costs, counts, strict=True)),
+        "most_delta": math.fsum(c.delta * n for c, n in zip(costs, counts, strict=True)),
     }
 
 
@@ -84,6 +113,7 @@ def ledger_lines(data: dict[str, Any] | None) -> list[str]:
             "repeats in every window where the value repeats, so the per-window guarantee "
             "covers their values, not whether they changed between windows"
         )
+    lines.extend(_aggregate_lines(data))
     stamp = "Kafka timestamp" if data["time"] is None else f"time {data['time']!r}"
     if data["time"] is not None:
         lines.append(
@@ -98,3 +128,25 @@ def ledger_lines(data: dict[str, Any] | None) -> list[str]:
         "memoized repeats are charged in full"
     )
     return lines
+
+
+def _aggregate_lines(data: dict[str, Any]) -> list[str]:
+    """The aggregates' charges per ledger window, and the per-subject total."""
+    charges = data.get("aggregates")
+    if charges is None:
+        return []
+    parts = [
+        f"{e['name']} (per {e['window']} window entered: epsilon={e['epsilon']:g} "
+        f"delta={e['delta']:g}, up to {e['windows_per_ledger_window']} windows)"
+        for e in charges["entries"]
+    ]
+    return [
+        f"ledger and aggregates: a subject is charged per aggregate window it enters, "
+        f"in each {data['window']} ledger window its records there fall in, beside its "
+        f"records: {'; '.join(parts)}; every window entered would cost "
+        f"epsilon={charges['most_epsilon']:g} delta={charges['most_delta']:g}; per subject "
+        f"and ledger window, records and aggregates together: at most "
+        f"epsilon={data['window_epsilon']:g} delta={data['window_delta']:g} (the cap: a "
+        "window that does not fit leaves the subject's records out of it, "
+        "docs/proofs/ledger-aggregates.md)"
+    ]

@@ -47,10 +47,10 @@ def subject_column(messages: Sequence[bytes], field: str) -> list[bytes | None]:
     if objs is not None and set(map(type, objs)) <= {dict}:
         return subject_values(cast(list[dict[str, Any]], objs), messages, field)
     values = list(map(_fast_value, messages, repeat(field)))
-    subjects = list(map(_canonical, values))
+    subjects = list(map(canonical_subject, values))
     for index, value in enumerate(values):
         if value is _UNSURE:
-            subjects[index] = _canonical(_slow_value(messages[index], field))
+            subjects[index] = canonical_subject(_slow_value(messages[index], field))
     return subjects
 
 
@@ -77,11 +77,11 @@ def subject_values(
     else:
         if b"" not in encoded:
             return encoded
-    subjects = list(map(_canonical, values))
+    subjects = list(map(canonical_subject, values))
     for index, value in enumerate(values):
         if type(value) is float:
             raw = messages[index if where is None else where[index]]
-            subjects[index] = _canonical(_slow_value(raw, field))
+            subjects[index] = canonical_subject(_slow_value(raw, field))
     return subjects
 
 
@@ -104,7 +104,8 @@ def _slow_value(raw: bytes, field: str) -> Any:
         return None
 
 
-def _canonical(value: Any) -> bytes | None:
+def canonical_subject(value: Any) -> bytes | None:
+    """A decoded subject value's canonical bytes (None: no subject, ``no_subject``)."""
     if isinstance(value, str):  # a subclass too: the one-pass path takes it
         return str.encode(value, "utf-8", "surrogatepass") or None  # not an override
     if type(value) is int:  # not bool

@@ -270,3 +270,71 @@ async def _visible(admin: AIOKafkaAdminClient, spec: TopicSpec) -> None:
         f"{spec.role} topic {spec.name!r} was created but the broker has not listed it "
         f"within {sum(VISIBLE_RETRIES_S):.0f} s; run the command again once it does"
     )
+
+
+#: what the aggregates' internal topic must have: one partition (one total order of
+#: partials, progress and release markers), compacted (the markers are kept for good)
+AGGREGATES_CONFIGS = {"cleanup.policy": "compact"}
+
+
+async def check_aggregate_topics(
+    kafka: KafkaConfig, credentials: Credentials | None, internal: str, outputs: list[str]
+) -> tuple[int, dict[str, int]]:
+    """The aggregates' topics: the outputs must exist, the internal topic is created when
+    missing (one partition, compacted); returns the input topic's partition count and each
+    output topic's."""
+    admin = await open_admin(kafka, credentials)
+    try:
+        described = {t: await describe(admin, t) for t in [kafka.input_topic, *outputs]}
+        missing = [topic for topic, shape in described.items() if shape is None]
+        source = described[kafka.input_topic]
+        if missing or source is None:
+            raise TopicError(
+                f"topic {', '.join(map(repr, missing))} does not exist; the worker never "
+                "creates its input or an aggregate's output_topic: create it, then start "
+                "the worker (privstream topics create creates the record path's topics)"
+            )
+        counts = {t: shape[0] for t in outputs if (shape := described[t]) is not None}
+        existing = await describe(admin, internal)
+        if existing is None:
+            await _refuse_if_released_before(admin, kafka, internal, source[0])
+            new = NewTopic(internal, 1, source[1], topic_configs=dict(AGGREGATES_CONFIGS))
+            response = await admin.create_topics([new], timeout_ms=ADMIN_TIMEOUT_MS)
+            for name, code, *_ in response.topic_errors:
+                if code != 0 and for_code(code) is not TopicAlreadyExistsError:
+                    raise for_code(code)(f"creating the aggregates' topic {name!r}")
+            log.info("created the aggregates' internal topic %s", internal)
+            return source[0], counts
+        configs = await topic_configs(admin, internal, ["cleanup.policy"])
+        policy = configs.get("cleanup.policy", "delete")  # Kafka's default
+        if existing[0] != 1 or policy != "compact":
+            raise TopicError(
+                f"the aggregates' topic {internal!r} has {existing[0]} partitions and "
+                f"cleanup.policy={policy!r}; it must have 1 partition and 'compact' (deletion "
+                "would forget which windows were released: a second release). Delete it only "
+                "with the aggregates' consumer group, or recreate it as: kafka-topics.sh "
+                f"--bootstrap-server <servers> --create --topic {internal} --partitions 1 "
+                "--config cleanup.policy=compact"
+            )
+        return source[0], counts
+    finally:
+        await admin.close()
+
+
+async def _refuse_if_released_before(
+    admin: AIOKafkaAdminClient, kafka: KafkaConfig, internal: str, partitions: int
+) -> None:
+    """A missing internal topic of an aggregates group that committed offsets: its release
+    markers are gone, and a new one could release a window a second time."""
+    group = f"{kafka.group_id}.aggregates"
+    wanted = [TopicPartition(kafka.input_topic, p) for p in range(partitions)]
+    committed = await admin.list_consumer_group_offsets(group, partitions=wanted)
+    if any(meta.offset >= 0 for meta in committed.values()):
+        raise TopicError(
+            f"the aggregates' topic {internal!r} does not exist, but group {group!r} has "
+            f"committed offsets on {kafka.input_topic!r}: the markers of the windows already "
+            "released are gone, and a new topic could release one again. Restore the topic, "
+            f"or start afresh on purpose: delete the group (kafka-consumer-groups.sh --delete "
+            f"--group {group}); the new state's windows then start a window and a grace past "
+            "its first transaction, as docs/aggregates.md says (Adding partitions)"
+        )

@@ -1,11 +1,12 @@
 """A group key or subject that JSON cannot write leaves its record out of the aggregates.
 
-File mode reads a line through ``json`` when orjson refuses it (integers past 64 bits),
-which also accepts a lone surrogate (``"\\ud800"``); neither can be written back as JSON,
-so such a key was a crash of ``sanitize --aggregates-output`` (exit 1, no output at all:
-red team 14c, finding 1) and such a subject a crash of the subject bounds. Each is now no
+File mode read a line through ``json`` when orjson refused it, which accepts a lone
+surrogate (``"\\ud800"``); it cannot be written back as JSON, nor can an integer past 64
+bits (records not read from a file), so such a key was a crash of ``sanitize
+--aggregates-output`` (exit 1, no output at all: red team 14c, finding 1). Each is now no
 key (no subject): the record is left out of the aggregates, decided by that record alone,
-while the record path releases it as before.
+while the record path releases it as before. File mode now also leaves out every line
+orjson refuses, as ``run`` does (finding 2): a lone surrogate anywhere in the line.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def test_selected_groups_leave_out_unwritable_keys(tmp_path: Path) -> None:
 
 def test_unwritable_subjects_are_left_out(tmp_path: Path) -> None:
     """At epsilon 100 the discrete noise is 0 but with probability 2e^-100 / (1 + e^-100)
-    (about 7e-44): the count is the 38 plain records', the unwritable subject out."""
+    (about 7e-44): the count is the 38 plain records', the line orjson refuses out."""
     aggregate = {
         "name": "n",
         "query": "count",

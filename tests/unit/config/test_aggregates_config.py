@@ -67,6 +67,19 @@ def test_names_are_unique_and_cells_are_bounded() -> None:
     assert "above the limit 100000" in problems(many)
 
 
+def test_the_windows_open_at_once_are_bounded() -> None:
+    """(grace + the 300 s future allowance) / size at most 10,000 (red team 14b, F4), with
+    the Kafka timestamp or ``window.time`` alike: at the limit accepted, one second over
+    refused, naming the aggregate, the count, the limit and the size that fits."""
+    at_limit = {"size_seconds": 2, "grace_seconds": 20_000 - 300}
+    aggregates_config({**COUNT, "window": at_limit})
+    over = {**COUNT, "window": {**at_limit, "grace_seconds": 20_000 - 300 + 1}}
+    found = problems(over)
+    assert found.startswith("aggregates[0] (c).window: grace_seconds 19701")
+    assert "10001 windows be open at once per input partition, above the limit 10000" in found
+    assert "give size_seconds at least 3 or a shorter grace_seconds" in found
+
+
 def _data(privacy_epsilon: float, privacy_delta: float, *aggregates: dict[str, Any]) -> Any:
     return {
         "kafka": {"input_topic": "raw", "output_topic": "out", "dead_letter_topic": "dlq"},
