@@ -84,6 +84,7 @@ CSAN_TESTS := tests/unit/pipeline/test_columns_hostile.py tests/unit/test_extens
 	tests/unit/pipeline/test_only.py tests/unit/pipeline/test_decode_redteam.py \
 	tests/unit/pipeline/test_columns_nested.py tests/unit/pipeline/test_nested_paths.py \
 	tests/unit/worker/test_partitioner.py tests/unit/worker/test_ledger_columns.py \
+	tests/unit/worker/test_output_batch.py \
 	tests/unit/ledger/test_slots.py tests/unit/mechanisms/test_thresholds.py \
 	tests/unit/mechanisms/test_olh_support.py
 CSAN_ENV := LD_PRELOAD="$$($(CSAN_CC) -print-file-name=libasan.so)" \
