@@ -18,8 +18,8 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from operator import attrgetter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -81,7 +81,9 @@ def produce(records: Sequence[ConsumerRecord], result: BatchResult, headers: Any
     _ = inputs[index] % 4  # the output partitions
     values = list(result.outputs)
     tail = encoded_headers(headers)
-    batches = output_batches(values, [tail] * len(values), max_bytes=BATCH_BYTES, transactional=True)
+    batches = output_batches(
+        values, [tail] * len(values), max_bytes=BATCH_BYTES, transactional=True
+    )
     return sum(len(batch._build()) for batch in batches)
 
 

@@ -23,10 +23,10 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from operator import attrgetter
 
-from aiokafka import AIOKafkaProducer, ConsumerRecord
-from aiokafka.errors import MessageSizeTooLargeError
 import numpy as np
 import numpy.typing as npt
+from aiokafka import AIOKafkaProducer, ConsumerRecord
+from aiokafka.errors import MessageSizeTooLargeError
 
 from privstream.kafka.compat import DefaultRecordBatchBuilder
 from privstream.pipeline import BatchResult, RecordPlan
@@ -178,12 +178,11 @@ class BatchSender:
         those waits overlap.
         """
         pending: list[asyncio.Future[object]] = []
+        send = self._producer.send_batch
         for depth in range(max((len(c) for c in chains.values()), default=0)):
             for target, chain in sorted(chains.items()):
                 if depth < len(chain):
-                    pending.append(
-                        await self._producer.send_batch(chain[depth], self._output, partition=target)
-                    )
+                    pending.append(await send(chain[depth], self._output, partition=target))
         return pending
 
     async def _dead_letter_send(
