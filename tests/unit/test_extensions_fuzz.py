@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from aiokafka.partitioner import murmur2
+from aiokafka.record.util import calc_crc32c
 from privstream.ledger import _slots
 from privstream.mechanisms import _thresholds
 from privstream.pipeline import _columns
@@ -216,6 +217,19 @@ def test_records() -> None:
             count, expected = records_model(values, tails, start, len(out) - at)
             assert _records.encode(values, tails, start, out, at) == (count, at + len(expected))
             assert out == before[:at] + expected + before[at + len(expected) :]
+
+
+def test_crc32c() -> None:
+    rng = random.Random("crc32c")
+    for _ in range(ROUNDS if _records.HARDWARE_CRC else 0):
+        data = rng.randbytes(rng.randint(0, 100))
+        start = rng.randint(0, len(data))
+        view = memoryview(data)[start:]
+        if rng.random() < 0.1 and len(view) % 4 == 0:
+            with pytest.raises(ValueError):
+                _records.crc32c(view.cast(rng.choice("bI")))
+        else:
+            assert _records.crc32c(view) == calc_crc32c(view)
 
 
 def level(rng: random.Random) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:

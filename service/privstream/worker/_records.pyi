@@ -3,3 +3,6 @@
 def encode(
     values: list[bytes], tails: list[bytes], start: int, out: bytearray, at: int, /
 ) -> tuple[int, int]: ...
+def crc32c(data: bytes | bytearray | memoryview, /) -> int: ...
+
+HARDWARE_CRC: bool

@@ -50,6 +50,7 @@ import numpy.typing as npt
 
 from privstream.kafka.compat import calc_crc32c
 from privstream.ledger.updates import Run
+from privstream.worker import _records
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_BYTES = _HEADER.size  # 61
@@ -61,6 +62,8 @@ _TRANSACTIONAL = 0x10
 _NO_LEADER_EPOCH = -1
 #: attributes, timestamp delta and header count: one zero byte each
 _FIXED = 3
+#: the batch CRC: SSE 4.2's crc32 instruction (``_records``), four times aiokafka's speed
+_crc32c = _records.crc32c if _records.HARDWARE_CRC else calc_crc32c
 #: offset deltas at which the offset's varint grows a byte (zigzag 2i reaches 2^(7k)); the
 #: last is past int32, so every batch offset is below one of them
 _OFFSET_STEPS = tuple(1 << (7 * k - 1) for k in range(1, 6))
@@ -169,7 +172,7 @@ class BuiltBatch:
 
     def _build(self) -> bytearray:
         if not self._built:  # once: a retry sends the same bytes
-            crc = calc_crc32c(memoryview(self._buffer)[_ATTRIBUTES_AT:])
+            crc = _crc32c(memoryview(self._buffer)[_ATTRIBUTES_AT:])
             struct.pack_into(">I", self._buffer, _CRC_AT, crc)
             self._built = True
         return self._buffer

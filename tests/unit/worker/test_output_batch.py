@@ -13,6 +13,7 @@ from aiokafka.record.default_records import (
     DefaultRecordBatchBuilder,
     _DefaultRecordBatchBuilderPy,
 )
+from aiokafka.record.util import calc_crc32c
 from privstream.worker import _records
 from privstream.worker.output_batch import encoded_headers, output_batches
 from privstream.worker.record_batch import HEADER_BYTES
@@ -167,3 +168,24 @@ def test_encode_writes_nothing_when_the_first_record_does_not_fit() -> None:
     out = bytearray(HEADER_BYTES + 10)
     assert _records.encode([b"x" * 20], [b"\x00"], 0, out, HEADER_BYTES) == (0, HEADER_BYTES)
     assert out == bytearray(HEADER_BYTES + 10)
+
+
+def test_the_hardware_crc_is_aiokafkas_at_every_length_and_alignment() -> None:
+    if not _records.HARDWARE_CRC:  # record_batch then uses aiokafka's; this one refuses
+        with pytest.raises(RuntimeError, match="no SSE 4.2"):
+            _records.crc32c(b"123456789")
+        return
+    assert _records.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    data = random.Random(4).randbytes(70_000)
+    for start in range(9):  # unaligned starts: the 8-byte loads go through memcpy
+        for length in [*range(40), 1_000, 65_537]:
+            view = memoryview(data)[start : start + length]
+            assert _records.crc32c(view) == calc_crc32c(view), (start, length)
+
+
+def test_the_crc_reads_bytes_only() -> None:
+    if _records.HARDWARE_CRC:
+        with pytest.raises(ValueError, match="format i"):
+            _records.crc32c(memoryview(bytearray(8)).cast("i"))
+        with pytest.raises(TypeError):
+            _records.crc32c("text")  # type: ignore[arg-type]
