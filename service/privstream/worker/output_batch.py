@@ -22,12 +22,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+import numpy as np
+
 from privstream.worker import _records
 from privstream.worker.record_batch import HEADER_BYTES, BuiltBatch, varint
 
 #: the most a record adds to its value and headers: its length, attributes, timestamp
-#: delta, offset delta (0: one byte alone in its batch), key length, value length
-_RECORD_OVERHEAD = 5 + 1 + 1 + 1 + 1 + 5
+#: delta, offset delta, key length and value length (varints of at most 5 bytes)
+_RECORD_OVERHEAD = 5 + 1 + 1 + 5 + 1 + 5
 
 
 def encoded_headers(headers: Sequence[tuple[str, bytes]]) -> bytes:
@@ -51,13 +53,20 @@ def output_batches(
     batches of at most ``max_bytes`` (a record larger than that goes alone, as aiokafka's
     builder takes its first record always)."""
     now = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    # bounds of the bytes records 0..i take: a batch's buffer is no larger than its records
+    ends = np.cumsum(
+        np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+        + np.fromiter(map(len, tails), dtype=np.int64, count=len(tails))
+        + _RECORD_OVERHEAD
+    )
     batches: list[BuiltBatch] = []
     start = 0
     while start < len(values):
-        buffer = bytearray(max(max_bytes, HEADER_BYTES))
+        left = int(ends[-1] - (ends[start - 1] if start else 0))
+        buffer = bytearray(max(min(max_bytes, HEADER_BYTES + left), HEADER_BYTES))
         count, end = _records.encode(values, tails, start, buffer, HEADER_BYTES)
         if not count:  # over a batch alone: a buffer its size
-            alone = len(values[start]) + len(tails[start]) + _RECORD_OVERHEAD
+            alone = int(ends[start] - (ends[start - 1] if start else 0))
             buffer = bytearray(HEADER_BYTES + alone)
             count, end = _records.encode(values, tails, start, buffer, HEADER_BYTES)
         del buffer[end:]

@@ -172,7 +172,7 @@ def test_encode_writes_nothing_when_the_first_record_does_not_fit() -> None:
 
 def test_the_hardware_crc_is_aiokafkas_at_every_length_and_alignment() -> None:
     if not _records.HARDWARE_CRC:  # record_batch then uses aiokafka's; this one refuses
-        with pytest.raises(RuntimeError, match="no SSE 4.2"):
+        with pytest.raises(RuntimeError, match=r"no SSE 4\.2"):
             _records.crc32c(b"123456789")
         return
     assert _records.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
