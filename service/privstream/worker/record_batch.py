@@ -31,7 +31,8 @@ against aiokafka's own builder.
 ``output_batch`` are too) is what ``AIOKafkaProducer.send_batch`` queues: the five
 methods of ``BatchBuilder`` its accumulator and sender call (aiokafka 0.14:
 ``MessageBatch`` and ``MessageAccumulator.flush_for_commit``; ``append`` only
-on a batch ``producer.send`` reuses, and nothing else sends to the changelog). The producer
+on a batch ``producer.send`` reuses, and nothing else sends to the changelog or
+the sanitized topic: dead letters have a topic of their own). The producer
 sets the producer id, epoch and base sequence just before it sends, so the
 header (and the CRC over it) is finished then, in ``_build``.
 """
