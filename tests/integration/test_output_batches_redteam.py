@@ -17,12 +17,14 @@ import shutil
 import subprocess
 import uuid
 
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+from aiokafka.errors import KafkaError as AIOKafkaError
 from confluent_kafka import Consumer, KafkaError
 from privstream.config import KafkaConfig
 from privstream.config.runtime import Runtime
 from privstream.pipeline import BatchResult
-from privstream.worker.clients import batch_bytes, producer_options
+from privstream.worker.clients import batch_bytes, is_fenced, producer_options
 from privstream.worker.produce import BatchSender, Headers, output_headers
 
 from tests.support.broker import create_topics
@@ -187,3 +189,47 @@ async def test_three_clients_read_each_committed_record_once_in_order_on_its_par
         (p, -1, value, kcat_headers(headers))
         for p, value, _, headers in sorted(want, key=lambda m: m[0])
     ], "kcat"
+
+
+async def test_a_fenced_senders_batches_never_reach_a_read_committed_reader(
+    kafka_bootstrap: str,
+) -> None:
+    """The zombie's batches carry its old epoch: the successor's start aborts them, and
+    the successor's own batches (new epoch, sequences from 0) are all a reader sees."""
+    config = kafka(kafka_bootstrap)
+    await create_topics(kafka_bootstrap, [config.output_topic], partitions=OUTPUTS)
+    await create_topics(kafka_bootstrap, [config.dead_letter_topic])
+
+    def sender_of(producer: AIOKafkaProducer) -> BatchSender:
+        return BatchSender(
+            producer,
+            plan(),
+            config.output_topic,
+            config.dead_letter_topic,
+            max_message_bytes=config.max_message_bytes,
+            batch_bytes=batch_bytes(config),
+            transactional=True,
+        )
+
+    zombie = AIOKafkaProducer(**producer_options(config, RUNTIME))
+    await zombie.start()
+    successor = AIOKafkaProducer(**producer_options(config, RUNTIME))
+    records, result = outputs(seed=4)
+    try:
+        await zombie.begin_transaction()
+        await sender_of(zombie).send(*outputs(seed=3))  # flushed, not committed
+        await successor.start()  # same transactional id: fences the zombie
+        with pytest.raises(AIOKafkaError) as raised:
+            await zombie.commit_transaction()
+        assert is_fenced(raised.value), raised.value
+        await successor.begin_transaction()
+        assert await sender_of(successor).send(records, result) == []
+        await successor.commit_transaction()
+    finally:
+        await zombie.stop()
+        await successor.stop()
+    want = expected(records, result, output_headers(plan()), {})
+    got = await asyncio.to_thread(read_librdkafka, config, len(want))
+    assert by_partition(got) == by_partition(want)
+    rows = await asyncio.to_thread(read_kcat, config)
+    assert len(rows) == len(want), "kcat read more than the successor's records"
