@@ -233,3 +233,44 @@ async def test_a_fenced_senders_batches_never_reach_a_read_committed_reader(
     assert by_partition(got) == by_partition(want)
     rows = await asyncio.to_thread(read_kcat, config)
     assert len(rows) == len(want), "kcat read more than the successor's records"
+
+
+async def test_records_over_the_batch_size_go_alone_between_full_batches(
+    kafka_bootstrap: str,
+) -> None:
+    """``max_message_bytes`` 3 MiB (the topic's too) over the 1 MiB batch bound: records
+    of 1-2.5 MiB go in batches of their own, in order, between batches of small ones."""
+    limit = 3 << 20
+    config = kafka(kafka_bootstrap).model_copy(update={"max_message_bytes": limit})
+    await create_topics(
+        kafka_bootstrap,
+        [config.output_topic],
+        partitions=2,
+        configs={"max.message.bytes": str(limit)},
+    )
+    await create_topics(kafka_bootstrap, [config.dead_letter_topic])
+    rng = random.Random(5)
+    sizes = [10, 300_000, 1_500_000, 20, 2_600_000, 700_000, 700_000, 0, 1 << 20, 5]
+    values = [bytes(rng.choice(b"xyz") for _ in range(8)) * (n // 8) for n in sizes * 2]
+    records = [record(i, b"{}", partition=i % 2) for i in range(len(values))]
+    result = BatchResult(outputs=values, output_index=list(range(len(values))))
+    producer = AIOKafkaProducer(**producer_options(config, RUNTIME))
+    await producer.start()
+    try:
+        await producer.begin_transaction()
+        sender = BatchSender(
+            producer,
+            plan(),
+            config.output_topic,
+            config.dead_letter_topic,
+            max_message_bytes=limit,
+            batch_bytes=batch_bytes(config),
+            transactional=True,
+        )
+        assert await sender.send(records, result) == []
+        await producer.commit_transaction()
+    finally:
+        await producer.stop()
+    want = expected(records, result, output_headers(plan()), {})
+    got = await asyncio.to_thread(read_librdkafka, config, len(want))
+    assert by_partition(got) == by_partition(want)
