@@ -8,6 +8,8 @@ a write one byte past the computed size is then an error, not a passing test.
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import numpy as np
 from aiokafka.record.default_records import DefaultRecordBatch
@@ -96,3 +98,29 @@ def test_each_batch_ends_where_its_last_record_ends() -> None:
             assert record_ends(buffer, HEADER_BYTES, batch.record_count()) == len(buffer)
             got += [r.value for r in DefaultRecordBatch(buffer)]
         assert got == values, max_bytes
+
+
+FALLBACK = """
+import importlib
+from aiokafka.record.default_records import DefaultRecordBatch
+from privstream.kafka.compat import calc_crc32c
+from privstream.worker import _records, record_batch
+_records.HARDWARE_CRC = False  # as on a CPU without SSE 4.2: read when record_batch loads
+importlib.reload(record_batch)  # in its own dict: BuiltBatch._build sees the choice
+from privstream.worker.output_batch import encoded_headers, output_batches
+assert record_batch._crc32c is calc_crc32c, record_batch._crc32c
+values = [bytes([i % 251]) * i for i in range(300)]
+for batch in output_batches(values, [b"\\x00"] * 300, max_bytes=5_000, transactional=True):
+    batch._set_producer_state(7, 1, 0)
+    read = DefaultRecordBatch(bytes(batch._build()))
+    assert read.validate_crc()
+    print(len(list(read)))
+"""
+
+
+def test_without_sse42_every_batch_gets_aiokafkas_crc() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FALLBACK], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert sum(map(int, done.stdout.split())) == 300
