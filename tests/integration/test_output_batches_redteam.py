@@ -274,3 +274,38 @@ async def test_records_over_the_batch_size_go_alone_between_full_batches(
     want = expected(records, result, output_headers(plan()), {})
     got = await asyncio.to_thread(read_librdkafka, config, len(want))
     assert by_partition(got) == by_partition(want)
+
+
+async def test_without_transactions_the_idempotent_batches_read_back_alike(
+    kafka_bootstrap: str,
+) -> None:
+    """``transactions: false``: no transactional bit, the producer id and sequences of
+    an idempotent producer (two sends: sequences continue across them)."""
+    config = kafka(kafka_bootstrap).model_copy(update={"transactions": False})
+    await create_topics(kafka_bootstrap, [config.output_topic], partitions=OUTPUTS)
+    await create_topics(kafka_bootstrap, [config.dead_letter_topic])
+    producer = AIOKafkaProducer(**producer_options(config, RUNTIME))
+    await producer.start()
+    sender = BatchSender(
+        producer,
+        plan(),
+        config.output_topic,
+        config.dead_letter_topic,
+        max_message_bytes=config.max_message_bytes,
+        batch_bytes=batch_bytes(config),
+        transactional=False,
+    )
+    want: list[Message] = []
+    try:
+        for seed in (6, 7):
+            records, result = outputs(seed)
+            assert await sender.send(records, result) == []
+            want += expected(records, result, output_headers(plan()), {})
+    finally:
+        await producer.stop()
+    got = await asyncio.to_thread(read_librdkafka, config, len(want))
+    assert by_partition(got) == by_partition(want)
+    rows = await asyncio.to_thread(read_kcat, config)
+    assert [(p, v) for p, _, v, _ in sorted(rows, key=lambda r: r[0])] == [
+        (p, v) for p, v, _, _ in sorted(want, key=lambda m: m[0])
+    ]
