@@ -124,3 +124,35 @@ def test_without_sse42_every_batch_gets_aiokafkas_crc() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert sum(map(int, done.stdout.split())) == 300
+
+
+LYING_LENGTH = """
+from privstream.worker.output_batch import output_batches
+from privstream.worker.record_batch import HEADER_BYTES
+
+class Liar(bytes):  # len() says 1; the C reads the object's 100 bytes
+    def __len__(self) -> int:
+        return 1
+
+try:
+    output_batches([Liar(b"x" * 100)], [b"\\x00"], max_bytes=HEADER_BYTES + 10, transactional=True)
+except (TypeError, ValueError) as error:
+    print("refused:", error)
+else:
+    print("returned")
+"""
+
+
+def test_a_value_whose_length_lies_is_refused_not_looped_on() -> None:
+    """FINDING (LOW): ``output_batches`` sizes the lone-record buffer from ``len()`` while
+    ``_records.encode`` reads ``PyBytes_GET_SIZE`` and accepts bytes subclasses; when they
+    disagree encode writes 0 records and the loop appends empty batches (recordCount 0,
+    lastOffsetDelta -1) forever, without ``start`` moving. Bounded here by a timeout."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", LYING_LENGTH], capture_output=True, text=True, timeout=30
+        )
+    except subprocess.TimeoutExpired:
+        raise AssertionError("output_batches looped for 30 s on a 1-record input") from None
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused:"), done.stdout
