@@ -78,7 +78,7 @@ integration: $(STAMP) system-deps schema-registry ## the tests against a real Ka
 # on stderr. gcc's libasan comes with gcc on Debian (libasan8 through libgcc-12-dev).
 CSAN_CC  ?= gcc
 CSAN_DIR := build/csan
-CSAN_TESTS := tests/unit/pipeline/test_columns_hostile.py tests/unit/test_extension_buffers.py \
+CSAN_TESTS := tests/unit/worker/test_records_redteam.py tests/unit/pipeline/test_columns_hostile.py tests/unit/test_extension_buffers.py \
 	tests/unit/test_extensions_fuzz.py tests/unit/pipeline/test_direct_columns.py \
 	tests/unit/pipeline/test_columns_redteam.py tests/unit/pipeline/test_encode.py \
 	tests/unit/pipeline/test_only.py tests/unit/pipeline/test_decode_redteam.py \

@@ -60,13 +60,14 @@ put_varint(unsigned char *p, uint64_t v)
     return p;
 }
 
-/* Whether every item of list[start:] is bytes; else TypeError naming the first that is not. */
+/* Whether every item of list[start:] is exactly bytes (a subclass may report another length
+   to the caller than the buffer it holds); else TypeError naming the first that is not. */
 static int
 all_bytes(PyObject *list, Py_ssize_t start, const char *name)
 {
     Py_ssize_t n = PyList_GET_SIZE(list);
     for (Py_ssize_t i = start; i < n; i++) {
-        if (!PyBytes_Check(PyList_GET_ITEM(list, i))) {
+        if (!PyBytes_CheckExact(PyList_GET_ITEM(list, i))) {
             PyErr_Format(PyExc_TypeError, "encode: %s[%zd] is %.100s, not bytes", name, i,
                          Py_TYPE(PyList_GET_ITEM(list, i))->tp_name);
             return 0;

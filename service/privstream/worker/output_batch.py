@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from privstream.errors import MisuseError
 from privstream.worker import _records
 from privstream.worker.record_batch import HEADER_BYTES, BuiltBatch, varint
 
@@ -69,6 +70,11 @@ def output_batches(
             alone = int(ends[start] - (ends[start - 1] if start else 0))
             buffer = bytearray(HEADER_BYTES + alone)
             count, end = _records.encode(values, tails, start, buffer, HEADER_BYTES)
+            if not count:  # the C sizes by the bytes, this by len(): never an empty batch
+                raise MisuseError(
+                    f"output record {start} did not fit a batch of its own size: its value "
+                    "and headers must be exactly bytes"
+                )
         del buffer[end:]
         batches.append(BuiltBatch(buffer, count, timestamp_ms=now, transactional=transactional))
         start += count
