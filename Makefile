@@ -12,8 +12,9 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 # PYTHONWARNINGS: setuptools' notice on editable installs is noise for a newcomer.
-# The install compiles four small C extensions (a C compiler and Python's headers).
+# The install compiles five small C extensions (a C compiler and Python's headers).
 C_SOURCES := service/privstream/ledger/_slots.c service/privstream/worker/_murmur2.c \
+	service/privstream/worker/_records.c \
 	service/privstream/pipeline/_columns.c service/privstream/mechanisms/_thresholds.c \
 	service/privstream/_buffer_checks.h
 $(STAMP): pyproject.toml $(C_SOURCES)
@@ -77,12 +78,13 @@ integration: $(STAMP) system-deps schema-registry ## the tests against a real Ka
 # on stderr. gcc's libasan comes with gcc on Debian (libasan8 through libgcc-12-dev).
 CSAN_CC  ?= gcc
 CSAN_DIR := build/csan
-CSAN_TESTS := tests/unit/pipeline/test_columns_hostile.py tests/unit/test_extension_buffers.py \
+CSAN_TESTS := tests/unit/worker/test_records_redteam.py tests/unit/pipeline/test_columns_hostile.py tests/unit/test_extension_buffers.py \
 	tests/unit/test_extensions_fuzz.py tests/unit/pipeline/test_direct_columns.py \
 	tests/unit/pipeline/test_columns_redteam.py tests/unit/pipeline/test_encode.py \
 	tests/unit/pipeline/test_only.py tests/unit/pipeline/test_decode_redteam.py \
 	tests/unit/pipeline/test_columns_nested.py tests/unit/pipeline/test_nested_paths.py \
 	tests/unit/worker/test_partitioner.py tests/unit/worker/test_ledger_columns.py \
+	tests/unit/worker/test_output_batch.py \
 	tests/unit/ledger/test_slots.py tests/unit/mechanisms/test_thresholds.py \
 	tests/unit/mechanisms/test_olh_support.py
 CSAN_ENV := LD_PRELOAD="$$($(CSAN_CC) -print-file-name=libasan.so)" \

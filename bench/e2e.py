@@ -122,8 +122,10 @@ async def run(args: argparse.Namespace) -> int:
                     bootstrap, topics.raw, total, workdir, f"{name}-{round_}", name, body
                 )
                 per_100k = result.cpu_s / max(result.records, 1) * 100_000
+                broker_100k = result.broker_cpu_s / max(result.records, 1) * 100_000
                 print(
-                    f"{name:14} {result.rate:10,.0f} records/s {per_100k:6.2f} CPU s/100k",
+                    f"{name:14} {result.rate:10,.0f} records/s {per_100k:6.2f} CPU s/100k "
+                    f"(broker {broker_100k:.2f}, load {os.getloadavg()[0]:.1f})",
                     flush=True,
                 )
                 if name not in best or result.rate > best[name].rate:
@@ -132,12 +134,16 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def report(best: dict[str, Drain], *, nested: bool = False) -> int:
-    print("\nbest of each: records/s, CPU s per 100,000 records, privstream / it")
+    print(
+        "\nbest of each: records/s, CPU s per 100,000 records (the contender's, the broker's "
+        "over the same drain), privstream / it"
+    )
     mine = best.get("privstream")
     for name, result in best.items():
         ratio = f"{mine.rate / result.rate:5.2f}" if mine else "  -  "
         cpu = result.cpu_s / max(result.records, 1) * 100_000
-        print(f"{name:14} {result.rate:10,.0f} {cpu:6.2f} {ratio}")
+        broker = result.broker_cpu_s / max(result.records, 1) * 100_000
+        print(f"{name:14} {result.rate:10,.0f} {cpu:6.2f} {broker:6.2f} {ratio}")
     targets = Targets()
     if mine is None:
         return targets.report()

@@ -4,8 +4,8 @@ Batches of ``--batch`` nested records (``bench/reference.py``) go through what
 ``privstream run`` does with each: ``fetch`` reads the record batches a broker sends
 into ``ConsumerRecord`` objects (aiokafka's reader behind privstream's tolerant one, as
 the worker's fetcher does), ``sanitize`` is the worker's ``sanitize`` (``--passthrough``:
-the pass-through worker's orjson decode + encode), ``produce`` appends the outputs with
-their headers to aiokafka batch builders, as ``BatchSender.send`` does, and builds them.
+the pass-through worker's orjson decode + encode), ``produce`` writes the outputs with
+their headers as record batches, as ``BatchSender.send`` does, and builds them.
 The set-up (``--setup`` batches generated, fetched and sanitized) is the same whatever
 ``--batches`` (at most ``--setup``) says, and ``--batches 0`` runs it only: callgrind's
 instructions for N batches less those for 0 are what the stages cost, deterministic on a
@@ -18,9 +18,11 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -31,18 +33,22 @@ from privstream.kafka.decode import tolerate_undecodable_records
 from privstream.kinds import build_plan
 from privstream.mechanisms.rng import NoiseKeys
 from privstream.pipeline import BatchResult
+from privstream.worker.output_batch import encoded_headers, output_batches
 from privstream.worker.produce import output_headers
 from privstream.worker.sanitize import sanitize
 
 from bench.reference import nested_config, nested_messages
 
 #: aiokafka's default batch size, the producer's and so the record batches a fetch returns
-BATCH_BYTES = 16_384
+FETCHED_BYTES = 16_384
+#: the worker's record batches for the sanitized topic (``clients.MAX_BATCH_BYTES``)
+BATCH_BYTES = 2**20
 TOPIC = "bench.raw"
+_PARTITION = attrgetter("partition")
 
 
 def _builder() -> BatchBuilder:
-    return BatchBuilder(BATCH_BYTES, 0, is_transactional=1)
+    return BatchBuilder(FETCHED_BYTES, 0, is_transactional=1)
 
 
 def fetched(messages: Sequence[bytes], base: int) -> bytes:
@@ -69,15 +75,16 @@ def fetch(data: bytes) -> list[ConsumerRecord]:
 
 
 def produce(records: Sequence[ConsumerRecord], result: BatchResult, headers: Any) -> int:
-    """``BatchSender.send``'s appends (one output partition), builders built: their bytes."""
-    chain = [_builder()]
-    for index, value in zip(result.output_index, result.outputs, strict=True):
-        _ = records[index].partition
-        if chain[-1].append(timestamp=None, key=None, value=value, headers=headers):
-            continue
-        chain.append(_builder())
-        chain[-1].append(timestamp=None, key=None, value=value, headers=headers)
-    return sum(len(builder._build()) for builder in chain)
+    """``BatchSender.send``'s batches (one output partition) written and built: their bytes."""
+    index = np.asarray(result.output_index, dtype=np.int64)
+    inputs = np.fromiter(map(_PARTITION, records), dtype=np.int64, count=len(records))
+    _ = inputs[index] % 4  # the output partitions
+    values = list(result.outputs)
+    tail = encoded_headers(headers)
+    batches = output_batches(
+        values, [tail] * len(values), max_bytes=BATCH_BYTES, transactional=True
+    )
+    return sum(len(batch._build()) for batch in batches)
 
 
 def passthrough(records: Sequence[ConsumerRecord]) -> BatchResult:

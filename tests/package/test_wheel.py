@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXTENSIONS = (
     "privstream/ledger/_slots",
     "privstream/worker/_murmur2",
+    "privstream/worker/_records",
     "privstream/pipeline/_columns",
     "privstream/mechanisms/_thresholds",
 )

@@ -14,12 +14,13 @@ HEADER = "service/privstream/_buffer_checks.h"
 MODULES = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["ext-modules"]
 
 
-def test_there_are_the_four_extensions() -> None:
+def test_there_are_the_five_extensions() -> None:
     assert sorted(m["name"] for m in MODULES) == [
         "privstream.ledger._slots",
         "privstream.mechanisms._thresholds",
         "privstream.pipeline._columns",
         "privstream.worker._murmur2",
+        "privstream.worker._records",
     ]
 
 

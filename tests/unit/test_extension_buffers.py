@@ -1,4 +1,4 @@
-"""The buffer checks the four C extensions share (``service/privstream/_buffer_checks.h``)
+"""The buffer checks the five C extensions share (``service/privstream/_buffer_checks.h``)
 and their refusals of hostile callers outside ``_columns`` (tests/unit/pipeline/
 test_columns_hostile.py): a buffer of the same byte length but another item type, size
 or signedness is refused before a write, an unaligned one too, and Python code run by

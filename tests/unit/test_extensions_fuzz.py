@@ -1,4 +1,4 @@
-"""A seeded fuzz loop over every entry point of the four C extensions.
+"""A seeded fuzz loop over every entry point of the five C extensions.
 
 Each round draws inputs, well formed or not, and checks the answer against a model
 in Python: the value the model gives, or the refusal it expects (ValueError or
@@ -18,10 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 from aiokafka.partitioner import murmur2
+from aiokafka.record.util import calc_crc32c
 from privstream.ledger import _slots
 from privstream.mechanisms import _thresholds
 from privstream.pipeline import _columns
-from privstream.worker import _murmur2
+from privstream.worker import _murmur2, _records
+from privstream.worker.output_batch import encoded_headers
+from privstream.worker.record_batch import varint
 
 from tests.unit.mechanisms.test_local_hashing import ref_splitmix64
 from tests.unit.pipeline.test_columns_redteam import assemble_model
@@ -174,6 +177,59 @@ def test_murmur2() -> None:
         else:
             _murmur2.murmur2(keys, out)
             assert out.tolist() == [murmur2(k) & 0xFFFFFFFF for k in keys]
+
+
+def records_model(
+    values: list[bytes], tails: list[bytes], start: int, room: int
+) -> tuple[int, bytes]:
+    """What ``_records.encode`` writes of ``values[start:]`` into ``room`` bytes: how many
+    records, their bytes."""
+    out, count = b"", 0
+    for delta, (value, tail) in enumerate(zip(values[start:], tails[start:], strict=True)):
+        body = b"\x00\x00" + varint(delta) + b"\x01" + varint(len(value)) + value + tail
+        record = varint(len(body)) + body
+        if len(out) + len(record) > room:
+            break
+        out, count = out + record, count + 1
+    return count, out
+
+
+def test_records() -> None:
+    rng = random.Random("records")
+    tail = encoded_headers([("h", b"v")])
+    for _ in range(ROUNDS):
+        n = rng.randint(0, 6)
+        values: list[Any] = [rng.randbytes(rng.choice([0, 1, 63, 64, 200])) for _ in range(n)]
+        tails: list[Any] = [rng.choice([b"\x00", tail]) for _ in range(n)]
+        if n and rng.random() < 0.05:
+            rng.choice([values, tails])[rng.randrange(n)] = rng.choice(["s", None, bytearray(1)])
+        start, at = rng.randint(0, n + 1), rng.randint(0, 8)
+        out = bytearray(rng.randint(0, 700))
+        before = bytes(out)
+        if start > n or at > len(out):
+            with pytest.raises(ValueError):
+                _records.encode(values, tails, start, out, at)
+        elif any(type(v) is not bytes for v in [*values[start:], *tails[start:]]):
+            with pytest.raises(TypeError):
+                _records.encode(values, tails, start, out, at)
+            assert out == before
+        else:
+            count, expected = records_model(values, tails, start, len(out) - at)
+            assert _records.encode(values, tails, start, out, at) == (count, at + len(expected))
+            assert out == before[:at] + expected + before[at + len(expected) :]
+
+
+def test_crc32c() -> None:
+    rng = random.Random("crc32c")
+    for _ in range(ROUNDS if _records.HARDWARE_CRC else 0):
+        data = rng.randbytes(rng.randint(0, 100))
+        start = rng.randint(0, len(data))
+        view = memoryview(data)[start:]
+        if rng.random() < 0.1 and len(view) % 4 == 0:
+            with pytest.raises(ValueError):
+                _records.crc32c(view.cast(rng.choice("bI")))
+        else:
+            assert _records.crc32c(view) == calc_crc32c(view)
 
 
 def level(rng: random.Random) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:

@@ -119,8 +119,9 @@ def producer_options(kafka: KafkaConfig, runtime: Runtime) -> dict[str, Any]:
         "enable_idempotence": True,
         "linger_ms": 5,
         "max_request_size": kafka.max_message_bytes,
-        # the sanitized topic's record batches (produce.BatchSender): one Kafka batch
-        # may not exceed the topic's max.message.bytes, which max_message_bytes states
+        # the batches of producer.send (dead letters); the sanitized topic's are written
+        # by produce.BatchSender to the same bound: one Kafka batch may not exceed the
+        # topic's max.message.bytes, which max_message_bytes states
         "max_batch_size": batch_bytes(kafka),
     }
     if kafka.transactions:

@@ -71,6 +71,7 @@ from privstream.worker.assignment import Assignment
 from privstream.worker.client_logs import Reachability, lost_broker
 from privstream.worker.clients import (
     CLOSE_TIMEOUT_S,
+    batch_bytes,
     broker_answers,
     close_client,
     consumer_options,
@@ -251,6 +252,8 @@ class Worker:
                 self._kafka.output_topic,
                 self._kafka.dead_letter_topic,
                 max_message_bytes=self._kafka.max_message_bytes,
+                batch_bytes=batch_bytes(self._kafka),
+                transactional=self._kafka.transactions,
                 extra_headers=self._ledger.output_headers if self._ledger else (),
             )
             await self.pipeline(stop, consumer, producer, plain)

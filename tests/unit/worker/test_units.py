@@ -214,6 +214,8 @@ def sender_for(producer: SizeLimitedProducer, for_plan: RecordPlan | None = None
         "out",
         "dlq",
         max_message_bytes=producer.limit,
+        batch_bytes=producer.batch_bytes,
+        transactional=False,
     )
 
 
