@@ -340,13 +340,13 @@ def _ledger_problems(aggregates: Sequence[AggregateConfig], ledger_time: str | N
             "aggregate contributions by Kafka timestamps only in `run` (the aggregate stream "
             "never sees the released time); remove privacy.ledger.time or the aggregates"
         )
-    for spec in aggregates:
-        if spec.window is not None and spec.window.time is not None:
-            problems.append(
-                f"aggregates ({spec.name}): window.time is {spec.window.time!r}, but the "
-                "per-subject ledger (privacy.ledger) charges aggregate contributions by "
-                "Kafka timestamps only in `run`; remove window.time or privacy.ledger"
-            )
+    timed = [(s.name, s.window.time) for s in aggregates if s.window and s.window.time]
+    problems += [
+        f"aggregates ({name}): window.time is {time!r}, but the per-subject ledger "
+        "(privacy.ledger) charges aggregate contributions by Kafka timestamps only in "
+        "`run`; remove window.time or privacy.ledger"
+        for name, time in timed
+    ]
     return problems
 
 
