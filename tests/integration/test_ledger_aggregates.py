@@ -19,31 +19,25 @@ subjects send one record per window.
 
 from __future__ import annotations
 
+import datetime
 import json
-import struct
 import time
 from collections import Counter
-from functools import reduce
 from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import ConsumerRecord
-from privstream.aggregates import KeyedCells, Partial, build_aggregates, merge, release
 from privstream.aggregates.windows import window_label, window_start
-from privstream.config import AppConfig, load_config
-from privstream.kinds import build_plan
-from privstream.ledger import LedgerPolicy, SubjectLedger, codec
-from privstream.ledger.aggregate_charges import JointLedger
-from privstream.pipeline.subjects import subject_column
-from privstream.worker.aggregate_charges import aggregate_costs_of
+from privstream.config import load_config
 
 from tests.support import aggregate_stream as agg
+from tests.support import ledger as ledger_support
+from tests.support import ledger_aggregates as la
 from tests.support.aggregate_stream import running
 from tests.support.broker import create_topics
-from tests.support.faults import poll_until
+from tests.support.faults import fault_topics, poll_until
+from tests.support.kill_nine import KillPlan, stream_with_kills
 from tests.support.worker_proc import (
-    TEST_SECRET,
     Collector,
     WorkerProcess,
     produce,
@@ -101,7 +95,7 @@ async def test_contributions_are_charged_once_and_stop_at_the_cap(
     loaded = load_config(config)
     raw = await read_all(kafka_bootstrap, kafka["input_topic"], PARTITIONS)
     raw.sort(key=lambda m: (m.partition, m.offset))
-    reference, verdicts = _reference(loaded, raw)
+    reference, verdicts = la.reference(loaded, raw)
     # the records: released or dead-lettered exactly as the reference decides
     dead = await read_all(kafka_bootstrap, kafka["dead_letter_topic"], 1)
     released = await read_all(kafka_bootstrap, kafka["output_topic"], PARTITIONS)
@@ -110,16 +104,18 @@ async def test_contributions_are_charged_once_and_stop_at_the_cap(
     assert len(released) == len(raw) - sum(refused.values())
     assert refused[b"heavy"] == 8 and refused[b"medium"] == 1
     # the changelog: every subject's spending and every decision, charged once each
-    assert await _changelog(kafka_bootstrap, kafka, loaded) == _expected_rows(loaded, reference)
+    changelog = await la.changelog_rows(kafka_bootstrap, loaded, PARTITIONS)
+    assert changelog == la.expected_rows(loaded, reference)
     heavy = {k[2]: v for k, v in reference.decided.items() if k[0] == b"heavy"}
     medium = {k[2]: v for k, v in reference.decided.items() if k[0] == b"medium"}
     assert heavy == {base: True, base + SIZE: False}
     assert medium == {base: True, base + SIZE: True}
     # the windows: what the admitted contributions make, byte for byte, released once
     joined = [m for m, v in zip(raw, verdicts, strict=True) if v.contributes[0]]
-    want = _rows(loaded, joined, [base, base + SIZE])
-    assert want != _rows(loaded, raw, [base, base + SIZE])  # the ledger left some out
-    copies = agg.released(rows.records)
+    starts = [base, base + SIZE]
+    want = la.window_rows(loaded, joined, starts, PARTITIONS)
+    assert want != la.window_rows(loaded, raw, starts, PARTITIONS)  # the ledger left some out
+    copies = la.released_rows(rows.records)
     got = {k: v for k, v in copies.items() if k[1] in {window_label(base, SIZE), second}}
     assert all(len(v) == 1 for v in got.values()), "a window released twice"
     assert {k: v[0] for k, v in got.items()} == want
@@ -167,69 +163,6 @@ def _input(base: int) -> tuple[list[tuple[bytes, bytes, list[Any]]], list[int | 
     return messages, [at for at, *_ in timed]
 
 
-def _reference(config: AppConfig, raw: list[ConsumerRecord]) -> tuple[JointLedger, list[Any]]:
-    """The decisions, one record at a time in offset order (a subject's records share a
-    partition, so one reference serves both)."""
-    policy = LedgerPolicy.from_config(config, build_plan(config))
-    reference = JointLedger(policy, aggregate_costs_of(config))
-    verdicts = [reference.admit(m.key, m.timestamp, m.timestamp) for m in raw]
-    return reference, verdicts
-
-
-def _expected_rows(config: AppConfig, reference: JointLedger) -> dict[bytes, bytes]:
-    """The reference's spending and decisions as the changelog's ``W`` and ``A`` rows."""
-    window_ms = reference.policy.window_ms
-    rows = {
-        codec.window_prefix(start, window_ms) + subject: struct.pack(">qq", *spent)
-        for (subject, start), spent in reference.spent.items()
-    }
-    (cost,) = aggregate_costs_of(config)
-    for (subject, _, start, ledger_start), admitted in reference.decided.items():
-        key = codec.decision_prefix((ledger_start, window_ms), start, cost.partial_id) + subject
-        rows[key] = codec.encode_decision(start + cost.window_ms + cost.grace_ms, admitted)
-    return rows
-
-
-async def _changelog(
-    bootstrap: str, kafka: dict[str, str], config: AppConfig
-) -> dict[bytes, bytes]:
-    """The committed changelog's ``W`` and ``A`` rows, restored as the worker does."""
-    topic = f"{kafka['input_topic']}-privstream-ledger"
-    records = await read_all(bootstrap, topic, PARTITIONS)
-    policy = LedgerPolicy.from_config(config, build_plan(config))
-    ledger = SubjectLedger(
-        policy=policy, deployment=kafka["group_id"], aggregates=aggregate_costs_of(config)
-    )
-    snap: dict[bytes, bytes] = {}
-    for partition in range(PARTITIONS):
-        ledger.restore(partition, [(m.key, m.value) for m in records if m.partition == partition])
-        snap.update(ledger.snapshot(partition))
-    return {k: v for k, v in snap.items() if k[:2] in (codec.WINDOW, codec.DECISION)}
-
-
-def _rows(
-    config: AppConfig, records: list[ConsumerRecord], starts: list[int]
-) -> dict[tuple[str, str, str], bytes]:
-    """(aggregate, window, group) -> the row an uncrashed worker releases over ``records``."""
-    noise = KeyedCells(TEST_SECRET, config.kafka.input_topic, config.kafka.noise_domain)
-    out = {}
-    for plan in build_aggregates(config):
-        for start in starts:
-            label = window_label(start, SIZE)
-            parts = []
-            for partition in range(PARTITIONS):
-                acc = plan.accumulator(label)
-                for m in records:
-                    if m.partition == partition and window_start(m.timestamp, SIZE) == start:
-                        acc.add(orjson.loads(m.value), subject_column([m.value], "user")[0])
-                parts.append(acc.partial())
-            merged = reduce(merge, parts, Partial(plan.name, label))
-            for row in release(plan, merged, noise):
-                group = json.dumps(row["group"], sort_keys=True)
-                out[plan.name, label, group] = orjson.dumps(row)
-    return out
-
-
 async def _released(rows: Collector, labels: set[str]) -> bool:
     return {orjson.loads(m.value)["window"] for m in rows.records} >= labels
 
@@ -242,3 +175,101 @@ async def _sanitized(bootstrap: str, kafka: dict[str, str], total: int) -> bool:
     out = await read_all(bootstrap, kafka["output_topic"], PARTITIONS)
     dead = await read_all(bootstrap, kafka["dead_letter_topic"], 1)
     return len(out) + len(dead) >= total
+
+
+KILL_SIZE_S, KILL_GRACE_S = 10, 45
+#: subjects of the kill test: about ten records each, in several windows
+KILL_SUBJECTS = 400
+
+
+async def test_kill_nine_the_same_decisions_and_windows(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """kill -9 three times while a changelog transaction is open (``kill_nine``'s loop),
+    then a last worker releases the windows: the committed changelog holds exactly the
+    reference's spending and decisions (a replay decided the cut batches again the same
+    way, never a second charge), and every window is released once, byte for byte what
+    the admitted contributions make. The grace (45 s) covers the restarts: no record is
+    late for its window."""
+    total, kills = 4_000, 3
+    kafka = await fault_topics(kafka_bootstrap, "ledgeragg-kill")
+    out = f"{kafka['input_topic']}.aggregates"
+    await create_topics(kafka_bootstrap, [out])
+    window = {"size_seconds": KILL_SIZE_S, "grace_seconds": KILL_GRACE_S}
+    by_state = {
+        "name": "by_state",
+        "query": "histogram",
+        "field": "state",
+        "epsilon": 0.25,
+        "window": window,
+        "output_topic": out,
+        "contribution": {"records_per_group": 1, "groups_per_subject": 1},
+    }
+    overrides = {**kafka, "transactions": True, "max_batch_records": 200}
+    overrides["session_timeout_ms"] = 6_000
+    config = write_config(
+        tmp_path / "config.yaml",
+        kafka_bootstrap,
+        overrides,
+        {**ledger_support.body(), "aggregates": [by_state]},
+    )
+    changelog = f"{kafka['input_topic']}-privstream-ledger"
+    messages = [_subject_message(i) for i in range(total)]
+    plan = KillPlan([int(total * f) for f in (0.2, 0.45, 0.7)], total, ahead=1_000, chunk=250)
+    run = await stream_with_kills(
+        kafka_bootstrap,
+        kafka,
+        config,
+        messages,
+        plan,
+        logs=tmp_path,
+        identity=ledger_support.seq,
+        watch=(changelog, 4),
+    )
+    summary = f"kills={run.kills}"
+    assert run.kills_before(total) == kills, summary
+    loaded = load_config(config)
+    raw = await read_all(kafka_bootstrap, kafka["input_topic"], 4)
+    raw.sort(key=lambda m: (m.partition, m.offset))
+    size = KILL_SIZE_S * 1000
+    last = window_start(max(m.timestamp for m in raw), size)
+    worker = WorkerProcess(config, tmp_path / "last.log")
+    await worker.start()
+    async with running(worker), Collector(kafka_bootstrap, out) as rows:
+        await poll_until(
+            lambda: _released(rows, {window_label(last, size)}),
+            KILL_GRACE_S + 90,
+            "the last window released",
+            every_s=0.5,
+            why=lambda: worker.log_text()[-3000:],
+        )
+        first = (await agg.view(kafka_bootstrap, kafka)).first_window("by_state", size)
+    assert first is not None
+    reference, verdicts = la.reference(loaded, raw)
+    dead = await read_all(kafka_bootstrap, kafka["dead_letter_topic"], 2)
+    refused = Counter(m.key for m, v in zip(raw, verdicts, strict=True) if not v.released)
+    assert Counter(m.key for m in dead) == refused, summary
+    assert await la.changelog_rows(kafka_bootstrap, loaded, 4) == la.expected_rows(
+        loaded, reference
+    ), summary
+    assert not all(v.contributes[0] for v in verdicts)  # the caps bit: some left out
+    joined = [m for m, v in zip(raw, verdicts, strict=True) if v.contributes[0]]
+    starts = list(range(first, last + size, size))
+    want = la.window_rows(loaded, joined, starts, 4)
+    copies = la.released_rows(rows.records)
+    got = {k: v for k, v in copies.items() if first <= _start_of(k[1]) <= last}
+    assert all(len(v) == 1 for v in got.values()), "a window released twice"
+    assert {k: v[0] for k, v in got.items()} == want, summary
+
+
+def _subject_message(i: int) -> tuple[bytes, bytes, list[Any]]:
+    """Input ``i``: subject ``s<i mod KILL_SUBJECTS>``, keyed by it, stamped when produced."""
+    subject = f"s{i % KILL_SUBJECTS}"
+    state = ("TX", "CA", "NY")[i % 3]
+    value = {"device_id": subject, "seq": i, "salary": i % 100, "state": state}
+    return subject.encode(), json.dumps(value).encode(), []
+
+
+def _start_of(label: str) -> int:
+    stamp = datetime.datetime.strptime(label.split("/")[0], "%Y-%m-%dT%H:%M:%S.%fZ")
+    return int(stamp.replace(tzinfo=datetime.UTC).timestamp() * 1000)
