@@ -200,19 +200,20 @@ async def test_kill_nine_the_same_decisions_and_windows(
         "name": "by_state",
         "query": "histogram",
         "field": "state",
-        "epsilon": 0.25,
+        "epsilon": 0.75,
         "window": window,
         "output_topic": out,
         "contribution": {"records_per_group": 1, "groups_per_subject": 1},
     }
     overrides = {**kafka, "transactions": True, "max_batch_records": 200}
     overrides["session_timeout_ms"] = 6_000
-    config = write_config(
-        tmp_path / "config.yaml",
-        kafka_bootstrap,
-        overrides,
-        {**ledger_support.body(), "aggregates": [by_state]},
-    )
+    body = ledger_support.body()
+    # the fields' 1.5 and the aggregate's 2 x 0.75; a window costs the ledger 1.5 as a
+    # record does, so a subject with two records in its first window (3 x 1.5 = 4.5,
+    # the cap) is left out of every later window
+    body["privacy"]["epsilon"] = 3.0
+    body["aggregates"] = [by_state]
+    config = write_config(tmp_path / "config.yaml", kafka_bootstrap, overrides, body)
     changelog = f"{kafka['input_topic']}-privstream-ledger"
     messages = [_subject_message(i) for i in range(total)]
     plan = KillPlan([int(total * f) for f in (0.2, 0.45, 0.7)], total, ahead=1_000, chunk=250)
