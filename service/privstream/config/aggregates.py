@@ -353,10 +353,36 @@ def aggregate_problems(
     return problems
 
 
+def _ledger_problems(aggregates: Sequence[AggregateConfig], ledger_time: str | None) -> list[str]:
+    """The per-subject ledger charges contributions placed by Kafka timestamps only
+    (docs/proofs/ledger-aggregates.md, Status): the aggregate stream must place each record
+    in the same ledger and aggregate windows as the record path did."""
+    problems = []
+    if ledger_time is not None:
+        problems.append(
+            f"aggregates: privacy.ledger.time is {ledger_time!r}, but the ledger charges "
+            "aggregate contributions by Kafka timestamps only in `run` (the aggregate stream "
+            "never sees the released time); remove privacy.ledger.time or the aggregates"
+        )
+    timed = [(s.name, s.window.time) for s in aggregates if s.window and s.window.time]
+    problems += [
+        f"aggregates ({name}): window.time is {time!r}, but the per-subject ledger "
+        "(privacy.ledger) charges aggregate contributions by Kafka timestamps only in "
+        "`run`; remove window.time or privacy.ledger"
+        for name, time in timed
+    ]
+    return problems
+
+
 def stream_problems(
-    aggregates: Sequence[AggregateConfig], transactions: bool, ledger: bool, input_format: str
+    aggregates: Sequence[AggregateConfig],
+    transactions: bool,
+    ledger: bool,
+    input_format: str,
+    ledger_time: str | None = None,
 ) -> list[str]:
-    """Why ``privstream run`` cannot answer these aggregates over Kafka (empty: it can)."""
+    """Why ``privstream run`` cannot answer these aggregates over Kafka (empty: it can);
+    ``ledger_time``: ``privacy.ledger.time``."""
     problems = []
     if aggregates and input_format != "json":
         problems.append(
@@ -365,12 +391,7 @@ def stream_problems(
             "or remove the aggregates from this config"
         )
     if aggregates and ledger:
-        problems.append(
-            "aggregates: the per-subject ledger (privacy.ledger) does not charge aggregate "
-            "releases in `run` yet (designed: docs/proofs/ledger-aggregates.md), so its "
-            "per-window caps would not hold for them; remove privacy.ledger or the "
-            "aggregates from the run config"
-        )
+        problems += _ledger_problems(aggregates, ledger_time)
     if aggregates and not transactions:
         problems.append(
             "aggregates: a window is released exactly once through Kafka transactions: "

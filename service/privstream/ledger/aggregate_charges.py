@@ -49,10 +49,18 @@ class AggregateCost:
     #: the charge as the config states it (explain)
     epsilon: float
     delta: float
+    #: the plan's ``AggregatePlan.partial_id`` (ASCII): what a decision row is keyed by, so
+    #: a plan whose epsilon or bounds change is decided (and charged) anew
+    partial_id: bytes = b""
+    #: the aggregate's ``window.grace_seconds``: a decision is kept past its window's end
+    #: by this much, for the aggregate stream to read it
+    grace_ms: int = 0
 
     @classmethod
-    def of(cls, spec: AggregateConfig) -> AggregateCost:
-        """The cost of ``spec``'s contributions (``aggregate_charge`` of the one aggregate)."""
+    def of(cls, spec: AggregateConfig, partial_id: str = "") -> AggregateCost:
+        """The cost of ``spec``'s contributions (``aggregate_charge`` of the one aggregate),
+        decided under the plan ``partial_id`` (``AggregatePlan.partial_id``; the record path
+        gives it, ``explain`` needs none)."""
         if spec.window is None:
             raise MisuseError(
                 f"aggregate {spec.name!r} has no window: a ledger charges per window; give "
@@ -66,6 +74,8 @@ class AggregateCost:
             delta_cost_units=cost_units(delta, DELTA_UNITS),
             epsilon=eps,
             delta=delta,
+            partial_id=partial_id.encode("ascii"),
+            grace_ms=spec.window.grace_seconds * MS,
         )
 
     def windows_per(self, ledger_window_ms: int) -> int:

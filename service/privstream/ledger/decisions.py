@@ -1,0 +1,73 @@
+"""One partition's decisions on aggregate contributions, and their changelog rows.
+
+A contribution ``(s, a, w, W)`` is decided once, by the record path's ledger, at the
+first record of it the ledger's screen passes (docs/proofs/ledger-aggregates.md, steps
+1 and 7); the decision is a changelog record (``codec``, ``A``) written in the batch's
+transaction beside the charge it made. Held per ledger window, so that closing one drops
+its decisions without looking at the others; a decision is kept until both its ledger
+window is closed and its aggregate window's end plus grace has passed on the partition's
+clock (step 8: the aggregate stream reads it until then). A replay folds the rows back:
+the last one of a key wins, a tombstone deletes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from privstream.ledger import codec
+from privstream.ledger.updates import Updates
+
+#: (kept until, admitted)
+Held = tuple[int, bool]
+
+
+@dataclass
+class Decisions:
+    """Ledger window start -> decision key (``codec.decision_prefix`` + subject) -> held."""
+
+    by_window: dict[int, dict[bytes, Held]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return sum(map(len, self.by_window.values()))
+
+    def get(self, ledger_start: int, key: bytes) -> bool | None:
+        """Whether the contribution of ``key`` was admitted (None: never decided)."""
+        held = self.by_window.get(ledger_start, {}).get(key)
+        return None if held is None else held[1]
+
+    def put(self, ledger_start: int, key: bytes, held: Held, updates: Updates) -> None:
+        """Keep a new decision and write its row."""
+        self.by_window.setdefault(ledger_start, {})[key] = held
+        updates.put(key, codec.encode_decision(*held))
+
+    def fold(self, key: bytes, value: bytes | None) -> None:
+        """A changelog row read back (offset order): the last of a key wins."""
+        start = codec.decision_of(key)[0]
+        if value is None:
+            window = self.by_window.get(start, {})
+            window.pop(key, None)
+            if not window:
+                self.by_window.pop(start, None)
+        else:
+            self.by_window.setdefault(start, {})[key] = codec.decode_decision(value)
+
+    def expire(self, closed: int, clock: int, updates: Updates) -> None:
+        """Tombstone the decisions of ledger windows starting before ``closed`` (the closed
+        past: no record of them is charged again) whose aggregate window's end plus grace is
+        before ``clock``."""
+        for start in [s for s in self.by_window if s < closed]:
+            window = self.by_window[start]
+            gone = [key for key, (kept, _) in window.items() if kept < clock]
+            for key in gone:
+                del window[key]
+                updates.put(key, None)
+            if not window:
+                del self.by_window[start]
+
+    def snapshot(self) -> dict[bytes, bytes]:
+        """Every decision held, as the compacted changelog holds it."""
+        return {
+            key: codec.encode_decision(*held)
+            for window in self.by_window.values()
+            for key, held in window.items()
+        }
