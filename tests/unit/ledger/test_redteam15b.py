@@ -1,0 +1,118 @@
+"""Red team 15b: findings against the ledger's aggregate wiring (i34-next at f33b1d6).
+
+Each test fails on f33b1d6 and states the behaviour the fix should give. No randomness:
+every input is fixed, so no test here can fail by chance (false-failure probability 0).
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from dataclasses import replace
+from decimal import Decimal, localcontext
+
+import numpy as np
+import pytest
+from privstream.config.aggregates import AggregateConfig
+from privstream.config.ledger import DELTA_UNITS
+from privstream.errors import ChangelogError
+from privstream.ledger import codec
+from privstream.ledger.aggregate_charges import AggregateCost
+from privstream.ledger.decisions import Decisions
+
+from tests.unit.ledger.test_aggregate_charges import DAY, HOUR, cost, policy
+from tests.unit.ledger.test_joint_charge import OPEN, ledger_of
+
+SECOND = 1_000
+#: docs/deployment.md: "256 bytes a pair" of the privstream_ledger_subjects gauge
+BYTES_PER_PAIR = 256
+
+
+def _charge(ledger, subjects: list[bytes], times: np.ndarray, now: int = 3 * DAY):  # type: ignore[no-untyped-def]
+    return ledger.charge(
+        0,
+        subjects=subjects,
+        keys=subjects,
+        timestamps_ms=times,
+        now_ms=now,
+        aggregate_ms=times.reshape(-1, 1),
+    )
+
+
+def test_a_subject_past_its_cap_grows_no_state_per_record() -> None:
+    """F1 (MEDIUM): one key whose window budget is spent still adds a refused decision
+    row (memory and a changelog record, ~250 bytes) for every aggregate window it sends a
+    record in: with 1 s aggregate windows under a 1 d ledger, 86,400 rows a day per
+    aggregate for ONE subject whose every record is suppressed. A refused decision need
+    not be held: spending only grows within an open ledger window, so deciding it again
+    refuses it again, and "no decision" already means left out (proof, step 8)."""
+    p = replace(policy(DAY), **OPEN)
+    every_second = replace(cost("s", SECOND, 0.5, 0.0), partial_id=b"1" * 32, grace_ms=0)
+    ledger = ledger_of(p, (every_second,))
+    records = 2_000
+    times = 2 * DAY + np.arange(records, dtype=np.int64) * SECOND  # one per aggregate window
+    charge = _charge(ledger, [b"hostile"] * records, times)
+    assert charge.contributes is not None
+    admitted = int(charge.contributes.sum())
+    assert admitted < 5 and not charge.admitted[admitted + 5 :].any()  # the cap bit early
+    held = len(ledger._partitions[0].decisions)
+    rows = sum(1 for key, _ in charge.updates if key[:2] == codec.DECISION)
+    assert (held, rows) == (admitted, admitted), (
+        f"{held} decisions held and {rows} changelog rows for one subject with "
+        f"{admitted} admitted contributions"
+    )
+
+
+def test_the_memory_formula_covers_the_decisions_held() -> None:
+    """F1 (MEDIUM): docs/deployment.md sizes a worker's memory at 256 bytes per
+    (subject, window) pair of ``privstream_ledger_subjects`` (``active_subject_windows``)
+    and says to watch that gauge. Decisions are neither in the gauge nor in the formula:
+    a well-behaved subject sending one record an hour under a 1 d ledger with one hourly
+    aggregate (the docs' own example) holds 24 decisions, about 6 KB, 23x the budget."""
+    p = replace(policy(DAY), **OPEN)
+    hourly = replace(cost("h", HOUR, 0.05, 0.0), partial_id=b"2" * 32, grace_ms=HOUR)
+    ledger = ledger_of(p, (hourly,))
+    subjects = [f"user-{i:08d}".encode() for i in range(2_000)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for hour in range(24):
+            times = np.full(len(subjects), 2 * DAY + hour * HOUR + 5, dtype=np.int64)
+            _charge(ledger, subjects, times)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    budget = BYTES_PER_PAIR * ledger.active_subject_windows()
+    assert held <= budget, (
+        f"{held} bytes held for {ledger.active_subject_windows()} pairs "
+        f"({len(ledger._partitions[0].decisions)} decisions): the formula budgets {budget}"
+    )
+
+
+def test_an_aggregate_delta_cost_is_rounded_up_on_its_real_value() -> None:
+    """F2 (LOW): proof step 2 says costs are rounded up exactly, but the delta charge
+    ``(1 + e^eps) delta`` is computed in doubles and then rounded up: here the double
+    is exactly 3814697265625 units (2**-18) while the real value of the config's doubles
+    is 2.4e-4 units more, so the ledger charges less than the contribution costs. Fix:
+    bound ``e^eps`` from above in exact arithmetic (e.g. ``math.nextafter(exp, inf)``
+    and a Fraction product) before ``cost_units``."""
+    eps, delta = 0.001, 1.9063949585755667e-06
+    spec = AggregateConfig.model_validate(
+        {"name": "odd", "query": "count", "epsilon": eps, "delta": delta,
+         "window": {"size_seconds": 3600}, "output_topic": "o"}
+    )  # fmt: skip
+    charged = AggregateCost.of(spec).delta_cost_units
+    with localcontext() as exact:
+        exact.prec = 60
+        real = (1 + Decimal(eps).exp()) * Decimal(delta) * DELTA_UNITS
+    assert charged >= real, f"charged {charged} units for a cost of {real} units"
+
+
+def test_a_malformed_decision_row_is_a_changelog_error() -> None:
+    """F3 (LOW): the aggregate stream's ``LedgerGate._fold`` hands ``Decisions.fold`` the
+    raw value of an ``A`` row without the length check ``Replay`` makes
+    (``_VALUE_BYTES``): a short value raises ``struct.error``, not the ChangelogError
+    that names the topic and the fix."""
+    key = codec.decision_prefix((0, DAY), 0, b"3" * 32) + b"s"
+    assert codec.kind_of(key) == b"A"
+    with pytest.raises(ChangelogError):
+        Decisions().fold(key, b"\x01")
