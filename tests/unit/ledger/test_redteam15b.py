@@ -116,3 +116,42 @@ def test_a_malformed_decision_row_is_a_changelog_error() -> None:
     assert codec.kind_of(key) == b"A"
     with pytest.raises(ChangelogError):
         Decisions().fold(key, b"\x01")
+
+
+class _CountingWindow(dict[bytes, tuple[int, bool]]):
+    """A ledger window's decisions that count the rows a scan reads."""
+
+    read = 0
+
+    def items(self):  # type: ignore[no-untyped-def, override]
+        for pair in super().items():
+            _CountingWindow.read += 1
+            yield pair
+
+
+def test_a_charge_does_not_scan_every_decision_it_keeps() -> None:
+    """F4 (MEDIUM): ``Decisions.expire`` runs at every ``charge`` (each partition of each
+    batch) and reads every decision of every closed ledger window, including the ones
+    kept for a long aggregate window: a 1 d aggregate under a 1 h ledger keeps each
+    hour's decisions for up to a day. Measured on f33b1d6: a 1-record charge costs
+    0.3 ms without aggregates, 11.6 ms with 220,000 decisions held and 29 ms with
+    440,000 (about 60 ns a decision): a million subjects an hour stall the record path
+    at ~1.3 s per partition per batch. Fix: index decisions by ``kept_until`` (a heap or
+    a dict of buckets) so a charge reads only the ones it tombstones."""
+    p = replace(policy(HOUR), grace_ms=0, max_future_ms=60_000)
+    daily = replace(cost("d", DAY, 0.05, 0.0), partial_id=b"4" * 32, grace_ms=HOUR)
+    ledger = ledger_of(p, (daily,))
+    base, per_hour = 10 * DAY, 500
+    for hour in range(22):
+        subjects = [f"u{hour}-{i:04d}".encode() for i in range(per_hour)]
+        times = np.full(per_hour, base + hour * HOUR + 5, dtype=np.int64)
+        _charge(ledger, subjects, times, now=base + hour * HOUR + 10)
+    decisions = ledger._partitions[0].decisions
+    for start, window in list(decisions.by_window.items()):
+        decisions.by_window[start] = _CountingWindow(window)
+    held = len(decisions)
+    _CountingWindow.read = 0
+    now = base + 22 * HOUR + 10
+    _charge(ledger, [b"x"], np.array([now - 5], dtype=np.int64), now=now)
+    assert len(decisions) == held + 1  # nothing was due: the day's window is still open
+    assert _CountingWindow.read <= 1, f"one charge read {_CountingWindow.read} of {held} decisions"
