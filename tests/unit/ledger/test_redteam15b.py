@@ -12,13 +12,21 @@ from decimal import Decimal, localcontext
 
 import numpy as np
 import pytest
+from aiokafka import ConsumerRecord
+from privstream.aggregates import build_aggregates
+from privstream.config import AppConfig
 from privstream.config.aggregates import AggregateConfig
 from privstream.config.ledger import DELTA_UNITS
+from privstream.config.runtime import Runtime
 from privstream.errors import ChangelogError
 from privstream.ledger import codec
 from privstream.ledger.aggregate_charges import AggregateCost
 from privstream.ledger.decisions import Decisions
+from privstream.ledger.updates import Updates
+from privstream.worker.aggregate_ledger import LedgerGate
 
+from tests.support import aggregate_stream as agg
+from tests.support.configs import KAFKA
 from tests.unit.ledger.test_aggregate_charges import DAY, HOUR, cost, policy
 from tests.unit.ledger.test_joint_charge import OPEN, ledger_of
 
@@ -155,3 +163,51 @@ def test_a_charge_does_not_scan_every_decision_it_keeps() -> None:
     _charge(ledger, [b"x"], np.array([now - 5], dtype=np.int64), now=now)
     assert len(decisions) == held + 1  # nothing was due: the day's window is still open
     assert _CountingWindow.read <= 1, f"one charge read {_CountingWindow.read} of {held} decisions"
+
+
+def test_a_record_whose_key_is_not_its_subject_enters_no_window() -> None:
+    """F6 (MEDIUM, design): the record path never charges a record whose key is not its
+    subject field (``subject_key_mismatch``, or no key: "always dead-lettered", and "whoever
+    sets the key decides whose budget a record spends", docs/ledger.md), but the
+    aggregate stream places records by the subject FIELD: ``LedgerGate.admits`` (and
+    ``misplaced_records``) never look at the key. A writer keyed ``mallory`` (its own
+    authenticated key) that writes ``"user": "victim"`` on the victim's partition puts its
+    records into the victim's admitted contributions: its values reach aggregate releases
+    while nothing is charged to ``mallory`` (one per subject field it names), and it takes
+    the victim's first ``records_per_group`` places. Fix: give the gate the keys and admit
+    only records whose key equals their subject (the ledger's own screen)."""
+
+    window = {"size_seconds": 3600, "grace_seconds": 60}
+    spec = {"name": "by_os", "query": "histogram", "field": "os", "epsilon": 0.5,
+            "window": window, "output_topic": "o",
+            "contribution": {"records_per_group": 2, "groups_per_subject": 2}}  # fmt: skip
+    config = AppConfig.model_validate(
+        {
+            "kafka": {**KAFKA, "transactions": True},
+            "privacy": {
+                "epsilon": 10.0,
+                "delta": 1e-6,
+                "subject": "user",
+                "ledger": {"window": "1d", "epsilon": 5.0},
+            },
+            "fields": agg.FIELDS,
+            "aggregates": [spec],
+        }
+    )
+
+    plans = build_aggregates(config)
+    runtime = Runtime(noise_secret=b"k" * 32, replica_id="rt15b", credentials=None)
+    gate = LedgerGate(config, config.needs_kafka("run"), runtime, plans)
+    at = 2 * DAY + 5
+    start = at - at % HOUR
+    victim = codec.decision_prefix((2 * DAY, DAY), start, plans[0].partial_id.encode())
+    decisions = Decisions()
+    decisions.put(2 * DAY, victim + b"victim", (start + 2 * HOUR, True), Updates())
+    gate._decisions[0] = decisions
+    value = b'{"user": "victim", "os": "ios", "latency": 1}'
+    records = [
+        ConsumerRecord("raw", 0, o, at, 0, key, value, None, len(key or b""), len(value), [])
+        for o, key in enumerate([b"victim", b"mallory", None])
+    ]
+    enters = [admits(0, start) for admits in gate.admits(0, records)]
+    assert enters == [True, False, False], f"victim, mallory-keyed, keyless: {enters}"
