@@ -127,7 +127,14 @@ def encode_decision(kept_until_ms: int, admitted: bool) -> bytes:
 
 
 def decode_decision(value: bytes) -> tuple[int, bool]:
-    """(kept until, admitted) of an ``A`` value; ChangelogError on a flag other than 0 or 1."""
+    """(kept until, admitted) of an ``A`` value; ChangelogError on a value of another length
+    or a flag other than 0 or 1 (the aggregate stream folds rows without ``Replay``'s check)."""
+    if len(value) != DECISION_VALUE_BYTES:
+        raise ChangelogError(
+            f"ledger changelog: an A record of {len(value)} bytes (version {VERSION} writes "
+            f"{DECISION_VALUE_BYTES}); the changelog topic holds something else: give "
+            "privacy.ledger.changelog_topic a topic of its own"
+        )
     kept, flag = _DECISION_VALUE.unpack(value)
     if flag not in (0, 1):
         raise ChangelogError(
