@@ -126,7 +126,10 @@ class LedgerGate:
                 for tp, messages in batches.items():
                     self._fold(tp.partition, [m for m in messages if m.offset < ends[tp]])
                 for tp in behind:
-                    self._read[tp.partition] = await reader.position(tp)
+                    # not past the end: rows fetched beyond it (committed since it was
+                    # taken) were not folded, the next refresh seeks back to read them
+                    position = await reader.position(tp)
+                    self._read[tp.partition] = min(position, ends[tp])
                 behind = [tp for tp in behind if self._read[tp.partition] < ends[tp]]
         finally:
             reader.assign([])
