@@ -9,7 +9,8 @@ decision read back is "admitted". The order of the reads makes that sound: the r
 path's committed offsets first (``stable_committed``: no commit pending), then the
 changelog up to its stable end (``stable_ends``: every transaction that wrote there is
 settled), so every decision of a record below those offsets is read. No decision (a
-record the ledger's screen refused, or a row already expired) means left out.
+record the ledger's screen refused, or a row already expired) means left out, and so
+does a record whose Kafka key is not its subject (the screen charges none).
 """
 
 from __future__ import annotations
@@ -142,11 +143,16 @@ class LedgerGate:
                 decisions.fold(key, message.value)
 
     def admits(self, partition: int, messages: Sequence[ConsumerRecord]) -> list[Admits]:
-        """Per message (decided: below ``until``), which aggregate windows it enters."""
+        """Per message (decided: below ``until``), which aggregate windows it enters.
+
+        Only a record whose Kafka key is its subject's canonical bytes: the ledger's screen
+        charges no other (``subject_key_mismatch``, ``no_subject``), so a record keyed by
+        one writer and naming another's subject would enter that subject's contribution
+        uncharged. The key, not the field, says whose budget a record spends."""
         subjects = subject_column([m.value or b"" for m in messages], self.subject)
         decisions = self._decisions.get(partition, Decisions())
         return [
-            self._admits(decisions, subject, m.timestamp)
+            self._admits(decisions, subject if m.key == subject else None, m.timestamp)
             for subject, m in zip(subjects, messages, strict=True)
         ]
 
@@ -155,7 +161,7 @@ class LedgerGate:
         window = (ledger_start, self.window_ms)
 
         def admits(index: int, start: int) -> bool:
-            if subject is None:  # never charged: no decision
+            if subject is None:  # never charged (no subject, or a key not its subject)
                 return False
             key = codec.decision_prefix(window, start, self._ids[index]) + subject
             return decisions.get(ledger_start, key) is True
