@@ -15,6 +15,8 @@ record path), which is a removal and an addition: an aggregate charges
 # annotation from its text at start-up (docs/benchmarks.md)
 import math
 from collections.abc import Mapping, Sequence
+from decimal import Context, Decimal
+from fractions import Fraction
 from typing import Annotated, Literal
 
 import orjson
@@ -169,6 +171,20 @@ def aggregate_charge(aggregates: Sequence[AggregateConfig]) -> tuple[float, floa
     eps = math.fsum(2.0 * a.epsilon for a in aggregates)
     delta = math.fsum((1.0 + math.exp(a.epsilon)) * a.delta for a in aggregates)
     return eps, delta
+
+
+#: digits of ``e^eps`` computed; Decimal's ``exp`` is correctly rounded (half an ulp off)
+_EXP_DIGITS = 40
+#: a relative bound above that rounding error: 10 ** (1 - _EXP_DIGITS) > half an ulp
+_EXP_SLACK = Fraction(1) + Fraction(1, 10 ** (_EXP_DIGITS - 1))
+
+
+def exact_charge(spec: AggregateConfig) -> tuple[Fraction, Fraction]:
+    """One aggregate's ``aggregate_charge`` as upper bounds of its real value, for the
+    ledger to round up: ``2 eps`` exactly, ``(1 + e^eps) delta`` with ``e^eps`` bounded
+    from above (a double ``exp`` and product may fall below the real cost)."""
+    exp = Fraction(Context(prec=_EXP_DIGITS).exp(Decimal(spec.epsilon))) * _EXP_SLACK
+    return 2 * Fraction(spec.epsilon), (1 + exp) * Fraction(spec.delta)
 
 
 def _group_keys(group: GroupBy, spec: FieldConfig | None, selected: bool) -> tuple[str | None, str]:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from privstream.config.aggregates import aggregate_charge
+from privstream.config.aggregates import aggregate_charge, exact_charge
 from privstream.config.ledger import DELTA_UNITS, EPSILON_UNITS, cost_units
 from privstream.errors import MisuseError
 from privstream.ledger.policy import LedgerPolicy
@@ -44,7 +44,8 @@ class AggregateCost:
     window_ms: int
     #: ceil(2 eps_a * EPSILON_UNITS): a changed subject is a removal and an addition
     cost_units: int
-    #: ceil((1 + e^eps_a) delta_a * DELTA_UNITS)
+    #: ceil((1 + e^eps_a) delta_a * DELTA_UNITS) on an upper bound of the real value
+    #: (``exact_charge``: ``e^eps_a`` bounded from above, not a double's rounding)
     delta_cost_units: int
     #: the charge as the config states it (explain)
     epsilon: float
@@ -67,11 +68,12 @@ class AggregateCost:
                 "window: {size_seconds: 3600}"
             )
         eps, delta = aggregate_charge([spec])
+        exact_eps, exact_delta = exact_charge(spec)  # rounded up on the real cost
         return cls(
             name=spec.name,
             window_ms=spec.window.size_seconds * MS,
-            cost_units=cost_units(eps, EPSILON_UNITS),
-            delta_cost_units=cost_units(delta, DELTA_UNITS),
+            cost_units=cost_units(exact_eps, EPSILON_UNITS),
+            delta_cost_units=cost_units(exact_delta, DELTA_UNITS),
             epsilon=eps,
             delta=delta,
             partial_id=partial_id.encode("ascii"),
