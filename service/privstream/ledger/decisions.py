@@ -23,9 +23,13 @@ Held = tuple[int, bool]
 
 @dataclass
 class Decisions:
-    """Ledger window start -> decision key (``codec.decision_prefix`` + subject) -> held."""
+    """Ledger window start -> decision key (``codec.decision_prefix`` + subject) -> held,
+    and the same keys by when they may go, so that expiring reads only what it deletes."""
 
     by_window: dict[int, dict[bytes, Held]] = field(default_factory=dict)
+    #: ledger window start -> kept until -> the keys kept until then; a key may stay listed
+    #: after its row is gone or kept longer (``expire`` checks each against ``by_window``)
+    by_expiry: dict[int, dict[int, list[bytes]]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return sum(map(len, self.by_window.values()))
@@ -37,7 +41,7 @@ class Decisions:
 
     def put(self, ledger_start: int, key: bytes, held: Held, updates: Updates) -> None:
         """Keep a new decision and write its row."""
-        self.by_window.setdefault(ledger_start, {})[key] = held
+        self._keep(ledger_start, key, held)
         updates.put(key, codec.encode_decision(*held))
 
     def fold(self, key: bytes, value: bytes | None) -> None:
@@ -49,20 +53,25 @@ class Decisions:
             if not window:
                 self.by_window.pop(start, None)
         else:
-            self.by_window.setdefault(start, {})[key] = codec.decode_decision(value)
+            self._keep(start, key, codec.decode_decision(value))
 
     def expire(self, closed: int, clock: int, updates: Updates) -> None:
         """Tombstone the decisions of ledger windows starting before ``closed`` (the closed
         past: no record of them is charged again) whose aggregate window's end plus grace is
         before ``clock``."""
-        for start in [s for s in self.by_window if s < closed]:
-            window = self.by_window[start]
-            gone = [key for key, (kept, _) in window.items() if kept < clock]
-            for key in gone:
-                del window[key]
-                updates.put(key, None)
+        for start in [s for s in self.by_expiry if s < closed]:
+            buckets = self.by_expiry[start]
+            window = self.by_window.get(start, {})
+            for kept in [k for k in buckets if k < clock]:
+                for key in buckets.pop(kept):
+                    held = window.get(key)
+                    if held is not None and held[0] == kept:
+                        del window[key]
+                        updates.put(key, None)
+            if not buckets:
+                del self.by_expiry[start]
             if not window:
-                del self.by_window[start]
+                self.by_window.pop(start, None)
 
     def snapshot(self) -> dict[bytes, bytes]:
         """Every decision held, as the compacted changelog holds it."""
@@ -71,3 +80,7 @@ class Decisions:
             for window in self.by_window.values()
             for key, held in window.items()
         }
+
+    def _keep(self, start: int, key: bytes, held: Held) -> None:
+        self.by_window.setdefault(start, {})[key] = held
+        self.by_expiry.setdefault(start, {}).setdefault(held[0], []).append(key)
