@@ -39,7 +39,8 @@ def reference(config: AppConfig, raw: list[ConsumerRecord]) -> tuple[JointLedger
 
 
 def expected_rows(config: AppConfig, joint: JointLedger) -> dict[bytes, bytes]:
-    """The reference's spending and decisions as the changelog's ``W`` and ``A`` rows."""
+    """The reference's spending and admitted decisions as the changelog's ``W`` and ``A``
+    rows (a refusal is not written: deciding it again refuses it again, proof step 8)."""
     window_ms = joint.policy.window_ms
     rows = {
         codec.window_prefix(start, window_ms) + subject: struct.pack(">qq", *spent)
@@ -47,6 +48,8 @@ def expected_rows(config: AppConfig, joint: JointLedger) -> dict[bytes, bytes]:
     }
     costs = aggregate_costs_of(config)
     for (subject, index, start, ledger_start), admitted in joint.decided.items():
+        if not admitted:
+            continue
         cost = costs[index]
         prefix = codec.decision_prefix((ledger_start, window_ms), start, cost.partial_id)
         kept = start + cost.window_ms + cost.grace_ms

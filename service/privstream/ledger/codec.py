@@ -45,8 +45,10 @@ are signed 64-bit big-endian (``>q``)::
 * ``A``: the decision on a contribution (docs/proofs/ledger-aggregates.md, step 7):
   whether the subject's records stamped in the ledger window and in the window of the
   aggregate whose plan is ``partial_id`` (``AggregatePlan.partial_id``, ASCII) starting at
-  ``aggregate_start_ms`` enter it (``admitted`` 1) or not (0), its charge being in the
-  ``W`` record written with it. ``kept_until_ms`` is that aggregate window's end plus its
+  ``aggregate_start_ms`` enter it (``admitted`` 1), its charge being in the ``W`` record
+  written with it. Only admissions are written (a refusal is decided again, the same:
+  the proof, "Refusals are not kept"); a 0 written by an earlier build is read as a
+  refusal. ``kept_until_ms`` is that aggregate window's end plus its
   grace: the record is tombstoned once the ledger window is closed and the partition's
   clock is past it (``decisions``), whatever the config says by then. A privstream older
   than this record type refuses the changelog (``kind_of``): a rollback fails closed.

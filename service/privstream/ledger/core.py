@@ -150,8 +150,10 @@ class SubjectLedger:
         return self._state(partition).clock
 
     def active_subject_windows(self) -> int:
-        """(subject, window) pairs held in memory over all partitions (a gauge)."""
-        return sum(len(w) for p in self._partitions.values() for w in p.windows.values())
+        """(subject, window) pairs and aggregate decisions held in memory over all
+        partitions (a gauge: docs/deployment.md sizes memory at 256 bytes for each)."""
+        pairs = sum(len(w) for p in self._partitions.values() for w in p.windows.values())
+        return pairs + sum(len(p.decisions) for p in self._partitions.values())
 
     def _state(self, partition: int) -> PartitionState:
         return self._partitions.get(partition) or PartitionState(window_ms=self.policy.window_ms)

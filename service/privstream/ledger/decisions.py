@@ -1,9 +1,12 @@
 """One partition's decisions on aggregate contributions, and their changelog rows.
 
-A contribution ``(s, a, w, W)`` is decided once, by the record path's ledger, at the
-first record of it the ledger's screen passes (docs/proofs/ledger-aggregates.md, steps
-1 and 7); the decision is a changelog record (``codec``, ``A``) written in the batch's
-transaction beside the charge it made. Held per ledger window, so that closing one drops
+A contribution ``(s, a, w, W)`` is admitted once, by the record path's ledger, at the
+first record of it the ledger's screen passes that fits the caps
+(docs/proofs/ledger-aggregates.md, steps 1, 7 and 8); the admission is a changelog
+record (``codec``, ``A``) written in the batch's transaction beside the charge it made.
+A refusal is neither held nor written: the subject's spending only grows while ``W`` is
+open, so deciding the contribution again at its next record refuses it again (the proof,
+"Refusals are not kept"). Held per ledger window, so that closing one drops
 its decisions without looking at the others; a decision is kept until both its ledger
 window is closed and its aggregate window's end plus grace has passed on the partition's
 clock (step 8: the aggregate stream reads it until then). A replay folds the rows back:
@@ -30,6 +33,9 @@ class Decisions:
     #: ledger window start -> kept until -> the keys kept until then; a key may stay listed
     #: after its row is gone or kept longer (``expire`` checks each against ``by_window``)
     by_expiry: dict[int, dict[int, list[bytes]]] = field(default_factory=dict)
+    #: one tuple per distinct value held (a window's decisions share their kept until):
+    #: about 90 bytes a decision less (docs/deployment.md sizes them)
+    _shared: dict[Held, Held] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return sum(map(len, self.by_window.values()))
@@ -63,6 +69,8 @@ class Decisions:
             buckets = self.by_expiry[start]
             window = self.by_window.get(start, {})
             for kept in [k for k in buckets if k < clock]:
+                self._shared.pop((kept, True), None)
+                self._shared.pop((kept, False), None)
                 for key in buckets.pop(kept):
                     held = window.get(key)
                     if held is not None and held[0] == kept:
@@ -82,5 +90,6 @@ class Decisions:
         }
 
     def _keep(self, start: int, key: bytes, held: Held) -> None:
+        held = self._shared.setdefault(held, held)
         self.by_window.setdefault(start, {})[key] = held
         self.by_expiry.setdefault(start, {}).setdefault(held[0], []).append(key)

@@ -95,7 +95,10 @@ def decide(
     updates: Updates,
 ) -> tuple[list[int], npt.NDArray[np.bool_]]:
     """Each record's outcome, and whether it enters each aggregate's window; undecided
-    contributions are decided (charged if admitted) and their rows written to ``updates``."""
+    contributions are decided (charged if admitted) and the admissions' rows written to
+    ``updates``. A refusal is not kept: the next record of the contribution decides it
+    again against a spending that only grew, so it is refused again, as ``JointLedger``
+    (which keeps it) has it; ``test_joint_charge`` holds the two together."""
     decider = _Decider(policy, costs, decisions)
     joined = np.zeros(batch.times.shape, dtype=bool)
     outcomes = []
@@ -111,8 +114,9 @@ def decide(
             if admitted is None:
                 units = (cost.cost_units, cost.delta_cost_units)
                 admitted = decider.outcome(spent, at, units) == RELEASED
-                kept = aggregate_start + cost.window_ms + cost.grace_ms
-                decisions.put(start, key, (kept, admitted), updates)
+                if admitted:  # a refusal is not kept: deciding it again refuses it again
+                    kept = aggregate_start + cost.window_ms + cost.grace_ms
+                    decisions.put(start, key, (kept, admitted), updates)
             joined[i, j] = admitted
         outcomes.append(decider.outcome(spent, at, record))
     return outcomes, joined
