@@ -56,8 +56,8 @@ class Decisions:
         if value is None:
             window = self.by_window.get(start, {})
             window.pop(key, None)
-            if not window:
-                self.by_window.pop(start, None)
+            if not window:  # the aggregate stream never expires: this drops its index too
+                self._drop(start)
         else:
             self._keep(start, key, codec.decode_decision(value))
 
@@ -69,17 +69,14 @@ class Decisions:
             buckets = self.by_expiry[start]
             window = self.by_window.get(start, {})
             for kept in [k for k in buckets if k < clock]:
-                self._shared.pop((kept, True), None)
-                self._shared.pop((kept, False), None)
+                self._unshare(kept)
                 for key in buckets.pop(kept):
                     held = window.get(key)
                     if held is not None and held[0] == kept:
                         del window[key]
                         updates.put(key, None)
-            if not buckets:
-                del self.by_expiry[start]
             if not window:
-                self.by_window.pop(start, None)
+                self._drop(start)
 
     def snapshot(self) -> dict[bytes, bytes]:
         """Every decision held, as the compacted changelog holds it."""
@@ -88,6 +85,19 @@ class Decisions:
             for window in self.by_window.values()
             for key, held in window.items()
         }
+
+    def _drop(self, start: int) -> None:
+        """Forget a ledger window none of whose decisions is held (its index lists only
+        keys gone)."""
+        self.by_window.pop(start, None)
+        for kept in self.by_expiry.pop(start, {}):
+            self._unshare(kept)
+
+    def _unshare(self, kept: int) -> None:
+        """Stop sharing the values kept until ``kept`` (another window's that still holds
+        one keeps it; only later copies are not shared)."""
+        self._shared.pop((kept, True), None)
+        self._shared.pop((kept, False), None)
 
     def _keep(self, start: int, key: bytes, held: Held) -> None:
         held = self._shared.setdefault(held, held)
