@@ -159,7 +159,8 @@ class Metrics:
         )
         self.ledger_subjects = Gauge(
             "privstream_ledger_subjects",
-            "Active (subject, window) pairs in the ledger of this worker's partitions",
+            "Active (subject, window) pairs and aggregate decisions in the ledger of this "
+            "worker's partitions",
             registry=registry,
         )
         self.build_info = Gauge(

@@ -15,7 +15,7 @@ docs/proofs/aggregates.md ("Over Kafka").
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
@@ -113,6 +113,7 @@ class OpenWindows:
         now_ms: int,
         *,
         misplaced: bool,
+        admits: Callable[[int, int], bool] | None = None,
     ) -> None:
         """One input record, in offset order; a value that is no JSON object enters nothing.
 
@@ -125,7 +126,9 @@ class OpenWindows:
         partition (late), a ``misplaced`` one (its subject's records belong to another
         partition, whose bounds count them: here they would count a second time), and one
         read again after an offset reset whose committed clock entry was pruned
-        (``ReadClocks.judge``).
+        (``ReadClocks.judge``). With a ledger, ``admits(aggregate index, window start)``
+        says whether the ledger admitted the record's contribution to that window (no
+        decision: not admitted, left out; docs/proofs/ledger-aggregates.md, step 8).
         """
         self.begin(now_ms)
         clock = self._clocks.judge(partition, offset, now_ms)
@@ -140,6 +143,8 @@ class OpenWindows:
             start = window_start(at, timing.size)
             if not self._is_open(index, partition, start):
                 continue  # late, or before the aggregate's first window
+            if admits is not None and not admits(index, start):
+                continue  # the ledger refused (or never decided) this contribution
             where, opened = (index, start), self._open.setdefault(partition, {})
             if where not in opened:
                 opened[where] = (plan.accumulator(window_label(start, timing.size)), offset)

@@ -431,9 +431,11 @@ def _run(config: AppConfig, plan: RecordPlan, args: argparse.Namespace) -> int:
     from privstream.config.aggregates import stream_problems
 
     transactions = config.kafka is None or config.kafka.transactions
-    ledger = config.privacy.ledger is not None
+    ledger = config.privacy.ledger
     input_format = "json" if config.kafka is None else config.kafka.format
-    problems = stream_problems(config.aggregates, transactions, ledger, input_format)
+    time = None if ledger is None else ledger.time
+    aggregates = config.aggregates
+    problems = stream_problems(aggregates, transactions, ledger is not None, input_format, time)
     if not problems and config.aggregates and config.kafka is not None:
         from privstream.aggregates import build_aggregates, record_problems
 

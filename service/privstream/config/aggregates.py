@@ -15,6 +15,8 @@ record path), which is a removal and an addition: an aggregate charges
 # annotation from its text at start-up (docs/benchmarks.md)
 import math
 from collections.abc import Mapping, Sequence
+from decimal import Context, Decimal
+from fractions import Fraction
 from typing import Annotated, Literal
 
 import orjson
@@ -169,6 +171,20 @@ def aggregate_charge(aggregates: Sequence[AggregateConfig]) -> tuple[float, floa
     eps = math.fsum(2.0 * a.epsilon for a in aggregates)
     delta = math.fsum((1.0 + math.exp(a.epsilon)) * a.delta for a in aggregates)
     return eps, delta
+
+
+#: digits of ``e^eps`` computed; Decimal's ``exp`` is correctly rounded (half an ulp off)
+_EXP_DIGITS = 40
+#: a relative bound above that rounding error: 10 ** (1 - _EXP_DIGITS) > half an ulp
+_EXP_SLACK = Fraction(1) + Fraction(1, 10 ** (_EXP_DIGITS - 1))
+
+
+def exact_charge(spec: AggregateConfig) -> tuple[Fraction, Fraction]:
+    """One aggregate's ``aggregate_charge`` as upper bounds of its real value, for the
+    ledger to round up: ``2 eps`` exactly, ``(1 + e^eps) delta`` with ``e^eps`` bounded
+    from above (a double ``exp`` and product may fall below the real cost)."""
+    exp = Fraction(Context(prec=_EXP_DIGITS).exp(Decimal(spec.epsilon))) * _EXP_SLACK
+    return 2 * Fraction(spec.epsilon), (1 + exp) * Fraction(spec.delta)
 
 
 def _group_keys(group: GroupBy, spec: FieldConfig | None, selected: bool) -> tuple[str | None, str]:
@@ -353,10 +369,36 @@ def aggregate_problems(
     return problems
 
 
+def _ledger_problems(aggregates: Sequence[AggregateConfig], ledger_time: str | None) -> list[str]:
+    """The per-subject ledger charges contributions placed by Kafka timestamps only
+    (docs/proofs/ledger-aggregates.md, Status): the aggregate stream must place each record
+    in the same ledger and aggregate windows as the record path did."""
+    problems = []
+    if ledger_time is not None:
+        problems.append(
+            f"aggregates: privacy.ledger.time is {ledger_time!r}, but the ledger charges "
+            "aggregate contributions by Kafka timestamps only in `run` (the aggregate stream "
+            "never sees the released time); remove privacy.ledger.time or the aggregates"
+        )
+    timed = [(s.name, s.window.time) for s in aggregates if s.window and s.window.time]
+    problems += [
+        f"aggregates ({name}): window.time is {time!r}, but the per-subject ledger "
+        "(privacy.ledger) charges aggregate contributions by Kafka timestamps only in "
+        "`run`; remove window.time or privacy.ledger"
+        for name, time in timed
+    ]
+    return problems
+
+
 def stream_problems(
-    aggregates: Sequence[AggregateConfig], transactions: bool, ledger: bool, input_format: str
+    aggregates: Sequence[AggregateConfig],
+    transactions: bool,
+    ledger: bool,
+    input_format: str,
+    ledger_time: str | None = None,
 ) -> list[str]:
-    """Why ``privstream run`` cannot answer these aggregates over Kafka (empty: it can)."""
+    """Why ``privstream run`` cannot answer these aggregates over Kafka (empty: it can);
+    ``ledger_time``: ``privacy.ledger.time``."""
     problems = []
     if aggregates and input_format != "json":
         problems.append(
@@ -365,12 +407,7 @@ def stream_problems(
             "or remove the aggregates from this config"
         )
     if aggregates and ledger:
-        problems.append(
-            "aggregates: the per-subject ledger (privacy.ledger) does not charge aggregate "
-            "releases in `run` yet (designed: docs/proofs/ledger-aggregates.md), so its "
-            "per-window caps would not hold for them; remove privacy.ledger or the "
-            "aggregates from the run config"
-        )
+        problems += _ledger_problems(aggregates, ledger_time)
     if aggregates and not transactions:
         problems.append(
             "aggregates: a window is released exactly once through Kafka transactions: "

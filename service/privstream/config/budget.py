@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from privstream.config.aggregates import aggregate_charge
+from privstream.config.aggregates import aggregate_charge, exact_charge
 from privstream.config.fields import NoisedField
 from privstream.config.ledger import DELTA_UNITS, EPSILON_UNITS, cap_units, cost_units
 from privstream.config.missing import presence_name
@@ -191,14 +191,14 @@ def _aggregate_cap_problems(config: AppConfig) -> list[str]:
         return []
     problems = []
     for spec in config.aggregates:
-        eps, delta = aggregate_charge([spec])
+        eps, delta = exact_charge(spec)  # what the ledger charges (AggregateCost)
         caps = [("epsilon", eps, ledger.epsilon, EPSILON_UNITS)]
         caps.append(("delta", delta, ledger.delta, DELTA_UNITS))
         if ledger.lifetime_epsilon is not None:
             caps.append(("lifetime_epsilon", eps, ledger.lifetime_epsilon, EPSILON_UNITS))
         problems += [
             f"aggregates ({spec.name}): one subject's window costs the ledger "
-            f"{name.removeprefix('lifetime_')} {cost:g} (2 eps and (1 + e^eps) delta: a "
+            f"{name.removeprefix('lifetime_')} {float(cost):g} (2 eps and (1 + e^eps) delta: a "
             f"changed subject is a removal and an addition) > privacy.ledger.{name} "
             f"{cap:g}, so no subject could ever enter it; lower the aggregate's epsilon or "
             f"delta, or raise privacy.ledger.{name}"

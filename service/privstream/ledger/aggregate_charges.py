@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from privstream.config.aggregates import aggregate_charge
+from privstream.config.aggregates import aggregate_charge, exact_charge
 from privstream.config.ledger import DELTA_UNITS, EPSILON_UNITS, cost_units
 from privstream.errors import MisuseError
 from privstream.ledger.policy import LedgerPolicy
@@ -44,28 +44,40 @@ class AggregateCost:
     window_ms: int
     #: ceil(2 eps_a * EPSILON_UNITS): a changed subject is a removal and an addition
     cost_units: int
-    #: ceil((1 + e^eps_a) delta_a * DELTA_UNITS)
+    #: ceil((1 + e^eps_a) delta_a * DELTA_UNITS) on an upper bound of the real value
+    #: (``exact_charge``: ``e^eps_a`` bounded from above, not a double's rounding)
     delta_cost_units: int
     #: the charge as the config states it (explain)
     epsilon: float
     delta: float
+    #: the plan's ``AggregatePlan.partial_id`` (ASCII): what a decision row is keyed by, so
+    #: a plan whose epsilon or bounds change is decided (and charged) anew
+    partial_id: bytes = b""
+    #: the aggregate's ``window.grace_seconds``: a decision is kept past its window's end
+    #: by this much, for the aggregate stream to read it
+    grace_ms: int = 0
 
     @classmethod
-    def of(cls, spec: AggregateConfig) -> AggregateCost:
-        """The cost of ``spec``'s contributions (``aggregate_charge`` of the one aggregate)."""
+    def of(cls, spec: AggregateConfig, partial_id: str = "") -> AggregateCost:
+        """The cost of ``spec``'s contributions (``aggregate_charge`` of the one aggregate),
+        decided under the plan ``partial_id`` (``AggregatePlan.partial_id``; the record path
+        gives it, ``explain`` needs none)."""
         if spec.window is None:
             raise MisuseError(
                 f"aggregate {spec.name!r} has no window: a ledger charges per window; give "
                 "window: {size_seconds: 3600}"
             )
         eps, delta = aggregate_charge([spec])
+        exact_eps, exact_delta = exact_charge(spec)  # rounded up on the real cost
         return cls(
             name=spec.name,
             window_ms=spec.window.size_seconds * MS,
-            cost_units=cost_units(eps, EPSILON_UNITS),
-            delta_cost_units=cost_units(delta, DELTA_UNITS),
+            cost_units=cost_units(exact_eps, EPSILON_UNITS),
+            delta_cost_units=cost_units(exact_delta, DELTA_UNITS),
             epsilon=eps,
             delta=delta,
+            partial_id=partial_id.encode("ascii"),
+            grace_ms=spec.window.grace_seconds * MS,
         )
 
     def windows_per(self, ledger_window_ms: int) -> int:

@@ -15,6 +15,8 @@ are signed 64-bit big-endian (``>q``)::
     01 'N'                                       canonical JSON {"released": n, <reason>: n}
     01 'D' deployment                            01
     01 'K'                                       01
+    01 'A' ledger_start_ms:q ledger_window_ms:q  kept_until_ms:q admitted:B
+           aggregate_start_ms:q id_length:B partial_id subject
 
 * ``W``: what a subject spent in the UTC window ``[start_ms, start_ms +
   window_ms)``, in units of ``1e-9`` epsilon and ``1e-18`` delta
@@ -40,6 +42,17 @@ are signed 64-bit big-endian (``>q``)::
   cap, tombstoned by the first charge without one; a restore under a cap
   refuses a charged partition without it (``core.SubjectLedger.restored``).
 
+* ``A``: the decision on a contribution (docs/proofs/ledger-aggregates.md, step 7):
+  whether the subject's records stamped in the ledger window and in the window of the
+  aggregate whose plan is ``partial_id`` (``AggregatePlan.partial_id``, ASCII) starting at
+  ``aggregate_start_ms`` enter it (``admitted`` 1), its charge being in the ``W`` record
+  written with it. Only admissions are written (a refusal is decided again, the same:
+  the proof, "Refusals are not kept"); a 0 written by an earlier build is read as a
+  refusal. ``kept_until_ms`` is that aggregate window's end plus its
+  grace: the record is tombstoned once the ledger window is closed and the partition's
+  clock is past it (``decisions``), whatever the config says by then. A privstream older
+  than this record type refuses the changelog (``kind_of``): a rollback fails closed.
+
 ``subject`` is the subject's canonical bytes (``privstream.pipeline.subjects``).
 A reader meeting another version byte refuses the changelog (``ChangelogError``)
 rather than guess: a ledger it cannot read is a budget it cannot enforce.
@@ -61,13 +74,20 @@ CLOSED_KEY = _V + b"E"
 COUNTS_KEY = _V + b"N"
 DEPLOYMENT = _V + b"D"
 LIFETIME_KEPT = _V + b"K"
+DECISION = _V + b"A"
 #: the value of a ``D`` record (its key says it all; a non-empty value is not a tombstone)
 MARK = b"\x01"
-_KINDS = (b"W", b"L", b"C", b"E", b"N", b"D", b"K")
+_KINDS = (b"W", b"L", b"C", b"E", b"N", b"D", b"K", b"A")
 _WINDOW_HEAD = struct.Struct(">qq")
 #: bytes before the subject in a window key
 WINDOW_PREFIX_LEN = len(WINDOW) + _WINDOW_HEAD.size
 _INT = struct.Struct(">q")
+_DECISION_HEAD = struct.Struct(">qqqB")
+#: bytes before the partial id in a decision key
+DECISION_PREFIX_LEN = len(DECISION) + _DECISION_HEAD.size
+_DECISION_VALUE = struct.Struct(">qB")
+#: the value length of an ``A`` record
+DECISION_VALUE_BYTES = _DECISION_VALUE.size
 
 
 def window_prefix(start_ms: int, window_ms: int) -> bytes:
@@ -79,6 +99,52 @@ def window_of(key: bytes) -> tuple[int, int]:
     """(start_ms, window_ms) of a ``W`` key."""
     start, length = _WINDOW_HEAD.unpack_from(key, len(WINDOW))
     return int(start), int(length)
+
+
+def decision_prefix(
+    ledger_window: tuple[int, int], aggregate_start_ms: int, partial_id: bytes
+) -> bytes:
+    """The key of a subject's decision on a contribution is this prefix then the subject
+    (``ledger_window``: the ledger window's start and length)."""
+    if not 0 < len(partial_id) < 256:
+        raise ChangelogError(
+            f"ledger changelog: an aggregate plan id of {len(partial_id)} bytes; a decision "
+            "names its plan in 1 to 255 bytes (AggregatePlan.partial_id is 32)"
+        )
+    start, length = ledger_window
+    head = _DECISION_HEAD.pack(start, length, aggregate_start_ms, len(partial_id))
+    return DECISION + head + partial_id
+
+
+def decision_of(key: bytes) -> tuple[int, int, int, bytes, bytes]:
+    """(ledger start, ledger window length, aggregate start, partial id, subject) of an
+    ``A`` key."""
+    start, length, aggregate, size = _DECISION_HEAD.unpack_from(key, len(DECISION))
+    rest = key[DECISION_PREFIX_LEN:]
+    return int(start), int(length), int(aggregate), rest[:size], rest[size:]
+
+
+def encode_decision(kept_until_ms: int, admitted: bool) -> bytes:
+    return _DECISION_VALUE.pack(kept_until_ms, int(admitted))
+
+
+def decode_decision(value: bytes) -> tuple[int, bool]:
+    """(kept until, admitted) of an ``A`` value; ChangelogError on a value of another length
+    or a flag other than 0 or 1 (the aggregate stream folds rows without ``Replay``'s check)."""
+    if len(value) != DECISION_VALUE_BYTES:
+        raise ChangelogError(
+            f"ledger changelog: an A record of {len(value)} bytes (version {VERSION} writes "
+            f"{DECISION_VALUE_BYTES}); the changelog topic holds something else: give "
+            "privacy.ledger.changelog_topic a topic of its own"
+        )
+    kept, flag = _DECISION_VALUE.unpack(value)
+    if flag not in (0, 1):
+        raise ChangelogError(
+            f"ledger changelog: a decision record flagged {flag} (version {VERSION} writes 0 "
+            "or 1); the changelog topic holds something else: give "
+            "privacy.ledger.changelog_topic a topic of its own"
+        )
+    return int(kept), bool(flag)
 
 
 def lifetime_key(subject: bytes) -> bytes:
@@ -109,8 +175,8 @@ def decode_counts(value: bytes) -> dict[str, int]:
 
 
 def kind_of(key: bytes) -> bytes:
-    """The type byte (``W``, ``L``, ``C``, ``E``, ``N``, ``D`` or ``K``); ChangelogError
-    otherwise."""
+    """The type byte (``W``, ``L``, ``C``, ``E``, ``N``, ``D``, ``K`` or ``A``);
+    ChangelogError otherwise."""
     if len(key) < 2 or key[0] != VERSION:
         found = key[0] if key else None
         raise ChangelogError(
@@ -119,6 +185,16 @@ def kind_of(key: bytes) -> bytes:
             "privacy.ledger.changelog_topic a new topic (which restarts every subject's budget)"
         )
     kind = key[1:2]
-    if kind not in _KINDS or (kind == b"W" and len(key) < WINDOW_PREFIX_LEN):
+    if kind not in _KINDS or (kind == b"W" and len(key) < WINDOW_PREFIX_LEN) or _short(kind, key):
         raise ChangelogError(f"ledger changelog: unknown record type {kind!r} in version {VERSION}")
     return kind
+
+
+def _short(kind: bytes, key: bytes) -> bool:
+    """An ``A`` key too short for its partial id (the subject may be empty only there)."""
+    if kind != b"A":
+        return False
+    return (
+        len(key) < DECISION_PREFIX_LEN
+        or len(key) < DECISION_PREFIX_LEN + key[DECISION_PREFIX_LEN - 1]
+    )

@@ -39,8 +39,9 @@ import numpy as np
 import numpy.typing as npt
 
 from privstream.errors import ChangelogError, MisuseError
-from privstream.ledger import codec
+from privstream.ledger import codec, joint
 from privstream.ledger import groups as g
+from privstream.ledger.aggregate_charges import AggregateCost
 from privstream.ledger.policy import MAX_SUBJECT_BYTES, REASONS, LedgerPolicy
 from privstream.ledger.replay import Replay
 from privstream.ledger.spending import Spending, hashes
@@ -67,13 +68,31 @@ class Charge:
     reasons: list[str | None]
     #: changelog records to send with the batch (iterating: (key, value), None = tombstone)
     updates: Updates
+    #: with aggregates: per record and aggregate (config order), whether the record enters
+    #: its window of the aggregate (its contribution admitted); None without aggregates
+    contributes: g.Bools | None = None
 
 
 class SubjectLedger:
     """Per-partition spending of each subject; see the module docstring and docs/ledger.md."""
 
-    def __init__(self, *, policy: LedgerPolicy, deployment: str) -> None:
+    def __init__(
+        self,
+        *,
+        policy: LedgerPolicy,
+        deployment: str,
+        aggregates: Sequence[AggregateCost] = (),
+    ) -> None:
         self.policy = policy
+        #: the aggregates whose contributions it decides and charges before each record
+        #: (docs/proofs/ledger-aggregates.md), in config order, each with its plan's id
+        self.aggregates = tuple(aggregates)
+        for cost in self.aggregates:
+            if not cost.partial_id:
+                raise MisuseError(
+                    f"SubjectLedger: aggregate {cost.name!r} has no partial_id; give "
+                    "AggregateCost.of(spec, plan.partial_id): decisions are keyed by it"
+                )
         #: who charges (``kafka.group_id``): its marker goes into each partition it charges,
         #: and a restore refuses a changelog another deployment charged (``codec``, ``D``)
         self.deployment = deployment
@@ -131,8 +150,10 @@ class SubjectLedger:
         return self._state(partition).clock
 
     def active_subject_windows(self) -> int:
-        """(subject, window) pairs held in memory over all partitions (a gauge)."""
-        return sum(len(w) for p in self._partitions.values() for w in p.windows.values())
+        """(subject, window) pairs and aggregate decisions held in memory over all
+        partitions (a gauge: docs/deployment.md sizes memory at 256 bytes for each)."""
+        pairs = sum(len(w) for p in self._partitions.values() for w in p.windows.values())
+        return pairs + sum(len(p.decisions) for p in self._partitions.values())
 
     def _state(self, partition: int) -> PartitionState:
         return self._partitions.get(partition) or PartitionState(window_ms=self.policy.window_ms)
@@ -146,12 +167,16 @@ class SubjectLedger:
         timestamps_ms: npt.ArrayLike,
         now_ms: int,
         misplaced: npt.ArrayLike | None = None,
+        aggregate_ms: npt.ArrayLike | None = None,
     ) -> Charge:
         """Admit or suppress each record of a batch (offset order) and charge the admitted.
 
         ``misplaced`` marks records on another partition than the one their key is
         partitioned to: their subject's ledger may live elsewhere, so charging them here
-        would give the subject one budget per partition.
+        would give the subject one budget per partition. ``aggregate_ms`` (with
+        aggregates only): each record's time per aggregate, as the aggregate stream places
+        it in a window (records x aggregates); each record's undecided contributions are
+        decided before its own release (``joint``).
         """
         ts = np.asarray(timestamps_ms, dtype=np.int64).reshape(-1)
         n = len(subjects)
@@ -176,12 +201,21 @@ class SubjectLedger:
             state.clock = clock
             updates.put(codec.CLOCK_KEY, codec.encode_int(clock))
         state.close(self._closed(clock), updates)
+        state.decisions.expire(cast(int, state.closed), clock, updates)
         codes, starts = self._screen(subjects, keys, ts, clock, cast(int, state.closed))
         if misplaced is not None:
             wrong = np.asarray(misplaced, dtype=bool).reshape(-1) & (codes < _MISMATCH_FLOOR)
             codes[wrong] = _CODE["subject_partition_mismatch"]
         ok = np.flatnonzero(codes == 0)
-        if n and len(ok) == n:
+        contributes = None
+        if self.aggregates:
+            times = self._aggregate_times(aggregate_ms, n)
+            contributes = np.zeros(times.shape, dtype=bool)
+            if len(ok):
+                chosen = cast(list[bytes], list(map(subjects.__getitem__, ok.tolist())))
+                at = (starts[ok], times[ok])
+                codes[ok], contributes[ok] = self._spend_joint(state, chosen, at, updates)
+        elif n and len(ok) == n:
             codes = self._spend(state, cast(list[bytes], list(subjects)), starts, updates)
         elif len(ok):
             chosen = cast(list[bytes], list(map(subjects.__getitem__, ok.tolist())))
@@ -191,9 +225,65 @@ class SubjectLedger:
             updates.put(codec.COUNTS_KEY, codec.encode_counts(state.counts))
         admitted = codes == 0
         if admitted.all():  # usual: no reason to look up
-            return Charge(admitted=admitted, reasons=[None] * n, updates=updates)
-        reasons = list(map(_REASON_OF.__getitem__, codes.tolist()))
-        return Charge(admitted=admitted, reasons=reasons, updates=updates)
+            reasons: list[str | None] = [None] * n
+        else:
+            reasons = list(map(_REASON_OF.__getitem__, codes.tolist()))
+        return Charge(admitted, reasons, updates, contributes)
+
+    def _aggregate_times(self, aggregate_ms: npt.ArrayLike | None, n: int) -> g.Int64s:
+        shape = (n, len(self.aggregates))
+        times = None if aggregate_ms is None else np.asarray(aggregate_ms, dtype=np.int64)
+        if times is None or times.shape != shape:
+            found = None if times is None else times.shape
+            raise MisuseError(
+                f"charge: aggregate times of shape {found} for {n} records and "
+                f"{len(self.aggregates)} aggregates; give aggregate_ms of shape {shape}"
+            )
+        return times
+
+    def _spend_joint(
+        self,
+        state: PartitionState,
+        subjects: list[bytes],
+        at: tuple[g.Int64s, g.Int64s],
+        updates: Updates,
+    ) -> tuple[Codes, g.Bools]:
+        """Reason codes (0: admitted) of chargeable records and whether each enters each
+        aggregate's window (``at``: their ledger window starts and aggregate times);
+        charges records and contributions together, in offset order (``joint``)."""
+        starts, times = at
+        keys = hashes(subjects)
+        window_group = np.empty(len(subjects), dtype=np.intp)
+        windows: list[tuple[int, tuple[g.Intps, g.Intps, g.Intps], g.Int64s]] = []
+        for start, where in g.by_value(starts):
+            firsts, inverse = g.group(keys[where])
+            window_group[where] = inverse + sum(len(w[2]) for w in windows)
+            before = _spent(state.windows.get(start), keys[where[firsts]], width=2)
+            windows.append((start, (where, where[firsts], inverse), before))
+        life = g.group(keys) if self.policy.lifetime_cap_units is not None else None
+        life_before = None if life is None else _spent(state.lifetime, keys[life[0]], width=1)
+        held = joint.Spent(
+            window=np.concatenate([w[2] for w in windows]).tolist(),
+            life=[] if life_before is None else life_before[:, 0].tolist(),
+        )
+        group = None if life is None else life[1]
+        batch = joint.Batch(subjects, starts, times, window_group, group)
+        decided = joint.decide(self.policy, self.aggregates, state.decisions, batch, held, updates)
+        after = np.array(held.window, dtype=np.int64).reshape(-1, 2)
+        for start, grouping, before in windows:
+            rows, after = after[: len(before)], after[len(before) :]
+            spending = state.windows.get(start) or Spending(width=2)
+            if _write(
+                spending, (keys, subjects, grouping), (before, rows), state.prefix(start), updates
+            ):
+                state.windows[start] = spending
+        if life is not None and life_before is not None:
+            grouping = (np.arange(len(keys)), *life)
+            rows = np.array(held.life, dtype=np.int64)[:, None]
+            chosen = (keys, subjects, grouping)
+            _write(state.lifetime, chosen, (life_before, rows), codec.LIFETIME, updates)
+        outcomes, joined = decided
+        return np.asarray(_JOINT_CODES, dtype=np.intp)[outcomes], joined
 
     def _closed(self, clock: int) -> int:
         """Where the closed past ends at ``clock`` under this policy.
@@ -272,6 +362,8 @@ class SubjectLedger:
 
 
 _Subjects = tuple[g.Int64s, list[bytes]]
+#: ``joint``'s outcomes as reason codes
+_JOINT_CODES = (0, _CODE["budget_exhausted"], _CODE["lifetime_exhausted"])
 
 
 def _lifetime_over(
@@ -325,6 +417,25 @@ def _written(
             others.setdefault(own[j], (int(at[i]), int(inverse[i])))
     extra = np.array(list(others.values()), dtype=np.intp).reshape(-1, 2)
     return np.r_[firsts[changed], extra[:, 0]], np.r_[changed, extra[:, 1]]
+
+
+def _write(
+    spending: Spending,
+    batch: tuple[g.Int64s, list[bytes], tuple[g.Intps, g.Intps, g.Intps]],
+    rows: tuple[g.Int64s, g.Int64s],
+    prefix: bytes,
+    updates: Updates,
+) -> bool:
+    """Store the groups whose rows changed from ``rows[0]`` to ``rows[1]`` (``batch``: each
+    record's key and subject, and the grouping of ``_written``); whether any did."""
+    keys, subjects, grouping = batch
+    before, after = rows
+    changed = np.flatnonzero((after != before).any(axis=1))
+    if not len(changed):
+        return False
+    at, groups = _written(subjects, grouping, changed)
+    _store(spending, (keys, subjects, at, len(changed)), after[groups], prefix, updates)
+    return True
 
 
 def _spent(spending: Spending | None, keys: g.Int64s, *, width: int) -> g.Int64s:

@@ -37,11 +37,20 @@ import numpy.typing as npt
 from privstream.config.ledger import format_duration
 from privstream.errors import ChangelogError
 from privstream.ledger import codec
+from privstream.ledger.decisions import Decisions
 from privstream.ledger.spending import Int64s, Spending, hashes
 from privstream.ledger.state import PartitionState
 
 #: the value length of each record type (``codec``)
-_VALUE_BYTES = {b"W": 16, b"L": 8, b"C": 8, b"E": 8, b"D": len(codec.MARK), b"K": len(codec.MARK)}
+_VALUE_BYTES = {
+    b"W": 16,
+    b"L": 8,
+    b"C": 8,
+    b"E": 8,
+    b"D": len(codec.MARK),
+    b"K": len(codec.MARK),
+    b"A": codec.DECISION_VALUE_BYTES,
+}
 _Values = Sequence[bytes | None]
 Bools = npt.NDArray[np.bool_]
 
@@ -74,6 +83,8 @@ class Replay:
         self._clock: int | None = None
         self._closed: int | None = None
         self._counts: dict[str, int] = {}
+        #: the aggregate contributions decided (the last row of a key wins)
+        self._decisions = Decisions()
         #: changelog records folded so far
         self.records = 0
 
@@ -123,6 +134,7 @@ class Replay:
             counts=self._counts,
             marked=self.deployment in self._deployments,
             lifetime_kept=self._lifetime_kept,
+            decisions=self._decisions,
         )
 
     def _refuse_shared(self) -> None:
@@ -157,6 +169,8 @@ class Replay:
                 self._deployments.discard(name)
             else:
                 self._deployments.add(name)
+        elif kind == b"A":
+            self._decisions.fold(key, value)
         elif kind == b"K":
             self._lifetime_kept = value is not None
         elif kind == b"C":

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from privstream.ledger import codec
+from privstream.ledger.decisions import Decisions
 from privstream.ledger.spending import Spending
 from privstream.ledger.updates import Updates, int64_rows
 
@@ -31,6 +32,8 @@ class PartitionState:
     marked: bool = False
     #: every charge since the partition's first was made under a lifetime cap (``K``)
     lifetime_kept: bool = False
+    #: each aggregate contribution decided, until it expires (``codec``, record ``A``)
+    decisions: Decisions = field(default_factory=Decisions)
 
     def prefix(self, start: int) -> bytes:
         return codec.window_prefix(start, self.window_ms)
@@ -49,6 +52,7 @@ class PartitionState:
             snap[codec.CLOSED_KEY] = codec.encode_int(self.closed)
         if self.counts:
             snap[codec.COUNTS_KEY] = codec.encode_counts(self.counts)
+        snap.update(self.decisions.snapshot())
         return snap
 
     def close(self, closed: int, updates: Updates) -> None:

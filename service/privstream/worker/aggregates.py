@@ -33,7 +33,13 @@ import logging
 import time
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import (
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    ConsumerRebalanceListener,
+    ConsumerRecord,
+    TopicPartition,
+)
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import MessageSizeTooLargeError, RecordTooLargeError
 
@@ -51,6 +57,7 @@ from privstream.config import AppConfig, KafkaConfig
 from privstream.config.runtime import Runtime
 from privstream.metrics import Metrics
 from privstream.worker.aggregate_input import misplaced_records
+from privstream.worker.aggregate_ledger import LedgerGate
 from privstream.worker.changelog import read_partitions
 from privstream.worker.clients import (
     CLOSE_TIMEOUT_S,
@@ -73,6 +80,10 @@ _Readers = tuple[AIOKafkaConsumer, AIOKafkaConsumer]
 
 #: a releaser that does not own every input partition reads the others' progress this often
 REFRESH_S = 2.0
+#: with a ledger, a step that fetched only records the record path has not committed yet
+#: waits this long before it asks again (pacing, not synchronisation: ``LedgerGate``)
+GATE_PACE_S = 0.1
+_Batches = dict[TopicPartition, list[ConsumerRecord]]
 
 
 def aggregates_topic(input_topic: str) -> str:
@@ -104,6 +115,12 @@ class AggregateWorker:
         self.topic = aggregates_topic(kafka.input_topic)
         self.group = f"{kafka.group_id}.aggregates"
         self.subject = config.privacy.subject
+        #: with a ledger: its committed decisions, which say what enters each window
+        self.gate = (
+            None
+            if config.privacy.ledger is None
+            else LedgerGate(config, kafka, runtime, self.plans)
+        )
         self._backoff = Backoff()
         #: output topic -> its partition count (``check_aggregate_topics``)
         self.outputs: dict[str, int] = {}
@@ -140,6 +157,8 @@ class AggregateWorker:
             consumer.subscribe([self.kafka.input_topic], listener=moved)
             await consumer.start()
             readers = await self.readers(stack)
+            if self.gate is not None:
+                await self.gate.start(stack)
             step = _Step(self, consumer, producer, readers, partitions, moved)
             while not stop.is_set():
                 if moved.moved:
@@ -243,6 +262,8 @@ class _Step:
             else:
                 consumer.seek(tp, offset)
         self._replay = await consumer.end_offsets(list(consumer.assignment()))
+        if self._owner.gate is not None:
+            self._owner.gate.reset()
         self._view = await self._owner.read_view(self._readers)
         log.debug("restored the aggregates' state: epoch %s", self._view.epoch_ms)
         self._check_partitions()
@@ -280,18 +301,46 @@ class _Step:
         batches = await self._consumer.getmany(timeout_ms=500, max_records=5000)
         if self._moved.moved:  # fetched across a rebalance: read again from the commits
             return
+        gate = self._owner.gate
+        if gate is not None:
+            batches = await self._decided(gate, batches)
+            if self._moved.moved:
+                return
         now, subject = _now_ms(), self._owner.subject
         self._windows.begin(now)  # the new names' first windows, before any record is read
         for tp, messages in batches.items():
             wrong = misplaced_records(messages, tp.partition, self._partitions, subject)
-            for m, misplaced in zip(messages, wrong, strict=True):
+            admits = [None] * len(messages) if gate is None else gate.admits(tp.partition, messages)
+            for m, misplaced, admit in zip(messages, wrong, admits, strict=True):
                 self._windows.add(
-                    tp.partition, m.offset, m.timestamp, m.value, now, misplaced=misplaced
+                    tp.partition,
+                    m.offset,
+                    m.timestamp,
+                    m.value,
+                    now,
+                    misplaced=misplaced,
+                    admits=admit,
                 )
         await self._close()
         if self._moved.moved:  # the marker just committed: read the topic again first
             return
         await self._release()
+
+    async def _decided(self, gate: LedgerGate, batches: _Batches) -> _Batches:
+        """The fetched records whose ledger decisions are committed (and read); the
+        consumer is moved back to the first of the others, read again once they are."""
+        if any(m and m[-1].offset >= gate.until(tp.partition) for tp, m in batches.items()):
+            await gate.refresh(sorted(tp.partition for tp in self._consumer.assignment()))
+        decided: _Batches = {}
+        for tp, messages in batches.items():
+            until = gate.until(tp.partition)
+            kept = [m for m in messages if m.offset < until]
+            if len(kept) < len(messages):
+                self._consumer.seek(tp, messages[len(kept)].offset)
+            decided[tp] = kept
+        if batches and not any(decided.values()):  # the record path is behind: let it work
+            await asyncio.sleep(GATE_PACE_S)
+        return decided
 
     async def _close(self) -> None:
         consumer, now = self._consumer, _now_ms()

@@ -61,6 +61,7 @@ from privstream.ledger.groups import by_value
 from privstream.ledger.updates import Updates
 from privstream.pipeline import BatchResult
 from privstream.pipeline.results import DeadLetter
+from privstream.worker.aggregate_charges import aggregate_costs_of, aggregate_times
 from privstream.worker.changelog import changelog_topic, read_partitions
 from privstream.worker.clients import batch_bytes, common_options, open_transaction_wait_s
 from privstream.worker.clock import BrokerClock
@@ -154,8 +155,9 @@ class LedgerStore:
         policy = LedgerPolicy.from_config(config, plan)
         time_field = config.privacy.ledger.time
         kafka = config.needs_kafka("run")
+        costs = aggregate_costs_of(config)
         return cls(
-            ledger=SubjectLedger(policy=policy, deployment=kafka.group_id),
+            ledger=SubjectLedger(policy=policy, deployment=kafka.group_id, aggregates=costs),
             topic=changelog_topic(config),
             kafka=kafka,
             runtime=runtime,
@@ -244,7 +246,10 @@ class LedgerStore:
         for partition, rows in by_value(batch.partitions):
             columns = batch.rows(rows)
             wrong = misplaced(partition, columns["keys"], self._input_partitions)
-            charge = self.ledger.charge(partition, **columns, now_ms=now_ms, misplaced=wrong)
+            times = aggregate_times(columns["timestamps_ms"], len(self.ledger.aggregates))
+            charge = self.ledger.charge(
+                partition, **columns, now_ms=now_ms, misplaced=wrong, aggregate_ms=times
+            )
             admitted[rows] = charge.admitted
             verdict.updates[partition] = charge.updates
             if charge.admitted.any():

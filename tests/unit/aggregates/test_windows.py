@@ -180,8 +180,8 @@ def test_a_release_is_a_function_of_the_committed_partials_and_the_key() -> None
         ({"output_topic": "agg"}, True, False, "window"),
         ({"window": WINDOW}, True, False, "output_topic"),
         ({"window": WINDOW, "output_topic": "agg"}, False, False, "kafka.transactions"),
-        # the ledger does not charge aggregates yet: its caps would not hold for them
-        ({"window": WINDOW, "output_topic": "agg"}, True, True, "privacy.ledger"),
+        # the ledger charges contributions placed by Kafka timestamps (ledger-aggregates.md)
+        ({"window": WINDOW, "output_topic": "agg"}, True, True, None),
     ],
 )
 def test_run_refuses_aggregates_it_cannot_release_once(
@@ -201,6 +201,21 @@ def test_run_refuses_aggregates_over_framed_input(input_format: str) -> None:
     config = aggregates_config({**COUNT, "window": WINDOW, "output_topic": "agg"})
     (problem,) = stream_problems(config.aggregates, True, False, input_format)
     assert f"kafka.format is {input_format}" in problem
+
+
+def test_run_refuses_a_ledger_time_beside_aggregates() -> None:
+    """The aggregate stream never sees the released time that would place a record in its
+    ledger window: the contributions' decisions could not be found again."""
+    config = aggregates_config({**COUNT, "window": WINDOW, "output_topic": "agg"})
+    (problem,) = stream_problems(config.aggregates, True, True, "json", ledger_time="t")
+    assert "privacy.ledger.time is 't'" in problem
+    # nor an aggregate's window.time, which the record path's ledger does not read
+    (spec,) = config.aggregates
+    assert spec.window is not None
+    timed = spec.model_copy(update={"window": spec.window.model_copy(update={"time": "t"})})
+    (problem,) = stream_problems([timed], True, True, "json")
+    assert "window.time is 't'" in problem
+    assert stream_problems([timed], True, False, "json") == []
 
 
 def test_the_window_is_part_of_the_release_id_only_when_set() -> None:
