@@ -12,10 +12,10 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 # PYTHONWARNINGS: setuptools' notice on editable installs is noise for a newcomer.
-# The install compiles four small C extensions (a C compiler and Python's headers).
+# The install compiles five small C extensions (a C compiler and Python's headers).
 C_SOURCES := service/privstream/ledger/_slots.c service/privstream/worker/_murmur2.c \
 	service/privstream/pipeline/_columns.c service/privstream/mechanisms/_thresholds.c \
-	service/privstream/_buffer_checks.h
+	service/privstream/aggregates/_bounds.c service/privstream/_buffer_checks.h
 $(STAMP): pyproject.toml $(C_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip

@@ -1,0 +1,397 @@
+/* privstream.aggregates._bounds: the batch path's contribution bounds, one C loop a batch.
+ *
+ * The aggregates' batch path (columnar.py, bounding.py) numbers each unit (a
+ * subject's canonical bytes) once for every aggregate of a window, then keeps,
+ * per aggregate, a subject's first ``groups`` cells and in each its first
+ * ``records`` records, in input order: Accumulator._admit's rule, record by
+ * record. A Python dict probe per unit and numpy sorts per batch were most of
+ * what three aggregates cost (docs/benchmarks.md, issue 34); these loops make
+ * the same decisions without an interpreter step between them.
+ *
+ * Both tables are C-contiguous int64 arrays of shape (capacity, 2), capacity a
+ * power of two, held by the caller (numpy: the memory is traced like any
+ * array's): row p holds (key, value), value -1 marking a free row. Open
+ * addressing with linear probing, nothing deleted (a window's tables go with
+ * it), so a probe stops at the first free row. The home row is the top
+ * log2(capacity) bits of key * mix, mix a secret odd 64-bit word drawn per
+ * table (multiply-shift, as ledger/_slots.c: a writer who chose the keys
+ * cannot pile them into one run of rows). Every call refuses, changing
+ * nothing, unless the table stays at most half full even if every key is
+ * new; a probe that finds no free row all the same (a corrupt table) stops
+ * after ``capacity`` rows and raises. Every array must be 8-byte aligned.
+ *
+ * intern(table, keys, units, ids, mix) -> size
+ *
+ *   keys: a list of the units numbered so far (bytes, unit i at index i);
+ *   units: a sequence of bytes or None. ids[i] = the number of units[i]: a
+ *   unit seen before keeps its number, a new one takes len(keys) and is
+ *   appended to keys, None is -1. A row holds (hash(unit), number): equal
+ *   hashes are compared byte for byte, so two units whose hashes collide
+ *   keep two numbers. Returns len(keys) after the call.
+ *
+ * admit(table, used, subjects, cells, verdicts, size, groups, records, mix) -> size
+ *
+ *   For each record i in order, its subject's number subjects[i] (0 <=
+ *   subject < len(used)) and its cell's cells[i] (0 <= cell < 2^32):
+ *   verdicts[i] = 1 if the subject's bounds admit it, else 0. A row holds
+ *   (subject << 32 | cell, records kept) for each (subject, cell) pair that
+ *   kept a record; used[subject] counts the pair's subject's cells (int32).
+ *   A known pair keeps a record while it has fewer than ``records``; a new
+ *   one opens while its subject has fewer than ``groups`` cells. ``size``:
+ *   the rows held before the call; returns the rows held after it.
+ *
+ * rehash(old, new, mix) -> size
+ *
+ *   Every held row of ``old`` into the free table ``new`` (filled with -1,
+ *   at least twice as many rows as held), homed by ``mix``.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_buffer_checks.h"
+
+#define FREE ((int64_t)-1)
+#define CELL_BITS 32
+
+/* 64 - log2(capacity): the home row is the top bits of key * mix. */
+static int
+home_shift(uint64_t capacity)
+{
+    int shift = 64;
+    for (uint64_t c = capacity; c > 1; c >>= 1) {
+        shift--;
+    }
+    return shift;
+}
+
+/* A table's row count, or -1 with ValueError unless it is int64 rows of (key, value),
+ * a power of two of them, 8-byte aligned. */
+static Py_ssize_t
+rows_of(const char *name, Py_buffer *table)
+{
+    Py_ssize_t capacity = table->len / 16;
+    if (!buffer_native_integers(table, 8, 1) || table->len % 16 || capacity < 2
+        || (capacity & (capacity - 1)) || !buffer_aligned(table, 8)) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: the table must be aligned int64 rows of (key, value), a power of two "
+                     "of them (at least 2)", name);
+        return -1;
+    }
+    return capacity;
+}
+
+/* ValueError unless ``held`` rows and ``n`` new ones stay within half of ``capacity``. */
+static int
+check_room(const char *name, long long held, Py_ssize_t n, Py_ssize_t capacity)
+{
+    if (held < 0 || held > (long long)(capacity / 2) - (long long)n) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %lld rows held and %zd new could exceed half of %zd rows; "
+                     "grow the table first", name, held, n, capacity);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+check_mix(const char *name, unsigned long long mix)
+{
+    if (!(mix & 1)) {
+        PyErr_Format(PyExc_ValueError, "%s: mix %llu is even; give the table's odd multiplier",
+                     name, mix);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+corrupt(const char *name, uint64_t capacity)
+{
+    PyErr_Format(PyExc_ValueError,
+                 "%s: no free row in a table of %llu rows, though at most half should be held: "
+                 "the table is corrupt (not filled with -1, or its size understated); rebuild it",
+                 name, (unsigned long long)capacity);
+}
+
+/* The row holding ``unit`` (hash ``hash``), or the free row it would take; -1 with an
+ * exception set for a corrupt table. */
+static int64_t
+find_unit(int64_t *rows, uint64_t capacity, int shift, uint64_t mix, PyObject *keys,
+          PyObject *unit, Py_hash_t hash)
+{
+    uint64_t p = ((uint64_t)hash * mix) >> shift;
+    Py_ssize_t length = PyBytes_GET_SIZE(unit);
+    for (uint64_t steps = 0; steps < capacity; steps++, p = (p + 1) & (capacity - 1)) {
+        int64_t id = rows[2 * p + 1];
+        if (id == FREE) {
+            return (int64_t)p;
+        }
+        if (rows[2 * p] != (int64_t)hash) {
+            continue;
+        }
+        if (id < 0 || id >= PyList_GET_SIZE(keys) || !PyBytes_CheckExact(PyList_GET_ITEM(keys, id))) {
+            PyErr_Format(PyExc_ValueError,
+                         "intern: row %llu names unit %lld, which keys (%zd units) does not hold "
+                         "as bytes: the table and keys are out of step; rebuild both",
+                         (unsigned long long)p, (long long)id, PyList_GET_SIZE(keys));
+            return -1;
+        }
+        PyObject *held = PyList_GET_ITEM(keys, id);
+        if (PyBytes_GET_SIZE(held) == length
+            && memcmp(PyBytes_AS_STRING(held), PyBytes_AS_STRING(unit), (size_t)length) == 0) {
+            return (int64_t)p;
+        }
+    }
+    corrupt("intern", capacity);
+    return -1;
+}
+
+/* Number every unit; 0, or -1 with an exception set. */
+static int
+number_units(int64_t *rows, uint64_t capacity, uint64_t mix, PyObject *keys, PyObject *units,
+             int64_t *ids)
+{
+    int shift = home_shift(capacity);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(units);
+    PyObject **items = PySequence_Fast_ITEMS(units);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *unit = items[i];
+        if (unit == Py_None) {
+            ids[i] = -1;
+            continue;
+        }
+        if (!PyBytes_CheckExact(unit)) {
+            PyErr_Format(PyExc_TypeError,
+                         "intern: unit %zd is a %.100s; give bytes (a canonical subject) or None",
+                         i, Py_TYPE(unit)->tp_name);
+            return -1;
+        }
+        Py_hash_t hash = PyObject_Hash(unit);  /* bytes: cached SipHash, no Python code */
+        if (hash == -1) {
+            return -1;
+        }
+        int64_t p = find_unit(rows, capacity, shift, mix, keys, unit, hash);
+        if (p < 0) {
+            return -1;
+        }
+        if (rows[2 * p + 1] == FREE) {
+            rows[2 * p] = (int64_t)hash;
+            rows[2 * p + 1] = (int64_t)PyList_GET_SIZE(keys);
+            if (PyList_Append(keys, unit) < 0) {
+                rows[2 * p + 1] = FREE;
+                return -1;
+            }
+        }
+        ids[i] = rows[2 * p + 1];
+    }
+    return 0;
+}
+
+static PyObject *
+intern(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer table, ids;
+    PyObject *keys, *given, *units;
+    unsigned long long mix;
+    PyObject *result = NULL;
+    /* The buffers are exported before the checks and held to the end (no resize); the
+     * sequence is a list or tuple held by PySequence_Fast, and the loop runs no Python
+     * code (exact bytes only: their hash is bytes_hash). */
+    if (!PyArg_ParseTuple(args, "w*O!Ow*K", &table, &PyList_Type, &keys, &given, &ids, &mix)) {
+        return NULL;
+    }
+    units = PySequence_Fast(given, "intern: units must be a sequence of bytes or None");
+    if (units != NULL) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(units);
+        Py_ssize_t capacity = rows_of("intern", &table);
+        if (capacity < 0 || check_mix("intern", mix) < 0
+            || check_room("intern", PyList_GET_SIZE(keys), n, capacity) < 0) {
+            /* the exception is set */
+        } else if (!buffer_native_integers(&ids, 8, 1) || ids.len != 8 * n
+                   || !buffer_aligned(&ids, 8)) {
+            PyErr_Format(PyExc_ValueError,
+                         "intern: ids must be an aligned int64 array of the units' length %zd",
+                         n);
+        } else if (number_units((int64_t *)table.buf, (uint64_t)capacity, (uint64_t)mix, keys,
+                                units, (int64_t *)ids.buf) == 0) {
+            result = PyLong_FromSsize_t(PyList_GET_SIZE(keys));
+        }
+        Py_DECREF(units);
+    }
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&ids);
+    return result;
+}
+
+typedef struct {
+    int64_t *rows;
+    uint64_t capacity;
+    uint64_t mix;
+    int32_t *used;
+    long long groups;
+    long long records;
+} Bounds;
+
+/* The row of pair ``key``, or the free row it would take; -1 for a corrupt table. */
+static int64_t
+find_pair(const Bounds *b, int shift, int64_t key)
+{
+    uint64_t p = ((uint64_t)key * b->mix) >> shift;
+    for (uint64_t steps = 0; steps < b->capacity; steps++, p = (p + 1) & (b->capacity - 1)) {
+        if (b->rows[2 * p + 1] == FREE || b->rows[2 * p] == key) {
+            return (int64_t)p;
+        }
+    }
+    corrupt("admit", b->capacity);
+    return -1;
+}
+
+/* Each record's verdict, in input order; the rows held after, or -1 with an exception. */
+static long long
+admit_all(Bounds *b, const int64_t *subject, const int64_t *cell, uint8_t *verdict,
+          Py_ssize_t n, Py_ssize_t subjects, long long size)
+{
+    int shift = home_shift(b->capacity);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (subject[i] < 0 || subject[i] >= subjects || cell[i] < 0
+            || cell[i] >= ((int64_t)1 << CELL_BITS)) {
+            PyErr_Format(PyExc_ValueError,
+                         "admit: record %zd has subject %lld and cell %lld; subjects must be in "
+                         "[0, %zd) (used's length) and cells in [0, 2^32)",
+                         i, (long long)subject[i], (long long)cell[i], subjects);
+            return -1;
+        }
+        int64_t key = (subject[i] << CELL_BITS) | cell[i];
+        int64_t p = find_pair(b, shift, key);
+        if (p < 0) {
+            return -1;
+        }
+        int64_t *count = &b->rows[2 * p + 1];
+        if (*count != FREE) {  /* a cell the subject has: room for one more record? */
+            verdict[i] = *count < b->records;
+            *count += verdict[i];
+        } else {  /* a new cell: room for one more cell? (records >= 1: a record fits) */
+            verdict[i] = b->used[subject[i]] < b->groups && b->records > 0;
+            if (verdict[i]) {
+                b->rows[2 * p] = key;
+                *count = 1;
+                b->used[subject[i]]++;
+                size++;
+            }
+        }
+    }
+    return size;
+}
+
+static PyObject *
+admit(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer table, used, subjects, cells, verdicts;
+    long long size, groups, records;
+    unsigned long long mix;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "w*w*y*y*w*LLLK", &table, &used, &subjects, &cells, &verdicts,
+                          &size, &groups, &records, &mix)) {
+        return NULL;
+    }
+    Py_ssize_t n = subjects.len / 8;
+    Py_ssize_t capacity = rows_of("admit", &table);
+    if (capacity < 0 || check_mix("admit", mix) < 0 || check_room("admit", size, n, capacity) < 0) {
+        /* the exception is set */
+    } else if (!buffer_native_integers(&subjects, 8, 1) || !buffer_native_integers(&cells, 8, 1)
+               || !buffer_native_integers(&verdicts, 1, 0) || !buffer_native_integers(&used, 4, 1)
+               || subjects.len % 8 || cells.len != subjects.len || verdicts.len != n
+               || !buffer_aligned(&subjects, 8) || !buffer_aligned(&cells, 8)
+               || !buffer_aligned(&used, 4)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "admit: subjects and cells must be aligned int64 arrays of one length, "
+                        "verdicts a uint8 array of that length, used an aligned int32 array");
+    } else if (groups < 0 || records < 0) {
+        PyErr_Format(PyExc_ValueError, "admit: groups %lld and records %lld must be >= 0",
+                     groups, records);
+    } else {
+        Bounds b = {(int64_t *)table.buf, (uint64_t)capacity, (uint64_t)mix,
+                    (int32_t *)used.buf, groups, records};
+        long long held = admit_all(&b, (const int64_t *)subjects.buf,
+                                   (const int64_t *)cells.buf, (uint8_t *)verdicts.buf, n,
+                                   used.len / 4, size);
+        if (held >= 0) {
+            result = PyLong_FromLongLong(held);
+        }
+    }
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&used);
+    PyBuffer_Release(&subjects);
+    PyBuffer_Release(&cells);
+    PyBuffer_Release(&verdicts);
+    return result;
+}
+
+static PyObject *
+rehash(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer old, new;
+    unsigned long long mix;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*w*K", &old, &new, &mix)) {
+        return NULL;
+    }
+    Py_ssize_t from = rows_of("rehash", &old), to = rows_of("rehash", &new);
+    if (from >= 0 && to >= 0 && check_mix("rehash", mix) == 0) {
+        const int64_t *src = (const int64_t *)old.buf;
+        int64_t *dst = (int64_t *)new.buf;
+        long long held = 0;
+        for (Py_ssize_t p = 0; p < from; p++) {
+            held += src[2 * p + 1] != FREE;
+        }
+        if (check_room("rehash", held, 0, to) == 0) {
+            Bounds b = {dst, (uint64_t)to, (uint64_t)mix, NULL, 0, 0};
+            int shift = home_shift((uint64_t)to);
+            int failed = 0;
+            for (Py_ssize_t p = 0; p < from && !failed; p++) {
+                if (src[2 * p + 1] == FREE) {
+                    continue;
+                }
+                int64_t q = find_pair(&b, shift, src[2 * p]);
+                if (q < 0 || dst[2 * q + 1] != FREE) {  /* full, or a key held twice */
+                    if (q >= 0) {
+                        PyErr_SetString(PyExc_ValueError,
+                                        "rehash: a key held twice, or a new table not free");
+                    }
+                    failed = 1;
+                    continue;
+                }
+                dst[2 * q] = src[2 * p];
+                dst[2 * q + 1] = src[2 * p + 1];
+            }
+            if (!failed) {
+                result = PyLong_FromLongLong(held);
+            }
+        }
+    }
+    PyBuffer_Release(&old);
+    PyBuffer_Release(&new);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"intern", intern, METH_VARARGS,
+     "intern(table, keys, units, ids, mix) -> size: each unit's number"},
+    {"admit", admit, METH_VARARGS,
+     "admit(table, used, subjects, cells, verdicts, size, groups, records, mix) -> size"},
+    {"rehash", rehash, METH_VARARGS, "rehash(old, new, mix) -> size: rows into a larger table"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_bounds", "The aggregates' bounds in C (see _bounds.c).", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__bounds(void)
+{
+    return PyModule_Create(&module);
+}
