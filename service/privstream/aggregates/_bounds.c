@@ -115,6 +115,33 @@ corrupt(const char *name, uint64_t capacity)
                  name, (unsigned long long)capacity);
 }
 
+/* Export ``n`` objects' buffers into ``views`` (C-contiguous, with their formats; those
+ * whose bit is set in ``writable`` writable): 0, or -1 with an exception and none held.
+ * Called after every argument is converted, so no Python code runs (no __index__) while
+ * a buffer is exported and held: the lengths checked are the lengths used. */
+static int
+export(PyObject **objs, Py_buffer *views, int n, unsigned writable)
+{
+    for (int i = 0; i < n; i++) {
+        int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | ((writable >> i) & 1 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objs[i], &views[i], flags) < 0) {
+            while (i-- > 0) {
+                PyBuffer_Release(&views[i]);
+            }
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void
+release(Py_buffer *views, int n)
+{
+    for (int i = 0; i < n; i++) {
+        PyBuffer_Release(&views[i]);
+    }
+}
+
 /* The row holding ``unit`` (hash ``hash``), or the free row it would take; -1 with an
  * exception set for a corrupt table. */
 static int64_t
@@ -192,36 +219,38 @@ number_units(int64_t *rows, uint64_t capacity, uint64_t mix, PyObject *keys, PyO
 static PyObject *
 intern(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    Py_buffer table, ids;
-    PyObject *keys, *given, *units;
+    PyObject *objs[2], *keys, *given, *units;
+    Py_buffer views[2];
     unsigned long long mix;
     PyObject *result = NULL;
-    /* The buffers are exported before the checks and held to the end (no resize); the
-     * sequence is a list or tuple held by PySequence_Fast, and the loop runs no Python
-     * code (exact bytes only: their hash is bytes_hash). */
-    if (!PyArg_ParseTuple(args, "w*O!Ow*K", &table, &PyList_Type, &keys, &given, &ids, &mix)) {
+    if (!PyArg_ParseTuple(args, "OO!OOK", &objs[0], &PyList_Type, &keys, &given, &objs[1], &mix)) {
         return NULL;
     }
+    /* A list or tuple held by PySequence_Fast; the loop runs no Python code (exact bytes
+     * only, hashed by bytes_hash), so neither it nor the buffers change under it. */
     units = PySequence_Fast(given, "intern: units must be a sequence of bytes or None");
-    if (units != NULL) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(units);
-        Py_ssize_t capacity = rows_of("intern", &table);
-        if (capacity < 0 || check_mix("intern", mix) < 0
-            || check_room("intern", PyList_GET_SIZE(keys), n, capacity) < 0) {
-            /* the exception is set */
-        } else if (!buffer_native_integers(&ids, 8, 1) || ids.len != 8 * n
-                   || !buffer_aligned(&ids, 8)) {
-            PyErr_Format(PyExc_ValueError,
-                         "intern: ids must be an aligned int64 array of the units' length %zd",
-                         n);
-        } else if (number_units((int64_t *)table.buf, (uint64_t)capacity, (uint64_t)mix, keys,
-                                units, (int64_t *)ids.buf) == 0) {
-            result = PyLong_FromSsize_t(PyList_GET_SIZE(keys));
-        }
-        Py_DECREF(units);
+    if (units == NULL) {
+        return NULL;
     }
-    PyBuffer_Release(&table);
-    PyBuffer_Release(&ids);
+    if (export(objs, views, 2, 3) < 0) {
+        Py_DECREF(units);
+        return NULL;
+    }
+    Py_buffer *table = &views[0], *ids = &views[1];
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(units);
+    Py_ssize_t capacity = rows_of("intern", table);
+    if (capacity < 0 || check_mix("intern", mix) < 0
+        || check_room("intern", PyList_GET_SIZE(keys), n, capacity) < 0) {
+        /* the exception is set */
+    } else if (!buffer_native_integers(ids, 8, 1) || ids->len != 8 * n || !buffer_aligned(ids, 8)) {
+        PyErr_Format(PyExc_ValueError,
+                     "intern: ids must be an aligned int64 array of the units' length %zd", n);
+    } else if (number_units((int64_t *)table->buf, (uint64_t)capacity, (uint64_t)mix, keys, units,
+                            (int64_t *)ids->buf) == 0) {
+        result = PyLong_FromSsize_t(PyList_GET_SIZE(keys));
+    }
+    release(views, 2);
+    Py_DECREF(units);
     return result;
 }
 
@@ -288,23 +317,30 @@ admit_all(Bounds *b, const int64_t *subject, const int64_t *cell, uint8_t *verdi
 static PyObject *
 admit(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    Py_buffer table, used, subjects, cells, verdicts;
+    PyObject *objs[5];
+    Py_buffer views[5];
     long long size, groups, records;
     unsigned long long mix;
     PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "w*w*y*y*w*LLLK", &table, &used, &subjects, &cells, &verdicts,
+    if (!PyArg_ParseTuple(args, "OOOOOLLLK", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
                           &size, &groups, &records, &mix)) {
         return NULL;
     }
-    Py_ssize_t n = subjects.len / 8;
-    Py_ssize_t capacity = rows_of("admit", &table);
+    /* table, used and verdicts are written */
+    if (export(objs, views, 5, 1 | 2 | 16) < 0) {
+        return NULL;
+    }
+    Py_buffer *table = &views[0], *used = &views[1], *subjects = &views[2], *cells = &views[3],
+              *verdicts = &views[4];
+    Py_ssize_t n = subjects->len / 8;
+    Py_ssize_t capacity = rows_of("admit", table);
     if (capacity < 0 || check_mix("admit", mix) < 0 || check_room("admit", size, n, capacity) < 0) {
         /* the exception is set */
-    } else if (!buffer_native_integers(&subjects, 8, 1) || !buffer_native_integers(&cells, 8, 1)
-               || !buffer_native_integers(&verdicts, 1, 0) || !buffer_native_integers(&used, 4, 1)
-               || subjects.len % 8 || cells.len != subjects.len || verdicts.len != n
-               || !buffer_aligned(&subjects, 8) || !buffer_aligned(&cells, 8)
-               || !buffer_aligned(&used, 4)) {
+    } else if (!buffer_native_integers(subjects, 8, 1) || !buffer_native_integers(cells, 8, 1)
+               || !buffer_native_integers(verdicts, 1, 0) || !buffer_native_integers(used, 4, 1)
+               || subjects->len % 8 || cells->len != subjects->len || verdicts->len != n
+               || !buffer_aligned(subjects, 8) || !buffer_aligned(cells, 8)
+               || !buffer_aligned(used, 4)) {
         PyErr_SetString(PyExc_ValueError,
                         "admit: subjects and cells must be aligned int64 arrays of one length, "
                         "verdicts a uint8 array of that length, used an aligned int32 array");
@@ -312,67 +348,71 @@ admit(PyObject *Py_UNUSED(module), PyObject *args)
         PyErr_Format(PyExc_ValueError, "admit: groups %lld and records %lld must be >= 0",
                      groups, records);
     } else {
-        Bounds b = {(int64_t *)table.buf, (uint64_t)capacity, (uint64_t)mix,
-                    (int32_t *)used.buf, groups, records};
-        long long held = admit_all(&b, (const int64_t *)subjects.buf,
-                                   (const int64_t *)cells.buf, (uint8_t *)verdicts.buf, n,
-                                   used.len / 4, size);
+        Bounds b = {(int64_t *)table->buf, (uint64_t)capacity, (uint64_t)mix,
+                    (int32_t *)used->buf, groups, records};
+        long long held = admit_all(&b, (const int64_t *)subjects->buf,
+                                   (const int64_t *)cells->buf, (uint8_t *)verdicts->buf, n,
+                                   used->len / 4, size);
         if (held >= 0) {
             result = PyLong_FromLongLong(held);
         }
     }
-    PyBuffer_Release(&table);
-    PyBuffer_Release(&used);
-    PyBuffer_Release(&subjects);
-    PyBuffer_Release(&cells);
-    PyBuffer_Release(&verdicts);
+    release(views, 5);
     return result;
+}
+
+/* Move every held row of ``src`` into the free table ``dst``: 0, or -1 with an exception. */
+static int
+move_rows(const int64_t *src, Py_ssize_t from, int64_t *dst, Py_ssize_t to, uint64_t mix)
+{
+    Bounds b = {dst, (uint64_t)to, mix, NULL, 0, 0};
+    int shift = home_shift((uint64_t)to);
+    for (Py_ssize_t p = 0; p < from; p++) {
+        if (src[2 * p + 1] == FREE) {
+            continue;
+        }
+        int64_t q = find_pair(&b, shift, src[2 * p]);
+        if (q < 0) {
+            return -1;
+        }
+        if (dst[2 * q + 1] != FREE) {
+            PyErr_SetString(PyExc_ValueError,
+                            "rehash: a key held twice in the old table, or a new table not "
+                            "filled with -1; rebuild it");
+            return -1;
+        }
+        dst[2 * q] = src[2 * p];
+        dst[2 * q + 1] = src[2 * p + 1];
+    }
+    return 0;
 }
 
 static PyObject *
 rehash(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    Py_buffer old, new;
+    PyObject *objs[2];
+    Py_buffer views[2];
     unsigned long long mix;
     PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*w*K", &old, &new, &mix)) {
+    if (!PyArg_ParseTuple(args, "OOK", &objs[0], &objs[1], &mix)) {
         return NULL;
     }
-    Py_ssize_t from = rows_of("rehash", &old), to = rows_of("rehash", &new);
+    if (export(objs, views, 2, 2) < 0) {
+        return NULL;
+    }
+    Py_ssize_t from = rows_of("rehash", &views[0]), to = rows_of("rehash", &views[1]);
     if (from >= 0 && to >= 0 && check_mix("rehash", mix) == 0) {
-        const int64_t *src = (const int64_t *)old.buf;
-        int64_t *dst = (int64_t *)new.buf;
+        const int64_t *src = (const int64_t *)views[0].buf;
         long long held = 0;
         for (Py_ssize_t p = 0; p < from; p++) {
             held += src[2 * p + 1] != FREE;
         }
-        if (check_room("rehash", held, 0, to) == 0) {
-            Bounds b = {dst, (uint64_t)to, (uint64_t)mix, NULL, 0, 0};
-            int shift = home_shift((uint64_t)to);
-            int failed = 0;
-            for (Py_ssize_t p = 0; p < from && !failed; p++) {
-                if (src[2 * p + 1] == FREE) {
-                    continue;
-                }
-                int64_t q = find_pair(&b, shift, src[2 * p]);
-                if (q < 0 || dst[2 * q + 1] != FREE) {  /* full, or a key held twice */
-                    if (q >= 0) {
-                        PyErr_SetString(PyExc_ValueError,
-                                        "rehash: a key held twice, or a new table not free");
-                    }
-                    failed = 1;
-                    continue;
-                }
-                dst[2 * q] = src[2 * p];
-                dst[2 * q + 1] = src[2 * p + 1];
-            }
-            if (!failed) {
-                result = PyLong_FromLongLong(held);
-            }
+        if (check_room("rehash", held, 0, to) == 0
+            && move_rows(src, from, (int64_t *)views[1].buf, to, (uint64_t)mix) == 0) {
+            result = PyLong_FromLongLong(held);
         }
     }
-    PyBuffer_Release(&old);
-    PyBuffer_Release(&new);
+    release(views, 2);
     return result;
 }
 

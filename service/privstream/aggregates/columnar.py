@@ -1,9 +1,9 @@
 """``Accumulator`` a batch at a time: the same records kept, the same totals and partial.
 
 ``ColumnAccumulator.add_all`` reads a batch's cells, values, correlated
-groups and subjects as arrays (``columns``), bounds them with numpy
-(``bounding``: each unit's first records in input order, as
-``Accumulator``), and adds the kept records' counts and sums per cell, the
+groups and subjects as arrays (``columns``), numbers the subjects and
+bounds them in C (``bounding``, ``_bounds.c``: each unit's first records in
+input order, as ``Accumulator``), and adds the kept records' counts and sums per cell, the
 cells in the order of their first kept record (so the partial's cells come
 in ``Accumulator``'s order and ``windows.encode_partial`` writes the same
 bytes). ``Accumulator`` stays the record-at-a-time path of ``OpenWindows``;
@@ -13,20 +13,17 @@ bytes). ``Accumulator`` stays the record-at-a-time path of ``OpenWindows``;
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import repeat
 from typing import Any
 
 import numpy as np
 
-from privstream.aggregates import columns
-from privstream.aggregates.bounding import Ints, SubjectBounds, first_records
+from privstream.aggregates import _bounds, columns
+from privstream.aggregates.bounding import HashRows, Ints, SubjectBounds, first_records
 from privstream.aggregates.partial import FROM_RECORD, Bounds, Partial, Subject, vector_totals
 from privstream.aggregates.read import Cell, RecordReader
 from privstream.errors import MisuseError
 from privstream.pipeline.subjects import canonical_subject
 
-#: a unit's id while ``UnitIds.of`` numbers the new ones
-_NEW = -2
 #: int64 sums of at most this many grid values of up to ``2^50`` (``MAX_GRID_INDEX``)
 _SUM_CHUNK = 1 << 12
 
@@ -36,23 +33,18 @@ class UnitIds:
     accumulators of one window, a batch's subjects are looked up once for all of them."""
 
     def __init__(self) -> None:
-        self._ids: dict[bytes | None, int] = {None: -1}
+        self._units: list[bytes] = []  # by id
+        self._table = HashRows()  # (hash, id) per unit (``_bounds.intern``)
 
     def __len__(self) -> int:
-        return len(self._ids) - 1
+        return len(self._units)
 
     def of(self, units: Sequence[bytes | None]) -> Ints:
-        """Each unit's id, a new one taking the next."""
-        ids = self._ids
-        # one probe a unit in C; a new unit is entered as _NEW, then numbered
-        found = np.fromiter(map(ids.setdefault, units, repeat(_NEW)), np.int64, len(units))
-        fresh = np.flatnonzero(found == _NEW).tolist()
-        if fresh:
-            new = dict.fromkeys(units[i] for i in fresh)  # in first-seen order
-            first = len(ids) - 1 - len(new)  # their placeholders are in ``ids`` already
-            ids.update(zip(new, range(first, first + len(new)), strict=True))
-            found[fresh] = [ids[units[i]] for i in fresh]
-        return found
+        """Each unit's id, a new one taking the next (one C loop)."""
+        ids = np.empty(len(units), np.int64)
+        self._table.room(len(self._units), len(units))
+        _bounds.intern(self._table.rows, self._units, units, ids, self._table.mix)
+        return ids
 
 
 class ColumnAccumulator:
