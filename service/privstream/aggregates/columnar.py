@@ -20,7 +20,7 @@ import numpy as np
 from privstream.aggregates import _bounds, columns
 from privstream.aggregates.bounding import HashRows, Ints, SubjectBounds, first_records
 from privstream.aggregates.partial import FROM_RECORD, Bounds, Partial, Subject, vector_totals
-from privstream.aggregates.read import Cell, RecordReader
+from privstream.aggregates.read import Cell, RecordReader, identity_of
 from privstream.errors import MisuseError
 from privstream.pipeline.subjects import canonical_subject
 
@@ -91,7 +91,7 @@ class ColumnAccumulator:
             values, readable = batch.numbers(reader.value_field)
             chosen = chosen[readable[chosen]]
         if self._bounds.max_group is not None:
-            chosen = self._correlated(batch.records, chosen, self._bounds.max_group)
+            chosen = self._correlated(batch, chosen, self._bounds.max_group)
         if self._subjects is not None:
             if not isinstance(subjects, np.ndarray):
                 given = _subjects(batch.records, subjects, self._reader.subject)
@@ -99,10 +99,14 @@ class ColumnAccumulator:
             chosen = self._bounded(self._subjects, subjects, chosen, codes, cells)
         self._tally(chosen, codes[chosen], cells, values[chosen])
 
-    def _correlated(self, batch: Sequence[Mapping[str, Any]], chosen: Ints, limit: int) -> Ints:
+    def _correlated(self, batch: columns.Batch, chosen: Ints, limit: int) -> Ints:
         """The records whose correlated group (``by``'s value) has room left for them."""
         by = self._reader.correlated_by
-        ids = self._group_ids.of([RecordReader.identity(batch[i], by) for i in chosen.tolist()])
+        units: list[bytes | None] = [b""] * len(chosen)  # no field: one group (``identity``)
+        if by is not None:
+            values = batch.column(by)
+            units = [identity_of(values[i]) for i in chosen.tolist()]
+        ids = self._group_ids.of(units)
         self._group_kept = _grown(self._group_kept, len(self._group_ids))
         admitted, self._group_kept = first_records(ids[ids >= 0], self._group_kept, limit)
         return chosen[ids >= 0][admitted]

@@ -2,9 +2,11 @@
 
 The aggregates read exactly the records the record path released (a
 dead-lettered line enters neither) that orjson reads (as ``run``), in file
-order, and are released once, after the whole input is read, with fresh
-noise (``FreshCells``: files have no noise key, so a second run is a second
-release and ``--overwrite`` says so). The rows go to their own file, one JSON object a line
+order (a chunk is decoded by msgspec, only the fields the aggregates read,
+where it reads them as orjson does: ``_structs``), and are released once,
+after the whole input is read, with fresh noise (``FreshCells``: files
+have no noise key, so a second run is a second release and ``--overwrite``
+says so). The rows go to their own file, one JSON object a line
 (docs/aggregates.md).
 """
 
@@ -21,11 +23,18 @@ from privstream.aggregates.columns import Batch
 from privstream.aggregates.release import encode_rows
 from privstream.cli.release_files import FilePathError
 from privstream.config import AppConfig
+from privstream.config.paths import split_path
+from privstream.pipeline import _columns
 from privstream.pipeline.columns import only
+from privstream.pipeline.decode import collector_paused, deep, field_structs
 from privstream.pipeline.subjects import subject_column, subject_values
 
 #: the window label of file mode: the whole file is one window
 FILE_WINDOW = "file"
+#: every digit as 9: a run of ``_LONG_NUMBER`` in the translated text is one of digits
+_DIGITS = bytes.maketrans(b"0123456789", b"9" * 10)
+#: 20 digits: the shortest integer past 64 bits (``_structs``)
+_LONG_NUMBER = b"9" * 20
 
 
 def _parse(line: bytes) -> object:
@@ -65,6 +74,7 @@ class FileAggregates:
     def __init__(self, plans: Sequence[AggregatePlan]) -> None:
         self._plans = tuple(plans)
         self._subject = plans[0].reader.subject if plans else None
+        self._keys = _top_level_keys(plans)
         # one id per subject for every aggregate: a batch's subjects are looked up once
         self._subject_ids = UnitIds()
         self._accumulators: tuple[ColumnAccumulator, ...] = tuple(
@@ -73,11 +83,13 @@ class FileAggregates:
 
     def feed(self, lines: Sequence[bytes], released: Sequence[int]) -> None:
         """Add the released lines (their positions in ``lines``) to every aggregate."""
-        records, subjects = _decoded([lines[index] for index in released], self._subject)
-        ids = None if subjects is None else self._subject_ids.of(subjects)
-        batch = Batch(records)
-        for accumulator in self._accumulators:
-            accumulator.add_all(batch, ids)
+        with collector_paused():  # decoded JSON makes no cycles (``collector_paused``)
+            chosen = [lines[index] for index in released]
+            records, subjects = _decoded(chosen, self._keys, self._subject)
+            ids = None if subjects is None else self._subject_ids.of(subjects)
+            batch = Batch(records)
+            for accumulator in self._accumulators:
+                accumulator.add_all(batch, ids)
 
     def encoded(self, noise: CellNoise) -> bytes:
         """Every aggregate's rows as JSON Lines, in config order."""
@@ -89,11 +101,45 @@ class FileAggregates:
         return encode_rows(rows)
 
 
+def _top_level_keys(plans: Sequence[AggregatePlan]) -> tuple[str, ...] | None:
+    """The keys of every field the aggregates read (subjects included), None unless each
+    is a plain top-level ASCII name: its own key, as ``subject_values`` reads the subject
+    (msgspec's keys must be ASCII: ``privstream.pipeline.decode``)."""
+    readers = [plan.reader for plan in plans]
+    names = {
+        name
+        for r in readers
+        for name in (*r.cell_fields, r.value_field, r.subject, r.correlated_by)
+        if name is not None
+    }
+    if not all(name.isascii() and split_path(name) == (name,) for name in names):
+        return None
+    return tuple(sorted(names))
+
+
+def _structs(chosen: list[bytes], keys: tuple[str, ...] | None) -> list[Any] | None:
+    """The lines as msgspec's structs of ``keys`` (absent: ``MISSING``), where each holds
+    the values orjson reads, else None. Past the checks of ``decode``'s own use (UTF-8,
+    nesting), msgspec reads a number differently from orjson in one case only: an
+    integer past 64 bits (20 digits or more), exact where orjson reads a float or, past
+    the doubles, refuses the whole line even if the aggregates never read that field. A
+    chunk with such a run of digits, anywhere, is left to orjson."""
+    longest = _columns.longest(chosen)  # -1 unless every line is bytes
+    if keys is None or longest < 0 or not _columns.utf8(chosen) or deep(chosen, longest):
+        return None
+    if b"\n".join(chosen).translate(_DIGITS).find(_LONG_NUMBER) >= 0:
+        return None
+    return field_structs(chosen, keys)
+
+
 def _decoded(
-    chosen: list[bytes], subject: str | None
-) -> tuple[list[dict[str, Any]], list[bytes | None] | None]:
-    """The lines' records, and each one's subject as the ledger reads it (``subject_column``;
-    None without ``privacy.subject``)."""
+    chosen: list[bytes], keys: tuple[str, ...] | None, subject: str | None
+) -> tuple[list[Any], list[bytes | None] | None]:
+    """The lines' records (structs of ``keys``, or dicts), and each one's subject as the
+    ledger reads it (``subject_column``; None without ``privacy.subject``)."""
+    structs = _structs(chosen, keys)
+    if structs is not None:  # ``subject_values`` reads structs too
+        return structs, subject_values(structs, chosen, subject) if subject else None
     try:  # the common chunk: one C loop, and the subjects from the same decode
         parsed: list[object] = list(map(orjson.loads, chosen))
     except orjson.JSONDecodeError:
