@@ -175,6 +175,58 @@ find_unit(int64_t *rows, uint64_t capacity, int shift, uint64_t mix, PyObject *k
     return -1;
 }
 
+/* Hint the cache about what probing unit ``j`` will read: its home row (``stage`` 2),
+ * the keys' slot that row names (1), or the unit that slot holds (0). A hint only: the
+ * row may change before the probe, and a wrong guess costs a useless load. */
+static void
+prefetch(const int64_t *rows, int shift, uint64_t mix, PyObject *keys, Py_hash_t hash,
+         int stage)
+{
+    const int64_t *row = &rows[2 * (((uint64_t)hash * mix) >> shift)];
+    if (stage == 2) {
+        __builtin_prefetch(row);
+        return;
+    }
+    int64_t id = row[1];
+    if (id < 0 || id >= PyList_GET_SIZE(keys)) {
+        return;
+    }
+    PyObject **slot = &((PyListObject *)keys)->ob_item[id];
+    if (stage == 1) {
+        __builtin_prefetch(slot);
+    } else {
+        __builtin_prefetch(*slot);
+    }
+}
+
+/* Each unit's hash (0 for None), checking every unit is bytes or None: 0, or -1 with
+ * an exception set. */
+static int
+hash_units(PyObject **items, Py_ssize_t n, Py_hash_t *hashes)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        hashes[i] = 0;
+        if (items[i] == Py_None) {
+            continue;
+        }
+        if (!PyBytes_CheckExact(items[i])) {
+            PyErr_Format(PyExc_TypeError,
+                         "intern: unit %zd is a %.100s; give bytes (a canonical subject) or None",
+                         i, Py_TYPE(items[i])->tp_name);
+            return -1;
+        }
+        hashes[i] = PyObject_Hash(items[i]);  /* bytes: SipHash, cached; no Python code */
+        if (hashes[i] == -1) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* How far ahead (in units) each stage of ``prefetch`` runs: a probe's three dependent
+ * loads (row, keys' slot, unit) are in flight for several units at once. */
+#define AHEAD 12
+
 /* Number every unit; 0, or -1 with an exception set. */
 static int
 number_units(int64_t *rows, uint64_t capacity, uint64_t mix, PyObject *keys, PyObject *units,
@@ -183,37 +235,38 @@ number_units(int64_t *rows, uint64_t capacity, uint64_t mix, PyObject *keys, PyO
     int shift = home_shift(capacity);
     Py_ssize_t n = PySequence_Fast_GET_SIZE(units);
     PyObject **items = PySequence_Fast_ITEMS(units);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *unit = items[i];
-        if (unit == Py_None) {
+    Py_hash_t *hashes = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(Py_hash_t));
+    if (hashes == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int failed = hash_units(items, n, hashes);
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        for (int stage = 2; stage >= 0; stage--) {
+            Py_ssize_t j = i + AHEAD * stage / 2 + AHEAD / 4;
+            if (j < n && items[j] != Py_None) {
+                prefetch(rows, shift, mix, keys, hashes[j], stage);
+            }
+        }
+        if (items[i] == Py_None) {
             ids[i] = -1;
             continue;
         }
-        if (!PyBytes_CheckExact(unit)) {
-            PyErr_Format(PyExc_TypeError,
-                         "intern: unit %zd is a %.100s; give bytes (a canonical subject) or None",
-                         i, Py_TYPE(unit)->tp_name);
-            return -1;
-        }
-        Py_hash_t hash = PyObject_Hash(unit);  /* bytes: cached SipHash, no Python code */
-        if (hash == -1) {
-            return -1;
-        }
-        int64_t p = find_unit(rows, capacity, shift, mix, keys, unit, hash);
+        int64_t p = find_unit(rows, capacity, shift, mix, keys, items[i], hashes[i]);
         if (p < 0) {
-            return -1;
-        }
-        if (rows[2 * p + 1] == FREE) {
-            rows[2 * p] = (int64_t)hash;
+            failed = 1;
+        } else if (rows[2 * p + 1] == FREE) {
+            rows[2 * p] = (int64_t)hashes[i];
             rows[2 * p + 1] = (int64_t)PyList_GET_SIZE(keys);
-            if (PyList_Append(keys, unit) < 0) {
+            if (PyList_Append(keys, items[i]) < 0) {
                 rows[2 * p + 1] = FREE;
-                return -1;
+                failed = 1;
             }
         }
-        ids[i] = rows[2 * p + 1];
+        ids[i] = failed ? -1 : rows[2 * p + 1];
     }
-    return 0;
+    PyMem_Free(hashes);
+    return failed ? -1 : 0;
 }
 
 static PyObject *
@@ -291,6 +344,11 @@ admit_all(Bounds *b, const int64_t *subject, const int64_t *cell, uint8_t *verdi
                          "[0, %zd) (used's length) and cells in [0, 2^32)",
                          i, (long long)subject[i], (long long)cell[i], subjects);
             return -1;
+        }
+        Py_ssize_t j = i + AHEAD;  /* a hint for a later record's row (bounds not needed) */
+        if (j < n) {
+            uint64_t ahead = ((uint64_t)subject[j] << CELL_BITS) | (uint64_t)cell[j];
+            __builtin_prefetch(&b->rows[2 * ((ahead * b->mix) >> shift)]);
         }
         int64_t key = (subject[i] << CELL_BITS) | cell[i];
         int64_t p = find_pair(b, shift, key);
