@@ -318,7 +318,7 @@ typedef struct {
 
 /* The row of pair ``key``, or the free row it would take; -1 for a corrupt table. */
 static int64_t
-find_pair(const Bounds *b, int shift, int64_t key)
+find_pair(const Bounds *b, int shift, int64_t key, const char *who)
 {
     uint64_t p = ((uint64_t)key * b->mix) >> shift;
     for (uint64_t steps = 0; steps < b->capacity; steps++, p = (p + 1) & (b->capacity - 1)) {
@@ -326,7 +326,7 @@ find_pair(const Bounds *b, int shift, int64_t key)
             return (int64_t)p;
         }
     }
-    corrupt("admit", b->capacity);
+    corrupt(who, b->capacity);
     return -1;
 }
 
@@ -351,7 +351,7 @@ admit_all(Bounds *b, const int64_t *subject, const int64_t *cell, uint8_t *verdi
             __builtin_prefetch(&b->rows[2 * ((ahead * b->mix) >> shift)]);
         }
         int64_t key = (subject[i] << CELL_BITS) | cell[i];
-        int64_t p = find_pair(b, shift, key);
+        int64_t p = find_pair(b, shift, key, "admit");
         if (p < 0) {
             return -1;
         }
@@ -429,7 +429,7 @@ move_rows(const int64_t *src, Py_ssize_t from, int64_t *dst, Py_ssize_t to, uint
         if (src[2 * p + 1] == FREE) {
             continue;
         }
-        int64_t q = find_pair(&b, shift, src[2 * p]);
+        int64_t q = find_pair(&b, shift, src[2 * p], "rehash");
         if (q < 0) {
             return -1;
         }
