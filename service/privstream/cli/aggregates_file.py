@@ -24,9 +24,16 @@ from privstream.aggregates.release import encode_rows
 from privstream.cli.release_files import FilePathError
 from privstream.config import AppConfig
 from privstream.config.paths import split_path
-from privstream.pipeline import _columns
+from privstream.pipeline import RecordPlan, _columns
+from privstream.pipeline.batch import read_names
 from privstream.pipeline.columns import only
-from privstream.pipeline.decode import collector_paused, deep, field_structs
+from privstream.pipeline.decode import (
+    collector_paused,
+    decoded_struct,
+    deep,
+    field_structs,
+    holds,
+)
 from privstream.pipeline.subjects import subject_column, subject_values
 
 #: the window label of file mode: the whole file is one window
@@ -81,11 +88,30 @@ class FileAggregates:
             plan.batch_accumulator(FILE_WINDOW, self._subject_ids) for plan in self._plans
         )
 
-    def feed(self, lines: Sequence[bytes], released: Sequence[int]) -> None:
-        """Add the released lines (their positions in ``lines``) to every aggregate."""
+    def reads(self, plan: RecordPlan) -> tuple[str, ...]:
+        """The fields the record path's decode should also read and hand over (``feed``):
+        none where the aggregates read a path or a non-ASCII name, or the record path a
+        nested field (its decoder's nested structs stay as they are); the aggregates then
+        decode their own."""
+        nested = any(not isinstance(name, str) for name in read_names(plan, None))
+        return () if nested else self._keys or ()
+
+    def feed(
+        self,
+        lines: Sequence[bytes],
+        released: Sequence[int],
+        decoded: tuple[list[Any], list[int]] | None = None,
+    ) -> None:
+        """Add the released lines (their positions in ``lines``) to every aggregate;
+        ``decoded``: the record path's decode of ``lines`` (``BatchResult.decoded``)."""
         with collector_paused():  # decoded JSON makes no cycles (``collector_paused``)
             chosen = [lines[index] for index in released]
-            records, subjects = _decoded(chosen, self._keys, self._subject)
+            records = _handed(chosen, released, decoded, self._keys)
+            subjects = None
+            if records is None:
+                records, subjects = _decoded(chosen, self._keys, self._subject)
+            elif self._subject:  # ``subject_values`` reads structs too
+                subjects = subject_values(records, chosen, self._subject)
             ids = None if subjects is None else self._subject_ids.of(subjects)
             batch = Batch(records)
             for accumulator in self._accumulators:
@@ -127,9 +153,31 @@ def _structs(chosen: list[bytes], keys: tuple[str, ...] | None) -> list[Any] | N
     longest = _columns.longest(chosen)  # -1 unless every line is bytes
     if keys is None or longest < 0 or not _columns.utf8(chosen) or deep(chosen, longest):
         return None
-    if b"\n".join(chosen).translate(_DIGITS).find(_LONG_NUMBER) >= 0:
+    return None if _long_number(chosen) else field_structs(chosen, keys)
+
+
+def _handed(
+    chosen: list[bytes],
+    released: Sequence[int],
+    decoded: tuple[list[Any], list[int]] | None,
+    keys: tuple[str, ...] | None,
+) -> list[Any] | None:
+    """The released lines' structs from the record path's decode: only where it decoded
+    the whole chunk into structs holding ``keys`` (then its checks of UTF-8 and nesting
+    were made) and no line has a long number (``_structs``); else None."""
+    if decoded is None or keys is None or not chosen:
         return None
-    return field_structs(chosen, keys)
+    objs, where = decoded
+    if len(where) != len(objs) or where[-1:] != [len(objs) - 1] or not decoded_struct(objs[0]):
+        return None  # not one struct per line, in order
+    if not holds(objs[0], keys) or _long_number(chosen):
+        return None
+    return [objs[index] for index in released]
+
+
+def _long_number(chosen: list[bytes]) -> bool:
+    """Whether a run of 20 digits or more is in a line (``_structs``)."""
+    return b"\n".join(chosen).translate(_DIGITS).find(_LONG_NUMBER) >= 0
 
 
 def _decoded(

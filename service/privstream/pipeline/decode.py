@@ -144,6 +144,12 @@ def decoded_struct(obj: object) -> bool:
     return type(obj) in _MEMBERS
 
 
+def holds(struct: object, keys: Sequence[str]) -> bool:
+    """Whether a struct the field decoder made has a member of each key (top-level)."""
+    members = _MEMBERS.get(type(struct))
+    return members is not None and all(key in members for key in keys)
+
+
 def field_structs(messages: Sequence[bytes], names: Names) -> list[Any] | None:
     """Every message decoded by msgspec into a struct of ``names`` (``_field_decoder``), or
     None if it refuses one. No check of this module's docstring is made here: the caller

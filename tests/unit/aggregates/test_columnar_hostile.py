@@ -12,6 +12,7 @@ the seeded noise.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from typing import Any
@@ -25,7 +26,10 @@ from privstream.aggregates.release import encode_rows
 from privstream.aggregates.windows import encode_partial
 from privstream.cli import aggregates_file
 from privstream.cli.aggregates_file import FILE_WINDOW, FileAggregates
+from privstream.kinds import build_plan
+from privstream.pipeline.batch import process_block
 from privstream.pipeline.subjects import subject_column
+from privstream.testing import SeededSource
 
 from tests.support.aggregates import Seeded, aggregates_config, one_plan
 
@@ -84,7 +88,7 @@ def _chunks(records: list[dict[str, Any]], cuts: list[int], ascii_only: bool) ->
     """The records as JSON lines (``\\u`` escapes or raw UTF-8), cut into chunks."""
     lines = [json.dumps(r, ensure_ascii=ascii_only).encode() for r in records]
     bounds = [0, *sorted(c % (len(lines) + 1) for c in cuts), len(lines)]
-    return [lines[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [lines[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def _record_path(plans: list[Any], chunks: list[list[bytes]]) -> bytes:
@@ -99,7 +103,8 @@ def _record_path(plans: list[Any], chunks: list[list[bytes]]) -> bytes:
             accumulator.add(record, subject_column([line], "user")[0])
     partials = [accumulator.partial() for accumulator in singles]
     noise = Seeded(34)
-    return encode_rows([r for p, q in zip(plans, partials, strict=True) for r in release(p, q, noise)])
+    rows = [r for p, q in zip(plans, partials, strict=True) for r in release(p, q, noise)]
+    return encode_rows(rows)
 
 
 def _file_mode(plans: list[Any], chunks: list[list[bytes]]) -> bytes:
@@ -175,7 +180,7 @@ def test_batches_of_dicts_keep_what_the_record_path_keeps(
     plan = one_plan(spec, subject="user")
     old, new = plan.accumulator("w"), plan.batch_accumulator("w")
     bounds = [0, *sorted(c % (len(records) + 1) for c in cuts), len(records)]
-    for a, b in zip(bounds, bounds[1:], strict=False):
+    for a, b in itertools.pairwise(bounds):
         for record in records[a:b]:
             old.add(record)
         new.add_all(records[a:b])
@@ -194,3 +199,32 @@ def test_a_subject_far_over_its_bounds_keeps_its_first_cells_and_records() -> No
             + [{"user": f"u{batch}", "os": "ios"}]
         )
     assert acc.partial().counts == {("web",): 2, ("android",): 2, ("ios",): 40}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    records=st.lists(a_record(), max_size=120),
+    cuts=st.lists(st.integers(0, 10_000), max_size=6),
+    ascii_only=st.booleans(),
+)
+def test_the_record_paths_decode_handed_over_keeps_what_the_record_path_keeps(
+    records: list[dict[str, Any]], cuts: list[int], ascii_only: bool
+) -> None:
+    """``process_block(..., reads=)`` decodes each chunk once for both paths: the
+    aggregates of the released lines, from its structs, are the record path's."""
+    config = aggregates_config(*AGGREGATES, subject="user")
+    plan, plans = build_plan(config), build_aggregates(config)
+    batched = FileAggregates(plans)
+    reads = batched.reads(plan)
+    assert reads == ("latency", "os", "user", "version")
+    released: list[list[bytes]] = []
+    for chunk in _chunks(records, cuts, ascii_only):
+        result = process_block(plan, chunk, SeededSource(5), reads)
+        kept = [chunk[i] for i in result.output_index]
+        if kept and not any(len(str(abs(v))) >= 20 for v in _integers(chunk)):
+            assert result.decoded is not None
+            handed = aggregates_file._handed(kept, result.output_index, result.decoded, reads)
+            assert handed is not None
+        batched.feed(chunk, result.output_index, result.decoded)
+        released.append(kept)
+    assert batched.encoded(Seeded(34)) == _record_path(plans, released)
