@@ -44,6 +44,12 @@
  *
  *   Every held row of ``old`` into the free table ``new`` (filled with -1,
  *   at least twice as many rows as held), homed by ``mix``.
+ *
+ * long_number(lines, digits) -> bool
+ *
+ *   Whether a line (a list of bytes) holds a run of at least ``digits`` ASCII
+ *   digits: where file mode's msgspec decode may read a number otherwise than
+ *   orjson does (cli/aggregates_file.py). One pass, no copy of the lines.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -474,12 +480,55 @@ rehash(PyObject *Py_UNUSED(module), PyObject *args)
     return result;
 }
 
+/* Whether ``line`` holds a run of ``digits`` ASCII digits. */
+static int
+has_run(const unsigned char *line, Py_ssize_t length, Py_ssize_t digits)
+{
+    Py_ssize_t run = 0;
+    for (Py_ssize_t i = 0; i < length; i++) {
+        run = (line[i] >= '0' && line[i] <= '9') ? run + 1 : 0;
+        if (run >= digits) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+long_number(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *lines;
+    Py_ssize_t digits;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &lines, &digits)) {
+        return NULL;
+    }
+    if (digits < 1) {
+        PyErr_Format(PyExc_ValueError, "long_number: digits %zd must be >= 1", digits);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lines); i++) {  /* no Python code runs */
+        PyObject *line = PyList_GET_ITEM(lines, i);
+        if (!PyBytes_CheckExact(line)) {
+            PyErr_Format(PyExc_TypeError, "long_number: line %zd is a %.100s; give bytes", i,
+                         Py_TYPE(line)->tp_name);
+            return NULL;
+        }
+        if (has_run((const unsigned char *)PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line),
+                    digits)) {
+            Py_RETURN_TRUE;
+        }
+    }
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef methods[] = {
     {"intern", intern, METH_VARARGS,
      "intern(table, keys, units, ids, mix) -> size: each unit's number"},
     {"admit", admit, METH_VARARGS,
      "admit(table, used, subjects, cells, verdicts, size, groups, records, mix) -> size"},
     {"rehash", rehash, METH_VARARGS, "rehash(old, new, mix) -> size: rows into a larger table"},
+    {"long_number", long_number, METH_VARARGS,
+     "long_number(lines, digits) -> bool: whether a line holds a run of that many digits"},
     {NULL, NULL, 0, NULL},
 };
 

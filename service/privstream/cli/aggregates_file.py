@@ -13,11 +13,11 @@ says so). The rows go to their own file, one JSON object a line
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 
-from privstream.aggregates import AggregatePlan, CellNoise, build_aggregates, release
+from privstream.aggregates import AggregatePlan, CellNoise, _bounds, build_aggregates, release
 from privstream.aggregates.columnar import ColumnAccumulator, UnitIds
 from privstream.aggregates.columns import Batch
 from privstream.aggregates.release import encode_rows
@@ -36,12 +36,11 @@ from privstream.pipeline.decode import (
 )
 from privstream.pipeline.subjects import subject_column, subject_values
 
+T = TypeVar("T")
 #: the window label of file mode: the whole file is one window
 FILE_WINDOW = "file"
-#: every digit as 9: a run of ``_LONG_NUMBER`` in the translated text is one of digits
-_DIGITS = bytes.maketrans(b"0123456789", b"9" * 10)
 #: 20 digits: the shortest integer past 64 bits (``_structs``)
-_LONG_NUMBER = b"9" * 20
+_LONG_DIGITS = 20
 
 
 def _parse(line: bytes) -> object:
@@ -105,7 +104,7 @@ class FileAggregates:
         """Add the released lines (their positions in ``lines``) to every aggregate;
         ``decoded``: the record path's decode of ``lines`` (``BatchResult.decoded``)."""
         with collector_paused():  # decoded JSON makes no cycles (``collector_paused``)
-            chosen = [lines[index] for index in released]
+            chosen = _picked(lines, released)
             records = _handed(chosen, released, decoded, self._keys)
             subjects = None
             if records is None:
@@ -172,12 +171,20 @@ def _handed(
         return None  # not one struct per line, in order
     if not holds(objs[0], keys) or _long_number(chosen):
         return None
-    return [objs[index] for index in released]
+    return _picked(objs, released)
+
+
+def _picked(items: Sequence[T], released: Sequence[int]) -> list[T]:
+    """The released ones of ``items``: all of them (as a list), when as many positions as
+    items are released (distinct, in order: ``_sanitize_chunk``)."""
+    if len(released) == len(items):
+        return list(items)
+    return [items[index] for index in released]
 
 
 def _long_number(chosen: list[bytes]) -> bool:
     """Whether a run of 20 digits or more is in a line (``_structs``)."""
-    return b"\n".join(chosen).translate(_DIGITS).find(_LONG_NUMBER) >= 0
+    return _bounds.long_number(chosen, _LONG_DIGITS)
 
 
 def _decoded(

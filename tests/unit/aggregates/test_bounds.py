@@ -168,3 +168,15 @@ def test_rehash_keeps_every_row_and_refuses_a_small_or_used_table() -> None:
         _bounds.rehash(rows.rows, _table(1024), rows.mix)
     with pytest.raises(ValueError, match=r"rehash: no free row .* the table is corrupt"):
         _bounds.rehash(rows.rows, np.zeros((4096, 2), np.int64), rows.mix)
+
+
+def test_long_number_finds_a_run_of_digits_in_any_line_and_only_a_run() -> None:
+    assert _bounds.long_number([b'{"a": 1}', b'{"b": 1%s}' % (b"0" * 19)], 20)
+    assert _bounds.long_number([b"0" * 20], 20)
+    assert not _bounds.long_number([b"0" * 19, b"1" * 19], 20)  # never across lines
+    assert not _bounds.long_number([b"1234567890.1234567890", b"-123456789012345678e9"], 20)
+    assert not _bounds.long_number([], 20)
+    with pytest.raises(TypeError, match="line 1 is a str; give bytes"):
+        _bounds.long_number([b"1", "2"], 20)
+    with pytest.raises(ValueError, match="digits 0 must be >= 1"):
+        _bounds.long_number([b"1"], 0)
