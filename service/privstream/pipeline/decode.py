@@ -145,9 +145,10 @@ def decoded_struct(obj: object) -> bool:
 
 
 def holds(struct: object, keys: Sequence[str]) -> bool:
-    """Whether a struct the field decoder made has a member of each key (top-level)."""
+    """Whether a struct the field decoder made reads each key (top-level) whole: its
+    value as decoded, not a struct of some of its keys."""
     members = _MEMBERS.get(type(struct))
-    return members is not None and all(key in members for key in keys)
+    return members is not None and all(members.get(key, (None, True))[1] is None for key in keys)
 
 
 def field_structs(messages: Sequence[bytes], names: Names) -> list[Any] | None:

@@ -28,6 +28,7 @@ from privstream.cli import aggregates_file
 from privstream.cli.aggregates_file import FILE_WINDOW, FileAggregates
 from privstream.kinds import build_plan
 from privstream.pipeline.batch import process_block
+from privstream.pipeline.decode import field_structs
 from privstream.pipeline.subjects import subject_column
 from privstream.testing import SeededSource
 
@@ -228,3 +229,17 @@ def test_the_record_paths_decode_handed_over_keeps_what_the_record_path_keeps(
         batched.feed(chunk, result.output_index, result.decoded)
         released.append(kept)
     assert batched.encoded(Seeded(34)) == _record_path(plans, released)
+
+
+def test_structs_that_read_a_key_in_part_or_not_at_all_are_not_handed_over() -> None:
+    """The record path's structs are taken only where they hold each aggregate field's
+    whole value: a nested struct of some of its keys, or no member, is no hand-over."""
+    lines = [b'{"user": "u", "os": {"a": 1}, "version": "7.0", "latency": 1}']
+    keys = ("latency", "os", "user", "version")
+    nested = field_structs(lines, ["user", ("os", "a"), "version", "latency"])
+    lacking = field_structs(lines, ["user", "version", "latency"])
+    whole = field_structs(lines, list(keys))
+    assert nested is not None and lacking is not None and whole is not None
+    assert aggregates_file._handed(lines, [0], (nested, [0]), keys) is None
+    assert aggregates_file._handed(lines, [0], (lacking, [0]), keys) is None
+    assert aggregates_file._handed(lines, [0], (whole, [0]), keys) == whole
