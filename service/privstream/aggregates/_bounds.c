@@ -356,7 +356,7 @@ admit_all(Bounds *b, const int64_t *subject, const int64_t *cell, uint8_t *verdi
             uint64_t ahead = ((uint64_t)subject[j] << CELL_BITS) | (uint64_t)cell[j];
             __builtin_prefetch(&b->rows[2 * ((ahead * b->mix) >> shift)]);
         }
-        int64_t key = (subject[i] << CELL_BITS) | cell[i];
+        int64_t key = (int64_t)(((uint64_t)subject[i] << CELL_BITS) | (uint64_t)cell[i]);
         int64_t p = find_pair(b, shift, key, "admit");
         if (p < 0) {
             return -1;
