@@ -480,14 +480,30 @@ rehash(PyObject *Py_UNUSED(module), PyObject *args)
     return result;
 }
 
-/* Whether ``line`` holds a run of ``digits`` ASCII digits. */
+static int
+is_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* Whether ``line`` holds a run of ``digits`` ASCII digits. Any ``digits`` consecutive
+ * positions hold one whose index is digits - 1 modulo digits, so only those are tested
+ * first, and the run through one that is a digit measured. */
 static int
 has_run(const unsigned char *line, Py_ssize_t length, Py_ssize_t digits)
 {
-    Py_ssize_t run = 0;
-    for (Py_ssize_t i = 0; i < length; i++) {
-        run = (line[i] >= '0' && line[i] <= '9') ? run + 1 : 0;
-        if (run >= digits) {
+    for (Py_ssize_t j = digits - 1; j < length; j += digits) {
+        if (!is_digit(line[j])) {
+            continue;
+        }
+        Py_ssize_t lo = j, hi = j;
+        while (lo > 0 && is_digit(line[lo - 1])) {
+            lo--;
+        }
+        while (hi + 1 < length && is_digit(line[hi + 1])) {
+            hi++;
+        }
+        if (hi - lo + 1 >= digits) {
             return 1;
         }
     }

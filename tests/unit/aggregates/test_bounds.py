@@ -8,6 +8,7 @@ small table), so each probe walks a run of rows. Deterministic: fixed seeds, no 
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
@@ -180,3 +181,14 @@ def test_long_number_finds_a_run_of_digits_in_any_line_and_only_a_run() -> None:
         _bounds.long_number([b"1", "2"], 20)
     with pytest.raises(ValueError, match="digits 0 must be >= 1"):
         _bounds.long_number([b"1"], 0)
+
+
+@pytest.mark.parametrize("digits", [1, 2, 7, 20])
+def test_long_number_agrees_with_a_regular_expression(digits: int) -> None:
+    """Random lines of digits and other bytes, runs at every offset and length."""
+    rng = random.Random(digits)
+    pattern = re.compile(rb"[0-9]{%d}" % digits)
+    for _ in range(2000):
+        line = bytes(rng.choice(b"0123456789x.-") for _ in range(rng.randrange(0, 3 * digits + 5)))
+        lines = [line, *([b"{}"] * rng.randrange(2))]
+        assert _bounds.long_number(lines, digits) == bool(pattern.search(line))
