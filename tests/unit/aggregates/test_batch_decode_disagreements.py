@@ -5,11 +5,16 @@ records the record path released that orjson reads").
 
 Each test feeds one chunk to ``FileAggregates`` and, line by line, to the record-at-a-time
 ``Accumulator`` (orjson; a line it refuses enters no aggregate), and compares the
-partials' bytes (no noise, no threshold: exact). Deterministic.
+partials' bytes (no noise, no threshold: exact). As the decoder is chosen per chunk (a
+run of 20 digits anywhere sends the chunk to orjson), one record's digits then decide
+whether other subjects' records count: the last tests measure that sensitivity break
+(HIGH), in ``feed`` and through ``sanitize_stream``. Deterministic.
 """
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -18,6 +23,7 @@ from privstream.aggregates import build_aggregates
 from privstream.aggregates.windows import encode_partial
 from privstream.cli import aggregates_file
 from privstream.cli.aggregates_file import FILE_WINDOW, FileAggregates
+from privstream.cli.sanitize import sanitize_stream
 from privstream.config import AppConfig
 from privstream.kinds import build_plan
 from privstream.pipeline.batch import process_block
@@ -100,3 +106,51 @@ def test_a_number_past_the_doubles_in_a_field_no_aggregate_reads(
     plans = build_aggregates(config)
     lines = [b'{"user": "u", %s, "other": %s}' % (REST, number), b'{"user": "v", %s}' % REST]
     assert _file_mode(config, lines, handed) == _record_path(plans, lines, "user")
+
+
+def _counted(config: AppConfig, lines: list[bytes]) -> int:
+    """The records file mode counts over one chunk (every aggregate's count totals)."""
+    batched = FileAggregates(build_aggregates(config))
+    batched.feed(lines, range(len(lines)))
+    return sum(sum(acc.partial().counts.values()) for acc in batched._accumulators)
+
+
+#: 50 records of 50 subjects (correlated groups): each past the doubles in a field no
+#: aggregate reads, or with a distinct 19-digit group below int64 (distinct doubles too)
+OTHERS = {
+    "h": [b'{"user": "u%d", %s, "other": 1e999}' % (i, REST) for i in range(50)],
+    "k": [b'{"home": -9%d0000000000000000, %s}' % (23 + i, REST) for i in range(50)],
+}
+
+
+@pytest.mark.parametrize(("spec", "subject"), [(HISTOGRAM, "user"), (CORRELATED, None)])
+def test_one_records_digits_decide_whether_other_subjects_records_count(
+    spec: dict[str, Any], subject: str | None
+) -> None:
+    """The sensitivity the proof claims: adding one subject's one record moves the counts
+    by at most its own bound (1 here). The decoder is chosen per chunk: a run of 20 digits
+    anywhere in the chunk (here in a string of the added record, a field no aggregate
+    reads) sends all of it to orjson, so the fate of 50 other records (the disagreements
+    above) flips with that one record: a count change of 50, not 1."""
+    config = aggregates_config(spec, **({} if subject is None else {"subject": subject}))
+    others = OTHERS[spec["name"]]
+    added = b'{"user": "b", "home": "b", %s, "phone": "00441234567890123456"}' % REST
+    assert abs(_counted(config, [*others, added]) - _counted(config, others)) <= 1
+
+
+def test_the_flip_end_to_end_through_sanitize_stream(tmp_path: Path) -> None:
+    """The same through file mode's loop (``sanitize_stream``: the record path's decode
+    handed over, one chunk): the added record releases, and the histogram's count moves
+    by 50 (the 50 lines with a number past the doubles in an unread field)."""
+    config = aggregates_config(HISTOGRAM, subject="user")
+    plan = build_plan(config)
+    added = b'{"user": "b", %s, "phone": "00441234567890123456"}' % REST
+
+    def counted(lines: list[bytes]) -> int:
+        batched = FileAggregates(build_aggregates(config))
+        dead = str(tmp_path / "dead.jsonl")
+        summary = sanitize_stream(plan, lines, io.BytesIO(), dead, SeededSource(5), batched)
+        assert summary.records_out == len(lines)  # the record path releases every line
+        return sum(sum(acc.partial().counts.values()) for acc in batched._accumulators)
+
+    assert abs(counted([*OTHERS["h"], added]) - counted(OTHERS["h"])) <= 1
