@@ -95,7 +95,9 @@ def test_a_correlated_group_of_a_19_digit_negative_integer_below_int64(handed: b
 
 
 @pytest.mark.parametrize("handed", [False, True])
-@pytest.mark.parametrize("number", [b"1e999", b"1E309", b"[1e400]", b"17976931348623159.9e292"])
+@pytest.mark.parametrize(
+    "number", [b"1e999", b"1E309", b"1e0309", b"-1e309", b"[1e400]", b"17976931348623159.9e292"]
+)
 def test_a_number_past_the_doubles_in_a_field_no_aggregate_reads(
     handed: bool, number: bytes
 ) -> None:
