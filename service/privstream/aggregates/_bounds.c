@@ -25,7 +25,8 @@
  *   keys: a list of the units numbered so far (bytes, unit i at index i);
  *   units: a sequence of bytes or None. ids[i] = the number of units[i]: a
  *   unit seen before keeps its number, a new one takes len(keys) and is
- *   appended to keys, None is -1. A row holds (hash(unit), number): equal
+ *   appended to keys, None is -1. units must not be keys itself (ValueError:
+ *   the appends would move the items the loop reads). A row holds (hash(unit), number): equal
  *   hashes are compared byte for byte, so two units whose hashes collide
  *   keep two numbers. Returns len(keys) after the call.
  *
@@ -36,6 +37,7 @@
  *   verdicts[i] = 1 if the subject's bounds admit it, else 0. A row holds
  *   (subject << 32 | cell, records kept) for each (subject, cell) pair that
  *   kept a record; used[subject] counts the pair's subject's cells (int32).
+ *   Each subject and cell is read once: a caller's arrays may alias the table.
  *   A known pair keeps a record while it has fewer than ``records``; a new
  *   one opens while its subject has fewer than ``groups`` cells. ``size``:
  *   the rows held before the call; returns the rows held after it.
@@ -45,11 +47,13 @@
  *   Every held row of ``old`` into the free table ``new`` (filled with -1,
  *   at least twice as many rows as held), homed by ``mix``.
  *
- * long_number(lines, digits) -> bool
+ * may_disagree(lines) -> list[int]
  *
- *   Whether a line (a list of bytes) holds a run of at least ``digits`` ASCII
- *   digits: where file mode's msgspec decode may read a number otherwise than
- *   orjson does (cli/aggregates_file.py). One pass, no copy of the lines.
+ *   The indices of the lines (a list of bytes) that hold a run of digits and
+ *   points with 19 digits, or an exponent of 3 digits: where file mode's
+ *   msgspec decode may read a number otherwise than orjson does, or accept a
+ *   line orjson refuses (cli/aggregates_file.py; the argument is
+ *   docs/proofs/aggregates.md step 1). One pass, no copy of the lines.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -291,6 +295,12 @@ intern(PyObject *Py_UNUSED(module), PyObject *args)
     if (units == NULL) {
         return NULL;
     }
+    if (units == keys) {  /* appending to keys would move the items the loop walks */
+        PyErr_SetString(PyExc_ValueError,
+                        "intern: units is keys itself; pass a copy of the units (list(keys))");
+        Py_DECREF(units);
+        return NULL;
+    }
     if (export(objs, views, 2, 3) < 0) {
         Py_DECREF(units);
         return NULL;
@@ -343,12 +353,14 @@ admit_all(Bounds *b, const int64_t *subject, const int64_t *cell, uint8_t *verdi
 {
     int shift = home_shift(b->capacity);
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (subject[i] < 0 || subject[i] >= subjects || cell[i] < 0
-            || cell[i] >= ((int64_t)1 << CELL_BITS)) {
+        /* each read once: a caller's subjects or cells may alias the table or used, so a
+         * second read could see a value this loop wrote and never checked */
+        const int64_t who = subject[i], where = cell[i];
+        if (who < 0 || who >= subjects || where < 0 || where >= ((int64_t)1 << CELL_BITS)) {
             PyErr_Format(PyExc_ValueError,
                          "admit: record %zd has subject %lld and cell %lld; subjects must be in "
                          "[0, %zd) (used's length) and cells in [0, 2^32)",
-                         i, (long long)subject[i], (long long)cell[i], subjects);
+                         i, (long long)who, (long long)where, subjects);
             return -1;
         }
         Py_ssize_t j = i + AHEAD;  /* a hint for a later record's row (bounds not needed) */
@@ -356,7 +368,7 @@ admit_all(Bounds *b, const int64_t *subject, const int64_t *cell, uint8_t *verdi
             uint64_t ahead = ((uint64_t)subject[j] << CELL_BITS) | (uint64_t)cell[j];
             __builtin_prefetch(&b->rows[2 * ((ahead * b->mix) >> shift)]);
         }
-        int64_t key = (int64_t)(((uint64_t)subject[i] << CELL_BITS) | (uint64_t)cell[i]);
+        int64_t key = (int64_t)(((uint64_t)who << CELL_BITS) | (uint64_t)where);
         int64_t p = find_pair(b, shift, key, "admit");
         if (p < 0) {
             return -1;
@@ -366,11 +378,11 @@ admit_all(Bounds *b, const int64_t *subject, const int64_t *cell, uint8_t *verdi
             verdict[i] = *count < b->records;
             *count += verdict[i];
         } else {  /* a new cell: room for one more cell? (records >= 1: a record fits) */
-            verdict[i] = b->used[subject[i]] < b->groups && b->records > 0;
+            verdict[i] = b->used[who] < b->groups && b->records > 0;
             if (verdict[i]) {
                 b->rows[2 * p] = key;
                 *count = 1;
-                b->used[subject[i]]++;
+                b->used[who]++;
                 size++;
             }
         }
@@ -486,55 +498,82 @@ is_digit(unsigned char c)
     return c >= '0' && c <= '9';
 }
 
-/* Whether ``line`` holds a run of ``digits`` ASCII digits. Any ``digits`` consecutive
- * positions hold one whose index is digits - 1 modulo digits, so only those are tested
- * first, and the run through one that is a digit measured. */
+/* A number's significant digits from which two correctly rounding decoders may read it
+ * otherwise (an integer past int64: ``-9223372036854775809``), and its exponent digits
+ * from which it may leave the normal doubles (``1e999``, ``1e-400``): docs/proofs/
+ * aggregates.md step 1. */
+#define MANTISSA_DIGITS 19
+#define EXPONENT_DIGITS 3
+
+/* Whether ``line`` holds a run of digits and points with MANTISSA_DIGITS digits, or an
+ * exponent ([eE][+-]?) followed by EXPONENT_DIGITS digits. Bytes inside strings count
+ * too: a false alarm only costs that line the slower decoder. */
 static int
-has_run(const unsigned char *line, Py_ssize_t length, Py_ssize_t digits)
+may_disagree_line(const unsigned char *line, Py_ssize_t length)
 {
-    for (Py_ssize_t j = digits - 1; j < length; j += digits) {
-        if (!is_digit(line[j])) {
+    Py_ssize_t digits = 0;  /* digits in the current run of digits and points */
+    for (Py_ssize_t j = 0; j < length; j++) {
+        unsigned char c = line[j];
+        if (is_digit(c)) {
+            if (++digits >= MANTISSA_DIGITS) {
+                return 1;
+            }
             continue;
         }
-        Py_ssize_t lo = j, hi = j;
-        while (lo > 0 && is_digit(line[lo - 1])) {
-            lo--;
+        if (c == '.') {
+            continue;
         }
-        while (hi + 1 < length && is_digit(line[hi + 1])) {
-            hi++;
-        }
-        if (hi - lo + 1 >= digits) {
-            return 1;
+        digits = 0;
+        if ((c | 0x20) == 'e') {
+            Py_ssize_t k = j + 1;
+            if (k < length && (line[k] == '+' || line[k] == '-')) {
+                k++;
+            }
+            Py_ssize_t end = k;
+            while (end < length && end - k < EXPONENT_DIGITS && is_digit(line[end])) {
+                end++;
+            }
+            if (end - k >= EXPONENT_DIGITS) {
+                return 1;
+            }
         }
     }
     return 0;
 }
 
 static PyObject *
-long_number(PyObject *Py_UNUSED(module), PyObject *args)
+may_disagree(PyObject *Py_UNUSED(module), PyObject *args)
 {
     PyObject *lines;
-    Py_ssize_t digits;
-    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &lines, &digits)) {
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &lines)) {
         return NULL;
     }
-    if (digits < 1) {
-        PyErr_Format(PyExc_ValueError, "long_number: digits %zd must be >= 1", digits);
+    PyObject *found = PyList_New(0);
+    if (found == NULL) {
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lines); i++) {  /* no Python code runs */
+    /* PyList_Append runs no Python code, and lines is not found: neither changes lines */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lines); i++) {
         PyObject *line = PyList_GET_ITEM(lines, i);
         if (!PyBytes_CheckExact(line)) {
-            PyErr_Format(PyExc_TypeError, "long_number: line %zd is a %.100s; give bytes", i,
+            PyErr_Format(PyExc_TypeError, "may_disagree: line %zd is a %.100s; give bytes", i,
                          Py_TYPE(line)->tp_name);
+            Py_DECREF(found);
             return NULL;
         }
-        if (has_run((const unsigned char *)PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line),
-                    digits)) {
-            Py_RETURN_TRUE;
+        if (!may_disagree_line((const unsigned char *)PyBytes_AS_STRING(line),
+                               PyBytes_GET_SIZE(line))) {
+            continue;
         }
+        PyObject *index = PyLong_FromSsize_t(i);
+        if (index == NULL || PyList_Append(found, index) < 0) {
+            Py_XDECREF(index);
+            Py_DECREF(found);
+            return NULL;
+        }
+        Py_DECREF(index);
     }
-    Py_RETURN_FALSE;
+    return found;
 }
 
 static PyMethodDef methods[] = {
@@ -543,8 +582,9 @@ static PyMethodDef methods[] = {
     {"admit", admit, METH_VARARGS,
      "admit(table, used, subjects, cells, verdicts, size, groups, records, mix) -> size"},
     {"rehash", rehash, METH_VARARGS, "rehash(old, new, mix) -> size: rows into a larger table"},
-    {"long_number", long_number, METH_VARARGS,
-     "long_number(lines, digits) -> bool: whether a line holds a run of that many digits"},
+    {"may_disagree", may_disagree, METH_VARARGS,
+     "may_disagree(lines) -> list: the lines whose numbers msgspec and orjson may read "
+     "otherwise"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,8 +2,9 @@
 
 The aggregates read exactly the records the record path released (a
 dead-lettered line enters neither) that orjson reads (as ``run``), in file
-order (a chunk is decoded by msgspec, only the fields the aggregates read,
-where it reads them as orjson does: ``_structs``), and are released once,
+order (each line is decoded by msgspec, only the fields the aggregates read,
+where its own bytes show msgspec reads them as orjson does: ``_structs``,
+``_line_by_line``), and are released once,
 after the whole input is read, with fresh noise (``FreshCells``: files
 have no noise key, so a second run is a second release and ``--overwrite``
 says so). The rows go to their own file, one JSON object a line
@@ -28,6 +29,7 @@ from privstream.pipeline import RecordPlan, _columns
 from privstream.pipeline.batch import read_names
 from privstream.pipeline.columns import only
 from privstream.pipeline.decode import (
+    as_structs,
     collector_paused,
     decoded_struct,
     deep,
@@ -39,8 +41,6 @@ from privstream.pipeline.subjects import subject_column, subject_values
 T = TypeVar("T")
 #: the window label of file mode: the whole file is one window
 FILE_WINDOW = "file"
-#: 20 digits: the shortest integer past 64 bits (``_structs``)
-_LONG_DIGITS = 20
 
 
 def _parse(line: bytes) -> object:
@@ -105,10 +105,11 @@ class FileAggregates:
         ``decoded``: the record path's decode of ``lines`` (``BatchResult.decoded``)."""
         with collector_paused():  # decoded JSON makes no cycles (``collector_paused``)
             chosen = _picked(lines, released)
-            records = _handed(chosen, released, decoded, self._keys)
+            unsure = _unsure(chosen)
+            records = None if unsure else _handed(chosen, released, decoded, self._keys)
             subjects = None
             if records is None:
-                records, subjects = _decoded(chosen, self._keys, self._subject)
+                records, subjects = _decoded(chosen, self._keys, self._subject, unsure)
             elif self._subject:  # ``subject_values`` reads structs too
                 subjects = subject_values(records, chosen, self._subject)
             ids = None if subjects is None else self._subject_ids.of(subjects)
@@ -142,17 +143,15 @@ def _top_level_keys(plans: Sequence[AggregatePlan]) -> tuple[str, ...] | None:
     return tuple(sorted(names))
 
 
-def _structs(chosen: list[bytes], keys: tuple[str, ...] | None) -> list[Any] | None:
+def _structs(chosen: list[bytes], keys: tuple[str, ...], unsure: list[int]) -> list[Any] | None:
     """The lines as msgspec's structs of ``keys`` (absent: ``MISSING``), where each holds
-    the values orjson reads, else None. Past the checks of ``decode``'s own use (UTF-8,
-    nesting), msgspec reads a number differently from orjson in one case only: an
-    integer past 64 bits (20 digits or more), exact where orjson reads a float or, past
-    the doubles, refuses the whole line even if the aggregates never read that field. A
-    chunk with such a run of digits, anywhere, is left to orjson."""
+    the values orjson reads, else None: every line is UTF-8, nests no deeper than ``decode``
+    follows, has no number the decoders may read otherwise (``unsure`` is empty) and is
+    accepted by msgspec. Else each line is decoded by itself (``_line_by_line``)."""
     longest = _columns.longest(chosen)  # -1 unless every line is bytes
-    if keys is None or longest < 0 or not _columns.utf8(chosen) or deep(chosen, longest):
+    if unsure or longest < 0 or not _columns.utf8(chosen) or deep(chosen, longest):
         return None
-    return None if _long_number(chosen) else field_structs(chosen, keys)
+    return field_structs(chosen, keys)
 
 
 def _handed(
@@ -163,13 +162,13 @@ def _handed(
 ) -> list[Any] | None:
     """The released lines' structs from the record path's decode: only where it decoded
     the whole chunk into structs holding ``keys`` (then its checks of UTF-8 and nesting
-    were made) and no line has a long number (``_structs``); else None."""
+    were made); else None. The caller hands over no chunk with an unsure line."""
     if decoded is None or keys is None or not chosen:
         return None
     objs, where = decoded
     if len(where) != len(objs) or where[-1:] != [len(objs) - 1] or not decoded_struct(objs[0]):
         return None  # not one struct per line, in order
-    if not holds(objs[0], keys) or _long_number(chosen):
+    if not holds(objs[0], keys):
         return None
     return _picked(objs, released)
 
@@ -182,19 +181,25 @@ def _picked(items: Sequence[T], released: Sequence[int]) -> list[T]:
     return [items[index] for index in released]
 
 
-def _long_number(chosen: list[bytes]) -> bool:
-    """Whether a run of 20 digits or more is in a line (``_structs``)."""
-    return _bounds.long_number(chosen, _LONG_DIGITS)
+def _unsure(chosen: list[bytes]) -> list[int]:
+    """The positions of the lines where msgspec may read a number otherwise than orjson,
+    or accept a line orjson refuses for one (``_bounds.may_disagree``: a run of 19 digits,
+    an exponent of 3; docs/proofs/aggregates.md step 1). None for a chunk not all bytes
+    (it is left to orjson whole)."""
+    return _bounds.may_disagree(chosen) if _columns.longest(chosen) >= 0 else []
 
 
 def _decoded(
-    chosen: list[bytes], keys: tuple[str, ...] | None, subject: str | None
+    chosen: list[bytes], keys: tuple[str, ...] | None, subject: str | None, unsure: list[int]
 ) -> tuple[list[Any], list[bytes | None] | None]:
     """The lines' records (structs of ``keys``, or dicts), and each one's subject as the
     ledger reads it (``subject_column``; None without ``privacy.subject``)."""
-    structs = _structs(chosen, keys)
+    structs = None if keys is None else _structs(chosen, keys, unsure)
     if structs is not None:  # ``subject_values`` reads structs too
         return structs, subject_values(structs, chosen, subject) if subject else None
+    if keys is not None and _columns.longest(chosen) >= 0:
+        records, raw = _line_by_line(chosen, keys, set(unsure))
+        return records, subject_values(records, raw, subject) if subject else None
     try:  # the common chunk: one C loop, and the subjects from the same decode
         parsed: list[object] = list(map(orjson.loads, chosen))
     except orjson.JSONDecodeError:
@@ -209,3 +214,33 @@ def _decoded(
     raw = [chosen[i] for i in kept]
     records = [cast(dict[str, Any], parsed[i]) for i in kept]
     return records, subject_column(raw, subject) if subject else None
+
+
+def _line_by_line(
+    chosen: list[bytes], keys: tuple[str, ...], unsure: set[int]
+) -> tuple[list[Any], list[bytes]]:
+    """Each line decoded by the decoder its own bytes choose, so no line decides how
+    another is read: orjson where ``unsure`` holds it, it is not UTF-8 or may nest too
+    deep, or msgspec refuses it; else msgspec's struct of ``keys``. The records (orjson's
+    objects as the same structs: ``as_structs``; a line orjson refuses, or that is no
+    object, is left out, as in ``_parse``) and their lines."""
+    whole = _columns.utf8(chosen) and not deep(chosen, _columns.longest(chosen))
+    fast = [i for i in range(len(chosen)) if i not in unsure and (whole or _checked(chosen[i]))]
+    structs = field_structs([chosen[i] for i in fast], keys)
+    if structs is not None:
+        found = dict(zip(fast, structs, strict=True))
+    else:  # a line msgspec refuses: each tried alone
+        alone = [(i, field_structs([chosen[i]], keys)) for i in fast]
+        found = {i: one[0] for i, one in alone if one is not None}
+    slow = [i for i in range(len(chosen)) if i not in found]
+    parsed = [(i, _parse(chosen[i])) for i in slow]
+    objects = [(i, obj) for i, obj in parsed if isinstance(obj, dict)]
+    converted = as_structs([cast(dict[str, Any], obj) for _, obj in objects], keys)
+    found.update(zip([i for i, _ in objects], converted, strict=True))
+    kept = sorted(found)
+    return [found[i] for i in kept], [chosen[i] for i in kept]
+
+
+def _checked(line: bytes) -> bool:
+    """Whether the line passes ``decode``'s own checks for msgspec: UTF-8, shallow."""
+    return _columns.utf8([line]) and not deep([line], len(line))

@@ -161,6 +161,14 @@ def field_structs(messages: Sequence[bytes], names: Names) -> list[Any] | None:
         return None
 
 
+def as_structs(objects: Sequence[dict[str, Any]], names: Sequence[str]) -> list[Any]:
+    """Decoded dicts as the structs ``field_structs`` makes of top-level ``names`` (the
+    values themselves, not copies; an absent name ``MISSING``): a batch may mix lines
+    each decoder read."""
+    kind = _field_decoder(tuple(names)).type
+    return [msgspec.convert(obj, kind) for obj in objects]
+
+
 def reader(holders: Sequence[Any], key: str) -> Any:
     """What ``_columns`` reads ``key`` of each holder with: the member descriptor of a
     decoded struct's field, or ``key`` itself for dicts."""

@@ -89,8 +89,9 @@ def test_a_correlated_group_of_a_19_digit_negative_integer_below_int64(handed: b
         b'{"home": -9223372036854775809, %s}' % REST,
         b'{"home": -9223372036854775810, %s}' % REST,
     ]
-    keys = aggregates_file._top_level_keys(plans)
-    assert aggregates_file._structs(lines, keys) is not None  # the guard lets it through
+    # (red team 15c asserted here that the guard let these lines through to msgspec, the
+    # finding's premise; fixed, the guard names both lines, which orjson alone decodes)
+    assert aggregates_file._unsure(lines) == [0, 1]
     assert _file_mode(config, lines, handed) == _record_path(plans, lines, None)
 
 
