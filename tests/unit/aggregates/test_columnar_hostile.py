@@ -5,8 +5,8 @@ Subjects: 64-bit and negative integers (and the strings of their digits: one sub
 integers past 64 bits, strings with NUL bytes and non-ASCII characters, duplicates
 across batch boundaries; values NaN and infinite; subjects far over their bounds. File
 mode decodes a chunk's aggregate fields by msgspec where it reads them as orjson does;
-the tests check that path is taken, and that a chunk it must not take (a long integer
-anywhere in it) gives the same release. Deterministic given hypothesis' examples and
+the tests check that path is taken, and that a line it must not take (a long integer,
+a long exponent) gives the same release. Deterministic given hypothesis' examples and
 the seeded noise.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from typing import Any
 
 import orjson
@@ -129,14 +130,21 @@ def test_file_mode_structs_keep_what_the_record_path_keeps(
     records: list[dict[str, Any]], cuts: list[int], ascii_only: bool
 ) -> None:
     """Hostile subjects, subjects repeated across chunks: the same rows, byte for byte;
-    a chunk without a long integer is read from msgspec's structs."""
+    a chunk without an unsure line (``_bounds.may_disagree``: a run of 19 digits, an
+    exponent of 3) is read from msgspec's structs."""
     plans = _plans()
     chunks = _chunks(records, cuts, ascii_only)
     keys = aggregates_file._top_level_keys(plans)
     for chunk in (chunk for chunk in chunks if chunk):
-        long_number = any(len(str(abs(v))) >= 20 for v in _integers(chunk))
-        assert (aggregates_file._structs(chunk, keys) is None) == long_number
+        unsure = aggregates_file._unsure(chunk)
+        assert unsure == [i for i, line in enumerate(chunk) if UNSURE.search(line)]
+        assert (aggregates_file._structs(chunk, keys, unsure) is None) == bool(unsure)
     assert _file_mode(plans, chunks) == _record_path(plans, chunks)
+
+
+#: ``_bounds.may_disagree``'s rule: 19 digits in a run of digits and points, or an
+#: exponent of 3 digits (bytes in strings too)
+UNSURE = re.compile(rb"(?:[0-9]\.*){18}[0-9]|[eE][+-]?[0-9]{3}")
 
 
 def _integers(chunk: list[bytes]) -> list[int]:
@@ -145,15 +153,18 @@ def _integers(chunk: list[bytes]) -> list[int]:
     return [v for v in values if type(v) is int]
 
 
-def test_a_long_integer_in_a_field_no_aggregate_reads_leaves_the_chunk_to_orjson() -> None:
+def test_a_long_integer_in_a_field_no_aggregate_reads_leaves_the_line_to_orjson() -> None:
     """orjson refuses a line with an integer past the doubles, wherever it is: the line
     enters no aggregate, as in ``run``; msgspec would have read it."""
     plans = _plans()
+    keys = aggregates_file._top_level_keys(plans)
+    assert keys is not None
     lines = [b'{"user": "u", "os": "ios", "other": 1%s}' % (b"0" * 400)]
     lines += [b'{"user": "u", "os": "web", "other": 18446744073709551616}']  # a float
     lines += [b'{"user": "v", "os": "web"}']
-    assert aggregates_file._structs(lines, aggregates_file._top_level_keys(plans)) is None
-    assert aggregates_file._structs(lines[2:], aggregates_file._top_level_keys(plans))
+    assert aggregates_file._unsure(lines) == [0, 1]
+    assert aggregates_file._structs(lines, keys, [0, 1]) is None
+    assert aggregates_file._structs(lines[2:], keys, [])
     assert _file_mode(plans, [lines]) == _record_path(plans, [lines])
 
 
