@@ -16,9 +16,13 @@ import random
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from privstream.aggregates import _bounds
+from privstream.aggregates import _bounds, build_aggregates
+from privstream.aggregates.windows import encode_partial
+from privstream.cli.aggregates_file import FileAggregates
 from privstream.pipeline import _columns
 from privstream.pipeline.decode import field_structs, reader
+
+from tests.support.aggregates import aggregates_config
 
 #: the edges where a reading may change: int64, uint64, the largest and smallest doubles
 EDGES = [
@@ -108,3 +112,56 @@ def test_the_reprs_of_doubles(value: float, tail: str) -> None:
     """A double's shortest repr (``1e-05``, ``5e-324``) and forms of it with more digits."""
     text = repr(value)
     _check((text + tail if "e" not in text else text).encode())
+
+
+#: a histogram bounded to one record a subject, and a bounded mean: a record's fate and
+#: its value both show in the partials
+LINE_AGGREGATES = [
+    {
+        "name": "h",
+        "epsilon": 1.0,
+        "query": "histogram",
+        "field": "os",
+        "contribution": {"records_per_group": 1, "groups_per_subject": 1},
+    },
+    {
+        "name": "m",
+        "epsilon": 1.0,
+        "query": "mean",
+        "field": "latency",
+        "bounds": [0, 100],
+        "contribution": {"records_per_group": 2, "groups_per_subject": 1},
+    },
+]
+#: lines each decoder may treat otherwise, or refuse: long numbers read or skipped, a
+#: number past the doubles, invalid UTF-8, deep nesting, NaN, a non-object, plain lines
+HOSTILE = [
+    b'{"user": "a", "os": "ios", "latency": 5}',
+    b'{"user": "b", "os": "web", "latency": 7.5, "o": 1e999}',
+    b'{"user": "c", "os": "ios", "latency": -9223372036854775809}',
+    b'{"user": -9223372036854775809, "os": "web", "latency": 1}',
+    b'{"user": 18446744073709551616, "os": "android", "latency": 2}',
+    b'{"user": "d", "os": "ios", "latency": 1e-400}',
+    b'{"user": "e", "os": "ios", "latency": 12345678901.23456789}',
+    b'{"user": "f", "os": "web", "phone": "00441234567890123456"}',
+    b'{"user": "g", "os": "web", "o": "\xff"}',
+    b'{"user": "h", "os": "ios", "o": %s}' % (b"[" * 600 + b"]" * 600),
+    b'{"user": "i", "os": "ios", "latency": NaN}',
+    b"[1, 2]",
+    b'{"user": "a", "os": "web", "latency": 99}',
+]
+
+
+def _partials(chunks: list[list[bytes]]) -> list[bytes]:
+    batched = FileAggregates(build_aggregates(aggregates_config(*LINE_AGGREGATES, subject="user")))
+    for chunk in chunks:
+        batched.feed(chunk, range(len(chunk)))
+    return [encode_partial(accumulator.partial()) for accumulator in batched._accumulators]
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(HOSTILE), min_size=1, max_size=30))
+def test_a_chunk_reads_each_line_as_that_line_alone(lines: list[bytes]) -> None:
+    """No line decides how another is read: the chunk fed at once gives the partials of
+    its lines fed one chunk each (admission is in input order in both)."""
+    assert _partials([lines]) == _partials([[line] for line in lines])
