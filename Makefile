@@ -85,7 +85,8 @@ CSAN_TESTS := tests/unit/pipeline/test_columns_hostile.py tests/unit/test_extens
 	tests/unit/worker/test_partitioner.py tests/unit/worker/test_ledger_columns.py \
 	tests/unit/ledger/test_slots.py tests/unit/mechanisms/test_thresholds.py \
 	tests/unit/mechanisms/test_olh_support.py tests/unit/aggregates/test_bounds.py \
-	tests/unit/aggregates/test_columnar_hostile.py tests/unit/aggregates/test_bounds_aliasing.py
+	tests/unit/aggregates/test_columnar_hostile.py tests/unit/aggregates/test_bounds_aliasing.py \
+	tests/unit/aggregates/test_decoder_agreement.py
 CSAN_ENV := LD_PRELOAD="$$($(CSAN_CC) -print-file-name=libasan.so)" \
 	ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONMALLOC=malloc \
