@@ -495,7 +495,7 @@ rehash(PyObject *Py_UNUSED(module), PyObject *args)
 static int
 is_digit(unsigned char c)
 {
-    return c >= '0' && c <= '9';
+    return (unsigned char)(c - '0') < 10;
 }
 
 /* A number's significant digits from which two correctly rounding decoders may read it
@@ -512,30 +512,28 @@ static int
 may_disagree_line(const unsigned char *line, Py_ssize_t length)
 {
     Py_ssize_t digits = 0;  /* digits in the current run of digits and points */
-    for (Py_ssize_t j = 0; j < length; j++) {
-        unsigned char c = line[j];
-        if (is_digit(c)) {
-            if (++digits >= MANTISSA_DIGITS) {
-                return 1;
-            }
+    Py_ssize_t j = 0;
+    while (j < length) {
+        if (!is_digit(line[j])) {  /* the common byte: one test, or two */
+            digits = line[j] == '.' ? digits : 0;
+            j++;
             continue;
         }
-        if (c == '.') {
-            continue;
+        Py_ssize_t start = j;
+        while (j < length && is_digit(line[j])) {
+            j++;
         }
-        digits = 0;
-        if ((c | 0x20) == 'e') {
-            Py_ssize_t k = j + 1;
-            if (k < length && (line[k] == '+' || line[k] == '-')) {
-                k++;
-            }
-            Py_ssize_t end = k;
-            while (end < length && end - k < EXPONENT_DIGITS && is_digit(line[end])) {
-                end++;
-            }
-            if (end - k >= EXPONENT_DIGITS) {
-                return 1;
-            }
+        digits += j - start;
+        if (digits >= MANTISSA_DIGITS) {
+            return 1;
+        }
+        /* an exponent's digits are a whole run, right after [eE][+-]? */
+        Py_ssize_t mark = start - 1;
+        if (mark >= 0 && (line[mark] == '+' || line[mark] == '-')) {
+            mark--;
+        }
+        if (j - start >= EXPONENT_DIGITS && mark >= 0 && (line[mark] | 0x20) == 'e') {
+            return 1;
         }
     }
     return 0;
