@@ -12,11 +12,11 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 # PYTHONWARNINGS: setuptools' notice on editable installs is noise for a newcomer.
-# The install compiles five small C extensions (a C compiler and Python's headers).
+# The install compiles six small C extensions (a C compiler and Python's headers).
 C_SOURCES := service/privstream/ledger/_slots.c service/privstream/worker/_murmur2.c \
 	service/privstream/worker/_records.c \
 	service/privstream/pipeline/_columns.c service/privstream/mechanisms/_thresholds.c \
-	service/privstream/_buffer_checks.h
+	service/privstream/aggregates/_bounds.c service/privstream/_buffer_checks.h
 $(STAMP): pyproject.toml $(C_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -86,7 +86,9 @@ CSAN_TESTS := tests/unit/worker/test_records_redteam.py tests/unit/pipeline/test
 	tests/unit/worker/test_partitioner.py tests/unit/worker/test_ledger_columns.py \
 	tests/unit/worker/test_output_batch.py \
 	tests/unit/ledger/test_slots.py tests/unit/mechanisms/test_thresholds.py \
-	tests/unit/mechanisms/test_olh_support.py
+	tests/unit/mechanisms/test_olh_support.py tests/unit/aggregates/test_bounds.py \
+	tests/unit/aggregates/test_columnar_hostile.py tests/unit/aggregates/test_bounds_aliasing.py \
+	tests/unit/aggregates/test_decoder_agreement.py
 CSAN_ENV := LD_PRELOAD="$$($(CSAN_CC) -print-file-name=libasan.so)" \
 	ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONMALLOC=malloc \

@@ -1,9 +1,10 @@
-/* privstream/_buffer_checks.h: the buffer checks the five C extensions share.
+/* privstream/_buffer_checks.h: the buffer checks the six C extensions share.
  *
  * Each extension reads or writes a caller's buffer (a numpy array, as a rule)
  * as raw native items: _columns.fill writes float64 or int64, _murmur2 writes
  * uint32, _records writes unsigned bytes, _thresholds reads uint64 and uint16 and
- * writes int64, _slots reads and writes int64. A buffer of another item type or size of the same byte
+ * writes int64, _slots reads and writes int64, _bounds reads and writes int64 and int32 and
+ * writes uint8. A buffer of another item type or size of the same byte
  * length would take the bits and give wrong results, and an unaligned one
  * makes every load undefined behaviour in C; so each extension checks the
  * format, the item size and the alignment before it reads or writes an item,
@@ -14,7 +15,7 @@
  * buffer exported without a format is bytes ('B').
  *
  * Included by service/privstream/{pipeline/_columns,worker/_murmur2,worker/_records,
- * mechanisms/_thresholds,ledger/_slots}.c, found through the extensions'
+ * mechanisms/_thresholds,ledger/_slots,aggregates/_bounds}.c, found through the extensions'
  * include-dirs (pyproject.toml) and shipped in the sdist (MANIFEST.in).
  */
 #ifndef PRIVSTREAM_BUFFER_CHECKS_H

@@ -31,6 +31,7 @@ EXTENSIONS = (
     "privstream/worker/_records",
     "privstream/pipeline/_columns",
     "privstream/mechanisms/_thresholds",
+    "privstream/aggregates/_bounds",
 )
 HEADER = "service/privstream/_buffer_checks.h"
 CONFIG = ROOT / "examples" / "telemetry.yaml"
@@ -94,7 +95,7 @@ def test_the_sdist_holds_the_sources_the_wheel_build_needs(installed: Installed)
     assert not any(n.startswith(("tests/", "deploy/", ".venv/")) for n in names)
 
 
-def test_the_wheel_has_the_four_compiled_extensions(installed: Installed) -> None:
+def test_the_wheel_has_the_five_compiled_extensions(installed: Installed) -> None:
     version = _version()
     assert installed.wheel.name.startswith(f"privstream-{version}-cp3")
     with zipfile.ZipFile(installed.wheel) as wheel:

@@ -1,4 +1,6 @@
-"""A seeded fuzz loop over every entry point of the five C extensions.
+"""A seeded fuzz loop over every entry point of the first five C extensions (the sixth,
+``aggregates/_bounds.c``: oracles, collisions and hostile callers in
+``tests/unit/aggregates/test_bounds.py``).
 
 Each round draws inputs, well formed or not, and checks the answer against a model
 in Python: the value the model gives, or the refusal it expects (ValueError or

@@ -1,29 +1,36 @@
-"""Contribution bounds over a batch at a time, with numpy: the rule of ``Accumulator``.
+"""Contribution bounds over a batch at a time: the rule of ``Accumulator``.
 
 ``Accumulator._admit`` decides record by record, in input order: a unit
 (a correlated group, a subject's cell) keeps its first records up to its
 limit, and a subject its first ``groups_per_subject`` cells. Which records
 that keeps depends on each record's unit and position only, never on a
-value, so a batch decides it at once: a record's rank among the batch's
-records of its unit, after the ones earlier batches kept (the state here),
-is compared with the limit. ``tests/unit/aggregates/test_columnar.py``
+value, so a batch decides it at once. ``tests/unit/aggregates/test_columnar.py``
 checks the batch rule against the record-by-record one.
 
-State, per window: a subject's cells used (one int32 a subject) and, per
-(subject, cell) pair kept so far, its 64-bit code and records kept (12
-bytes a pair), in sorted arrays; no Python object per pair.
+A subject's bounds are decided record by record in C (``_bounds.admit``:
+one hash table probe a record, no sort), the correlated groups' by ranks
+with numpy (``first_records``: a record's rank among the batch's records
+of its group, after the ones earlier batches kept, against the limit).
+State, per window and aggregate: a subject's cells used (one int32 a
+subject) and, per (subject, cell) pair kept so far, one row of
+``HashRows`` (16 bytes, at least half the rows free); no Python object
+per pair.
 """
 
 from __future__ import annotations
 
+import secrets
+
 import numpy as np
 from numpy.typing import NDArray
+
+from privstream.aggregates import _bounds
 
 Ints = NDArray[np.int64]
 Mask = NDArray[np.bool_]
 
-#: a pair's code: the subject's id in the high bits, the cell's in the low ones
-_CELL_BITS = 32
+#: a new table's rows (a power of two, as ``_bounds`` asks)
+_FIRST_ROWS = 8
 
 
 def ranks(keys: Ints) -> tuple[Ints, Ints, Ints]:
@@ -61,6 +68,25 @@ def first_records(keys: Ints, kept: Ints, limit: int) -> tuple[Mask, Ints]:
     return admitted, after
 
 
+class HashRows:
+    """One of ``_bounds``' tables: int64 rows of (key, value), -1 a free row, with its
+    secret multiplier; grown before a call could fill more than half of it."""
+
+    def __init__(self) -> None:
+        self.mix = secrets.randbits(64) | 1
+        self.rows = np.full((_FIRST_ROWS, 2), -1, np.int64)
+
+    def room(self, held: int, new: int) -> None:
+        """Make room for ``new`` rows beside the ``held`` ones (at most half full)."""
+        capacity = len(self.rows)
+        while 2 * (held + new) > capacity:
+            capacity *= 2
+        if capacity > len(self.rows):
+            grown = np.full((capacity, 2), -1, np.int64)
+            _bounds.rehash(self.rows, grown, self.mix)
+            self.rows = grown
+
+
 class SubjectBounds:
     """Per subject: the first ``groups`` cells, in each the first ``records`` records."""
 
@@ -68,8 +94,8 @@ class SubjectBounds:
         self._groups = groups
         self._records = records
         self._used = np.zeros(0, np.int32)  # cells used, by subject id
-        self._pairs = np.zeros(0, np.int64)  # kept (subject, cell) codes, ascending
-        self._counts = np.zeros(0, np.int32)  # records kept per pair, as _pairs
+        self._pairs = HashRows()  # (subject << 32 | cell, records kept) per pair kept
+        self._held = 0  # pairs kept
 
     def admit(self, subjects: Ints, cells: Ints, subject_count: int) -> Mask:
         """The verdicts of records (their subject and cell ids, in input order); the state
@@ -78,37 +104,17 @@ class SubjectBounds:
             grown = np.zeros(max(subject_count, 2 * len(self._used)), np.int32)
             grown[: len(self._used)] = self._used
             self._used = grown
-        if not len(subjects):
-            return np.zeros(0, np.bool_)
-        # ranked by compact codes (small enough to sort packed with their positions)
-        width = int(cells.max()) + 1
-        rank, compact, where = ranks(subjects * width + cells)
-        pairs = ((compact // width) << _CELL_BITS) | (compact % width)
-        at = np.searchsorted(self._pairs, pairs)
-        known = at < len(self._pairs)
-        known[known] = self._pairs[at[known]] == pairs[known]
-        prior = np.zeros(len(pairs), np.int64)
-        prior[known] = self._counts[at[known]]
-        opened = self._open_cells(pairs, known, where)
-        usable = known | opened
-        verdicts = usable[where] & (prior[where] + rank < self._records)
-        taken = np.bincount(where[verdicts], minlength=len(pairs))
-        self._counts[at[known]] += taken[known].astype(np.int32)
-        self._pairs = np.insert(self._pairs, at[opened], pairs[opened])
-        self._counts = np.insert(self._counts, at[opened], taken[opened].astype(np.int32))
-        return verdicts
-
-    def _open_cells(self, pairs: Ints, known: Mask, where: Ints) -> Mask:
-        """Which of the batch's new pairs open a cell for their subject: its first new cells,
-        in the order of their first records, while it has fewer than ``groups``."""
-        first = np.full(len(pairs), len(where), np.int64)
-        np.minimum.at(first, where, np.arange(len(where)))
-        new = np.flatnonzero(~known)
-        owners = pairs[new] >> _CELL_BITS
-        by_owner = np.lexsort((first[new], owners))
-        order = new[by_owner]
-        rank, _, _ = ranks(owners[by_owner])  # owners in order: each one's new cells counted
-        opened = np.zeros(len(pairs), np.bool_)
-        opened[order] = self._used[pairs[order] >> _CELL_BITS] + rank < self._groups
-        np.add.at(self._used, pairs[opened] >> _CELL_BITS, 1)
-        return opened
+        verdicts = np.zeros(len(subjects), np.uint8)
+        self._pairs.room(self._held, len(subjects))
+        self._held = _bounds.admit(
+            self._pairs.rows,
+            self._used,
+            np.ascontiguousarray(subjects, np.int64),
+            np.ascontiguousarray(cells, np.int64),
+            verdicts,
+            self._held,
+            self._groups,
+            self._records,
+            self._pairs.mix,
+        )
+        return verdicts.view(np.bool_)

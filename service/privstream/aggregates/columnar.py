@@ -1,9 +1,9 @@
 """``Accumulator`` a batch at a time: the same records kept, the same totals and partial.
 
 ``ColumnAccumulator.add_all`` reads a batch's cells, values, correlated
-groups and subjects as arrays (``columns``), bounds them with numpy
-(``bounding``: each unit's first records in input order, as
-``Accumulator``), and adds the kept records' counts and sums per cell, the
+groups and subjects as arrays (``columns``), numbers the subjects and
+bounds them in C (``bounding``, ``_bounds.c``: each unit's first records in
+input order, as ``Accumulator``), and adds the kept records' counts and sums per cell, the
 cells in the order of their first kept record (so the partial's cells come
 in ``Accumulator``'s order and ``windows.encode_partial`` writes the same
 bytes). ``Accumulator`` stays the record-at-a-time path of ``OpenWindows``;
@@ -13,20 +13,17 @@ bytes). ``Accumulator`` stays the record-at-a-time path of ``OpenWindows``;
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import repeat
 from typing import Any
 
 import numpy as np
 
-from privstream.aggregates import columns
-from privstream.aggregates.bounding import Ints, SubjectBounds, first_records
+from privstream.aggregates import _bounds, columns
+from privstream.aggregates.bounding import HashRows, Ints, SubjectBounds, first_records
 from privstream.aggregates.partial import FROM_RECORD, Bounds, Partial, Subject, vector_totals
-from privstream.aggregates.read import Cell, RecordReader
+from privstream.aggregates.read import Cell, RecordReader, identity_of
 from privstream.errors import MisuseError
 from privstream.pipeline.subjects import canonical_subject
 
-#: a unit's id while ``UnitIds.of`` numbers the new ones
-_NEW = -2
 #: int64 sums of at most this many grid values of up to ``2^50`` (``MAX_GRID_INDEX``)
 _SUM_CHUNK = 1 << 12
 
@@ -36,23 +33,18 @@ class UnitIds:
     accumulators of one window, a batch's subjects are looked up once for all of them."""
 
     def __init__(self) -> None:
-        self._ids: dict[bytes | None, int] = {None: -1}
+        self._units: list[bytes] = []  # by id
+        self._table = HashRows()  # (hash, id) per unit (``_bounds.intern``)
 
     def __len__(self) -> int:
-        return len(self._ids) - 1
+        return len(self._units)
 
     def of(self, units: Sequence[bytes | None]) -> Ints:
-        """Each unit's id, a new one taking the next."""
-        ids = self._ids
-        # one probe a unit in C; a new unit is entered as _NEW, then numbered
-        found = np.fromiter(map(ids.setdefault, units, repeat(_NEW)), np.int64, len(units))
-        fresh = np.flatnonzero(found == _NEW).tolist()
-        if fresh:
-            new = dict.fromkeys(units[i] for i in fresh)  # in first-seen order
-            first = len(ids) - 1 - len(new)  # their placeholders are in ``ids`` already
-            ids.update(zip(new, range(first, first + len(new)), strict=True))
-            found[fresh] = [ids[units[i]] for i in fresh]
-        return found
+        """Each unit's id, a new one taking the next (one C loop)."""
+        ids = np.empty(len(units), np.int64)
+        self._table.room(len(self._units), len(units))
+        _bounds.intern(self._table.rows, self._units, units, ids, self._table.mix)
+        return ids
 
 
 class ColumnAccumulator:
@@ -99,7 +91,7 @@ class ColumnAccumulator:
             values, readable = batch.numbers(reader.value_field)
             chosen = chosen[readable[chosen]]
         if self._bounds.max_group is not None:
-            chosen = self._correlated(batch.records, chosen, self._bounds.max_group)
+            chosen = self._correlated(batch, chosen, self._bounds.max_group)
         if self._subjects is not None:
             if not isinstance(subjects, np.ndarray):
                 given = _subjects(batch.records, subjects, self._reader.subject)
@@ -107,10 +99,14 @@ class ColumnAccumulator:
             chosen = self._bounded(self._subjects, subjects, chosen, codes, cells)
         self._tally(chosen, codes[chosen], cells, values[chosen])
 
-    def _correlated(self, batch: Sequence[Mapping[str, Any]], chosen: Ints, limit: int) -> Ints:
+    def _correlated(self, batch: columns.Batch, chosen: Ints, limit: int) -> Ints:
         """The records whose correlated group (``by``'s value) has room left for them."""
         by = self._reader.correlated_by
-        ids = self._group_ids.of([RecordReader.identity(batch[i], by) for i in chosen.tolist()])
+        units: list[bytes | None] = [b""] * len(chosen)  # no field: one group (``identity``)
+        if by is not None:
+            values = batch.column(by)
+            units = [identity_of(values[i]) for i in chosen.tolist()]
+        ids = self._group_ids.of(units)
         self._group_kept = _grown(self._group_kept, len(self._group_ids))
         admitted, self._group_kept = first_records(ids[ids >= 0], self._group_kept, limit)
         return chosen[ids >= 0][admitted]

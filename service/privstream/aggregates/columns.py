@@ -5,7 +5,9 @@ Each record's cell is an index into the batch's cells (-1: the reader's
 False flag where that is None). The common batch (top-level fields of
 dicts, declared string keys, numbers of every record) is read by one C loop
 a column (``_columns.fill``); any other batch value by value, by the same
-rules as ``RecordReader``.
+rules as ``RecordReader``. A batch may also be of the field decoder's
+structs (``privstream.pipeline.decode``: file mode decodes only the fields
+the aggregates read), read through their members, an absent field as None.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from privstream.aggregates.read import (
 from privstream.config.fields import DomainValue
 from privstream.config.paths import split_path
 from privstream.pipeline import _columns
+from privstream.pipeline.columns import MISSING
+from privstream.pipeline.decode import decoded_struct, reader
 
 Ints = NDArray[np.int64]
 Floats = NDArray[np.float64]
@@ -46,6 +50,7 @@ class Batch:
         self.records = list(records)
         self._keys: dict[tuple[str, Keys], tuple[Ints, list[DomainValue]]] = {}
         self._numbers: dict[str, tuple[Floats, Mask]] = {}
+        self._columns: dict[str, list[Any]] = {}
 
     def __len__(self) -> int:
         return len(self.records)
@@ -54,6 +59,12 @@ class Batch:
         found = self._keys.get((name, allowed))
         if found is None:
             found = self._keys[name, allowed] = key_codes(self.records, name, allowed)
+        return found
+
+    def column(self, name: str) -> list[Any]:
+        found = self._columns.get(name)
+        if found is None:
+            found = self._columns[name] = column(self.records, name)
         return found
 
     def numbers(self, name: str) -> tuple[Floats, Mask]:
@@ -140,13 +151,21 @@ def grid_values(reader: RecordReader, values: Floats) -> Ints:
 def column(records: Records, name: str) -> list[Any]:
     """The field's value in each record (``read``: None where absent)."""
     key = _top_level(records, name)
-    if key is not None:
-        return _columns.column(records, key, None)
-    return [read(record, name) for record in records]
+    if key is None:
+        return [read(record, name) for record in records]
+    values = _columns.column(records, key, None)
+    if records and type(records[0]) is not dict:  # a struct's absent field is MISSING
+        values, _ = _columns.replace_absent(values, MISSING, None)
+    return values
 
 
-def _top_level(records: Records, name: str) -> str | None:
-    """The key to read the field with in C: a top-level name of a batch of dicts."""
+def _top_level(records: Records, name: str) -> Any:
+    """What to read the field with in C, None if it is not read so: a top-level name of a
+    batch of dicts, or its member in a batch of the field decoder's structs."""
     keys = split_path(name)
-    plain = _columns.only(records, (dict,))
-    return keys[0] if len(keys) == 1 and plain else None
+    if len(keys) != 1:
+        return None
+    if _columns.only(records, (dict,)):
+        return keys[0]
+    structs = _columns.only(records, (type(records[0]),)) and decoded_struct(records[0])
+    return reader(records, keys[0]) if structs else None

@@ -23,6 +23,7 @@ from privstream.mechanisms import NoiseSource
 from privstream.pipeline import BatchResult, RecordPlan, process_batch
 from privstream.pipeline.avro_container import MAGIC, ContainerWriter, is_container, json_records
 from privstream.pipeline.avro_schema import hash_report_fields, output_schema, schema_text
+from privstream.pipeline.decode import Names
 
 #: records per ``process_batch`` call (and per output block)
 CHUNK_RECORDS = 10_000
@@ -74,7 +75,12 @@ class AvroOutput:
         out.write(self._container.header())
 
     def release(
-        self, plan: RecordPlan, lines: Sequence[bytes], source: NoiseSource, out: BinaryIO
+        self,
+        plan: RecordPlan,
+        lines: Sequence[bytes],
+        source: NoiseSource,
+        out: BinaryIO,
+        reads: Names = (),  # no decode handed over: the aggregates decode their own
     ) -> BatchResult:
         result = self._encoder.encode(process_batch(plan, lines, source))
         out.write(self._container.block([value[self._frame :] for value in result.outputs]))

@@ -32,6 +32,7 @@ from privstream.errors import MisuseError, PrivstreamError, Rejected
 from privstream.mechanisms import NoiseSource
 from privstream.pipeline import BatchResult, RecordPlan
 from privstream.pipeline.batch import process_block
+from privstream.pipeline.decode import Names
 from privstream.pipeline.parse import parse_row
 from privstream.pipeline.plan import unkeyed
 
@@ -187,9 +188,16 @@ class Output(Protocol):
         """Write what precedes the first record (a header)."""
 
     def release(
-        self, plan: RecordPlan, lines: Sequence[bytes], source: NoiseSource, out: BinaryIO
+        self,
+        plan: RecordPlan,
+        lines: Sequence[bytes],
+        source: NoiseSource,
+        out: BinaryIO,
+        reads: Names = (),
     ) -> BatchResult:
-        """Sanitize ``lines``, write the released records to ``out``, return the result."""
+        """Sanitize ``lines``, write the released records to ``out``, return the result;
+        ``reads``: the aggregates' fields, for a writer that can hand its decode over
+        (``result.decoded``)."""
 
 
 class JsonLines:
@@ -199,9 +207,14 @@ class JsonLines:
         pass
 
     def release(
-        self, plan: RecordPlan, lines: Sequence[bytes], source: NoiseSource, out: BinaryIO
+        self,
+        plan: RecordPlan,
+        lines: Sequence[bytes],
+        source: NoiseSource,
+        out: BinaryIO,
+        reads: Names = (),
     ) -> BatchResult:
-        result = process_block(plan, lines, source)
+        result = process_block(plan, lines, source, reads)
         if result.joined:  # every record followed by its newline, in one text
             out.write(result.joined)
         return result
@@ -241,14 +254,15 @@ def sanitize_stream(
             _block_chunks(lines) if isinstance(lines, io.BufferedIOBase) else _line_chunks(lines)
         )
     output = JsonLines() if output is None else output
+    reads = () if aggregates is None else aggregates.reads(plan)
     dead_file = AtomicFile(dead_letter_path, PRIVATE_MODE)  # created at the first dead letter
     try:
         output.begin(out)
         for first, chunk in chunks:
-            result = output.release(plan, chunk, source, out)
+            result = output.release(plan, chunk, source, out, reads)
             released = _sanitize_chunk(plan, first, chunk, result, dead_file, summary)
             if aggregates is not None:
-                aggregates.feed(chunk, released)
+                aggregates.feed(chunk, released, result.decoded)
         out.flush()
         dead_file.commit()
     finally:

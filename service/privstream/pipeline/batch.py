@@ -42,7 +42,7 @@ from privstream.mechanisms import NoiseSource
 from privstream.pipeline import _columns
 from privstream.pipeline.assemble import encode_block, encode_records
 from privstream.pipeline.columns import MISSING, Values, direct_column
-from privstream.pipeline.decode import collector_paused, decode_batch, reader
+from privstream.pipeline.decode import Names, collector_paused, decode_batch, reader
 from privstream.pipeline.handlers import Rejected
 from privstream.pipeline.missing import direct_parts
 from privstream.pipeline.nesting import holders, source_path
@@ -127,6 +127,8 @@ class _Parsed:
     dead_letters: list[DeadLetter]
     #: the subject of every accepted row, when asked for
     subjects: list[bytes | None] | None = None
+    #: the decoder's objects and their input positions (``BatchResult.decoded``)
+    decoded: tuple[list[Any], list[int]] | None = None
 
 
 def _parse_batch(
@@ -135,8 +137,10 @@ def _parse_batch(
     keys: Sequence[bytes | None],
     longest: int | None = None,
     subject: str | None = None,
+    reads: Names = (),
 ) -> _Parsed:
-    records, where, slow = decode_batch(messages, longest, read_names(plan, subject))
+    records, where, slow = decode_batch(messages, longest, [*read_names(plan, subject), *reads])
+    decoded = (records, where) if reads else None
     subjects = None
     if subject is not None:
         subjects = subject_values(records, messages, subject, where)
@@ -184,7 +188,7 @@ def _parse_batch(
         else:
             recovered.append((index, row, row_tokens))
     if not recovered:
-        return _Parsed(columns, tokens, where, dead, subjects)
+        return _Parsed(columns, tokens, where, dead, subjects, decoded)
     # a few records only the reference could parse: merge them in input order
     order = sorted(
         [(index, -1, p) for p, index in enumerate(where)]
@@ -204,7 +208,8 @@ def _parse_batch(
     if subjects is not None and subject is not None:
         late = subject_column([messages[index] for index, _, _ in recovered], subject)
         subjects = [subjects[p] if k < 0 else late[k] for _, k, p in order]
-    return _Parsed(merged_columns, merged_tokens, [index for index, _, _ in order], dead, subjects)
+    output_index = [index for index, _, _ in order]
+    return _Parsed(merged_columns, merged_tokens, output_index, dead, subjects, decoded)
 
 
 def process_batch(
@@ -230,11 +235,16 @@ def process_batch(
 
 
 def process_block(
-    plan: RecordPlan, lines: Sequence[bytes], noise: NoiseProvider | NoiseSource
+    plan: RecordPlan,
+    lines: Sequence[bytes],
+    noise: NoiseProvider | NoiseSource,
+    reads: Names = (),
 ) -> BatchResult:
     """``process_batch`` for file mode: the outputs as one text (``result.joined``, each
-    followed by a newline; ``result.outputs`` empty), no Python object per record."""
-    return _process(plan, lines, noise, None, None, joined=True)
+    followed by a newline; ``result.outputs`` empty), no Python object per record.
+    ``reads``: more fields to decode (top-level names), then handed over with the
+    decoded objects (``result.decoded``): the aggregates' own."""
+    return _process(plan, lines, noise, None, None, joined=True, reads=reads)
 
 
 def _process(
@@ -245,17 +255,19 @@ def _process(
     subject: str | None,
     *,
     joined: bool,
+    reads: Names = (),
 ) -> BatchResult:
     provider: NoiseProvider = noise if isinstance(noise, NoiseProvider) else Fresh(noise)
     plan, keys = with_keys(plan, messages, keys)
     # the worker's provider measured every message for the row seeds: reuse its lengths
     longest = provider.longest(messages) if isinstance(provider, Replayable) else None
     with collector_paused():  # the decoded records live (and die) in there
-        parsed = _parse_batch(plan, messages, keys, longest, subject)
+        parsed = _parse_batch(plan, messages, keys, longest, subject, reads)
     result = BatchResult(
         output_index=parsed.output_index,
         dead_letters=parsed.dead_letters,
         subjects=parsed.subjects,
+        decoded=parsed.decoded,
     )
     if not parsed.output_index:
         return result

@@ -139,6 +139,36 @@ def _members(holders: Sequence[Any]) -> Members | None:
     return _MEMBERS.get(type(holders[0])) if holders else None
 
 
+def decoded_struct(obj: object) -> bool:
+    """Whether ``obj`` is a struct the field decoder made (``_struct``)."""
+    return type(obj) in _MEMBERS
+
+
+def holds(struct: object, keys: Sequence[str]) -> bool:
+    """Whether a struct the field decoder made reads each key (top-level) whole: its
+    value as decoded, not a struct of some of its keys."""
+    members = _MEMBERS.get(type(struct))
+    return members is not None and all(members.get(key, (None, True))[1] is None for key in keys)
+
+
+def field_structs(messages: Sequence[bytes], names: Names) -> list[Any] | None:
+    """Every message decoded by msgspec into a struct of ``names`` (``_field_decoder``), or
+    None if it refuses one. No check of this module's docstring is made here: the caller
+    decides where msgspec's values are the ones it needs."""
+    try:
+        return list(map(_field_decoder(tuple(names)).decode, messages))
+    except _REFUSED:
+        return None
+
+
+def as_structs(objects: Sequence[dict[str, Any]], names: Sequence[str]) -> list[Any]:
+    """Decoded dicts as the structs ``field_structs`` makes of top-level ``names`` (the
+    values themselves, not copies; an absent name ``MISSING``): a batch may mix lines
+    each decoder read."""
+    kind = _field_decoder(tuple(names)).type
+    return [msgspec.convert(obj, kind) for obj in objects]
+
+
 def reader(holders: Sequence[Any], key: str) -> Any:
     """What ``_columns`` reads ``key`` of each holder with: the member descriptor of a
     decoded struct's field, or ``key`` itself for dicts."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -53,3 +54,7 @@ class BatchResult:
     #: from ``process_block`` (file mode): the outputs as one text, each followed by a
     #: newline; ``outputs`` is then empty
     joined: bytes = b""
+    #: from ``process_block(..., reads=)``: the batch's own decode, handed to file mode's
+    #: aggregates (one decode a chunk): the decoded objects (structs of the fields read,
+    #: ``reads`` among them, or dicts) and the input position of each
+    decoded: tuple[list[Any], list[int]] | None = None

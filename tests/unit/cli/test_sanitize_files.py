@@ -250,12 +250,12 @@ def _crash_on_marked_record(
     were written; returns the bytes of output on disk (wherever written) when it raised."""
     sizes: list[int] = []
 
-    def block(plan: object, lines: list[bytes], source: object) -> object:
+    def block(plan: object, lines: list[bytes], source: object, reads: object = ()) -> object:
         if any(line.startswith(CRASH) for line in lines):
             written = [p for p in directory.iterdir() if "out.jsonl" in p.name]
             sizes.append(sum(p.stat().st_size for p in written if not p.is_symlink()))
             raise error
-        return process_block(plan, lines, source)  # type: ignore[arg-type]
+        return process_block(plan, lines, source, reads)  # type: ignore[arg-type]
 
     monkeypatch.setattr(sanitize, "process_block", block)
     monkeypatch.setattr(sanitize, "BLOCK_BYTES", 1024)  # 40 records a chunk
