@@ -25,6 +25,7 @@ from tests.support import aggregate_stream as agg
 from tests.support.aggregate_stream import running
 from tests.support.broker import create_topics
 from tests.support.faults import Tail, free_port, poll_until, scrape_until
+from tests.support.kill_nine import OpenTransactions, open_while_paused
 from tests.support.worker_proc import Collector, WorkerProcess, produce, read_all
 
 SIZE_S, GRACE_S = 2, 3
@@ -124,7 +125,9 @@ def _window_end(samples: dict) -> float:
 
 
 KILLS = 5
-KILL_WINDOWS = 8  # windows of records; a kill after each of the first ``KILLS``
+KILL_WINDOWS = 8  # windows of records at least; a kill after each of the first ``KILLS``
+#: windows of records at most: more are fed until one kill has landed inside a release
+MAX_KILL_WINDOWS = 40
 PER_WINDOW = 40
 KILL_GRACE_S = 20  # longer than a kill and restart: no record is late
 
@@ -133,6 +136,12 @@ async def test_kill_nine_during_window_closes(kafka_bootstrap: str, tmp_path: Pa
     """kill -9 right after a release transaction became visible to read_uncommitted, five
     times: each window is released exactly once (read_committed), every copy ever written
     (aborted ones too) is byte-identical to the expected rows.
+
+    At each kill the worker is frozen (SIGSTOP) and the broker asked whether its release
+    transaction is still open (``open_while_paused``); a kill that finds it open aborts
+    it. A fast release commits before the freeze, so windows go on (a kill only where it
+    lands inside a release) until one has landed: the aborted copies are then there by
+    construction, not by the timing of one run (CI, session 15: none of five landed).
 
     Each window's records are stamped in the wall clock's next window of 1 s, and the
     grace (20 s) is longer than a kill and restart, so no record is late whatever the
@@ -154,20 +163,28 @@ async def test_kill_nine_during_window_closes(kafka_bootstrap: str, tmp_path: Pa
     async with (
         Tail(kafka_bootstrap, out) as rows,
         Tail(kafka_bootstrap, out, isolation_level="read_uncommitted") as unc,
+        OpenTransactions(kafka_bootstrap, out, 1) as probe,
     ):
         try:
             epoch = await poll_until(
                 lambda: _epoch(kafka_bootstrap, kafka), 60, "the epoch committed", every_s=0.2
             )
-            for k in range(KILL_WINDOWS):
+            k = kills = landed = 0
+            while k < KILL_WINDOWS or kills < KILLS or not landed:
+                assert k < MAX_KILL_WINDOWS, f"{landed} of {kills} kills landed in {k} windows"
                 index = range(k * PER_WINDOW, (k + 1) * PER_WINDOW)
                 mark = len(unc.records)
                 last = await agg.produce_window(kafka_bootstrap, kafka["input_topic"], index)
-                if k < KILLS:  # windows close every second: kill inside a release
+                k += 1
+                if kills < KILLS or not landed:  # windows close every second: in a release
                     grown = functools.partial(_grew, unc, mark)
                     await unc.wait_until(grown, 90, "a release")
-                    await worker.kill()
-                    worker = await start()
+                    held = await open_while_paused(worker, probe)
+                    if held or kills < KILLS:
+                        landed += bool(held)
+                        await worker.kill()
+                        worker = await start()
+                        kills += 1
             await poll_until(
                 lambda: _released_through(rows, last, 1000),
                 120,

@@ -257,7 +257,7 @@ class _Loop:
             await self.out.wait_until(moved, 60, "a new uncommitted record")
             if len(unc.records) > mark:
                 attempts += 1
-                if held := await _open_while_paused(worker, probe):
+                if held := await open_while_paused(worker, probe):
                     inputs = self.accounted()
                     assert await worker.kill() == -signal.SIGKILL
                     return {"inputs": inputs, "attempts": attempts, "open": held}
@@ -270,7 +270,7 @@ class _Loop:
                 )
 
 
-async def _open_while_paused(worker: WorkerProcess, probe: OpenTransactions) -> int:
+async def open_while_paused(worker: WorkerProcess, probe: OpenTransactions) -> int:
     """Pause ``worker``; if it has a transaction open (seen twice in a row), leave it
     paused and return the open records; else resume it and return 0."""
     assert worker.alive, worker.log_text()[-5000:]
