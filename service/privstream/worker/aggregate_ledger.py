@@ -29,7 +29,7 @@ from privstream.ledger.core import RESTORE_BATCH
 from privstream.ledger.decisions import Decisions
 from privstream.pipeline.subjects import subject_column
 from privstream.worker.changelog import changelog_topic, stable_ends
-from privstream.worker.clients import close_client, common_options, open_transaction_wait_s
+from privstream.worker.clients import common_options, open_transaction_wait_s, stable_readers
 from privstream.worker.stable_offsets import stable_committed
 
 if TYPE_CHECKING:
@@ -75,19 +75,7 @@ class LedgerGate:
         admin = AIOKafkaAdminClient(**common_options(self._kafka, self._runtime))
         stack.push_async_callback(admin.close)
         await admin.start()
-        readers = []
-        for isolation in ("read_committed", "read_uncommitted"):
-            reader = AIOKafkaConsumer(
-                **common_options(self._kafka, self._runtime),
-                group_id=None,
-                enable_auto_commit=False,
-                isolation_level=isolation,
-                auto_offset_reset="earliest",
-            )
-            stack.push_async_callback(close_client, reader)
-            await reader.start()
-            readers.append(reader)
-        self._clients = admin, readers[0], readers[1]
+        self._clients = admin, *await stable_readers(self._kafka, self._runtime, stack)
 
     def reset(self) -> None:
         """Forget everything (a new assignment): read again from the changelog's start."""

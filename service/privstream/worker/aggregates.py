@@ -61,11 +61,13 @@ from privstream.worker.aggregate_ledger import LedgerGate
 from privstream.worker.changelog import read_partitions
 from privstream.worker.clients import (
     CLOSE_TIMEOUT_S,
+    StableReaders,
     close_client,
     common_options,
     consumer_options,
     open_transaction_wait_s,
     producer_options,
+    stable_readers,
     transactional_id,
 )
 from privstream.worker.generation_fence import GroupId, fence, member_of
@@ -76,7 +78,6 @@ from privstream.worker.topics import check_aggregate_topics
 
 log = logging.getLogger("privstream.aggregates")
 #: the internal topic's readers: read_committed, read_uncommitted
-_Readers = tuple[AIOKafkaConsumer, AIOKafkaConsumer]
 
 #: a releaser that does not own every input partition reads the others' progress this often
 REFRESH_S = 2.0
@@ -168,22 +169,9 @@ class AggregateWorker:
                 await step.run()
                 self._backoff.reset()
 
-    async def readers(self, stack: contextlib.AsyncExitStack) -> _Readers:
-        """The internal topic's readers, kept for the session (read_committed, and
-        read_uncommitted for the high watermarks: ``changelog.stable_ends``)."""
-        made = []
-        for isolation in ("read_committed", "read_uncommitted"):
-            reader = AIOKafkaConsumer(
-                **common_options(self.kafka, self._runtime),
-                group_id=None,
-                enable_auto_commit=False,
-                isolation_level=isolation,
-                auto_offset_reset="earliest",
-            )
-            stack.push_async_callback(close_client, reader)
-            await reader.start()
-            made.append(reader)
-        return made[0], made[1]
+    async def readers(self, stack: contextlib.AsyncExitStack) -> StableReaders:
+        """The internal topic's readers, kept for the session."""
+        return await stable_readers(self.kafka, self._runtime, stack)
 
     async def committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The group's committed input offsets once none is pending (``stable_committed``),
@@ -201,7 +189,7 @@ class AggregateWorker:
         finally:
             await admin.close()
 
-    async def read_view(self, readers: _Readers) -> View:
+    async def read_view(self, readers: StableReaders) -> View:
         """The internal topic up to its stable end; ChangelogError if another deployment
         (``kafka.group_id``) uses it."""
         view = View()
@@ -228,7 +216,7 @@ class _Step:
         owner: AggregateWorker,
         consumer: AIOKafkaConsumer,
         producer: AIOKafkaProducer,
-        readers: _Readers,
+        readers: StableReaders,
         partitions: int,
         moved: _Moved,
     ) -> None:

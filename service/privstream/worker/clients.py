@@ -16,6 +16,7 @@ the session saw, and tells them apart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 from dataclasses import dataclass
@@ -370,6 +371,35 @@ async def diagnose(kafka: KafkaConfig, runtime: Runtime) -> BrokerError | None:
         else:
             conn.close()
     return None
+
+
+#: a topic's two group-less readers: read_committed (what committed transactions wrote) and
+#: read_uncommitted (whose end offsets are the high watermarks: ``changelog.stable_ends``)
+StableReaders = tuple[AIOKafkaConsumer, AIOKafkaConsumer]
+
+
+def group_less_reader(kafka: KafkaConfig, runtime: Runtime, isolation: str) -> AIOKafkaConsumer:
+    """A reader of internal topics from their start: no group, no committed offsets."""
+    return AIOKafkaConsumer(
+        **common_options(kafka, runtime),
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level=isolation,
+        auto_offset_reset="earliest",
+    )
+
+
+async def stable_readers(
+    kafka: KafkaConfig, runtime: Runtime, stack: contextlib.AsyncExitStack
+) -> StableReaders:
+    """The two readers of ``StableReaders``, started and closed with ``stack``."""
+    made = []
+    for isolation in ("read_committed", "read_uncommitted"):
+        reader = group_less_reader(kafka, runtime, isolation)
+        stack.push_async_callback(close_client, reader)
+        await reader.start()
+        made.append(reader)
+    return made[0], made[1]
 
 
 async def close_client(client: AIOKafkaConsumer | AIOKafkaProducer) -> None:

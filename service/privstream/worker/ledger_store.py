@@ -63,7 +63,11 @@ from privstream.pipeline import BatchResult
 from privstream.pipeline.results import DeadLetter
 from privstream.worker.aggregate_charges import aggregate_costs_of, aggregate_times
 from privstream.worker.changelog import changelog_topic, read_partitions
-from privstream.worker.clients import batch_bytes, common_options, open_transaction_wait_s
+from privstream.worker.clients import (
+    batch_bytes,
+    group_less_reader,
+    open_transaction_wait_s,
+)
 from privstream.worker.clock import BrokerClock
 from privstream.worker.ledger_columns import Columns, EventTime, misplaced
 from privstream.worker.ledger_reasons import ALWAYS_DEAD_LETTERED, reason_details
@@ -402,13 +406,7 @@ class LedgerStore:
         read_uncommitted one whose end offsets are the high watermarks
         (``changelog.stable_ends``)."""
         readers = tuple(
-            AIOKafkaConsumer(
-                **common_options(self._kafka, self._runtime),
-                group_id=None,
-                enable_auto_commit=False,
-                isolation_level=isolation,
-                auto_offset_reset="earliest",
-            )
+            group_less_reader(self._kafka, self._runtime, isolation)
             for isolation in ("read_committed", "read_uncommitted")
         )
         for reader in readers:
