@@ -115,7 +115,7 @@ async def test_contributions_are_charged_once_and_stop_at_the_cap(
     starts = [base, base + SIZE]
     want = la.window_rows(loaded, joined, starts, PARTITIONS)
     assert want != la.window_rows(loaded, raw, starts, PARTITIONS)  # the ledger left some out
-    copies = la.released_rows(rows.records)
+    copies = agg.released(rows.records)
     got = {k: v for k, v in copies.items() if k[1] in {window_label(base, SIZE), second}}
     assert all(len(v) == 1 for v in got.values()), "a window released twice"
     assert {k: v[0] for k, v in got.items()} == want
@@ -257,7 +257,7 @@ async def test_kill_nine_the_same_decisions_and_windows(
     joined = [m for m, v in zip(raw, verdicts, strict=True) if v.contributes[0]]
     starts = list(range(first, last + size, size))
     want = la.window_rows(loaded, joined, starts, 4)
-    copies = la.released_rows(rows.records)
+    copies = agg.released(rows.records)
     got = {k: v for k, v in copies.items() if first <= _start_of(k[1]) <= last}
     assert all(len(v) == 1 for v in got.values()), "a window released twice"
     assert {k: v[0] for k, v in got.items()} == want, summary

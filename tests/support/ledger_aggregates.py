@@ -97,14 +97,5 @@ def window_rows(
     return out
 
 
-def released_rows(records: list[ConsumerRecord]) -> dict[tuple[str, str, str], list[bytes]]:
-    """Each released (aggregate, window, group) and the values of its copies."""
-    out: dict[tuple[str, str, str], list[bytes]] = {}
-    for m in records:
-        row = orjson.loads(m.value)
-        out.setdefault((row["aggregate"], row["window"], _group(row["group"])), []).append(m.value)
-    return out
-
-
 def _group(group: dict[str, Any]) -> str:
     return json.dumps(group, sort_keys=True)
